@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Set up a virtual environment and run the test suite: the one command README and CI use.
+#   bash scripts/test.sh [pytest args...]
+# TORCH_SPEC picks the torch build: the default is the CPU build CI uses; a GPU user can pass
+# e.g. TORCH_SPEC='torch>=2.5' (or keep the torch already in the venv).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+EXTRAS=${EXTRAS:-test}
+PYTHON=${PYTHON:-python3}
+
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
+fi
+pip_install() { "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$@"; }
+if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+  pip_install "$TORCH_SPEC"
+fi
+pip_install -e ".[$EXTRAS]"
+exec "$VENV/bin/python" -m pytest -q "$@"

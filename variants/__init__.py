@@ -1,0 +1,50 @@
+"""attnsuite variants: interchangeable attention implementations behind one interface.
+
+>>> from variants import build_variant, list_variants
+>>> attn = build_variant("dense", backend="sdpa")
+>>> out = attn(q, k, v, causal=True, kv_mask=mask)   # q, k, v: (B, H, N, D)
+
+Importing this package does no work: built-ins and plugins register on the first registry query.
+"""
+from variants._registry import (
+    ENTRY_POINT_GROUP,
+    PLUGINS_ENV_VAR,
+    VariantSpec,
+    build_config,
+    build_variant,
+    get_variant,
+    list_variants,
+    load_plugin,
+    register_variant,
+)
+from variants.base import (
+    AttentionVariant,
+    Capabilities,
+    NotSupportedError,
+    VariantConfig,
+    dense_flops,
+    train_flops,
+)
+from variants.multihead import MultiHeadAttention
+from variants.reference import attention_weights, reference_attention
+
+__all__ = [
+    "AttentionVariant",
+    "Capabilities",
+    "ENTRY_POINT_GROUP",
+    "MultiHeadAttention",
+    "NotSupportedError",
+    "PLUGINS_ENV_VAR",
+    "VariantConfig",
+    "VariantSpec",
+    "attention_weights",
+    "build_config",
+    "build_variant",
+    "dense_flops",
+    "get_variant",
+    "list_variants",
+    "load_plugin",
+    "reference_attention",
+    "register_variant",
+    "train_flops",
+]

@@ -1,0 +1,104 @@
+"""Dense (exact) softmax attention: the textbook formula and the fused kernels that compute it."""
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from variants._checks import check_choice
+from variants._registry import register_variant
+from variants.base import AttentionVariant, Capabilities, VariantConfig, softmax_scale
+
+DENSE_BACKENDS = ("sdpa", "xformers", "reference")  # fastest first: "auto" takes the first that works
+
+
+@dataclass(frozen=True, kw_only=True)
+class DenseConfig(VariantConfig):
+    backend: str = "auto"  # auto | sdpa (torch fused SDPA) | xformers (CUDA) | reference (einsum, N x M scores)
+
+    def validate(self) -> None:
+        check_choice("backend", self.backend, ("auto",) + DENSE_BACKENDS)
+
+
+@register_variant("dense", config=DenseConfig)
+class DenseAttention(AttentionVariant):
+    """Exact softmax attention, O(N*M) memory for the scores (the fused backends avoid storing them)."""
+
+    capabilities = Capabilities(exact=True)
+    backends = DENSE_BACKENDS
+
+    def backend_reasons(self, backend: str, q: Tensor, *, training: bool) -> list[str]:
+        if backend == "xformers":
+            if q.device.type != "cuda":
+                return [f"needs a CUDA device (xformers' kernels are GPU-only), got {q.device.type!r}"]
+            if importlib.util.find_spec("xformers") is None:
+                return ["needs the xformers package: pip install xformers"]
+        return []
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None) -> Tensor:
+        backend = self.active_backend(q, k, v)
+        if backend == "sdpa":
+            return _sdpa(q, k, v, causal=causal, kv_mask=kv_mask)
+        if backend == "xformers":
+            return _xformers(q, k, v, causal=causal, kv_mask=kv_mask)
+        return _textbook(q, k, v, causal=causal, kv_mask=kv_mask)
+
+
+def _textbook(q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor | None) -> Tensor:
+    """softmax(q k^T / sqrt(D)) v with the N x M scores materialised (nanoGPT's slow path)."""
+    scores = torch.matmul(q, k.transpose(-2, -1)) * softmax_scale(q.shape[-1])  # (B, H, N, M)
+    keep = _keep_mask(q, k, causal=causal, kv_mask=kv_mask)
+    if keep is not None:
+        # -inf, not -1e20: -1e20 overflows float16; a row that sees no key is zeroed below.
+        scores = scores.masked_fill(~keep, float("-inf"))
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32)
+    if keep is not None:
+        weights = weights.nan_to_num(0.0)
+    return torch.matmul(weights.to(v.dtype), v)  # (B, H, N, D)
+
+
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor | None) -> Tensor:
+    if kv_mask is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    # SDPA cannot take is_causal and attn_mask together: fold causality into the bool mask.
+    keep = _keep_mask(q, k, causal=causal, kv_mask=kv_mask)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+
+
+def _xformers(q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor | None) -> Tensor:
+    import xformers.ops as xops  # lazy: importing xformers on a CPU-only build prints warnings
+
+    bias = None
+    if kv_mask is not None:
+        bias = _additive_bias(q, k, causal=causal, kv_mask=kv_mask)
+    elif causal:
+        bias = xops.LowerTriangularMask()
+    # xformers wants (B, N, H, D).
+    out = xops.memory_efficient_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_bias=bias)
+    return out.transpose(1, 2)
+
+
+def _keep_mask(q: Tensor, k: Tensor, *, causal: bool, kv_mask: Tensor | None) -> Tensor | None:
+    """Bool (B or 1, 1, N, M) of visible keys, or None when all are visible."""
+    N, M = q.shape[2], k.shape[2]
+    keep = None
+    if causal:
+        keep = torch.ones(N, M, dtype=torch.bool, device=q.device).tril()[None, None]
+    if kv_mask is not None:
+        padding = kv_mask[:, None, None, :]  # (B, 1, 1, M)
+        keep = padding if keep is None else keep & padding
+    return keep
+
+
+def _additive_bias(q: Tensor, k: Tensor, *, causal: bool, kv_mask: Tensor) -> Tensor:
+    """A (B, H, N, M) additive bias for xformers, its last dim padded to a multiple of 8 as it requires."""
+    B, H, N, M = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    M8 = (M + 7) // 8 * 8
+    storage = torch.zeros(B, H, N, M8, dtype=q.dtype, device=q.device)
+    bias = storage[..., :M]
+    keep = _keep_mask(q, k, causal=causal, kv_mask=kv_mask)
+    bias.masked_fill_(~keep.expand(B, H, N, M), float("-inf"))
+    return bias

@@ -1,0 +1,109 @@
+"""Exact softmax attention in any dtype (float64 by default): the gold every variant is scored against.
+
+`rows=` computes only a subset of query rows, so the harness gets a float64 answer at large N
+without an N x M float64 matrix; `pattern=` applies a variant's sparsity pattern (e.g. a band).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from variants._checks import check_qkv
+from variants.base import softmax_scale
+
+# (query_idx (R,), key_idx (M,)) -> bool (R, M): which keys each query may see; None = all.
+PatternFn = Callable[[Tensor, Tensor], "Tensor | None"]
+
+
+def visibility(
+    query_idx: Tensor,
+    M: int,
+    *,
+    causal: bool = False,
+    kv_mask: Tensor | None = None,
+    pattern: PatternFn | None = None,
+) -> Tensor | None:
+    """Bool mask of visible keys, broadcastable to (B, 1, R, M), or None when every key is visible.
+
+    Combines causality (key j <= query i), padding (kv_mask (B, M), True = real) and a pattern.
+    """
+    key_idx = torch.arange(M, device=query_idx.device)
+    mask = None
+    if causal:
+        mask = key_idx[None, :] <= query_idx[:, None]  # (R, M)
+    if pattern is not None:
+        allowed = pattern(query_idx, key_idx)
+        if allowed is not None:
+            mask = allowed if mask is None else mask & allowed
+    if mask is not None:
+        mask = mask[None, None]  # (1, 1, R, M)
+    if kv_mask is not None:
+        padding = kv_mask[:, None, None, :]  # (B, 1, 1, M)
+        mask = padding if mask is None else mask & padding
+    return mask
+
+
+def reference_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool = False,
+    kv_mask: Tensor | None = None,
+    pattern: PatternFn | None = None,
+    rows: Tensor | None = None,
+    dtype: torch.dtype | None = torch.float64,
+) -> Tensor:
+    """softmax(q k^T / sqrt(D) + mask) v, computed in `dtype` (None: q's dtype).
+
+    Args:
+        q: (B, H, N, D); k, v: (B, H, M, D).
+        causal: query i sees keys j <= i.
+        kv_mask: bool (B, M), True = real key.
+        pattern: extra visibility, e.g. ``variant.pattern``.
+        rows: optional (R,) query indices; only those rows are computed.
+        dtype: compute dtype; float64 for a gold answer.
+    Returns:
+        (B, H, R, D) in `dtype` (R = N without rows). A query that sees no key gets zeros.
+    """
+    check_qkv(q, k, v, causal=causal, kv_mask=kv_mask)
+    N, M, D = q.shape[2], k.shape[2], q.shape[3]
+    if rows is None:
+        rows = torch.arange(N, device=q.device)
+    else:
+        rows = torch.as_tensor(rows, device=q.device, dtype=torch.long)
+        if rows.dim() != 1 or (rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= N)):
+            raise ValueError(f"rows must be 1-D query indices in [0, {N}), got {rows.tolist()[:8]}...")
+    dtype = dtype or q.dtype
+    weights = _weights(q[:, :, rows].to(dtype), k.to(dtype), rows, causal=causal, kv_mask=kv_mask, pattern=pattern)
+    return torch.einsum("bhrm,bhmd->bhrd", weights, v.to(dtype))
+
+
+def _weights(qr: Tensor, k: Tensor, rows: Tensor, *, causal: bool, kv_mask: Tensor | None, pattern: PatternFn | None) -> Tensor:
+    """softmax over visible keys for query rows qr (B, H, R, D) at positions rows: (B, H, R, M)."""
+    M, D = k.shape[2], k.shape[3]
+    scores = torch.einsum("bhrd,bhmd->bhrm", qr, k) * softmax_scale(D)  # (B, H, R, M)
+    mask = visibility(rows, M, causal=causal, kv_mask=kv_mask, pattern=pattern)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    # Softmax in at least float32 so float16/bfloat16 references stay meaningful.
+    weights = torch.softmax(scores.to(torch.promote_types(qr.dtype, torch.float32)), dim=-1)
+    return torch.nan_to_num(weights, nan=0.0).to(qr.dtype)  # rows with no visible key -> 0
+
+
+def attention_weights(
+    q: Tensor,
+    k: Tensor,
+    *,
+    causal: bool = False,
+    kv_mask: Tensor | None = None,
+    pattern: PatternFn | None = None,
+    dtype: torch.dtype = torch.float64,
+) -> Tensor:
+    """The exact attention matrix softmax(q k^T / sqrt(D) + mask): (B, H, N, M) in `dtype`."""
+    N = q.shape[2]
+    check_qkv(q, k, k, causal=causal, kv_mask=kv_mask)
+    rows = torch.arange(N, device=q.device)
+    return _weights(q.to(dtype), k.to(dtype), rows, causal=causal, kv_mask=kv_mask, pattern=pattern)
