@@ -83,7 +83,8 @@ def register_variant(name: str, *, config: type[VariantConfig] | None = None) ->
             f"config for variant {name!r} must be a VariantConfig subclass "
             f"(a frozen, keyword-only dataclass), got {config_class!r}"
         )
-    if not dataclasses.is_dataclass(config_class) or not config_class.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+    # The class itself must be decorated: a plain subclass inherits the base's (empty) field list.
+    if "__dataclass_fields__" not in vars(config_class) or not config_class.__dataclass_params__.frozen:  # type: ignore[attr-defined]
         raise TypeError(
             f"config {config_class.__name__} for variant {name!r} must be decorated with "
             "@dataclass(frozen=True, kw_only=True)"

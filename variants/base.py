@@ -75,6 +75,7 @@ class AttentionVariant(nn.Module):
     # Declared by subclasses.
     capabilities: ClassVar[Capabilities] = Capabilities()
     backends: ClassVar[tuple[str, ...]] = ()  # named implementations; config.backend picks one
+    linear_in_v: ClassVar[bool] = True  # output = A(q, k) @ v, so v = identity reveals the attention map
 
     def __init__(self, config: VariantConfig | None = None):
         super().__init__()
@@ -165,6 +166,16 @@ class AttentionVariant(nn.Module):
         an exact sparse variant is checked against ``reference_attention(..., pattern=...)``.
         """
         return None
+
+    # ---- set-up outside timed regions ------------------------------------------------------
+    def prepare(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None, training: bool = False
+    ) -> float:
+        """Do set-up work for calls like this one (compilation, block masks) and return its seconds.
+
+        The harness calls it before timing, so set-up never lands in a measured latency. Default: none.
+        """
+        return 0.0
 
     # ---- analytic cost ------------------------------------------------------------------
     def flops(self, B: int, H: int, N: int, M: int, D: int, causal: bool) -> int:
