@@ -76,7 +76,7 @@ def test_shape_dtype_finite(name, backend, dtype, causal):
 
 @pytest.mark.parametrize("name,backend", _cases())
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("padded", [False, True], ids=["", "padded"])
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "padded"])
 def test_exact_variants_match_float64_reference(name, backend, causal, padded):
     attn = _build(name, backend)
     if not attn.capabilities.exact:

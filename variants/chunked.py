@@ -1,0 +1,128 @@
+"""Chunked exact attention: query chunks x key chunks merged by an online softmax, never N x M scores.
+
+The forward keeps, per query row, a running max and sum of exponentials (Rabe & Staats 2021;
+FlashAttention), so each step holds one (query_chunk x key_chunk) tile. The backward is a custom
+autograd Function that recomputes each tile from q, k, v and the saved log-sum-exp, so training
+stores O(N * D), not the N x M probabilities. Causal calls skip key chunks wholly above the diagonal.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from variants._checks import check_int
+from variants._registry import register_variant
+from variants.base import AttentionVariant, Capabilities, VariantConfig, softmax_scale
+
+NEG_INF = float("-inf")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkedConfig(VariantConfig):
+    query_chunk: int = 1024  # query rows per tile; a tile holds B*H*query_chunk*key_chunk scores
+    key_chunk: int = 1024  # keys per tile; 1024 x 1024 keeps a CPU tile at 4 MiB per head and a GPU busy
+
+    def validate(self) -> None:
+        check_int("query_chunk", self.query_chunk, minimum=1)
+        check_int("key_chunk", self.key_chunk, minimum=1)
+
+
+@register_variant("chunked", config=ChunkedConfig)
+class ChunkedAttention(AttentionVariant):
+    """Exact softmax attention in query x key chunks with an online softmax: O(N*c) memory, forward and backward."""
+
+    capabilities = Capabilities(exact=True)
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None) -> Tensor:
+        # Half-precision inputs are computed in float32 (the running sums need it), then cast back.
+        dtype = torch.promote_types(q.dtype, torch.float32)
+        out = _ChunkedAttention.apply(q.to(dtype), k.to(dtype), v.to(dtype), kv_mask, causal,
+                                      self.config.query_chunk, self.config.key_chunk)
+        return out.to(q.dtype)
+
+
+class _ChunkedAttention(torch.autograd.Function):
+    """out = softmax(q k^T / sqrt(D) + mask) v, forward and backward tile by tile."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, kv_mask, causal, query_chunk, key_chunk):  # type: ignore[override]
+        out, lse = _chunked_forward(q, k, v, kv_mask, causal, query_chunk, key_chunk)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.kv_mask, ctx.causal, ctx.chunks = kv_mask, causal, (query_chunk, key_chunk)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):  # type: ignore[override]
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = _chunked_backward(q, k, v, out, lse, grad_out.contiguous(), ctx.kv_mask, ctx.causal, *ctx.chunks)
+        return dq, dk, dv, None, None, None, None
+
+
+def _spans(length: int, chunk: int) -> list[tuple[int, int]]:
+    return [(s, min(s + chunk, length)) for s in range(0, length, chunk)]
+
+
+def _mask_tile_(s: Tensor, qs: int, ks: int, kv_mask: Tensor | None, causal: bool) -> Tensor:
+    """Set invisible scores of the tile s (B, H, cq, ck) at rows qs.., keys ks.. to -inf, in place."""
+    cq, ck = s.shape[-2], s.shape[-1]
+    if kv_mask is not None:
+        s.masked_fill_(~kv_mask[:, None, None, ks : ks + ck], NEG_INF)
+    if causal and ks + ck - 1 > qs:  # the tile crosses the diagonal
+        rows = torch.arange(qs, qs + cq, device=s.device)[:, None]
+        keys = torch.arange(ks, ks + ck, device=s.device)[None, :]
+        s.masked_fill_(keys > rows, NEG_INF)
+    return s
+
+
+def _chunked_forward(q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None, causal: bool,
+                     query_chunk: int, key_chunk: int) -> tuple[Tensor, Tensor]:
+    """Output (B, H, N, D) and log-sum-exp (B, H, N) (-inf for a row that sees no key)."""
+    B, H, N, D = q.shape
+    M = k.shape[2]
+    scale = softmax_scale(D)
+    out = torch.empty_like(q)
+    lse = torch.empty(B, H, N, dtype=q.dtype, device=q.device)
+    for qs, qe in _spans(N, query_chunk):
+        qc = q[:, :, qs:qe] * scale  # (B, H, cq, D)
+        row_max = torch.full((B, H, qe - qs), NEG_INF, dtype=q.dtype, device=q.device)
+        row_sum = torch.zeros_like(row_max)
+        acc = torch.zeros_like(qc)
+        for ks, ke in _spans(min(M, qe) if causal else M, key_chunk):  # causal: no key chunk above the diagonal
+            s = _mask_tile_(qc @ k[:, :, ks:ke].transpose(-1, -2), qs, ks, kv_mask, causal)  # (B, H, cq, ck)
+            new_max = torch.maximum(row_max, s.amax(-1))
+            shift = new_max.masked_fill(new_max == NEG_INF, 0.0)  # a row that sees nothing yet: exp(-inf) = 0
+            p = s.sub_(shift[..., None]).exp_()
+            alpha = (row_max - shift).exp_()
+            row_sum.mul_(alpha).add_(p.sum(-1))
+            acc.mul_(alpha[..., None]).add_(p @ v[:, :, ks:ke])
+            row_max = new_max
+        out[:, :, qs:qe] = acc / row_sum.clamp_min(torch.finfo(q.dtype).tiny)[..., None]  # no key: 0 / tiny = 0
+        lse[:, :, qs:qe] = row_max.masked_fill(row_max == NEG_INF, 0.0) + row_sum.log()
+    return out, lse
+
+
+def _chunked_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor,
+                      kv_mask: Tensor | None, causal: bool, query_chunk: int, key_chunk: int
+                      ) -> tuple[Tensor, Tensor, Tensor]:
+    """FlashAttention-2's backward: per key chunk, recompute P from lse and accumulate dq, dk, dv."""
+    N, M, D = q.shape[2], k.shape[2], q.shape[3]
+    scale = softmax_scale(D)
+    delta = (grad_out * out).sum(-1)  # (B, H, N): rowsum(dO * O) = rowsum(dP * P)
+    lse = lse.masked_fill(lse == NEG_INF, float("inf"))  # rows that saw no key: P = exp(s - inf) = 0
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    for ks, ke in _spans(M, key_chunk):
+        kc, vc = k[:, :, ks:ke], v[:, :, ks:ke]  # (B, H, ck, D)
+        for qs, qe in _spans(N, query_chunk):
+            if causal and qe - 1 < ks:  # every query of this chunk is before every key
+                continue
+            qc, doc = q[:, :, qs:qe], grad_out[:, :, qs:qe]
+            s = _mask_tile_((qc * scale) @ kc.transpose(-1, -2), qs, ks, kv_mask, causal)  # (B, H, cq, ck)
+            p = s.sub_(lse[:, :, qs:qe, None]).exp_()
+            dv[:, :, ks:ke] += p.transpose(-1, -2) @ doc
+            ds = (doc @ vc.transpose(-1, -2)).sub_(delta[:, :, qs:qe, None]).mul_(p)  # dS = P * (dP - delta)
+            dq[:, :, qs:qe] += (ds @ kc).mul_(scale)
+            dk[:, :, ks:ke] += (ds.transpose(-1, -2) @ qc).mul_(scale)
+    return dq, dk, dv
