@@ -25,11 +25,13 @@ from variants.base import (
     dense_flops,
     train_flops,
 )
+from variants.calibrate import CalibrationReport, calibrate, load_variant, save_variant
 from variants.multihead import MultiHeadAttention
 from variants.reference import attention_weights, reference_attention
 
 __all__ = [
     "AttentionVariant",
+    "CalibrationReport",
     "Capabilities",
     "ENTRY_POINT_GROUP",
     "MultiHeadAttention",
@@ -40,11 +42,14 @@ __all__ = [
     "attention_weights",
     "build_config",
     "build_variant",
+    "calibrate",
     "dense_flops",
     "get_variant",
     "list_variants",
     "load_plugin",
+    "load_variant",
     "reference_attention",
     "register_variant",
+    "save_variant",
     "train_flops",
 ]

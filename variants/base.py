@@ -167,6 +167,13 @@ class AttentionVariant(nn.Module):
         """
         return None
 
+    # ---- calibration (learnable variants) -------------------------------------------------
+    def fit(self, batches, **options):
+        """Fit this variant against the exact teacher: ``variants.calibrate(self, batches, **options)``."""
+        from variants.calibrate import calibrate
+
+        return calibrate(self, batches, **options)
+
     # ---- set-up outside timed regions ------------------------------------------------------
     def prepare(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None, training: bool = False

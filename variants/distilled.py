@@ -1,0 +1,179 @@
+"""A linear-attention student trained to mimic softmax attention (Hedgehog, ICLR 2024; LoLCATs, 2024).
+
+out_i = sum_j phi(q_i).phi(k_j) v_j / sum_j phi(q_i).phi(k_j), with a trainable feature map
+phi(x) = [softmax(x W + b), softmax(-(x W + b))] over F learned directions (Hedgehog's map, 2F
+features), W initialised to a scaled identity D^-1/4 * I (D x F) so phi(q).phi(k) starts as a
+smooth function of q.k. No N x M matrix: O(N*F*D) time and memory.
+
+- Length-independent: phi acts on one token, so a student fitted at N=1024 serves every N.
+- Parameters are created on the first call (their shape needs D, and H when per_head=True);
+  later calls with another D or H are refused with a reason.
+- Numerically stable in float16/bfloat16: phi is computed in float32 and is a softmax, so every
+  feature lies in [0, 1] (no exp overflow, whatever the scale of q and k); the sums over keys
+  (and the causal prefix sums) accumulate in float32; the normaliser is >= 0 and clamped away
+  from 0, and only the final output is cast back to q's dtype.
+- causal: chunked prefix sums. Keys before a chunk enter through a running (2F, D) state; keys
+  inside the chunk through a (C x C) lower-triangular block. Extra memory beyond the output:
+  O(C*(F + C)) per chunk without autograd; with autograd the saved per-chunk states, O(N*F*D / C).
+- kv_mask: padded keys get phi(k) = 0 and v = 0, so they contribute to neither sum.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from variants._checks import check_int
+from variants._registry import register_variant
+from variants.base import AttentionVariant, Capabilities, VariantConfig
+
+_EPS = 1e-6  # floor of the normaliser: a query that sees no real key gets a zero output
+_BLOCK = 1024  # tokens per pass of the non-causal sums (bounds the float32 feature buffers)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistilledConfig(VariantConfig):
+    features: int = 64  # F: learned directions; phi has 2F entries ([softmax(xW), softmax(-xW)])
+    per_head: bool = True  # one feature map per head (H fixed by the first call) or one shared by all heads
+    chunk: int = 64  # C: causal prefix sums run over chunks of C queries (C x C block inside each)
+    init_noise: float = 0.01  # std of the noise added to the scaled-identity W, to break ties
+
+    def validate(self) -> None:
+        check_int("features", self.features, minimum=1)
+        if not isinstance(self.per_head, bool):
+            raise TypeError(f"per_head must be a bool, got {self.per_head!r}")
+        check_int("chunk", self.chunk, minimum=1)
+        if isinstance(self.init_noise, bool) or not isinstance(self.init_noise, (int, float)) or self.init_noise < 0:
+            raise ValueError(f"init_noise must be a number >= 0, got {self.init_noise!r}")
+
+
+@register_variant("distilled", config=DistilledConfig)
+class DistilledAttention(AttentionVariant):
+    """Linear attention with a learned feature map distilled from softmax attention, O(N*F*D)."""
+
+    capabilities = Capabilities(
+        learnable=True,
+        approximates="softmax attention by linear attention phi(q).phi(k) with a learned softmax feature map (Hedgehog)",
+    )
+
+    def __init__(self, config: DistilledConfig | None = None):
+        super().__init__(config)
+        self.register_parameter("weight", None)  # (H or 1, D, F), created by the first call
+        self.register_parameter("bias", None)  # (H or 1, 1, F)
+
+    # ---- parameters ---------------------------------------------------------------------
+    def materialize(self, H: int, D: int, device: torch.device | str = "cpu") -> None:
+        """Create the feature-map parameters for H heads of dim D (a no-op once created)."""
+        if self.weight is not None:
+            return
+        P, Fd = (H if self.config.per_head else 1), self.config.features
+        eye = torch.eye(D, Fd, device=device) * D**-0.25  # q.k / sqrt(D) splits as D^-1/4 on each side
+        noise = torch.randn(P, D, Fd, device=device) * self.config.init_noise
+        self.weight = nn.Parameter(eye.expand(P, D, Fd) + noise)
+        self.bias = nn.Parameter(torch.zeros(P, 1, Fd, device=device))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[no-untyped-def]
+        # A fresh student has no parameters yet: create them with the saved shapes, then load.
+        saved = state_dict.get(prefix + "weight")
+        if self.weight is None and isinstance(saved, Tensor) and saved.dim() == 3:
+            self.materialize(saved.shape[0], saved.shape[1], saved.device)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def extra_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor | None, training: bool) -> list[str]:
+        if self.weight is None:
+            return []
+        P, D = self.weight.shape[0], self.weight.shape[1]
+        reasons = []
+        if q.shape[3] != D:
+            reasons.append(f"its feature map was built for head dim D={D}, got D={q.shape[3]}; build a new student")
+        if self.config.per_head and q.shape[1] != P:
+            reasons.append(f"its per-head feature maps were built for H={P} heads, got H={q.shape[1]}")
+        return reasons
+
+    def flops(self, B: int, H: int, N: int, M: int, D: int, causal: bool) -> int:
+        """Feature maps (2*(N+M)*D*F), sum_j phi(k_j) v_j^T (2*M*2F*D) and phi(q) against it (2*N*2F*D).
+
+        The count is the algorithm's, the same with and without causal=True (a prefix sum adds no
+        multiplications); the chunked causal implementation also does a C x C block per chunk,
+        about N*C*(2F + D) more.
+        """
+        F2 = 2 * self.config.features
+        return B * H * (2 * (N + M) * D * self.config.features + 2 * M * F2 * D + 2 * N * F2 * D)
+
+    # ---- the calibration hook -----------------------------------------------------------
+    def attention_weights(self, q: Tensor, k: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None) -> Tensor:
+        """The student's attention matrix phi(q)phi(k)^T / normaliser, (B, H, N, M) float32.
+
+        Materialises N x M: for the calibration loss at short N only, never in forward.
+        """
+        self.materialize(q.shape[1], q.shape[3], q.device)
+        fq, fk = self._phi(q), self._phi(k, kv_mask)  # (B, H, N, 2F), (B, H, M, 2F)
+        scores = fq @ fk.transpose(-1, -2)  # (B, H, N, M), >= 0
+        if causal:
+            scores = scores.tril()
+        return scores / scores.sum(-1, keepdim=True).clamp_min(_EPS)
+
+    # ---- forward ------------------------------------------------------------------------
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None) -> Tensor:
+        self.materialize(q.shape[1], q.shape[3], q.device)
+        v32 = v.float()
+        if kv_mask is not None:
+            v32 = torch.where(kv_mask[:, None, :, None], v32, torch.zeros((), device=v.device))
+        if causal:
+            out = self._causal(q, k, v32, kv_mask)
+        else:
+            out = self._full(q, k, v32, kv_mask)
+        return out.to(q.dtype)
+
+    def _full(self, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None) -> Tensor:
+        """Non-causal: kv = sum_j phi(k_j) v_j^T and z = sum_j phi(k_j), then phi(q_i) kv / phi(q_i).z.
+
+        Both passes go over _BLOCK tokens at a time, so the float32 features never exist for the
+        whole sequence at once (a working set that stays in cache, and O(_BLOCK*F) extra memory).
+        """
+        B, H, M, D = v.shape
+        kv = v.new_zeros(B, H, 2 * self.config.features, D)  # (B, H, 2F, D)
+        z = v.new_zeros(B, H, 2 * self.config.features, 1)  # (B, H, 2F, 1)
+        for s in range(0, M, _BLOCK):
+            mask = None if kv_mask is None else kv_mask[:, s : s + _BLOCK]
+            fk = self._phi(k[:, :, s : s + _BLOCK], mask)  # (B, H, L, 2F)
+            kv = kv + fk.transpose(-1, -2) @ v[:, :, s : s + _BLOCK]
+            z = z + fk.sum(-2).unsqueeze(-1)
+        out = v.new_empty(B, H, q.shape[2], D)  # slices written in place: no final concatenation
+        for s in range(0, q.shape[2], _BLOCK):
+            fq = self._phi(q[:, :, s : s + _BLOCK])  # (B, H, L, 2F)
+            out[:, :, s : s + _BLOCK] = (fq @ kv) / (fq @ z).clamp_min(_EPS)  # (B, H, L, D)
+        return out
+
+    def _causal(self, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None) -> Tensor:
+        """Causal, chunk by chunk: a running (2F, D) state for earlier chunks, a C x C block within.
+
+        A loop over chunks rather than a cumsum over all of them: the cumsum's (N/C, 2F, D)
+        tensor runs out of cache at long N, which made the time grow faster than N.
+        """
+        B, H, N, D = v.shape
+        C = self.config.chunk
+        state = v.new_zeros(B, H, 2 * self.config.features, D)  # sum of phi(k_j) v_j^T over earlier chunks
+        z = v.new_zeros(B, H, 2 * self.config.features, 1)  # sum of phi(k_j) over earlier chunks
+        out = v.new_empty(B, H, N, D)
+        for s in range(0, N, C):
+            mask = None if kv_mask is None else kv_mask[:, s : s + C]
+            fq = self._phi(q[:, :, s : s + C])  # (B, H, C, 2F)
+            fk = self._phi(k[:, :, s : s + C], mask)  # (B, H, C, 2F)
+            vc = v[:, :, s : s + C]  # (B, H, C, D)
+            block = (fq @ fk.transpose(-1, -2)).tril()  # (B, H, C, C): keys j <= i inside the chunk
+            num = fq @ state + block @ vc  # (B, H, C, D)
+            den = fq @ z + block.sum(-1, keepdim=True)  # (B, H, C, 1)
+            out[:, :, s : s + C] = num / den.clamp_min(_EPS)
+            state = state + fk.transpose(-1, -2) @ vc
+            z = z + fk.sum(-2).unsqueeze(-1)
+        return out
+
+    def _phi(self, x: Tensor, kv_mask: Tensor | None = None) -> Tensor:
+        """Hedgehog's feature map in float32: [softmax(xW + b), softmax(-(xW + b))], (B, H, L, 2F)."""
+        proj = x.float() @ self.weight.float() + self.bias.float()  # (B, H, L, F): weight (P, D, F) broadcasts
+        phi = torch.cat([proj.softmax(-1), (-proj).softmax(-1)], dim=-1)  # (B, H, L, 2F), each in [0, 1]
+        if kv_mask is not None:
+            phi = phi * kv_mask[:, None, :, None]  # padded keys: phi = 0
+        return phi

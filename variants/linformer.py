@@ -1,0 +1,145 @@
+"""Linformer (Wang et al. 2020): keys and values projected along the sequence from M down to k rows.
+
+out = softmax(q (E k)^T / sqrt(D)) (F v), with learned E, F of shape (k, max_seq_len): O(N*k*D)
+time and memory instead of O(N*M*D).
+
+- M < max_seq_len keys use the first M columns of E and F (the projections are per position,
+  so a Linformer is fitted for the lengths it is calibrated on; columns beyond the calibration
+  length keep their initial values). M > max_seq_len is refused with a reason.
+- causal=True is refused: every projected row mixes all M keys, future ones included.
+- kv_mask: padded keys and values are zeroed before the projection, so they contribute nothing.
+  Caveat: the k projected rows all stay in the softmax, so padding changes how much weight the
+  real keys get (a zero projected key still scores 0, not -inf); outputs match an unpadded
+  Linformer over the real keys only when E and F happen to be zero at the padded positions.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from variants._checks import check_choice, check_int
+from variants._registry import register_variant
+from variants.base import AttentionVariant, Capabilities, VariantConfig
+
+SHARE_MODES = ("none", "kv", "headwise")
+INIT_MODES = ("scaled_random", "paper")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinformerConfig(VariantConfig):
+    k: int = 64  # projected length: keys and values are projected from M down to k rows
+    max_seq_len: int = 4096  # columns of E and F: the longest key length this Linformer serves
+    share: str = "headwise"  # none (E_h, F_h per head) | headwise (one E, one F for all heads) | kv (E = F, all heads)
+    heads: int = 1  # heads H the projections are built for; used only by share="none"
+    init: str = "scaled_random"  # scaled_random: E ~ N(0, 1/L), F ~ N(0, 1/L^2) (L = max_seq_len) | paper: xavier_uniform, gain 1/sqrt(2) (fairseq's Linformer)
+
+    def validate(self) -> None:
+        check_int("k", self.k, minimum=1)
+        check_int("max_seq_len", self.max_seq_len, minimum=1)
+        if self.k > self.max_seq_len:
+            raise ValueError(
+                f"k must be <= max_seq_len (a projection from max_seq_len={self.max_seq_len} down to k rows), "
+                f"got k={self.k}; lower k or raise max_seq_len"
+            )
+        check_choice("share", self.share, SHARE_MODES)
+        check_int("heads", self.heads, minimum=1)
+        check_choice("init", self.init, INIT_MODES)
+
+
+@register_variant("linformer", config=LinformerConfig)
+class LinformerAttention(AttentionVariant):
+    """Linformer: learned low-rank projections E, F of keys and values along the sequence, O(N*k*D)."""
+
+    capabilities = Capabilities(
+        causal=False,
+        learnable=True,
+        approximates="softmax attention over k learned projections of the M keys and values (Linformer)",
+    )
+
+    def __init__(self, config: LinformerConfig | None = None):
+        super().__init__(config)
+        cfg = self.config
+        P = cfg.heads if cfg.share == "none" else 1
+        L = cfg.max_seq_len
+        # Parameters are stored at unit scale and multiplied by a fixed scale in forward, so one
+        # Adam learning rate suits every max_seq_len (and every learnable variant in a sweep).
+        self.e_scale = L**-0.5  # E k: a projected key row of L unit-variance keys has unit variance
+        self.f_scale = self.e_scale if cfg.share == "kv" else 1.0 / L  # F v: the magnitude of a mean of values
+        self.E = nn.Parameter(_init_projection(P, cfg.k, L, cfg.init) / self.e_scale)  # (P, k, L)
+        if cfg.share == "kv":
+            self.register_parameter("F", None)  # F is E (key-value sharing)
+        else:
+            self.F = nn.Parameter(_init_projection(P, cfg.k, L, cfg.init, std=self.f_scale) / self.f_scale)
+
+    def extra_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor | None, training: bool) -> list[str]:
+        cfg = self.config
+        reasons = []
+        if causal:
+            reasons.append(
+                "causal=True is unsupported: every projected key/value row mixes all M keys, future "
+                "ones included, so no query can be kept from seeing the future"
+            )
+        M = k.shape[2]
+        if M > cfg.max_seq_len:
+            reasons.append(
+                f"key length M={M} exceeds max_seq_len={cfg.max_seq_len}: E and F have max_seq_len "
+                f"columns, one per position; build with max_seq_len >= {M}"
+            )
+        if cfg.share == "none" and q.shape[1] != cfg.heads:
+            reasons.append(
+                f"share='none' builds one E, F per head for heads={cfg.heads}, got H={q.shape[1]}; "
+                f"build with heads={q.shape[1]} or share='headwise'"
+            )
+        return reasons
+
+    def flops(self, B: int, H: int, N: int, M: int, D: int, causal: bool) -> int:
+        """Projections E k and F v (2*k*M*D each) plus attention over k rows (2*N*k*D twice)."""
+        K = self.config.k
+        return 4 * B * H * K * M * D + 4 * B * H * N * K * D
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None) -> Tensor:
+        if kv_mask is not None:
+            real = kv_mask[:, None, :, None]  # (B, 1, M, 1)
+            # where, not multiply: a padded inf/nan must not leak through 0 * inf.
+            k = torch.where(real, k, torch.zeros((), dtype=k.dtype, device=k.device))
+            v = torch.where(real, v, torch.zeros((), dtype=v.dtype, device=v.device))
+        M = k.shape[2]
+        E = self.E[..., :M].to(k.dtype)  # (P, k, M): the first M positions, at unit scale
+        Fm = E if self.F is None else self.F[..., :M].to(v.dtype)
+        # Scale the small (B, H, k, D) results rather than copy the (P, k, M) projections.
+        k_proj = _project(E, k) * self.e_scale  # (B, H, k, D)
+        v_proj = _project(Fm, v) * self.f_scale  # (B, H, k, D)
+        return F.scaled_dot_product_attention(q, k_proj, v_proj)  # (B, H, N, D), scale 1/sqrt(D)
+
+
+def _project(P: Tensor, x: Tensor) -> Tensor:
+    """Apply (1 or H, k, M) projections along the sequence of x (B, H, M, D): (B, H, k, D).
+
+    An explicit bmm over a broadcast (stride-0) projection: torch.matmul's broadcasting path
+    transposes x into a copy when the projection requires grad, a large cost at long M.
+    """
+    B, H, M, D = x.shape
+    K = P.shape[1]
+    Pb = P.expand(B * H, K, M) if P.shape[0] == 1 else P.expand(B, H, K, M).reshape(B * H, K, M)
+    return torch.bmm(Pb, x.reshape(B * H, M, D)).view(B, H, K, D)
+
+
+def _init_projection(P: int, K: int, L: int, init: str, std: float | None = None) -> Tensor:
+    """A (P, K, L) projection: the paper's (fairseq's xavier_uniform, gain 1/sqrt(2)) or N(0, std^2).
+
+    std defaults to 1/sqrt(L): a projected row of L unit-variance keys keeps unit variance, so the
+    scores stay O(1) at every length. For F the caller passes 1/L, so a projected value has the
+    magnitude of a mean of L values and an uncalibrated Linformer returns a small, bounded output
+    instead of one that grows with the length.
+    """
+    weight = torch.empty(P, K, L)
+    if init == "paper":
+        for p in range(P):
+            nn.init.xavier_uniform_(weight[p], gain=1 / math.sqrt(2))
+    else:
+        nn.init.normal_(weight, std=L**-0.5 if std is None else std)
+    return weight
