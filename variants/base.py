@@ -76,6 +76,12 @@ class AttentionVariant(nn.Module):
     capabilities: ClassVar[Capabilities] = Capabilities()
     backends: ClassVar[tuple[str, ...]] = ()  # named implementations; config.backend picks one
     linear_in_v: ClassVar[bool] = True  # output = A(q, k) @ v, so v = identity reveals the attention map
+    # Learnable variants whose parameters are per position (Linformer's E, F) must be calibrated at
+    # the evaluation length; the others (distilled's feature map) fit once at a short length.
+    calibrate_at_eval_length: ClassVar[bool] = False
+    # Config overrides under which tiny inputs (tests, attention maps at N ~ 64) still exercise the
+    # algorithm: a window or chunk smaller than N, so a band or chunk bug cannot hide.
+    small_config: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, config: VariantConfig | None = None):
         super().__init__()

@@ -34,6 +34,7 @@ class ChunkedAttention(AttentionVariant):
     """Exact softmax attention in query x key chunks with an online softmax: O(N*c) memory, forward and backward."""
 
     capabilities = Capabilities(exact=True)
+    small_config = {"query_chunk": 8, "key_chunk": 16}
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None) -> Tensor:
         # Half-precision inputs are computed in float32 (the running sums need it), then cast back.

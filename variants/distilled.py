@@ -56,6 +56,7 @@ class DistilledAttention(AttentionVariant):
         learnable=True,
         approximates="softmax attention by linear attention phi(q).phi(k) with a learned softmax feature map (Hedgehog)",
     )
+    small_config = {"features": 16, "chunk": 8}
 
     def __init__(self, config: DistilledConfig | None = None):
         super().__init__(config)

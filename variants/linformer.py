@@ -59,6 +59,8 @@ class LinformerAttention(AttentionVariant):
         learnable=True,
         approximates="softmax attention over k learned projections of the M keys and values (Linformer)",
     )
+    calibrate_at_eval_length = True  # E and F have a column per position: a fit at 256 leaves later columns untrained
+    small_config = {"k": 8, "max_seq_len": 128}
 
     def __init__(self, config: LinformerConfig | None = None):
         super().__init__(config)

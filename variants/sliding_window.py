@@ -53,6 +53,7 @@ class SlidingWindowAttention(AttentionVariant):
 
     capabilities = Capabilities(exact=True)
     backends = SLIDING_BACKENDS
+    small_config = {"window": 8}
 
     def resolve_backend(self, q: Tensor, *, training: bool = False) -> str:
         """config.backend, or for "auto" the fastest available here (the order differs on CPU and CUDA)."""

@@ -27,8 +27,12 @@ def _cases(device: str = "cpu") -> list:
 
 
 def _build(name: str, backend: str | None, seed: int = 0):
+    """The variant under its small_config (a window or chunk below N, so tiny inputs exercise it)."""
     torch.manual_seed(seed)
-    return build_variant(name) if backend is None else build_variant(name, backend=backend)
+    config = dict(get_variant(name).cls.small_config)
+    if backend is not None:
+        config["backend"] = backend
+    return build_variant(name, **config)
 
 
 def _inputs(seed: int, *, n: int = N, m: int | None = None, dtype=torch.float32, device="cpu", requires_grad=False):
