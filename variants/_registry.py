@@ -198,8 +198,7 @@ def _ensure_loaded() -> None:
         return
     _loaded = True
     for module in _BUILTIN_MODULES:
-        if importlib.util.find_spec(module) is not None:
-            importlib.import_module(module)
+        importlib.import_module(module)
     for label, load in _entry_point_loaders():
         _load_quietly(label, load)
     for target in filter(None, (t.strip() for t in os.environ.get(PLUGINS_ENV_VAR, "").split(","))):

@@ -1,0 +1,156 @@
+"""What every executor runs for one cell, in whatever process it lands: plugins, fitted state, measure_cell.
+
+``run_cell(cell, job)`` is the single entry point: the local executor calls it in the driver,
+the subprocess executor in a child, Ray in a task, submitit in a Slurm job. Measuring itself is
+harness.measure.measure_cell, unchanged; this module only prepares the process (plugins, thread
+count, the row's host and device) and shares calibrated variants through ``RUN_DIR/fitted/``, so a
+learnable variant is fitted once per (variant, config, calibration shape) for the whole run, not
+once per process.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+FITTED_DIR = "fitted"  # RUN_DIR/fitted/<key hash>.pt (+ .json): calibrated variants shared by all workers
+
+_PROCESS_CONTEXT: dict[str, Any] = {}  # one MeasureContext per worker process (Ray reuses its workers)
+
+
+@dataclass(frozen=True)
+class CellJob:
+    """Everything a worker needs besides the cell; plain data, so it pickles and serialises to JSON."""
+
+    settings: dict[str, Any]  # MeasureSettings.to_dict()
+    run: dict[str, Any]  # asdict(RunInfo) of the driver (run_id; host and device are the worker's when remote)
+    plugins: tuple[str, ...] = ()  # modules or absolute .py paths to import before measuring
+    run_dir: str | None = None  # the run folder (shared filesystem for remote executors): fitted/ lives here
+    remote: bool = False  # True: the row's host, device_name and threads describe the worker, not the driver
+    threads: int | None = None  # torch threads in the worker (remote CPU cells: the CPUs the engine gave it)
+    extra: dict[str, Any] = field(default_factory=dict)  # executor-specific notes (unused by the worker)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CellJob":
+        data = dict(data)
+        data["plugins"] = tuple(data.get("plugins", ()))
+        return cls(**data)
+
+
+def run_cell(cell: Any, job: CellJob | dict[str, Any], context: Any = None) -> dict[str, Any]:
+    """Measure one cell (a Cell or its dict) and return its JSON-safe row; never raises for a variant's failure.
+
+    `context` (a MeasureContext) carries inputs and fits between cells of one process; by default
+    one per process is kept, so a reused worker behaves like the local executor.
+    """
+    from harness.measure import MeasureContext, MeasureSettings, RunInfo, measure_cell
+    from harness.plan import Cell
+    from harness.store import _clean
+
+    job = job if isinstance(job, CellJob) else CellJob.from_dict(job)
+    cell = cell if isinstance(cell, Cell) else Cell.from_dict(cell)
+    _load_plugins(job.plugins)
+    if job.threads:
+        import torch
+
+        torch.set_num_threads(job.threads)
+    settings = MeasureSettings(**job.settings)
+    run = RunInfo(**(_worker_identity(job.run, settings.device) if job.remote else job.run))
+    if context is None:
+        context = _PROCESS_CONTEXT.setdefault("context", MeasureContext())
+    known = set(context.calibrated)
+    shared = bool(job.run_dir) and Path(job.run_dir).is_dir()  # False on a node that does not see the run folder
+    if shared:
+        try:
+            preload_fitted(context, cell, settings, Path(job.run_dir))
+        except Exception:  # noqa: BLE001 - an unreadable fit is fitted again; the cell must still get its row
+            pass
+    row = measure_cell(cell, settings, run, context)
+    if shared:
+        for key in set(context.calibrated) - known:
+            try:
+                store_fitted(Path(job.run_dir), key, context.calibrated[key])
+            except OSError:  # e.g. a read-only folder: other processes fit again
+                pass
+    return _clean(row)
+
+
+def _load_plugins(plugins: tuple[str, ...]) -> None:
+    from variants import load_plugin
+
+    for target in plugins:
+        load_plugin(target)  # idempotent: a reused worker imports each plugin once
+
+
+def _worker_identity(run: dict[str, Any], device: str) -> dict[str, Any]:
+    """The driver's run fields with this worker's host, device name and thread count."""
+    import torch
+
+    from harness.env import _cpu_name
+
+    name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else _cpu_name()
+    return {**run, "host": socket.gethostname(), "device_name": name, "threads": torch.get_num_threads()}
+
+
+# ---- calibrated variants shared through the run folder -------------------------------------------------
+def fitted_path(run_dir: Path, key: str) -> Path:
+    """RUN_DIR/fitted/<16 hex of the key>.pt; its .json sibling holds the key, seconds and report."""
+    return Path(run_dir) / FITTED_DIR / (hashlib.sha256(key.encode()).hexdigest()[:16] + ".pt")
+
+
+def preload_fitted(context: Any, cell: Any, settings: Any, run_dir: Path) -> bool:
+    """Put a fit stored by another cell into `context` (True when one was loaded)."""
+    from harness.measure import calibration_key
+    from variants import get_variant
+
+    try:
+        if not get_variant(cell.variant).capabilities.learnable:
+            return False
+    except ValueError:
+        return False
+    key = calibration_key(cell, settings)
+    if key in context.calibrated:
+        return False
+    path = fitted_path(run_dir, key)
+    meta_path = path.with_suffix(".json")
+    if not (path.is_file() and meta_path.is_file()):
+        return False
+    import torch
+
+    from variants import build_variant
+    from variants.calibrate import load_variant
+
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    if meta.get("key") != key:  # a hash collision or a hand-edited folder: fit again
+        return False
+    module = load_variant(path, into=build_variant(cell.variant, **cell.config)).to(torch.device(settings.device))
+    context.calibrated[key] = (module, float(meta["seconds"]), dict(meta["report"]))
+    return True
+
+
+def store_fitted(run_dir: Path, key: str, entry: tuple[Any, float, dict]) -> Path:
+    """Write a fit (module, seconds, report) under RUN_DIR/fitted/, atomically (state first, then its .json)."""
+    from harness.store import _clean
+    from variants.calibrate import save_variant
+
+    module, seconds, report = entry
+    path = fitted_path(run_dir, key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".pt.tmp")
+    os.close(fd)
+    save_variant(module, tmp)
+    os.replace(tmp, path)
+    meta = json.dumps({"key": key, "seconds": seconds, "report": _clean(report)}, default=str)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".json.tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(meta)
+    os.replace(tmp, path.with_suffix(".json"))
+    return path
