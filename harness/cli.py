@@ -14,6 +14,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "list": ("harness.list_variants", "registered variants: backends (available here?), capabilities, config fields"),
     "env": ("harness.env", "the environment a run records: Python, torch, CUDA, GPU, CPU, threads, packages"),
     "sweep": ("harness.sweep", "measure every variant across sequence lengths: latency, memory, FLOP rate, error; rows in results/<run-id>/"),
+    "report": ("harness.report", "report.md, report.html and PNG figures from a run folder"),
+    "compare": ("harness.compare", "match the cells of two runs: latency and memory ratios, error change, regressions"),
 }
 
 

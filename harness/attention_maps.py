@@ -1,0 +1,184 @@
+"""Effective attention maps: the N x M matrix each variant actually applies, revealed by V = identity.
+
+Every built-in variant computes out = A(q, k) v for some matrix A (softmax weights, a band,
+projected keys, a linear-attention kernel), so feeding v = I (M x M, hence D = M) returns A
+itself. The probe then checks the claim on a random v (out == A v); a variant that is not linear
+in v fails the check and gets a panel saying so instead of a misleading picture. A plugin can opt
+out up front with a class attribute ``linear_in_v = False``.
+
+Runs on CPU in float32 at a small N (default 64, so D = 64 too); nothing here needs the run's device.
+Learnable variants are used as built (seeded, uncalibrated) unless ``calibrate=True``, which fits
+them with variants.calibrate's default budget on other seeds of the same distribution at this N.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+LINEARITY_TOLERANCE = 1e-3  # relative L2 of out(v) - A v above which a variant is "not linear in v"
+
+
+@dataclass(frozen=True)
+class MapPanel:
+    """One panel of the figure: a variant's effective map, or the reason there is none."""
+
+    label: str  # series label (variant plus the config fields that vary)
+    weights: np.ndarray | None  # (N, M) float64, row i = the weights query i puts on each key; None if unavailable
+    note: str  # why weights is None, or a short remark (e.g. the backend used)
+    rel_error: float | None  # ||A - A_exact||_F / ||A_exact||_F, None without weights
+
+
+@dataclass(frozen=True)
+class MapSet:
+    """The exact map and one panel per series, with how they were made (for the caption)."""
+
+    exact: np.ndarray  # (N, N) float64, softmax weights of the exact attention
+    panels: list[MapPanel]
+    n: int  # N = M = D
+    inputs: str  # the input distribution
+    seed: int
+    causal: bool
+    calibrated: bool  # True: learnable variants were fitted before drawing; False: as built
+
+
+def parse_inputs(text: str) -> tuple[str, dict[str, Any]]:
+    """Split an inputs string like "gaussian:scale=4,rank=8" into its name and knobs (numbers parsed)."""
+    name, _, rest = str(text).partition(":")
+    knobs: dict[str, Any] = {}
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        key, _, value = item.partition("=")
+        knobs[key.strip()] = _number(value.strip())
+    return name.strip(), knobs
+
+
+def make_probe(n: int, inputs: str = "gaussian", *, seed: int = 0):
+    """q, k of shape (1, 1, n, n) from the registered distribution `inputs` (gaussian if harness.inputs is absent).
+
+    Returns (q, k, name used). D = n so that v = I (n x n) fits the contract (k and v share a shape).
+    """
+    import torch
+
+    name, knobs = parse_inputs(inputs)
+    try:
+        from harness.inputs import make_inputs
+    except ImportError:  # the sweep's inputs module is optional here: fall back to a local gaussian
+        g = torch.Generator().manual_seed(seed)
+        return torch.randn(1, 1, n, n, generator=g), torch.randn(1, 1, n, n, generator=g), "gaussian"
+    q, k, _ = make_inputs(name, knobs, B=1, H=1, N=n, M=n, D=n, seed=seed)
+    return q, k, inputs
+
+
+def effective_map(variant, q, k, *, causal: bool = False) -> np.ndarray:
+    """The (N, M) matrix A with variant(q, k, v) == A v, for q (1, 1, N, D) and k (1, 1, M, D) with D == M.
+
+    Raises ValueError when the variant is not linear in v (checked on a random v).
+    """
+    import torch
+
+    M = k.shape[2]
+    if q.shape[3] != M:
+        raise ValueError(f"the identity probe needs D == M, got D={q.shape[3]}, M={M}")
+    eye = torch.eye(M, dtype=q.dtype)[None, None]  # (1, 1, M, M): v = I, so out = A
+    with torch.no_grad():
+        weights = variant(q, k, eye, causal=causal)[0, 0].double()  # (N, M)
+        v = torch.randn(1, 1, M, M, generator=torch.Generator().manual_seed(1), dtype=q.dtype)
+        out = variant(q, k, v, causal=causal)[0, 0].double()
+    predicted = weights @ v[0, 0].double()
+    gap = float((out - predicted).norm() / out.norm().clamp_min(1e-30))
+    if not np.isfinite(gap) or gap > LINEARITY_TOLERANCE:
+        raise ValueError(f"output is not linear in v (|out - A v| / |out| = {gap:.2g}), so no single map describes it")
+    return weights.numpy()
+
+
+def attention_maps(
+    series: Sequence[tuple[str, str, dict]],
+    *,
+    n: int = 64,
+    inputs: str = "gaussian",
+    seed: int = 0,
+    causal: bool = False,
+    calibrate: bool = False,
+) -> MapSet:
+    """The exact map and each series' effective map on one probe.
+
+    Args:
+        series: (label, variant name, config dict) per panel; the config as recorded in the rows.
+        n: N = M = D of the probe.
+        inputs: input distribution (with knobs, "name:k=v").
+        seed: seed of the probe (calibration uses seeds seed+1000...).
+        causal: draw the causal maps.
+        calibrate: fit learnable variants first (variants.calibrate defaults), else use them as built.
+    Returns:
+        A MapSet; a series that cannot be built, is unsupported or fails gets a panel with the reason.
+    """
+    from variants import attention_weights
+
+    q, k, used = make_probe(n, inputs, seed=seed)
+    exact = attention_weights(q, k, causal=causal)[0, 0].numpy()  # (N, N) float64
+    panels = [_panel(label, name, config, q, k, used, seed=seed, causal=causal, calibrate=calibrate, exact=exact)
+              for label, name, config in series]
+    return MapSet(exact=exact, panels=panels, n=n, inputs=used, seed=seed, causal=causal, calibrated=calibrate)
+
+
+def _panel(label, name, config, q, k, inputs, *, seed, causal, calibrate, exact) -> MapPanel:
+    import torch
+
+    from variants import NotSupportedError, get_variant
+
+    try:
+        spec = get_variant(name)
+    except ValueError as exc:
+        return MapPanel(label, None, f"not registered here: {exc}", None)
+    if not getattr(spec.cls, "linear_in_v", True):
+        return MapPanel(label, None, "declares linear_in_v = False: no single matrix describes it", None)
+    fields = {f: v for f, v in (config or {}).items() if f in {x.name for x in spec.fields}}
+    note = ""
+    try:
+        torch.manual_seed(seed)
+        variant = spec.cls(spec.config(**fields)).eval()
+        eye = torch.eye(k.shape[2])[None, None]
+        reasons = variant.not_supported_reasons(q, k, eye, causal=causal, training=False)
+        if reasons and fields.get("backend", "auto") != "auto":
+            torch.manual_seed(seed)
+            variant = spec.cls(spec.config(**{**fields, "backend": "auto"})).eval()
+            reasons = variant.not_supported_reasons(q, k, eye, causal=causal, training=False)
+            note = f"backend {fields['backend']} unavailable on CPU; drawn with auto"
+        if reasons:
+            return MapPanel(label, None, "unsupported: " + "; ".join(reasons), None)
+        if calibrate and spec.capabilities.learnable:
+            _calibrate(variant, q.shape[2], inputs, seed=seed, causal=causal)
+        weights = effective_map(variant, q, k, causal=causal)
+    except NotSupportedError as exc:
+        return MapPanel(label, None, "unsupported: " + "; ".join(exc.reasons), None)
+    except Exception as exc:  # one failing variant must not sink the figure: its panel says why
+        return MapPanel(label, None, f"failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", None)
+    rel = float(np.linalg.norm(weights - exact) / np.linalg.norm(exact))
+    return MapPanel(label, weights, note, rel)
+
+
+def _calibrate(variant, n: int, inputs: str, *, seed: int, causal: bool) -> None:
+    from variants.calibrate import DEFAULT_BATCHES, DEFAULT_STEPS, calibrate
+
+    batches = []
+    for i in range(DEFAULT_BATCHES):
+        q, k, _ = make_probe(n, inputs, seed=seed + 1000 + i)  # never the probe itself
+        batches.append((q, k, _randn_like(k, seed + 2000 + i)))
+    calibrate(variant, batches, steps=DEFAULT_STEPS, causal=causal)
+    variant.eval()
+
+
+def _randn_like(t, seed: int):
+    import torch
+
+    return torch.randn(t.shape, generator=torch.Generator().manual_seed(seed), dtype=t.dtype)
+
+
+def _number(text: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
