@@ -16,6 +16,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("harness.sweep", "measure every variant across sequence lengths: latency, memory, FLOP rate, error; rows in results/<run-id>/"),
     "report": ("harness.report", "report.md, report.html and PNG figures from a run folder"),
     "compare": ("harness.compare", "match the cells of two runs: latency and memory ratios, error change, regressions"),
+    "model-eval": ("harness.model_eval", "swap each variant into every layer of a pretrained MiniLM: embedding cosine, retrieval agreement"),
+    "tasks": ("harness.tasks", "train tiny transformers per variant on MQAR and ListOps: test accuracy and delta to dense"),
 }
 
 
