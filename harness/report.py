@@ -34,7 +34,7 @@ def write_report(
     maps: bool = True,
     maps_n: int = 64,
     maps_inputs: str | None = None,
-    maps_calibrate: bool = False,
+    maps_calibrate: bool = True,
     budgets: Sequence[float] = analysis.DEFAULT_BUDGETS,
 ) -> list[Path]:
     """Write report.md, report.html and the figures (PNG) into the run folder; return the paths written.
@@ -45,7 +45,8 @@ def write_report(
         maps_n: N = M = D of the maps.
         maps_inputs: input distribution of the maps (default: the first of local, global, lowrank,
             gaussian that the run measured).
-        maps_calibrate: fit learnable variants at maps_n before drawing (default: as built).
+        maps_calibrate: fit learnable variants at maps_n before drawing (a few seconds each); False draws
+            them as built, which shows an untrained starting point rather than what the sweep measured.
         budgets: relative L2 error budgets of the recommendation.
     Raises:
         harness.cli.UsageError: run_dir is not a run folder.
@@ -72,6 +73,7 @@ def write_report(
                                 "recommendations; the tables below give each cell's status and reason."))
         else:
             blocks += _recommendation(frame, budgets)
+            blocks += [("p", caveat) for caveat in accuracy_caveats(run.path)]
             blocks += _scaling(frame)
             figures, figure_blocks = _figures(frame, run.path)
             written += figures
@@ -82,6 +84,7 @@ def write_report(
                 blocks += map_blocks
             blocks += _anchors(frame, run.env)
         blocks += _tables(frame)
+    blocks += _accuracy_sections(run.path)
     md_path, html_path = run.path / "report.md", run.path / "report.html"
     md_path.write_text(render_markdown(blocks), encoding="utf-8")
     html_path.write_text(render_html(blocks, run.path, title=f"attnsuite report: {run.name}"), encoding="utf-8")
@@ -229,6 +232,82 @@ def _maps(frame: pd.DataFrame, folder: Path, *, n: int, inputs: str | None, cali
     blocks: list[Block] = [("h", 2, "Effective attention maps"), ("img", path.name, caption),
                            ("table", ["series", "weights rel. error", "note"], rows)]
     return [path], blocks
+
+
+# `python -m harness model-eval --run RUN_DIR` and `tasks --run RUN_DIR` leave <stem>.json/.md/.png in the run folder.
+ACCURACY_RESULTS = (
+    ("model_eval", "Inside a pretrained model (model-eval)",
+     "Each variant swapped into every attention layer of all-MiniLM-L6-v2 (its weights kept): sentence-embedding cosine "
+     "to the unmodified model and how often each passage's nearest neighbour stays the same."),
+    ("tasks", "Trained from scratch on long-range tasks (tasks)",
+     "Tiny transformers of one size, one per variant, trained with the same budget on MQAR (associative recall) and "
+     "ListOps; test accuracy, and in brackets the change against dense."),
+)
+TASK_LOSS_FLAG = 0.05  # accuracy points below dense that the recommendation calls out
+MODEL_COSINE_FLAG = 0.99  # mean embedding cosine below which the recommendation calls a variant out
+
+
+def _accuracy_sections(folder: Path) -> list[Block]:
+    """The model-eval and tasks results found in the run folder, as tables and figures."""
+    blocks: list[Block] = []
+    for stem, title, what in ACCURACY_RESULTS:
+        md_path = folder / f"{stem}.md"
+        if not md_path.is_file():
+            continue
+        blocks += [("h", 2, title), ("p", what)]
+        blocks += [("table", headers, rows) for headers, rows in _markdown_tables(md_path.read_text(encoding="utf-8"))]
+        if (folder / f"{stem}.png").is_file():
+            blocks.append(("img", f"{stem}.png", what))
+    return blocks
+
+
+def accuracy_caveats(folder: Path) -> list[str]:
+    """Sentences for the recommendation from model-eval and tasks results in the run folder (if any)."""
+    import json
+
+    out = []
+    rows = _result_rows(folder / "tasks.json", json)
+    losses: dict[str, list[str]] = {}
+    for r in rows:
+        delta = r.get("delta_to_dense")
+        if r.get("status") == "ok" and delta is not None and delta < -TASK_LOSS_FLAG:
+            losses.setdefault(r["variant"], []).append(f"{r['task']} N={r['seq_len']}: {delta:+.2f}")
+    if losses:
+        parts = "; ".join(f"{v} ({', '.join(items)})" for v, items in sorted(losses.items()))
+        out.append(f"**Trained tasks:** these lose more than {TASK_LOSS_FLAG:.0%} accuracy against dense: {parts}. "
+                   "A small error on random inputs does not guarantee a model trains as well.")
+    rows = _result_rows(folder / "model_eval.json", json)
+    weak = sorted({f"{r['variant']} (cosine {r['cosine_mean']:.3f} at {r['max_len']} tokens)" for r in rows
+                   if r.get("status") == "ok" and r.get("cosine_mean") is not None and r["cosine_mean"] < MODEL_COSINE_FLAG})
+    if weak:
+        out.append(f"**Inside a pretrained model:** swapped in without retraining, these move sentence embeddings "
+                   f"below cosine {MODEL_COSINE_FLAG}: {', '.join(weak)}.")
+    return out
+
+
+def _result_rows(path: Path, json: Any) -> list[dict]:
+    try:
+        return list(json.loads(path.read_text(encoding="utf-8")).get("rows", []))
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
+def _markdown_tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
+    """The pipe tables of a Markdown text (as written by harness.accuracy_io.markdown_table)."""
+    tables, lines = [], [line.strip() for line in text.splitlines()]
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("|") and i + 1 < len(lines) and set(lines[i + 1]) <= set("|-: "):
+            headers = [c.strip() for c in lines[i].strip("|").split("|")]
+            i += 2
+            rows = []
+            while i < len(lines) and lines[i].startswith("|"):
+                rows.append([c.strip() for c in lines[i].strip("|").split("|")])
+                i += 1
+            tables.append((headers, rows))
+        else:
+            i += 1
+    return tables
 
 
 def _anchors(frame: pd.DataFrame, env: dict) -> list[Block]:
@@ -391,7 +470,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-maps", action="store_true", help="skip the effective attention maps (they run each variant on CPU)")
     parser.add_argument("--maps-n", type=int, default=64, metavar="N", help="N = M = D of the attention maps (default 64)")
     parser.add_argument("--maps-inputs", default=None, metavar="NAME", help="input distribution of the maps (default: local if measured)")
-    parser.add_argument("--maps-calibrate", action="store_true", help="fit learnable variants at the maps' N before drawing (slower)")
+    parser.add_argument("--maps-uncalibrated", action="store_true",
+                        help="draw learnable variants as built instead of fitting them at the maps' N first (faster, less telling)")
     parser.add_argument("--budget", type=float, action="append", default=None, metavar="ERR",
                         help=f"relative L2 error budget of the recommendation, repeatable (default {' and '.join(map(str, analysis.DEFAULT_BUDGETS))})")
     parser.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_FILE", help="import a user's variants first (for the maps)")
@@ -419,7 +499,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--budget {args.budget}: error budgets must be > 0, e.g. --budget 0.01")
     start = time.perf_counter()
     paths = write_report(args.run_dir, maps=not args.no_maps, maps_n=args.maps_n, maps_inputs=args.maps_inputs,
-                         maps_calibrate=args.maps_calibrate, budgets=tuple(args.budget or analysis.DEFAULT_BUDGETS))
+                         maps_calibrate=not args.maps_uncalibrated, budgets=tuple(args.budget or analysis.DEFAULT_BUDGETS))
     for path in paths:
         print(path)
     print(f"report written in {time.perf_counter() - start:.1f} s", flush=True)

@@ -172,3 +172,30 @@ def test_maps_panels_explain_what_cannot_be_drawn(monkeypatch):
 def test_parse_inputs():
     assert parse_inputs("gaussian:scale=4,rank=8") == ("gaussian", {"scale": 4, "rank": 8})
     assert parse_inputs("local") == ("local", {})
+
+
+def test_model_eval_and_tasks_results_get_sections_and_shape_the_recommendation(tmp_path):
+    from harness.accuracy_io import markdown_table, write_table
+
+    run = write_run(tmp_path / "run")
+    task_rows = [
+        {"task": "mqar", "variant": "dense", "seq_len": 128, "status": "ok", "accuracy": 0.71, "delta_to_dense": 0.0},
+        {"task": "mqar", "variant": "linformer", "seq_len": 128, "status": "ok", "accuracy": 0.04, "delta_to_dense": -0.67},
+        {"task": "mqar", "variant": "chunked", "seq_len": 128, "status": "ok", "accuracy": 0.70, "delta_to_dense": -0.01},
+    ]
+    write_table(run, "tasks", task_rows, {"preset": "cpu"})
+    (run / "tasks.md").write_text(markdown_table(["task", "variant", "N=128"], [["mqar", "dense", "0.710"], ["mqar", "linformer", "0.040 (-0.670)"]]))
+    eval_rows = [
+        {"variant": "distilled", "max_len": 128, "status": "ok", "cosine_mean": 0.9255},
+        {"variant": "chunked", "max_len": 128, "status": "ok", "cosine_mean": 1.0},
+    ]
+    write_table(run, "model_eval", eval_rows, {"model": "all-MiniLM-L6-v2"})
+    (run / "model_eval.md").write_text(markdown_table(["variant", "cosine mean"], [["distilled", "0.92550"], ["chunked", "1.00000"]]))
+    write_report(run, maps=False)
+    md = (run / "report.md").read_text()
+    assert "## Inside a pretrained model (model-eval)" in md and "| distilled | 0.92550 |" in md
+    assert "## Trained from scratch on long-range tasks (tasks)" in md and "| mqar | linformer | 0.040 (-0.670) |" in md
+    assert "these lose more than 5% accuracy against dense: linformer (mqar N=128: -0.67)" in md
+    assert "chunked (" not in md.split("**Trained tasks:**")[1].split("\n")[0]  # -0.01 is within the flag
+    assert "below cosine 0.99: distilled (cosine 0.925 at 128 tokens)" in md
+    assert "<table>" in (run / "report.html").read_text().split("Inside a pretrained model")[1]
