@@ -13,7 +13,7 @@ them with variants.calibrate's default budget on other seeds of the same distrib
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -43,29 +43,15 @@ class MapSet:
     calibrated: bool  # True: learnable variants were fitted before drawing; False: as built
 
 
-def parse_inputs(text: str) -> tuple[str, dict[str, Any]]:
-    """Split an inputs string like "gaussian:scale=4,rank=8" into its name and knobs (numbers parsed)."""
-    name, _, rest = str(text).partition(":")
-    knobs: dict[str, Any] = {}
-    for item in filter(None, (p.strip() for p in rest.split(","))):
-        key, _, value = item.partition("=")
-        knobs[key.strip()] = _number(value.strip())
-    return name.strip(), knobs
-
-
 def make_probe(n: int, inputs: str = "gaussian", *, seed: int = 0):
-    """q, k of shape (1, 1, n, n) from the registered distribution `inputs` (gaussian if harness.inputs is absent).
+    """q, k of shape (1, 1, n, n) from the registered distribution `inputs` ("name" or "name:knob=value").
 
-    Returns (q, k, name used). D = n so that v = I (n x n) fits the contract (k and v share a shape).
+    Returns (q, k, inputs). D = n so that v = I (n x n) fits the contract (k and v share a shape).
+    Raises ValueError for an unknown distribution or knob (harness.inputs.parse_inputs).
     """
-    import torch
+    from harness.inputs import make_inputs, parse_inputs
 
     name, knobs = parse_inputs(inputs)
-    try:
-        from harness.inputs import make_inputs
-    except ImportError:  # the sweep's inputs module is optional here: fall back to a local gaussian
-        g = torch.Generator().manual_seed(seed)
-        return torch.randn(1, 1, n, n, generator=g), torch.randn(1, 1, n, n, generator=g), "gaussian"
     q, k, _ = make_inputs(name, knobs, B=1, H=1, N=n, M=n, D=n, seed=seed)
     return q, k, inputs
 
@@ -173,12 +159,3 @@ def _randn_like(t, seed: int):
     import torch
 
     return torch.randn(t.shape, generator=torch.Generator().manual_seed(seed), dtype=t.dtype)
-
-
-def _number(text: str) -> Any:
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text

@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 import torch
 
-from variants import get_variant, list_variants, load_plugin
+from variants import get_variant, list_variants
 
 
 def describe(name: str, device: str) -> dict:
@@ -38,15 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.cli import UsageError
+    from harness.cli import UsageError, check_device, load_plugins
 
-    for target in args.plugin:
-        try:
-            load_plugin(target)
-        except Exception as exc:
-            raise UsageError(f"--plugin {target}: {type(exc).__name__}: {exc}") from None
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError(f"--device {args.device}: CUDA is not available here; use --device cpu")
+    load_plugins(args.plugin)
+    args.device = check_device(args.device)
     names = list_variants(args.pattern)
     if not names:
         raise UsageError(f"no variant matches {args.pattern!r}; available: {', '.join(list_variants())}")

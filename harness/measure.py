@@ -13,8 +13,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
-import importlib
-import inspect
 import json
 import signal
 import statistics
@@ -281,10 +279,8 @@ def calibration_key(cell: Cell, settings: MeasureSettings) -> str:
 
 def _calibrated(attn, cell: Cell, settings: MeasureSettings, context: MeasureContext, device: torch.device, row: dict):
     """The variant fitted with the fixed budget on calibration inputs (cached across modes and longer N)."""
-    calibrate = _calibrate_function()
-    if calibrate is None:
-        row["calibration"] = {"skipped": "variants.calibrate is not available in this installation"}
-        return attn
+    from variants.calibrate import calibrate  # imported per call (the module's attribute, so a test can wrap it)
+
     length = calibration_length(attn, cell, settings)
     key = calibration_key(cell, settings)
     if key not in context.calibrated:
@@ -293,35 +289,16 @@ def _calibrated(attn, cell: Cell, settings: MeasureSettings, context: MeasureCon
             make_inputs(name, knobs, B=cell.batch, H=cell.heads, N=length, D=cell.head_dim, device=device, seed=cell.seed + CALIBRATION_SEED_OFFSET + i)
             for i in range(settings.calibration_batches)
         ]
-        kwargs: dict[str, Any] = {"steps": settings.calibration_steps}
-        if "causal" in inspect.signature(calibrate).parameters:
-            kwargs["causal"] = cell.causal
         start = time.perf_counter()
-        report = calibrate(attn, batches, **kwargs)
+        report = calibrate(attn, batches, steps=settings.calibration_steps, causal=cell.causal)
         seconds = time.perf_counter() - start
         del batches
-        report_dict = _as_dict(report)
+        report_dict = report.to_dict()
         report_dict["seeds"] = [cell.seed + CALIBRATION_SEED_OFFSET + i for i in range(settings.calibration_batches)]
         context.calibrated[key] = (copy.deepcopy(attn), seconds, report_dict)
     fitted, seconds, report_dict = context.calibrated[key]
     row.update(calibration_s=seconds, calibration=dict(report_dict))
     return copy.deepcopy(fitted)
-
-
-def _calibrate_function() -> Callable[..., Any] | None:
-    try:
-        module = importlib.import_module("variants.calibrate")
-    except ImportError:
-        return None
-    return getattr(module, "calibrate", None)
-
-
-def _as_dict(report: Any) -> dict[str, Any]:
-    if hasattr(report, "to_dict"):
-        return dict(report.to_dict())
-    if isinstance(report, dict):
-        return dict(report)
-    return dict(vars(report)) if hasattr(report, "__dict__") else {"report": str(report)}
 
 
 # ---- accuracy -----------------------------------------------------------------------------------------
@@ -350,8 +327,9 @@ def _accuracy(row: dict, attn, q: Tensor, k: Tensor, v: Tensor, cell: Cell, sett
         g = torch.randn(B, H, R, D, generator=torch.Generator(device=q.device).manual_seed(cell.seed + 7), device=q.device)
         start = time.perf_counter()
         out = attn(qg, kg, vg, causal=cell.causal)
+        g = g.to(out.dtype)  # the reference below gets these same (rounded) values, so bf16 rounding of g is no error
         grad_out = torch.zeros_like(out)
-        grad_out[:, :, rows] = g.to(out.dtype)
+        grad_out[:, :, rows] = g
         grads = torch.autograd.grad(out, (qg, kg, vg), grad_outputs=grad_out, allow_unused=True)
         seconds = time.perf_counter() - start
         grads = tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, (qg, kg, vg)))  # unused input: zero gradient

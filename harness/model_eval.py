@@ -156,7 +156,7 @@ def evaluate_variant(
     except NotSupportedError as exc:
         return {**row, "status": "unsupported", "reason": "; ".join(exc.reasons)}
     except (TypeError, ValueError) as exc:
-        return {**row, "status": "unsupported", "reason": f"{type(exc).__name__}: {exc}"}
+        return {**row, "status": "error", "reason": f"{type(exc).__name__}: {exc}"}
     if not torch.isfinite(embeddings).all():
         return {**row, "status": "nonfinite", "reason": "an embedding has NaN or inf entries"}
     return {**row, **compare(reference, embeddings)}
@@ -271,14 +271,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from harness.accuracy_io import check_overrides, output_dir, parse_overrides, select_variants, write_table
-    from harness.cli import UsageError
-    from variants import load_plugin
+    from harness.cli import UsageError, check_device, load_plugins
 
     reason = realmodel.missing_extra_reason()
     if reason:
         raise UsageError(reason)
-    for target in args.plugin:
-        load_plugin(target)
+    load_plugins(args.plugin)
+    args.device = check_device(args.device)
     try:
         max_lens = [int(n) for n in args.max_lens.split(",")]
     except ValueError:

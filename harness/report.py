@@ -139,7 +139,13 @@ def _recommendation(frame: pd.DataFrame, budgets: Sequence[float]) -> list[Block
     intro = ("The fastest series whose relative L2 error (worst over the input distributions measured) stays "
              "within each budget, per range of N; computed from the rows below. Approximate variants that "
              "win here may still be wrong for your inputs: check the error table for your distribution.")
-    return [("h", 2, "Which one should I use"), ("p", intro)] + [("p", t) for t in text]
+    blocks: list[Block] = [("h", 2, "Which one should I use"), ("p", intro)] + [("p", t) for t in text]
+    distributions = sorted({str(v) for v in frame["inputs"]})
+    if len(distributions) > 1:  # the worst case hides what suits inputs like one of them: say that too
+        blocks.append(("p", "If your attention looks like one of the input distributions measured, the answer for it alone:"))
+        for dist in distributions:
+            blocks += [("p", f"Inputs {dist}: {t}") for t in analysis.recommend(frame[frame["inputs"] == dist], budgets)]
+    return blocks
 
 
 def _scaling(frame: pd.DataFrame) -> list[Block]:
@@ -206,11 +212,12 @@ def _figures(frame: pd.DataFrame, folder: Path) -> tuple[list[Path], list[Block]
 
 def _maps(frame: pd.DataFrame, folder: Path, *, n: int, inputs: str | None, calibrate: bool) -> tuple[list[Path], list[Block]]:
     from harness import plots
-    from harness.attention_maps import attention_maps, parse_inputs
+    from harness._named import parse_entry
+    from harness.attention_maps import attention_maps
 
     measured = sorted({str(v) for v in frame["inputs"]})
     if inputs is None:
-        names = {parse_inputs(m)[0]: m for m in measured}
+        names = {parse_entry(m)[0]: m for m in measured}  # the name only: a plugin's distribution may not be registered here
         inputs = next((names[p] for p in MAPS_INPUTS_PREFERENCE if p in names), measured[0] if measured else "gaussian")
     causal = bool(len(frame)) and not (~frame["causal"].astype(bool)).any()
     series = []
@@ -478,23 +485,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.cli import UsageError
-    from variants import load_plugin
+    from harness.cli import UsageError, load_plugins
 
-    for target in args.plugin:
-        try:
-            load_plugin(target)
-        except Exception as exc:
-            raise UsageError(f"--plugin {target}: {type(exc).__name__}: {exc}") from None
+    load_plugins(args.plugin)
     if args.maps_n < 2 or args.maps_n > 1024:
         raise UsageError(f"--maps-n {args.maps_n}: must be between 2 and 1024 (a heatmap of N x N weights); try 64")
     if args.maps_inputs is not None:
-        from harness.attention_maps import parse_inputs
-        from harness.inputs import list_inputs
+        from harness.inputs import parse_inputs
 
-        name = parse_inputs(args.maps_inputs)[0]
-        if name not in list_inputs():
-            raise UsageError(f"--maps-inputs {args.maps_inputs}: unknown input distribution {name!r}; available: {', '.join(list_inputs())}")
+        try:
+            parse_inputs(args.maps_inputs)  # an unknown distribution or knob, or a bad value
+        except ValueError as exc:
+            raise UsageError(f"--maps-inputs {args.maps_inputs}: {exc}") from None
     if args.budget and any(not (b > 0) for b in args.budget):
         raise UsageError(f"--budget {args.budget}: error budgets must be > 0, e.g. --budget 0.01")
     start = time.perf_counter()

@@ -7,14 +7,14 @@ fields an older writer did not record become missing values; a folder that is no
 from __future__ import annotations
 
 import json
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from harness.store import ROW_FIELDS, SCHEMA_VERSION  # one schema, defined by the writer
+from harness.store import ROW_FIELDS, ROWS_FILE, SCHEMA_VERSION, read_row_lines  # one schema and one reader, the writer's
+from harness.store import warn_note as _note
 
 ALL_FIELDS = ROW_FIELDS
 REQUIRED_FIELDS = ("variant", "seq_len", "status")  # without these a row cannot be placed in any table
@@ -63,31 +63,6 @@ def resolve_run_dir(run_dir: str | Path) -> Path:
     return path
 
 
-def read_rows(path: str | Path, notes: list[str] | None = None) -> list[dict[str, Any]]:
-    """The rows of a rows.jsonl file as dicts; unreadable lines are skipped with a warning.
-
-    A line that is not valid JSON (typically the last one of a killed run) or not a JSON object
-    is skipped and described in `notes` (if given) and as a ``UserWarning``. Blank lines are ignored.
-    """
-    path = Path(path)
-    rows: list[dict[str, Any]] = []
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            where = "last line" if number == len(lines) else f"line {number}"
-            _note(notes, f"{path}: skipped {where}, not valid JSON ({exc.msg}); probably a run killed mid-write")
-            continue
-        if not isinstance(row, dict):
-            _note(notes, f"{path}: skipped line {number}, a JSON {type(row).__name__} where a row object was expected")
-            continue
-        rows.append(row)
-    return rows
-
-
 def rows_frame(rows: list[dict[str, Any]], notes: list[str] | None = None, source: str = "rows") -> pd.DataFrame:
     """Rows as a DataFrame with every schema field present and a "series" label per (variant, config).
 
@@ -125,14 +100,14 @@ def rows_frame(rows: list[dict[str, Any]], notes: list[str] | None = None, sourc
 
 
 def load_run(run_dir: str | Path) -> Run:
-    """Load a run folder: rows (tolerant, see read_rows), env.json and spec.toml.
+    """Load a run folder: rows (tolerant, see harness.store.read_row_lines), env.json and spec.toml.
 
     Raises UsageError for a path that is not a run folder.
     """
     path = resolve_run_dir(run_dir)
     notes: list[str] = []
-    rows = read_rows(path / "rows.jsonl", notes)
-    frame = rows_frame(rows, notes, source=str(path / "rows.jsonl"))
+    rows = read_row_lines(path / ROWS_FILE, notes)
+    frame = rows_frame(rows, notes, source=str(path / ROWS_FILE))
     env: dict[str, Any] = {}
     if (path / "env.json").is_file():
         try:
@@ -193,9 +168,3 @@ def _fill_defaults(frame: pd.DataFrame) -> None:
     frame["causal"] = [bool(c) for c in frame["causal"]]
     for column in ("seq_len", "kv_len"):
         frame[column] = [int(v) for v in frame[column]]
-
-
-def _note(notes: list[str] | None, message: str) -> None:
-    warnings.warn(message, stacklevel=3)
-    if notes is not None:
-        notes.append(message)

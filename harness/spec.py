@@ -8,7 +8,6 @@ fix it. ``spec_to_toml(spec)`` writes the effective spec (``spec.toml`` in a run
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import json
 import sys
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ ACCURACY_REFERENCES = ("full", "pattern")
 
 # The embedded defaults, one per device type: the file format users write, so they read as an example.
 CPU_DEFAULT = """\
-# CPU default: ~3 minutes on 2 cores; N from 256 to 8192 shows where the linear-time variants overtake dense.
+# CPU default: ~2.5 minutes on 2 cores; N from 256 to 8192 shows where the linear-time variants overtake dense.
 variants = ["*"]                 # every registered variant (built-ins and plugins), default configs
 seq_lens = [256, 512, 1024, 2048, 4096, 8192]
 batch = 1
@@ -35,7 +34,7 @@ head_dims = [64]
 dtypes = ["float32"]
 causal = [false]
 modes = ["forward"]
-inputs = ["gaussian"]
+inputs = ["gaussian", "local"]   # iid (diffuse attention) and positional (attention near the diagonal)
 seed = 0
 time_budget_s = 0.25             # seconds of timing per cell (torch.utils.benchmark blocked_autorange)
 repeats = 2                      # at least this many timed calls per cell
@@ -83,15 +82,17 @@ KEYS = (
      "slurm_gpus_per_task", "slurm_extra")
 # Keys that say where cells run, not what they measure: --resume accepts these flags.
 EXECUTOR_KEYS = KEYS[-9:]
-CLI_FLAGS = {  # spec key -> the flag that sets it, for error messages
-    "device": "--device", "variants": "--variants", "seq_lens": "--seq-lens", "batch": "--batch", "heads": "--heads",
-    "head_dims": "--head-dim", "dtypes": "--dtypes", "causal": "--causal", "modes": "--modes", "inputs": "--inputs",
-    "seed": "--seed", "time_budget_s": "--time-budget", "repeats": "--repeats", "cell_timeout_s": "--timeout",
-    "error_rows": "--error-rows", "calibration_steps": "--calibration-steps", "plugins": "--plugin",
-    "executor": "--executor", "ray_address": "--ray-address", "cpus_per_cell": "--cpus-per-cell", "max_parallel": "--max-parallel",
-    "slurm_cluster": "--slurm-cluster", "slurm_partition": "--slurm-partition", "slurm_time_min": "--slurm-time",
-    "slurm_gpus_per_task": "--slurm-gpus-per-task", "slurm_extra": "--slurm-extra",
+# `sweep` flag dest -> spec key; flags default to None so the TOML and the defaults show through.
+FLAG_DESTS = {
+    "device": "device", "variants": "variants", "seq_lens": "seq_lens", "batch": "batch", "heads": "heads",
+    "head_dim": "head_dims", "dtypes": "dtypes", "causal": "causal", "modes": "modes", "inputs": "inputs",
+    "seed": "seed", "time_budget": "time_budget_s", "repeats": "repeats", "timeout": "cell_timeout_s",
+    "error_rows": "error_rows", "calibration_steps": "calibration_steps", "plugin": "plugins",
+    "executor": "executor", "ray_address": "ray_address", "cpus_per_cell": "cpus_per_cell", "max_parallel": "max_parallel",
+    "slurm_cluster": "slurm_cluster", "slurm_partition": "slurm_partition", "slurm_time": "slurm_time_min",
+    "slurm_gpus_per_task": "slurm_gpus_per_task", "slurm_extra": "slurm_extra",
 }
+CLI_FLAGS = {key: "--" + dest.replace("_", "-") for dest, key in FLAG_DESTS.items()}  # spec key -> its flag, for error messages
 
 
 @dataclass(frozen=True)
@@ -291,19 +292,28 @@ def _raw_device(cli: dict, file_values: dict, source: str, executor: str = "loca
     return default_device() if device in ("auto", "") else device
 
 
-def _device(device: str, where: str, *, present: bool = True, executor: str = "local") -> str:
+def device_problem(device: str, *, present: bool = True) -> str | None:
+    """Why `device` is not 'cpu', 'cuda' or 'cuda:<index>' (and, if `present`, a CUDA device this machine has), or None."""
     import torch
 
     kind, _, index = device.partition(":")
     if kind not in ("cpu", "cuda") or (index and (kind == "cpu" or not index.isdigit())):
-        raise _SpecError(f"{where}: device must be 'cpu', 'cuda' or 'cuda:<index>', got {device!r}")
-    if index and executor in _REMOTE:
-        raise _SpecError(f"{where}: {device!r} with --executor {executor}: {executor} gives each cell its own GPU; use --device cuda")
+        return f"device must be 'cpu', 'cuda' or 'cuda:<index>', got {device!r}"
     if kind == "cuda" and present:
         if not torch.cuda.is_available():
-            raise _SpecError(f"{where}: CUDA is not available here (torch {torch.__version__}); use --device cpu")
+            return f"CUDA is not available here (torch {torch.__version__}); use --device cpu"
         if index and int(index) >= torch.cuda.device_count():
-            raise _SpecError(f"{where}: {device!r} does not exist; this machine has {torch.cuda.device_count()} CUDA device(s)")
+            return f"{device!r} does not exist; this machine has {torch.cuda.device_count()} CUDA device(s)"
+    return None
+
+
+def _device(device: str, where: str, *, present: bool = True, executor: str = "local") -> str:
+    problem = device_problem(device, present=False)
+    if problem is None and device.partition(":")[2] and executor in _REMOTE:
+        problem = f"{device!r} with --executor {executor}: {executor} gives each cell its own GPU; use --device cuda"
+    problem = problem or device_problem(device, present=present)
+    if problem:
+        raise _SpecError(f"{where}: {problem}")
     return device
 
 
@@ -602,13 +612,9 @@ def _entry(name: str, overrides: dict[str, Any], where: str) -> VariantEntry:
 
 
 def _load_plugins(plugins: Any) -> None:
-    from variants import load_plugin
+    from harness.cli import load_plugins  # raises UsageError naming the plugin, like every command
 
-    for target in _as_list(plugins):
-        try:
-            load_plugin(str(target))
-        except Exception as exc:
-            raise _SpecError(f"--plugin {target}: {type(exc).__name__}: {exc}") from None
+    load_plugins(_as_list(plugins))
 
 
 def _toml_value(value: Any) -> str:

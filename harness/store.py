@@ -11,6 +11,7 @@ import json
 import math
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -100,20 +101,47 @@ def repair_tail(path: Path) -> None:
         f.truncate(data.rfind(b"\n") + 1)
 
 
+def read_row_lines(path: str | Path, notes: list[str] | None = None) -> list[dict[str, Any]]:
+    """The JSON objects of a rows.jsonl file, tolerantly: an unreadable line is skipped with a warning.
+
+    A line that is not valid JSON (typically the last one of a run killed mid-write) or not a JSON
+    object is skipped and described as a ``UserWarning`` and in `notes` (if given). Blank lines are ignored.
+    """
+    path = Path(path)
+    rows: list[dict[str, Any]] = []
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            where = "last line" if number == len(lines) else f"line {number}"
+            warn_note(notes, f"{path}: skipped {where}, not valid JSON ({exc.msg}); probably a run killed mid-write")
+            continue
+        if not isinstance(row, dict):
+            warn_note(notes, f"{path}: skipped line {number}, a JSON {type(row).__name__} where a row object was expected")
+            continue
+        rows.append(row)
+    return rows
+
+
 def read_rows(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The complete rows of a run folder (a partial or unparsable line is skipped)."""
+    """The complete rows (those with a cell_id) of a run folder; [] when it has no rows.jsonl.
+
+    Reads through read_row_lines, so a partial or unparsable line is skipped with a warning.
+    """
     path = Path(run_dir) / ROWS_FILE
     if not path.exists():
         return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and row.get("cell_id"):
-            rows.append(row)
-    return rows
+    return [row for row in read_row_lines(path) if row.get("cell_id")]
+
+
+def warn_note(notes: list[str] | None, message: str) -> None:
+    """Warn with `message` (UserWarning) and append it to `notes` when given (the report lists them)."""
+    warnings.warn(message, stacklevel=3)
+    if notes is not None:
+        notes.append(message)
 
 
 def completed_cell_ids(rows: Iterable[dict[str, Any]]) -> set[str]:

@@ -2,8 +2,8 @@
 
 spec (defaults < --config TOML < flags) -> plan -> each cell to an executor (this process, a
 subprocess, Ray, Slurm: harness.executors) -> each row appended to results/<run-id>/rows.jsonl as
-it arrives (the driver is its only writer) -> at the end rows.csv, the report (when
-harness.report is installed) and a compact table on stdout.
+it arrives (the driver is its only writer) -> at the end rows.csv, the report and a compact
+table on stdout.
 From Python: ``run_sweep(build_spec(cli={"seq_lens": "256,512"}), out="results")``.
 """
 from __future__ import annotations
@@ -13,18 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.spec import FLAG_DESTS as _SPEC_FLAGS
 from harness.spec import SweepSpec, build_spec, describe, spec_to_toml
-
-# flag dest -> spec key; flags default to None so the TOML and the defaults show through.
-_SPEC_FLAGS = {
-    "device": "device", "variants": "variants", "seq_lens": "seq_lens", "batch": "batch", "heads": "heads",
-    "head_dim": "head_dims", "dtypes": "dtypes", "causal": "causal", "modes": "modes", "inputs": "inputs",
-    "seed": "seed", "time_budget": "time_budget_s", "repeats": "repeats", "timeout": "cell_timeout_s",
-    "error_rows": "error_rows", "calibration_steps": "calibration_steps", "plugin": "plugins",
-    "executor": "executor", "ray_address": "ray_address", "cpus_per_cell": "cpus_per_cell", "max_parallel": "max_parallel",
-    "slurm_cluster": "slurm_cluster", "slurm_partition": "slurm_partition", "slurm_time": "slurm_time_min",
-    "slurm_gpus_per_task": "slurm_gpus_per_task", "slurm_extra": "slurm_extra",
-}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -234,20 +224,17 @@ def _blocked_series(rows: list[dict], cells: list) -> dict[str, tuple[str, int]]
 
 
 def finish_run(run_dir: Path) -> None:
-    """rows.csv/Parquet, the report when harness.report is installed, the table and the folder on stdout."""
+    """rows.csv/Parquet, the report (a failure there is a warning), the table and the folder on stdout."""
     from harness.store import read_rows, write_tables
 
     write_tables(run_dir)
     try:
-        from harness.report import write_report
-    except ImportError:
-        write_report = None
-    if write_report is not None:
-        try:
-            write_report(run_dir)
-        except Exception as exc:  # the rows are safe on disk; a report failure is a warning
-            print(f"warning: the report failed ({type(exc).__name__}: {exc}); "
-                  f"the rows are in {run_dir}; retry with python -m harness report {run_dir}", file=sys.stderr)
+        from harness.report import write_report  # inside the try: a broken plotting install is this same warning
+
+        write_report(run_dir)
+    except Exception as exc:  # the rows are safe on disk; a report failure is a warning, never silent
+        print(f"warning: the report failed ({type(exc).__name__}: {exc}); "
+              f"the rows are in {run_dir}; retry with python -m harness report {run_dir}", file=sys.stderr)
     print(summary_table(read_rows(run_dir)))
     print(f"run folder: {run_dir}")
 
@@ -259,17 +246,13 @@ def summary_table(rows: list[dict]) -> str:
         return "(no rows)"
     import warnings
 
+    from harness.analysis import with_dense_ratios
     from harness.rows import rows_frame
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         frame = rows_frame(rows)
-    try:
-        from harness.analysis import with_dense_ratios
-
-        frame = with_dense_ratios(frame)
-    except ImportError:
-        frame["speedup"] = frame["memory_ratio"] = float("nan")
+    frame = with_dense_ratios(frame)
     keys = ["device", "dtype", "mode", "causal", "batch", "heads", "head_dim", "inputs"]
     blocks = []
     for setting, group in frame.groupby(keys, sort=False):

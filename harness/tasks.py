@@ -183,8 +183,8 @@ def train_and_test(
             model(*_inputs(test, slice(0, 2)))
     except NotSupportedError as exc:
         return {**row, "status": "unsupported", "reason": "; ".join(exc.reasons)}
-    except (TypeError, ValueError) as exc:  # a config that does not fit this setting
-        return {**row, "status": "unsupported", "reason": f"{type(exc).__name__}: {exc}"}
+    except (TypeError, ValueError) as exc:  # e.g. a config that does not fit this setting
+        return {**row, "status": "error", "reason": f"{type(exc).__name__}: {exc}"}
     row["params"] = sum(p.numel() for p in model.parameters())
     start = time.perf_counter()
     loss = _train(model, setting, preset, seed, device)
@@ -356,11 +356,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from harness.accuracy_io import check_overrides, output_dir, parse_overrides, write_table
-    from harness.cli import UsageError
-    from variants import load_plugin
+    from harness.cli import UsageError, check_device, load_plugins
 
-    for target in args.plugin:
-        load_plugin(target)
+    load_plugins(args.plugin)
+    args.device = check_device(args.device)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     for task in tasks:
         if task not in TASK_NAMES:

@@ -89,6 +89,37 @@ class Executor:
         self.close()
 
 
+class SequentialExecutor(Executor):
+    """One cell at a time on this machine, measured when polled (concurrent cells would spoil each other's timings).
+
+    Subclasses implement ``measure(cell) -> row``.
+    """
+
+    def __init__(self, job: CellJob):
+        self.job = job
+        self._cells: list[Any] = []
+
+    @classmethod
+    def from_spec(cls, spec: Any, job: CellJob) -> "SequentialExecutor":
+        return cls(job)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._cells)
+
+    def submit(self, cells: list[Any]) -> None:
+        self._cells.extend(cells)
+
+    def poll(self, timeout: float) -> list[tuple[Any, dict[str, Any]]]:
+        """Measure the next cell now (the timeout does not apply: the cell's own limit does)."""
+        cell = self._cells.pop(0)
+        return [(cell, self.measure(cell))]
+
+    def measure(self, cell: Any) -> dict[str, Any]:
+        """The row of one cell."""
+        raise NotImplementedError
+
+
 def make_executor(spec: Any, job: CellJob) -> Executor:
     """The executor the spec names (spec.executor), configured from the spec's executor fields."""
     module_name, class_name, _ = EXECUTORS[spec.executor]

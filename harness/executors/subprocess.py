@@ -18,33 +18,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from harness.executors import Executor, hard_limit_s
+from harness.executors import SequentialExecutor, hard_limit_s
 from harness.executors.worker import CellJob
 
 
-class SubprocessExecutor(Executor):
+class SubprocessExecutor(SequentialExecutor):
     """One child process per cell, one cell at a time (timings must not share the device)."""
 
     name = "subprocess"
 
-    def __init__(self, job: CellJob):
-        self.job = job
-        self._cells: list[Any] = []
-
-    @classmethod
-    def from_spec(cls, spec: Any, job: CellJob) -> "SubprocessExecutor":
-        return cls(job)
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._cells)
-
-    def submit(self, cells: list[Any]) -> None:
-        self._cells.extend(cells)
-
-    def poll(self, timeout: float) -> list[tuple[Any, dict[str, Any]]]:
-        cell = self._cells.pop(0)
-        return [(cell, measure_isolated(cell, self.job))]
+    def measure(self, cell: Any) -> dict[str, Any]:
+        return measure_isolated(cell, self.job)
 
 
 def measure_isolated(cell: Any, job: CellJob) -> dict[str, Any]:

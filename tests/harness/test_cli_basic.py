@@ -49,6 +49,7 @@ def test_list_with_a_plugin_file(tmp_path, capsys):
         (["list", "--plugin", "missing_file.py"], "--plugin missing_file.py: ImportError: plugin file 'missing_file.py' does not exist"),
         (["bogus"], "invalid choice: 'bogus'"),
         (["list", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+        (["list", "--device", "tpu"], "--device: device must be 'cpu', 'cuda' or 'cuda:<index>', got 'tpu'"),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(argv, message, capsys):
@@ -73,3 +74,12 @@ def test_module_entry_point_runs_in_a_fresh_process():
     result = subprocess.run([sys.executable, "-m", "harness", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert result.returncode == 0
     assert "list" in result.stdout and "env" in result.stdout
+
+
+def test_a_command_imports_only_its_own_module():
+    code = ("import sys; from harness.cli import main; main(['list', 'dense']); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pandas', 'matplotlib', 'xformers', 'triton') "
+            "or m in ('harness.report', 'harness.compare', 'harness.sweep')))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"

@@ -18,23 +18,8 @@ from harness.spec import build_spec
 from harness.store import read_rows
 
 TINY = ["--device", "cpu", "--heads", "1", "--head-dim", "8", "--time-budget", "0.005", "--repeats", "1",
-        "--error-rows", "8", "--calibration-steps", "3", "--quiet"]
+        "--error-rows", "8", "--calibration-steps", "3", "--quiet", "--inputs", "gaussian"]
 RUN = RunInfo(run_id="t", device_name="cpu", host="h", threads=1)
-
-
-@pytest.fixture
-def test_variants():
-    from _sweep_fixtures import load_test_variants
-
-    unload = load_test_variants()
-    yield
-    unload()
-
-
-@pytest.fixture
-def no_report(monkeypatch):
-    report = pytest.importorskip("harness.report")
-    monkeypatch.setattr(report, "write_report", lambda run_dir: None)
 
 
 def _cell(variant: str, n: int) -> Cell:

@@ -67,6 +67,8 @@ def test_end_to_end_dense_exact_and_a_learnable_variant_calibrated(tmp_path, cap
         (["--max-lens", "12x"], r"--max-lens '12x': expected comma-separated integers"),
         (["--variants", "densx"], r"no registered variant matches 'densx'.*Did you mean 'dense'"),
         (["--texts", "1"], r"need --texts >= 2"),
+        (["--plugin", "missing_plugin.py"], r"--plugin missing_plugin\.py: ImportError: plugin file 'missing_plugin\.py' does not exist"),
+        (["--device", "tpu"], r"--device: device must be 'cpu', 'cuda' or 'cuda:<index>', got 'tpu'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):

@@ -6,7 +6,7 @@ from harness.spec import build_spec
 
 
 def _spec(**cli):
-    return build_spec(cli={"device": "cpu", "variants": "dense,dense:backend=reference", "seq_lens": "512,128,256", **cli})
+    return build_spec(cli={"device": "cpu", "variants": "dense,dense:backend=reference", "seq_lens": "512,128,256", "inputs": "gaussian", **cli})
 
 
 def test_one_cell_per_combination():
@@ -35,7 +35,7 @@ def test_cell_id_is_stable_and_depends_on_every_field():
 
 
 def test_duplicates_are_planned_once():
-    cells = plan(build_spec(cli={"device": "cpu", "variants": "dense,dense:backend=auto", "seq_lens": "64,64"}))
+    cells = plan(build_spec(cli={"device": "cpu", "variants": "dense,dense:backend=auto", "seq_lens": "64,64", "inputs": "gaussian"}))
     assert len(cells) == 1
 
 

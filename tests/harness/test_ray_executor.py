@@ -24,7 +24,7 @@ from harness.sweep import run_sweep  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = {"device": "cpu", "heads": "1", "head_dims": "8", "time_budget_s": "0.005", "repeats": "1", "error_rows": "8",
-        "calibration_steps": "3"}
+        "calibration_steps": "3", "inputs": "gaussian"}
 # Test-only variants the Ray workers must import from the plugin file, as the driver does.
 KILLERS = textwrap.dedent('''
     import os, signal, time
@@ -96,12 +96,6 @@ def plugins(tmp_path):
     for variant in sys.modules[name].NAMES:
         _registry._REGISTRY.pop(variant, None)
     sys.modules.pop(name, None)
-
-
-@pytest.fixture
-def no_report(monkeypatch):
-    report = pytest.importorskip("harness.report")
-    monkeypatch.setattr(report, "write_report", lambda run_dir: None)
 
 
 def _statuses(run_dir: Path) -> dict[str, str]:

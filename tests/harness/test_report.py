@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.attention_maps import attention_maps, effective_map, parse_inputs
+from harness.attention_maps import attention_maps, effective_map, make_probe
 from harness.cli import UsageError, main
 from harness.plots import FIGURE_FILES, series_styles, variant_colors
 from harness.report import write_report
@@ -112,7 +112,9 @@ def test_cli_report(tmp_path, capsys):
     assert main(["report", str(run), "--maps-n", "1"]) == 2
     assert "--maps-n 1" in capsys.readouterr().err
     assert main(["report", str(run), "--maps-inputs", "gausian"]) == 2
-    assert "unknown input distribution 'gausian'; available: " in capsys.readouterr().err
+    assert "--maps-inputs gausian: Unknown inputs 'gausian'. Available: " in capsys.readouterr().err
+    assert main(["report", str(run), "--maps-inputs", "local:scal=4"]) == 2
+    assert "--maps-inputs local:scal=4: inputs 'local' has no knob 'scal'" in capsys.readouterr().err
     assert main(["report", str(run), "--budget", "-1"]) == 2
     assert "error budgets must be > 0" in capsys.readouterr().err
 
@@ -169,9 +171,16 @@ def test_maps_panels_explain_what_cannot_be_drawn(monkeypatch):
     assert opted_out.weights is None and "linear_in_v = False" in opted_out.note
 
 
-def test_parse_inputs():
-    assert parse_inputs("gaussian:scale=4,rank=8") == ("gaussian", {"scale": 4, "rank": 8})
-    assert parse_inputs("local") == ("local", {})
+def test_probe_uses_the_registered_distribution_and_its_knobs():
+    q, k, used = make_probe(8, "gaussian:scale=4", seed=3)
+    q1, k1, _ = make_probe(8, "gaussian", seed=3)
+    assert used == "gaussian:scale=4" and q.shape == k.shape == (1, 1, 8, 8)
+    torch.testing.assert_close(q, 4 * q1)  # the knob reached the generator
+    torch.testing.assert_close(k, k1)
+    with pytest.raises(ValueError, match=r"inputs 'gaussian' has no knob 'rank'"):
+        make_probe(8, "gaussian:rank=8")  # no silent fallback to other inputs
+    with pytest.raises(ValueError, match=r"Unknown inputs 'gausian'.*Did you mean 'gaussian'"):
+        make_probe(8, "gausian")
 
 
 def test_model_eval_and_tasks_results_get_sections_and_shape_the_recommendation(tmp_path):
@@ -199,3 +208,18 @@ def test_model_eval_and_tasks_results_get_sections_and_shape_the_recommendation(
     assert "chunked (" not in md.split("**Trained tasks:**")[1].split("\n")[0]  # -0.01 is within the flag
     assert "below cosine 0.99: distilled (cosine 0.925 at 128 tokens)" in md
     assert "<table>" in (run / "report.html").read_text().split("Inside a pretrained model")[1]
+
+
+def test_recommendation_also_answers_per_input_distribution(tmp_path):
+    run = write_run(tmp_path / "run")  # gaussian and local rows
+    write_report(run, maps=False)
+    md = (run / "report.md").read_text()
+    section = md.split("## Which one should I use")[1].split("\n## ")[0]
+    assert "the answer for it alone" in section
+    assert "Inputs gaussian: float32 forward" in section and "Inputs local: float32 forward" in section
+
+
+def test_a_single_distribution_gets_no_per_distribution_answer(tmp_path):
+    run = write_run(tmp_path / "run", inputs=("gaussian",))
+    write_report(run, maps=False)
+    assert "the answer for it alone" not in (run / "report.md").read_text()

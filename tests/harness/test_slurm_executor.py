@@ -15,22 +15,7 @@ from harness.store import read_rows  # noqa: E402
 from harness.sweep import run_sweep  # noqa: E402
 
 TINY = {"device": "cpu", "heads": "1", "head_dims": "8", "time_budget_s": "0.005", "repeats": "1", "error_rows": "8",
-        "calibration_steps": "3"}
-
-
-@pytest.fixture
-def test_variants():
-    from _sweep_fixtures import PLUGIN, load_test_variants
-
-    unload = load_test_variants()
-    yield str(PLUGIN)
-    unload()
-
-
-@pytest.fixture
-def no_report(monkeypatch):
-    report = pytest.importorskip("harness.report")
-    monkeypatch.setattr(report, "write_report", lambda run_dir: None)
+        "calibration_steps": "3", "inputs": "gaussian"}
 
 
 def _statuses(run_dir: Path) -> dict[str, str]:

@@ -33,15 +33,6 @@ def test_seq_len_forms():
     assert spec.seq_lens == (256, 512, 1024, 4096)
 
 
-@pytest.fixture
-def test_variants():
-    from _sweep_fixtures import load_test_variants
-
-    unload = load_test_variants()
-    yield
-    unload()
-
-
 def test_variant_overrides_are_coerced_to_field_types(test_variants):
     spec = build_spec(cli={"device": "cpu", "variants": ["dense:backend=reference", "t_oom:oom_from=64,t_sleep:seconds=1e-3"]})
     assert [e.label for e in spec.variants] == ["dense:backend=reference", "t_oom:oom_from=64", "t_sleep:seconds=0.001"]

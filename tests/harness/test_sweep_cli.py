@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from harness.cli import main
 from harness.spec import build_spec
@@ -13,24 +12,8 @@ from harness.sweep import run_sweep
 from variants import get_variant, list_variants
 
 TINY = ["--device", "cpu", "--seq-lens", "64,128", "--batch", "1", "--heads", "2", "--head-dim", "16",
-        "--time-budget", "0.005", "--repeats", "1", "--error-rows", "16", "--calibration-steps", "3", "--quiet"]
+        "--time-budget", "0.005", "--repeats", "1", "--error-rows", "16", "--calibration-steps", "3", "--quiet", "--inputs", "gaussian"]
 BUILTINS = [n for n in ("dense", "sliding_window", "chunked", "linformer", "distilled") if n in list_variants()]
-
-
-@pytest.fixture
-def no_report(monkeypatch):
-    """Stub the report (it draws figures and runs variants in-process for attention maps)."""
-    report = pytest.importorskip("harness.report")
-    monkeypatch.setattr(report, "write_report", lambda run_dir: None)
-
-
-@pytest.fixture
-def test_variants():
-    from _sweep_fixtures import load_test_variants
-
-    unload = load_test_variants()
-    yield
-    unload()
 
 
 def test_tiny_sweep_of_every_builtin_both_modes(tmp_path, capsys, no_report):

@@ -124,6 +124,14 @@ def test_a_variant_that_cannot_run_is_an_unsupported_row():
     assert row["status"] == "unsupported" and "CUDA" in row["reason"] and row["accuracy"] is None
 
 
+def test_cuda_without_cuda_is_one_line_and_exit_2(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    assert main(["tasks", "--device", "cuda", "--steps", "1", "--seq-lens", "16"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--device: CUDA is not available here" in err, err
+
+
 def test_cli_writes_tables_and_figure(tmp_path, capsys):
     rc = main(["tasks", "--variants", "dense", "--seq-lens", "16", "--steps", "2", "--out", str(tmp_path)])
     assert rc == 0
@@ -144,6 +152,8 @@ def test_cli_writes_tables_and_figure(tmp_path, capsys):
         (["--set", "dense.backend"], r"expected VARIANT.FIELD=VALUE"),
         (["--set", "dense.nofield=1"], r"dense.*no config field 'nofield'"),
         (["--run", "/nonexistent/run"], r"--run '/nonexistent/run' is not an existing folder"),
+        (["--plugin", "missing_plugin.py"], r"--plugin missing_plugin\.py: ImportError: plugin file 'missing_plugin\.py' does not exist"),
+        (["--device", "tpu"], r"--device: device must be 'cpu', 'cuda' or 'cuda:<index>', got 'tpu'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):

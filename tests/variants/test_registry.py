@@ -165,7 +165,7 @@ def test_configs_are_frozen_and_keyword_only():
     config = variants.build_config("dense", backend="sdpa")
     with pytest.raises(Exception, match="cannot assign"):
         config.backend = "reference"  # type: ignore[misc]
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="positional argument"):
         type(config)("sdpa")  # positional
 
 
