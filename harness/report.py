@@ -278,18 +278,31 @@ def accuracy_caveats(folder: Path) -> list[str]:
     for r in rows:
         delta = r.get("delta_to_dense")
         if r.get("status") == "ok" and delta is not None and delta < -TASK_LOSS_FLAG:
-            losses.setdefault(r["variant"], []).append(f"{r['task']} N={r['seq_len']}: {delta:+.2f}")
+            losses.setdefault(_labelled(r), []).append(f"{r['task']} N={r['seq_len']}: {delta:+.2f}")
     if losses:
         parts = "; ".join(f"{v} ({', '.join(items)})" for v, items in sorted(losses.items()))
         out.append(f"**Trained tasks:** these lose more than {TASK_LOSS_FLAG:.0%} accuracy against dense: {parts}. "
                    "A small error on random inputs does not guarantee a model trains as well.")
     rows = _result_rows(folder / "model_eval.json", json)
-    weak = sorted({f"{r['variant']} (cosine {r['cosine_mean']:.3f} at {r['max_len']} tokens)" for r in rows
+    weak = sorted({f"{_labelled(r)} (cosine {r['cosine_mean']:.3f} at {r['max_len']} tokens)" for r in rows
                    if r.get("status") == "ok" and r.get("cosine_mean") is not None and r["cosine_mean"] < MODEL_COSINE_FLAG})
     if weak:
         out.append(f"**Inside a pretrained model:** swapped in without retraining, these move sentence embeddings "
                    f"below cosine {MODEL_COSINE_FLAG}: {', '.join(weak)}.")
     return out
+
+
+def _labelled(row: dict) -> str:
+    """'sliding_window(window=16)': the variant with the config fields that differ from its defaults."""
+    from variants import build_config
+
+    config = row.get("config") or {}
+    try:
+        defaults = build_config(row["variant"]).to_dict()
+    except (TypeError, ValueError):  # a variant not registered here: show it as recorded
+        defaults = {}
+    changed = [f"{k}={v}" for k, v in config.items() if k in defaults and defaults[k] != v]
+    return row["variant"] + (f"({','.join(changed)})" if changed else "")
 
 
 def _result_rows(path: Path, json: Any) -> list[dict]:

@@ -189,7 +189,8 @@ def test_model_eval_and_tasks_results_get_sections_and_shape_the_recommendation(
     run = write_run(tmp_path / "run")
     task_rows = [
         {"task": "mqar", "variant": "dense", "seq_len": 128, "status": "ok", "accuracy": 0.71, "delta_to_dense": 0.0},
-        {"task": "mqar", "variant": "linformer", "seq_len": 128, "status": "ok", "accuracy": 0.04, "delta_to_dense": -0.67},
+        {"task": "mqar", "variant": "linformer", "config": {"k": 8, "max_seq_len": 4096}, "seq_len": 128, "status": "ok",
+         "accuracy": 0.04, "delta_to_dense": -0.67},
         {"task": "mqar", "variant": "chunked", "seq_len": 128, "status": "ok", "accuracy": 0.70, "delta_to_dense": -0.01},
     ]
     write_table(run, "tasks", task_rows, {"preset": "cpu"})
@@ -204,7 +205,7 @@ def test_model_eval_and_tasks_results_get_sections_and_shape_the_recommendation(
     md = (run / "report.md").read_text()
     assert "## Inside a pretrained model (model-eval)" in md and "| distilled | 0.92550 |" in md
     assert "## Trained from scratch on long-range tasks (tasks)" in md and "| mqar | linformer | 0.040 (-0.670) |" in md
-    assert "these lose more than 5% accuracy against dense: linformer (mqar N=128: -0.67)" in md
+    assert "these lose more than 5% accuracy against dense: linformer(k=8) (mqar N=128: -0.67)" in md  # non-default fields named
     assert "chunked (" not in md.split("**Trained tasks:**")[1].split("\n")[0]  # -0.01 is within the flag
     assert "below cosine 0.99: distilled (cosine 0.925 at 128 tokens)" in md
     assert "<table>" in (run / "report.html").read_text().split("Inside a pretrained model")[1]
