@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--head-dim", type=int, default=64)
-    p.add_argument("--features", type=int, default=64, help="distilled: F")
+    p.add_argument("--features", type=int, default=128, help="distilled: F (the registry default)")
     p.add_argument("--k", type=int, default=64, help="linformer: projected length")
     p.add_argument("--linformer-init", default="scaled_random")
     p.add_argument("--calib-steps", type=int, default=300)

@@ -34,7 +34,7 @@ _BLOCK = 1024  # tokens per pass of the non-causal sums (bounds the float32 feat
 
 @dataclass(frozen=True, kw_only=True)
 class DistilledConfig(VariantConfig):
-    features: int = 64  # F: learned directions; phi has 2F entries ([softmax(xW), softmax(-xW)])
+    features: int = 128  # F: learned directions; phi has 2F entries ([softmax(xW), softmax(-xW)]); 64 fits too coarsely (see the issue-4 note)
     per_head: bool = True  # one feature map per head (H fixed by the first call) or one shared by all heads
     chunk: int = 64  # C: causal prefix sums run over chunks of C queries (C x C block inside each)
     init_noise: float = 0.01  # std of the noise added to the scaled-identity W, to break ties
