@@ -183,8 +183,9 @@ def local(
     """
     u = _randn(B, H, 1, D, generator=generator, device=device)
     u = u / u.norm(dim=-1, keepdim=True) * math.sqrt(scale * math.sqrt(D))  # |u|^2 / sqrt(D) = scale
-    q = _rotate(u + noise * _randn(B, H, N, D, generator=generator, device=device) * u.norm(dim=-1, keepdim=True) / math.sqrt(D), base)
-    k = _rotate(u + noise * _randn(B, H, M, D, generator=generator, device=device) * u.norm(dim=-1, keepdim=True) / math.sqrt(D), base)
+    jitter = noise * u.norm(dim=-1, keepdim=True) / math.sqrt(D)  # per-coordinate noise relative to |u|
+    q = _rotate(u + jitter * _randn(B, H, N, D, generator=generator, device=device), base)
+    k = _rotate(u + jitter * _randn(B, H, M, D, generator=generator, device=device), base)
     v = _randn(B, H, M, D, generator=generator, device=device)
     return q, k, v
 

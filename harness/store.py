@@ -75,7 +75,7 @@ class RowWriter:
         unknown = set(row) - set(ROW_FIELDS)
         if unknown:
             raise ValueError(f"row has fields outside schema {SCHEMA_VERSION}: {sorted(unknown)}")
-        line = json.dumps({k: _clean(row.get(k)) for k in ROW_FIELDS}, allow_nan=False, default=str)
+        line = json.dumps({k: json_safe(row.get(k)) for k in ROW_FIELDS}, allow_nan=False, default=str)
         self._file.write(line + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
@@ -176,14 +176,14 @@ def write_tables(run_dir: str | Path) -> list[Path]:
     return written
 
 
-def _clean(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """JSON-safe raw values: non-finite floats become None (the row's status says why)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
-        return _clean(value.item())
+        return json_safe(value.item())
     return value

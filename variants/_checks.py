@@ -82,7 +82,7 @@ def check_choice(field: str, value: Any, choices: Iterable[str]) -> None:
 
 
 def did_you_mean(value: Any, choices: Iterable[str]) -> str:
-    """'; did you mean 'x'?' for the closest choice, or '' when none is close."""
+    """'. Did you mean 'x'?' for the closest choice, or '' when none is close."""
     import difflib
 
     close = difflib.get_close_matches(str(value), list(choices), n=1)

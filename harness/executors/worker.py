@@ -14,6 +14,7 @@ import json
 import os
 import socket
 import tempfile
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,7 @@ def run_cell(cell: Any, job: CellJob | dict[str, Any], context: Any = None) -> d
     """
     from harness.measure import MeasureContext, MeasureSettings, RunInfo, measure_cell
     from harness.plan import Cell
-    from harness.store import _clean
+    from harness.store import json_safe
 
     job = job if isinstance(job, CellJob) else CellJob.from_dict(job)
     cell = cell if isinstance(cell, Cell) else Cell.from_dict(cell)
@@ -71,8 +72,10 @@ def run_cell(cell: Any, job: CellJob | dict[str, Any], context: Any = None) -> d
     if shared:
         try:
             preload_fitted(context, cell, settings, Path(job.run_dir))
-        except Exception:  # noqa: BLE001 - an unreadable fit is fitted again; the cell must still get its row
-            pass
+        except Exception as exc:  # noqa: BLE001 - an unreadable fit is fitted again; the cell must still get its row
+            first_line = (str(exc).splitlines() or [""])[0]
+            warnings.warn(f"attnsuite: could not load the stored fit for {cell.variant} from {job.run_dir}/{FITTED_DIR} "
+                          f"({type(exc).__name__}: {first_line}); fitting again", stacklevel=2)
     row = measure_cell(cell, settings, run, context)
     if shared:
         for key in set(context.calibrated) - known:
@@ -80,7 +83,7 @@ def run_cell(cell: Any, job: CellJob | dict[str, Any], context: Any = None) -> d
                 store_fitted(Path(job.run_dir), key, context.calibrated[key])
             except OSError:  # e.g. a read-only folder: other processes fit again
                 pass
-    return _clean(row)
+    return json_safe(row)
 
 
 def _load_plugins(plugins: tuple[str, ...]) -> None:
@@ -138,7 +141,7 @@ def preload_fitted(context: Any, cell: Any, settings: Any, run_dir: Path) -> boo
 
 def store_fitted(run_dir: Path, key: str, entry: tuple[Any, float, dict]) -> Path:
     """Write a fit (module, seconds, report) under RUN_DIR/fitted/, atomically (state first, then its .json)."""
-    from harness.store import _clean
+    from harness.store import json_safe
     from variants.calibrate import save_variant
 
     module, seconds, report = entry
@@ -148,7 +151,7 @@ def store_fitted(run_dir: Path, key: str, entry: tuple[Any, float, dict]) -> Pat
     os.close(fd)
     save_variant(module, tmp)
     os.replace(tmp, path)
-    meta = json.dumps({"key": key, "seconds": seconds, "report": _clean(report)}, default=str)
+    meta = json.dumps({"key": key, "seconds": seconds, "report": json_safe(report)}, default=str)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".json.tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(meta)

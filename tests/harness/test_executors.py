@@ -221,6 +221,19 @@ def test_a_fit_is_stored_once_and_reused_by_a_fresh_process_context(tmp_path, te
     assert first["rel_l2_error"] < 0.4  # fitted towards gain 1 (unfitted: 0.5)
 
 
+def test_an_unreadable_stored_fit_is_fitted_again_with_a_warning(tmp_path, test_variants):
+    from harness.measure import calibration_key
+
+    settings = MeasureSettings(time_budget_s=0.005, repeats=1, error_rows=8, calibration_steps=5, calibration_batches=2)
+    job = CellJob(settings=settings.to_dict(), run=dataclasses.asdict(RUN), run_dir=str(tmp_path))
+    cell = _cell("t_learn", 32)
+    assert run_cell(cell, job, MeasureContext())["status"] == "ok"
+    fitted_path(tmp_path, calibration_key(cell, settings)).write_bytes(b"not a checkpoint")
+    with pytest.warns(UserWarning, match="could not load the stored fit for t_learn .* fitting again"):
+        row = run_cell(dataclasses.replace(cell, mode="train"), job, MeasureContext())
+    assert row["status"] == "ok" and row["calibration"] is not None
+
+
 def test_remote_job_rows_describe_the_worker_and_set_its_threads(tmp_path):
     settings = MeasureSettings(time_budget_s=0.005, repeats=1, error_rows=8)
     before = torch.get_num_threads()
