@@ -25,7 +25,8 @@ from variants.base import (
     dense_flops,
     train_flops,
 )
-from variants.calibrate import CalibrationReport, calibrate, load_variant, save_variant
+from variants.calibrate import CalibrationReport, calibrate
+from variants.checkpoint import load_variant, save_variant
 from variants.multihead import MultiHeadAttention
 from variants.reference import attention_weights, reference_attention
 

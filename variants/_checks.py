@@ -1,6 +1,7 @@
 """Input and config validation with messages that say what was given, what was expected, how to fix it."""
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable
 
 import torch
@@ -87,3 +88,8 @@ def did_you_mean(value: Any, choices: Iterable[str]) -> str:
 
     close = difflib.get_close_matches(str(value), list(choices), n=1)
     return f". Did you mean {close[0]!r}?" if close else ""
+
+
+def softmax_scale(D: int) -> float:
+    """1/sqrt(head_dim): the scale of every variant (D is the head dim, not the model width)."""
+    return 1.0 / math.sqrt(D)

@@ -8,14 +8,13 @@ a class with one method.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable
 
 import torch
 from torch import Tensor, nn
 
-from variants._checks import check_qkv
+from variants._checks import check_qkv, softmax_scale  # noqa: F401 - softmax_scale re-exported
 
 # FlashAttention's convention: backward costs 2.5x the forward, so forward+backward is 3.5x.
 BACKWARD_FLOPS_FACTOR = 2.5
@@ -222,11 +221,6 @@ def dense_flops(B: int, H: int, N: int, M: int, D: int, causal: bool) -> int:
 def train_flops(forward_flops: int) -> int:
     """Forward + backward FLOPs under FlashAttention's convention (backward = 2.5x forward)."""
     return int(round(forward_flops * (1 + BACKWARD_FLOPS_FACTOR)))
-
-
-def softmax_scale(D: int) -> float:
-    """1/sqrt(head_dim): the scale of every variant (D is the head dim, not the model width)."""
-    return 1.0 / math.sqrt(D)
 
 
 def _wants_grad(module: nn.Module, *tensors: Tensor) -> bool:

@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import torch
 from torch import Tensor
 
 from variants._checks import check_choice, check_float, check_int, check_qkv
-from variants.base import AttentionVariant
+
+if TYPE_CHECKING:  # annotations only: calibrate sits above base (base.fit imports it)
+    from variants.base import AttentionVariant
 
 DEFAULT_STEPS = 150  # Adam steps: a few seconds on 2 CPU cores at the default length
 DEFAULT_LR = 3e-2  # Adam learning rate (parameters are kept at unit scale, so one rate suits all)
@@ -127,45 +128,6 @@ def calibrate(
         name, True, kind, before, after, steps if params else 0, float(lr), seq_len, len(batches), causal,
         teacher_name, time.perf_counter() - start,
     )
-
-
-def save_variant(variant: AttentionVariant, path: str | Path) -> Path:
-    """Save a (fitted) variant as {"name", "config", "state_dict"} with torch.save; returns the path."""
-    path = Path(path)
-    state = {k: t.detach().cpu() for k, t in variant.state_dict().items()}
-    torch.save({"format": 1, "name": variant.name, "config": variant.config.to_dict(), "state_dict": state}, path)
-    return path
-
-
-def load_variant(path: str | Path, *, into: AttentionVariant | None = None) -> AttentionVariant:
-    """Load a variant saved by save_variant: a new one built from its config, or into `into`.
-
-    `into` must be the same variant with the same config; otherwise ValueError names both.
-    """
-    from variants._registry import build_variant
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no saved variant at {str(path)!r}; save one with save_variant(variant, path)")
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(ckpt, dict) or not {"name", "config", "state_dict"} <= set(ckpt):
-        raise ValueError(f"{str(path)!r} is not a saved variant: expected a dict with name, config, state_dict")
-    name, config = ckpt["name"], ckpt["config"]
-    if into is None:
-        into = build_variant(name, **config)
-    elif into.name != name or into.config.to_dict() != config:
-        mine = into.config.to_dict()
-        diff = ", ".join(f"{f}: saved {config.get(f)!r}, given {mine.get(f)!r}" for f in sorted(set(config) | set(mine)) if config.get(f) != mine.get(f))
-        raise ValueError(
-            f"{str(path)!r} holds a {name!r} saved with config {config}; it cannot load into "
-            f"{into.name!r} with config {mine} ({diff or 'different variant'}); "
-            f"build the variant with the saved config or call load_variant(path) without into="
-        )
-    try:
-        into.load_state_dict(ckpt["state_dict"])
-    except RuntimeError as exc:
-        raise ValueError(f"{str(path)!r}: the saved parameters do not fit {name!r} with config {config}: {exc}") from None
-    return into
 
 
 def _checked_batches(batches: Iterable[Batch], causal: bool) -> list[tuple[Tensor, Tensor, Tensor]]:

@@ -10,8 +10,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from variants._checks import check_qkv
-from variants.base import softmax_scale
+from variants._checks import check_qkv, softmax_scale
 
 # (query_idx (R,), key_idx (M,)) -> bool (R, M): which keys each query may see; None = all.
 PatternFn = Callable[[Tensor, Tensor], "Tensor | None"]

@@ -129,7 +129,7 @@ def preload_fitted(context: Any, cell: Any, settings: Any, run_dir: Path) -> boo
     import torch
 
     from variants import build_variant
-    from variants.calibrate import load_variant
+    from variants.checkpoint import load_variant
 
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     if meta.get("key") != key:  # a hash collision or a hand-edited folder: fit again
@@ -142,7 +142,7 @@ def preload_fitted(context: Any, cell: Any, settings: Any, run_dir: Path) -> boo
 def store_fitted(run_dir: Path, key: str, entry: tuple[Any, float, dict]) -> Path:
     """Write a fit (module, seconds, report) under RUN_DIR/fitted/, atomically (state first, then its .json)."""
     from harness.store import json_safe
-    from variants.calibrate import save_variant
+    from variants.checkpoint import save_variant
 
     module, seconds, report = entry
     path = fitted_path(run_dir, key)

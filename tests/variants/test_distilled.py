@@ -7,7 +7,8 @@ import torch
 from harness.inputs import make_inputs
 from harness.memory import measure_peak_memory
 from variants import NotSupportedError, build_variant
-from variants.calibrate import calibrate, load_variant, save_variant
+from variants.calibrate import calibrate
+from variants.checkpoint import load_variant, save_variant
 
 
 def _qkv(seed: int, B: int = 2, H: int = 2, N: int = 45, D: int = 16):
