@@ -1,7 +1,7 @@
-"""python -m harness <command> ...: see harness/cli.py for the sub-commands."""
+"""python -m harness <command> ...: the sub-commands are in harness/commands/."""
 import sys
 
-from harness.cli import main
+from harness.commands import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,8 +1,6 @@
-"""The environment a run records (env.json) and `python -m harness env` prints."""
+"""The environment a run records (env.json): Python, torch, CUDA, GPU, CPU, threads, packages, git commit, host."""
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
 import socket
@@ -23,7 +21,7 @@ def collect_env(device: str | None = None) -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "host": socket.gethostname(),
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
@@ -67,7 +65,7 @@ def _version(name: str) -> str | None:
         return None
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -85,19 +83,3 @@ def _nvidia_driver() -> str | None:
         return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
     except (OSError, subprocess.TimeoutExpired):
         return None
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print JSON instead of aligned lines")
-
-
-def run(args: argparse.Namespace) -> int:
-    env = collect_env()
-    if args.json:
-        print(json.dumps(env, indent=2))
-        return 0
-    flat = {**{k: v for k, v in env.items() if k != "packages"}, **{f"pkg {k}": v for k, v in env["packages"].items()}}
-    width = max(map(len, flat))
-    for key, value in flat.items():
-        print(f"{key:<{width}}  {value if value is not None else '-'}")
-    return 0

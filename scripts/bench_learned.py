@@ -21,7 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from harness.inputs import make_inputs, parse_inputs  # noqa: E402
-from harness.memory import measure_peak_memory  # noqa: E402
+from harness.measure.memory import measure_peak_memory  # noqa: E402
 from variants import build_variant, calibrate, reference_attention  # noqa: E402
 
 

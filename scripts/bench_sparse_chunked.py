@@ -3,7 +3,7 @@
     python scripts/bench_sparse_chunked.py --threads 2 --n 4096 8192 16384 --chunked-n 8192
 
 Prints one line per measurement (median seconds from torch.utils.benchmark, peak bytes beyond the
-inputs from harness.memory.measure_peak_memory) and the target ratios at the end.
+inputs from harness.measure.memory.measure_peak_memory) and the target ratios at the end.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from torch.utils.benchmark import Timer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.memory import measure_peak_memory  # noqa: E402
+from harness.measure.memory import measure_peak_memory  # noqa: E402
 from variants import build_variant  # noqa: E402
 
 MiB = 1 << 20

@@ -1,4 +1,4 @@
-"""One calibration protocol for every learnable variant (built-in or plugin), and save/load of fitted ones.
+"""One calibration protocol for every learnable variant (built-in or plugin); save/load of fitted ones is in checkpoint.py.
 
 A learnable variant (``capabilities.learnable``) is fitted against a teacher (default: exact
 softmax attention) on calibration batches that come from the evaluation distribution but from
@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from variants._checks import check_choice, check_float, check_int, check_qkv
-
-if TYPE_CHECKING:  # annotations only: calibrate sits above base (base.fit imports it)
-    from variants.base import AttentionVariant
 
 DEFAULT_STEPS = 150  # Adam steps: a few seconds on 2 CPU cores at the default length
 DEFAULT_LR = 3e-2  # Adam learning rate (parameters are kept at unit scale, so one rate suits all)
@@ -61,12 +58,12 @@ class CalibrationReport:
 
 
 def calibrate(
-    variant: AttentionVariant,
+    variant: nn.Module,  # an AttentionVariant (not imported: base.fit imports this module)
     batches: Iterable[Batch],
     *,
     steps: int,
     lr: float = DEFAULT_LR,
-    teacher: AttentionVariant | Callable[..., Tensor] | None = None,
+    teacher: nn.Module | Callable[..., Tensor] | None = None,
     loss: str = "auto",
     causal: bool = False,
 ) -> CalibrationReport:

@@ -6,164 +6,106 @@
 - ``ray``: Ray core tasks, one whole GPU per cell (``num_gpus=1``), or ``cpus_per_cell`` CPUs on CPU sweeps.
 - ``slurm``: submitit job arrays on a Slurm cluster (or submitit's local mode).
 
-Every executor runs :func:`harness.executors.worker.run_cell` for a cell; the driver
-(:func:`run_cells`) pulls cells lazily in plan order, keeps at most ``executor.slots`` in
-flight, hands each finished row to the sweep (the only writer of rows.jsonl) and, after an
-OOM or timeout, drops queued longer cells of the same series. A lost task (a killed worker, a
-node gone, a cell past its hard limit) comes back as a row too, so the driver never waits forever.
+Every executor runs :func:`harness.executors.worker.run_cell` for a cell; the driver loop
+(:func:`harness.executors.drive.run_cells`) pulls cells lazily in plan order, keeps at most
+``executor.slots`` in flight, hands each finished row to the sweep (the only writer of rows.jsonl)
+and, after an OOM or timeout, drops queued longer cells of the same series. A lost task (a killed
+worker, a node gone, a cell past its hard limit) comes back as a row too.
+
+Each executor owns its options (a dataclass of knob fields, ``Executor.options``) and checks them
+with the spec in :func:`resolve_spec`; the spec carries them raw and knows none of them.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
-from typing import Any, Callable, Iterable
+from typing import Any
 
+from harness.errors import UsageError
+from harness.executors.base import Executor, SequentialExecutor, hard_limit_s
+from harness.executors.drive import run_cells
 from harness.executors.worker import CellJob
+from harness.knobs import Knob, knobs
+from harness.spec.convert import SpecError
+from variants._checks import did_you_mean
 
 # name -> (module, class name, one line for --help)
 EXECUTORS: dict[str, tuple[str, str, str]] = {
     "local": ("harness.executors.local", "LocalExecutor", "in this process, one cell after another (default)"),
-    "subprocess": ("harness.executors.subprocess", "SubprocessExecutor", "each cell in its own process on this machine"),
-    "ray": ("harness.executors.ray", "RayExecutor", "Ray tasks: one GPU (or --cpus-per-cell CPUs) per cell"),
-    "slurm": ("harness.executors.slurm", "SlurmExecutor", "submitit job arrays on a Slurm cluster"),
+    "subprocess": ("harness.executors.isolated", "SubprocessExecutor", "each cell in its own process on this machine"),
+    "ray": ("harness.executors.ray_executor", "RayExecutor", "Ray tasks: one GPU (or --cpus-per-cell CPUs) per cell"),
+    "slurm": ("harness.executors.slurm_executor", "SlurmExecutor", "submitit job arrays on a Slurm cluster"),
 }
-REMOTE = ("ray", "slurm")  # executors whose cells run on other machines (they pick each cell's device)
-# executor -> (the package it imports, how to install it)
-PACKAGES = {"ray": ("ray", "pip install 'attnsuite[ray]'"), "slurm": ("submitit", "pip install 'attnsuite[slurm]'")}
-STARTUP_SLACK_S = 60.0  # a worker's own start-up (importing torch) on top of a cell's limit
-POLL_S = 0.5  # how long the driver waits for a row before it looks at limits and queues again
+
+__all__ = ["CellJob", "EXECUTORS", "Executor", "SequentialExecutor", "executor_class", "hard_limit_s", "make_executor",
+           "missing_package", "option_knobs", "resolve_spec", "run_cells"]
+
+
+def executor_class(name: str) -> type[Executor]:
+    """The class of a registered executor (its module is imported; engines themselves are imported only when used)."""
+    module_name, class_name, _ = EXECUTORS[name]
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def option_knobs() -> dict[str, tuple[Knob, tuple[str, ...]]]:
+    """Every executor option: key -> (its knob, the executors that take it), in declaration order."""
+    out: dict[str, tuple[Knob, tuple[str, ...]]] = {}
+    for name in EXECUTORS:
+        for k in knobs(executor_class(name).options):
+            users = out[k.key][1] if k.key in out else ()
+            out[k.key] = (k, users + (name,))
+    return out
 
 
 def missing_package(executor: str) -> str | None:
     """One line naming the install command when `executor` needs a package that is not installed, else None."""
-    if executor not in PACKAGES:
+    package = executor_class(executor).package if executor in EXECUTORS else None
+    if package is None or importlib.util.find_spec(package[0]) is not None:
         return None
-    module, install = PACKAGES[executor]
-    if importlib.util.find_spec(module) is not None:
-        return None
-    return f"--executor {executor} needs the {module!r} package, which is not installed here; {install}"
+    return f"--executor {executor} needs the {package[0]!r} package, which is not installed here; {package[1]}"
 
 
-def hard_limit_s(cell_timeout_s: float | None) -> float | None:
-    """Seconds after which the driver gives up on a running cell (the worker's own limit fires first)."""
-    return None if cell_timeout_s is None else cell_timeout_s * 1.5 + STARTUP_SLACK_S
+def resolve_spec(spec: Any, *, plan_only: bool = False) -> Any:
+    """The spec with its executor checked and its options typed (spec.executor_options: this executor's own).
 
-
-class Executor:
-    """Runs cells somewhere and returns their rows. Subclasses implement submit/poll (and close, queued, cancel)."""
-
-    name = "base"
-
-    @property
-    def slots(self) -> int | None:
-        """How many cells to keep in flight; None: hand over every cell at once (the engine queues them)."""
-        return 1
-
-    @property
-    def in_flight(self) -> int:
-        raise NotImplementedError
-
-    def submit(self, cells: list[Any]) -> None:
-        """Start `cells` (Cell objects); their rows come back from poll()."""
-        raise NotImplementedError
-
-    def poll(self, timeout: float) -> list[tuple[Any, dict[str, Any]]]:
-        """(cell, row) for every cell finished within `timeout` seconds (failures and lost tasks included)."""
-        raise NotImplementedError
-
-    def queued(self) -> list[Any]:
-        """Submitted cells known not to have started (they can still be dropped)."""
-        return []
-
-    def cancel_queued(self, cells: list[Any]) -> list[Any]:
-        """Drop these queued cells; returns those actually dropped (no row will come back for them)."""
-        return []
-
-    def close(self) -> None:
-        """Stop what is still running and release the engine (called on success, error and Ctrl-C)."""
-
-    def __enter__(self) -> "Executor":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-
-class SequentialExecutor(Executor):
-    """One cell at a time on this machine, measured when polled (concurrent cells would spoil each other's timings).
-
-    Subclasses implement ``measure(cell) -> row``.
+    An option of another executor that is set to a non-default value is refused (it would be
+    silently ignored); so are a missing engine package (unless only planning) and what the
+    executor cannot do with the spec's device. Raises UsageError with one line.
     """
-
-    def __init__(self, job: CellJob):
-        self.job = job
-        self._cells: list[Any] = []
-
-    @classmethod
-    def from_spec(cls, spec: Any, job: CellJob) -> "SequentialExecutor":
-        return cls(job)
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._cells)
-
-    def submit(self, cells: list[Any]) -> None:
-        self._cells.extend(cells)
-
-    def poll(self, timeout: float) -> list[tuple[Any, dict[str, Any]]]:
-        """Measure the next cell now (the timeout does not apply: the cell's own limit does)."""
-        cell = self._cells.pop(0)
-        return [(cell, self.measure(cell))]
-
-    def measure(self, cell: Any) -> dict[str, Any]:
-        """The row of one cell."""
-        raise NotImplementedError
+    name = spec.executor
+    where = spec.where("executor")
+    if name not in EXECUTORS:
+        raise UsageError(f"{where}: unknown executor {name!r}; expected one of {', '.join(EXECUTORS)}{did_you_mean(name, EXECUTORS)}")
+    missing = missing_package(name)
+    if missing and not plan_only:
+        raise UsageError(missing)
+    cls = executor_class(name)
+    own = {k.key for k in knobs(cls.options)}
+    try:
+        typed: dict[str, Any] = {}
+        for key, (k, users) in option_knobs().items():
+            if key not in spec.executor_options:
+                continue
+            value = k.parse(spec.executor_options[key], spec.where(key)) if k.parse else spec.executor_options[key]
+            if key in own:
+                typed[key] = value
+            elif value != _default(k, users):
+                named = " or ".join(f"--executor {u}" for u in users)
+                raise SpecError(f"{spec.where(key)}: only applies to {named}, not --executor {name}; drop it or choose that executor")
+        options = cls.options(**typed)
+        cls.check(spec, options, plan_only=plan_only)
+    except SpecError as exc:
+        raise UsageError(str(exc)) from None
+    return dataclasses.replace(spec, executor_options=dataclasses.asdict(options))
 
 
 def make_executor(spec: Any, job: CellJob) -> Executor:
-    """The executor the spec names (spec.executor), configured from the spec's executor fields."""
-    module_name, class_name, _ = EXECUTORS[spec.executor]
-    return getattr(importlib.import_module(module_name), class_name).from_spec(spec, job)
+    """The executor the spec names, configured from its typed options (call resolve_spec first)."""
+    cls = executor_class(spec.executor)
+    return cls.from_spec(spec, cls.options(**spec.executor_options), job)
 
 
-def run_cells(
-    executor: Executor,
-    cells: Iterable[Any],
-    *,
-    skip: Callable[[Any], dict[str, Any] | None],
-    on_row: Callable[[Any, dict[str, Any], bool], None],
-    on_start: Callable[[Any], None] = lambda cell: None,
-) -> None:
-    """Drive `executor` over `cells` (pulled lazily, in order) until every cell has a row.
-
-    skip(cell): a "not run" row for a cell that should not run (now), else None; asked when a cell
-    is pulled and again for queued cells after each row. on_row(cell, row, measured) is called once
-    per cell, as rows arrive; on_start(cell) when a cell is handed to the executor.
-    """
-    pending = iter(cells)
-    exhausted = False
-    while True:
-        batch: list[Any] = []
-        while not exhausted and (executor.slots is None or executor.in_flight + len(batch) < executor.slots):
-            cell = next(pending, None)
-            if cell is None:
-                exhausted = True
-                break
-            outcome = skip(cell)
-            if outcome is not None:
-                on_row(cell, outcome, False)
-                continue
-            batch.append(cell)
-        if batch:
-            for cell in batch:
-                on_start(cell)
-            executor.submit(batch)
-        if executor.in_flight == 0:
-            if exhausted:
-                return
-            continue
-        for cell, row in executor.poll(POLL_S):
-            on_row(cell, row, True)
-        doomed = [cell for cell in executor.queued() if skip(cell) is not None]
-        for cell in executor.cancel_queued(doomed) if doomed else ():
-            on_row(cell, skip(cell), False)
+def _default(k: Knob, users: tuple[str, ...]) -> Any:
+    field = {f.name: f for f in dataclasses.fields(executor_class(users[0]).options)}[k.key]
+    return field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.executors import SequentialExecutor
+from harness.executors.base import SequentialExecutor
 from harness.executors.worker import CellJob, run_cell
 
 

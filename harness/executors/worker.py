@@ -2,7 +2,7 @@
 
 ``run_cell(cell, job)`` is the single entry point: the local executor calls it in the driver,
 the subprocess executor in a child, Ray in a task, submitit in a Slurm job. Measuring itself is
-harness.measure.measure_cell, unchanged; this module only prepares the process (plugins, thread
+harness.measure.measure_cell; this module only prepares the process (plugins, thread
 count, the row's host and device) and shares calibrated variants through ``RUN_DIR/fitted/``, so a
 learnable variant is fitted once per (variant, config, calibration shape) for the whole run, not
 once per process.
@@ -53,8 +53,7 @@ def run_cell(cell: Any, job: CellJob | dict[str, Any], context: Any = None) -> d
     one per process is kept, so a reused worker behaves like the local executor.
     """
     from harness.measure import MeasureContext, MeasureSettings, RunInfo, measure_cell
-    from harness.plan import Cell
-    from harness.store import json_safe
+    from harness.schema import Cell
 
     job = job if isinstance(job, CellJob) else CellJob.from_dict(job)
     cell = cell if isinstance(cell, Cell) else Cell.from_dict(cell)
@@ -83,7 +82,7 @@ def run_cell(cell: Any, job: CellJob | dict[str, Any], context: Any = None) -> d
                 store_fitted(Path(job.run_dir), key, context.calibrated[key])
             except OSError:  # e.g. a read-only folder: other processes fit again
                 pass
-    return json_safe(row)
+    return row.to_dict()
 
 
 def _load_plugins(plugins: tuple[str, ...]) -> None:
@@ -97,9 +96,9 @@ def _worker_identity(run: dict[str, Any], device: str) -> dict[str, Any]:
     """The driver's run fields with this worker's host, device name and thread count."""
     import torch
 
-    from harness.env import _cpu_name
+    from harness.env import cpu_name
 
-    name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else _cpu_name()
+    name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else cpu_name()
     return {**run, "host": socket.gethostname(), "device_name": name, "threads": torch.get_num_threads()}
 
 
@@ -141,7 +140,7 @@ def preload_fitted(context: Any, cell: Any, settings: Any, run_dir: Path) -> boo
 
 def store_fitted(run_dir: Path, key: str, entry: tuple[Any, float, dict]) -> Path:
     """Write a fit (module, seconds, report) under RUN_DIR/fitted/, atomically (state first, then its .json)."""
-    from harness.store import json_safe
+    from harness.schema import json_safe
     from variants.checkpoint import save_variant
 
     module, seconds, report = entry

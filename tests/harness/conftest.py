@@ -7,7 +7,7 @@ import pytest
 @pytest.fixture
 def test_variants():
     """Register the test-only variants (sweep_test_variants.py) for one test; yields that plugin file's path."""
-    from _sweep_fixtures import PLUGIN, load_test_variants
+    from tests.helpers.sweep_fixtures import PLUGIN, load_test_variants
 
     unload = load_test_variants()
     yield str(PLUGIN)

@@ -1,8 +1,9 @@
 """spec -> cells: counts, order, stable ids."""
 from __future__ import annotations
 
-from harness.plan import Cell, plan
-from harness.spec import build_spec
+from harness.plan import plan
+from harness.schema import Cell
+from harness.runner import sweep_spec as build_spec
 
 
 def _spec(**cli):

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from harness.memory import measure_peak_memory
+from harness.measure.memory import measure_peak_memory
 from variants import build_variant, reference_attention
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from harness.inputs import make_inputs
-from harness.memory import measure_peak_memory
+from harness.measure.memory import measure_peak_memory
 from variants import NotSupportedError, build_variant
 from variants.calibrate import calibrate
 from variants.checkpoint import load_variant, save_variant

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
-from harness.memory import measure_peak_memory
+from harness.measure.memory import measure_peak_memory
 from variants import NotSupportedError, build_variant, reference_attention
 from variants.reference import visibility
 from variants.sliding_window import _flex_block_mask, band_pairs

@@ -1,0 +1,63 @@
+"""The command layer: ``python -m harness <command>``. Thin adapters over the library, nothing imports them.
+
+Each command module here defines ``add_arguments(parser)`` and ``run(args) -> int``: it parses,
+calls the library, prints. Only this layer turns a library ``UsageError`` (anything the user
+gave) into one line on stderr and exit code 2; a failure is exit code 1.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Iterable
+
+from harness.errors import UsageError
+
+# name -> (module, one-line help). Add a line to add a sub-command.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "list": ("harness.commands.listing", "registered variants: backends (available here?), capabilities, config fields"),
+    "env": ("harness.commands.env", "the environment a run records: Python, torch, CUDA, GPU, CPU, threads, packages"),
+    "sweep": ("harness.commands.sweep", "measure every variant across sequence lengths: latency, memory, FLOP rate, error; rows in results/<run-id>/"),
+    "report": ("harness.commands.report", "report.md, report.html and PNG figures from a run folder"),
+    "compare": ("harness.commands.compare", "match the cells of two runs: latency and memory ratios, error change, regressions"),
+    "model-eval": ("harness.commands.model_eval", "swap each variant into every layer of a pretrained MiniLM: embedding cosine, retrieval agreement"),
+    "tasks": ("harness.commands.tasks", "train tiny transformers per variant on MQAR and ListOps: test accuracy and delta to dense"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints the whole usage)
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; only the sub-commands in `commands` (default: all) import their module and get their flags."""
+    wanted = set(COMMANDS if commands is None else commands)
+    parser = _Parser(prog="python -m harness", description="attnsuite: measure attention variants side by side.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, (module_name, help_text) in COMMANDS.items():
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        if name in wanted:
+            module = importlib.import_module(module_name)
+            module.add_arguments(command_parser)
+            command_parser.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        # Only the command being run is imported (`list` does not pay for the report's pandas and matplotlib).
+        command = next((a for a in argv if not a.startswith("-")), None)
+        parser = build_parser([command] if command else [])
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        return int(args._module.run(args) or 0)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

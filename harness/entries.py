@@ -1,0 +1,108 @@
+"""Parse and print ``name:field=value,field=value`` strings (variants and inputs with their settings), and config labels."""
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+
+def split_entries(text: str) -> list[str]:
+    """Split a comma list of entries where an entry's own settings also use commas.
+
+    ``"dense,sliding_window:window=512,backend=banded,chunked"`` ->
+    ``["dense", "sliding_window:window=512,backend=banded", "chunked"]``: a piece with "=" but
+    no ":" continues the previous entry.
+    """
+    entries: list[str] = []
+    for piece in (p.strip() for p in text.split(",")):
+        if not piece:
+            continue
+        if "=" in piece and ":" not in piece and entries and ":" in entries[-1]:
+            entries[-1] += "," + piece
+        else:
+            entries.append(piece)
+    return entries
+
+
+def parse_entry(text: str) -> tuple[str, dict[str, str]]:
+    """``"name:a=1,b=x"`` -> ("name", {"a": "1", "b": "x"}); raises ValueError naming the bad part."""
+    name, _, rest = text.strip().partition(":")
+    name = name.strip()
+    if not name:
+        raise ValueError(f"{text!r} has no name before ':'; write it as name or name:field=value,...")
+    settings: dict[str, str] = {}
+    for item in filter(None, (s.strip() for s in rest.split(","))):
+        field, eq, value = item.partition("=")
+        if not eq or not field.strip():
+            raise ValueError(f"{text!r}: {item!r} is not field=value; write e.g. {name}:window=512")
+        settings[field.strip()] = value.strip()
+    return name, settings
+
+
+def coerce(text: str, annotation: Any, default: Any = None) -> Any:
+    """Convert a string to a field's type (from its annotation string/type, else its default's type).
+
+    Raises ValueError naming the expected type.
+    """
+    kind = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    kinds = [k.strip() for k in kind.replace("Optional[", "").replace("]", "").split("|")]
+    if text.lower() in ("none", "null") and ("None" in kinds or default is None):
+        return None
+    if default is not None and not any(k in ("bool", "int", "float", "str") for k in kinds):
+        kinds = [type(default).__name__]
+    for k in kinds:
+        if k == "bool":
+            low = text.lower()
+            if low in ("true", "yes", "on", "1"):
+                return True
+            if low in ("false", "no", "off", "0"):
+                return False
+        elif k == "int":
+            try:
+                return int(text)
+            except ValueError:
+                pass
+        elif k == "float":
+            try:
+                return float(text)
+            except ValueError:
+                pass
+        elif k == "str":
+            return text
+    if any(k in ("bool", "int", "float") for k in kinds):
+        raise ValueError(f"expected {' or '.join(kinds)}, got {text!r}")
+    try:  # tuples, lists and other literals
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def format_entry(name: str, settings: dict[str, Any]) -> str:
+    """The inverse of parse_entry for typed values: ("gaussian", {"scale": 4.0}) -> "gaussian:scale=4.0"."""
+    if not settings:
+        return name
+    return name + ":" + ",".join(f"{k}={_text(v)}" for k, v in sorted(settings.items()))
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "none"
+    return str(value)
+
+
+def config_label(variant: str, config: dict[str, Any] | None) -> str:
+    """'variant' or 'variant(field=value,...)' naming only the fields that differ from the variant's defaults."""
+    defaults = _default_config(variant)
+    changed = ",".join(f"{k}={v}" for k, v in sorted((config or {}).items()) if defaults.get(k, object()) != v)
+    return f"{variant}({changed})" if changed else variant
+
+
+def _default_config(variant: str) -> dict[str, Any]:
+    """The variant's default config; {} for a name the registry does not know (e.g. a row of a missing plugin)."""
+    from variants import get_variant
+
+    try:
+        return get_variant(variant).config().to_dict()
+    except (ValueError, TypeError):
+        return {}

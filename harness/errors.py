@@ -1,0 +1,9 @@
+"""The errors library code raises. A leaf: it imports nothing of ours, so every layer may use it.
+
+Only the command layer (harness.commands) turns a UsageError into one line on stderr and exit 2.
+"""
+from __future__ import annotations
+
+
+class UsageError(Exception):
+    """Something the user gave is wrong; the message is one line saying what, where, and how to fix it."""

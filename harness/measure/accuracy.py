@@ -1,0 +1,111 @@
+"""Accuracy of one call against exact float64 attention on sampled query rows (and of dq, dk, dv in train mode).
+
+The call is also the cell's warm-up: its seconds are a first estimate of the latency.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+# float64 scores per reference chunk (query rows are processed in chunks): bounds the accuracy
+# check's own memory so the process's peak stays that of the cell measured, not of the gold.
+REFERENCE_CHUNK_BYTES = {"cpu": 1 << 24, "cuda": 1 << 28}
+
+
+@dataclass
+class Accuracy:
+    """The outcome of the checked call: row fields, why the output is non-finite (or None), the call's seconds."""
+
+    fields: dict[str, Any] = field(default_factory=dict)
+    nonfinite: str | None = None
+    call_s: float = 0.0
+
+
+def sample_rows(N: int, R: int, seed: int) -> Tensor:
+    """R query rows of N, sorted: the first, the last and R - 2 drawn by `seed` (all N when R >= N)."""
+    if R >= N:
+        return torch.arange(N)
+    g = torch.Generator().manual_seed(seed + N)
+    middle = torch.randperm(N - 2, generator=g)[: R - 2] + 1
+    return torch.cat([torch.tensor([0]), middle.sort().values, torch.tensor([N - 1])])
+
+
+def check_accuracy(attn: Any, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, training: bool, error_rows: int, seed: int,
+                   reference: str = "full") -> Accuracy:
+    """One call of `attn` scored against float64 on sampled rows; `reference` "pattern" scores against its own pattern."""
+    from variants import reference_attention
+
+    N = q.shape[2]
+    rows = sample_rows(N, error_rows, seed).to(q.device)
+    pattern = attn.pattern if reference == "pattern" else None
+    B, H, R, D, M = q.shape[0], q.shape[1], len(rows), q.shape[3], k.shape[2]
+    chunk = max(1, REFERENCE_CHUNK_BYTES[q.device.type] // (B * H * M * 8))
+    result = Accuracy()
+    if training:
+        qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
+        g = torch.randn(B, H, R, D, generator=torch.Generator(device=q.device).manual_seed(seed + 7), device=q.device)
+        start = time.perf_counter()
+        out = attn(qg, kg, vg, causal=causal)
+        g = g.to(out.dtype)  # the reference below gets these same (rounded) values, so bf16 rounding of g is no error
+        grad_out = torch.zeros_like(out)
+        grad_out[:, :, rows] = g
+        grads = torch.autograd.grad(out, (qg, kg, vg), grad_outputs=grad_out, allow_unused=True)
+        result.call_s = time.perf_counter() - start
+        grads = tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, (qg, kg, vg)))  # unused input: zero gradient
+        out = out.detach()
+        result.nonfinite = nonfinite(out, *grads)
+        if result.nonfinite:
+            return result
+        q64, k64, v64 = (t.detach().double().requires_grad_(True) for t in (q, k, v))
+        ref_grads = [torch.zeros_like(t) for t in (q64, k64, v64)]
+        refs = []
+        for i in range(0, R, chunk):
+            ref = reference_attention(q64, k64, v64, causal=causal, pattern=pattern, rows=rows[i : i + chunk])
+            for total, part in zip(ref_grads, torch.autograd.grad(ref, (q64, k64, v64), grad_outputs=g[:, :, i : i + chunk].double())):
+                total += part
+            refs.append(ref.detach())
+        ref = torch.cat(refs, dim=2)
+        result.fields.update(
+            grad_rel_l2_q=rel_l2(grads[0], ref_grads[0]), grad_rel_l2_k=rel_l2(grads[1], ref_grads[1]),
+            grad_rel_l2_v=rel_l2(grads[2], ref_grads[2]), grad_check_seq_len=N,
+        )
+    else:
+        start = time.perf_counter()
+        with torch.no_grad():
+            out = attn(q, k, v, causal=causal)
+        result.call_s = time.perf_counter() - start
+        result.nonfinite = nonfinite(out)
+        if result.nonfinite:
+            return result
+        q64, k64, v64 = (t.double() for t in (q, k, v))
+        with torch.no_grad():
+            ref = torch.cat([
+                reference_attention(q64, k64, v64, causal=causal, pattern=pattern, rows=rows[i : i + chunk])
+                for i in range(0, R, chunk)
+            ], dim=2)  # (B, H, R, D)
+    mine = out[:, :, rows].double()  # (B, H, R, D)
+    result.fields.update(
+        rel_l2_error=rel_l2(mine, ref), max_abs_error=float((mine - ref).abs().max()),
+        cosine=float(torch.nn.functional.cosine_similarity(mine, ref, dim=-1).mean()), error_rows=R,
+    )
+    return result
+
+
+def nonfinite(*tensors: Tensor) -> str | None:
+    """What is non-finite in the output (and gradients), or None."""
+    names = ("output", "dq", "dk", "dv")
+    for name, t in zip(names, tensors):
+        nan, inf = int(torch.isnan(t).sum()), int(torch.isinf(t).sum())
+        if nan or inf:
+            return f"{name} has {nan} NaN and {inf} inf values of {t.numel()}"
+    return None
+
+
+def rel_l2(a: Tensor, b: Tensor) -> float:
+    """||a - b|| / ||b|| in float64."""
+    b = b.double()
+    return float((a.double() - b).norm() / b.norm().clamp_min(1e-300))

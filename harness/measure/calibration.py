@@ -1,0 +1,64 @@
+"""Fitting learnable variants inside a sweep: one fixed budget on calibration seeds, cached by key."""
+from __future__ import annotations
+
+import copy
+import json
+import time
+from typing import Any
+
+import torch
+
+from harness.inputs import make_inputs
+from harness.measure.context import MeasureContext
+from harness.measure.settings import CALIBRATION_SEED_OFFSET, MeasureSettings
+from harness.schema import Cell
+
+
+def calibration_length(attn: Any, cell: Cell, settings: MeasureSettings) -> int:
+    """N of the calibration batches: the evaluation length for variants with per-position parameters
+    (calibrate_at_eval_length, e.g. Linformer's E and F), else min(N, calibration_max_seq_len)."""
+    if getattr(attn, "calibrate_at_eval_length", False):
+        return cell.seq_len
+    return min(cell.seq_len, settings.calibration_max_seq_len)
+
+
+def calibration_key(cell: Cell, settings: MeasureSettings) -> str:
+    """The key a fit is cached under (in MeasureContext.calibrated and RUN_DIR/fitted/): cells that
+    share it share one calibration, across modes and, where the length is capped, across N."""
+    from variants import get_variant
+
+    length = calibration_length(get_variant(cell.variant).cls, cell, settings)
+    return json.dumps([cell.variant, cell.config, length, cell.batch, cell.heads, cell.head_dim, cell.causal, cell.inputs,
+                       cell.seed, str(torch.device(settings.device))], sort_keys=True, default=str)
+
+
+def calibration_seeds(cell: Cell, settings: MeasureSettings) -> list[int]:
+    """The seeds of the calibration batches: never the evaluation seed."""
+    return [cell.seed + CALIBRATION_SEED_OFFSET + i for i in range(settings.calibration_batches)]
+
+
+def calibrated(attn: Any, cell: Cell, inputs: tuple[str, dict[str, Any]], settings: MeasureSettings, context: MeasureContext,
+               device: torch.device) -> tuple[Any, dict[str, Any]]:
+    """(a copy of the variant fitted with the fixed budget, the row fields calibration_s and calibration).
+
+    `inputs` is the cell's parsed input distribution (name, knobs). The fit is cached in `context`
+    across modes and longer N (see calibration_key).
+    """
+    from variants.calibrate import calibrate  # looked up per call (the module's attribute), so a test can wrap it
+
+    key = calibration_key(cell, settings)
+    if key not in context.calibrated:
+        length = calibration_length(attn, cell, settings)
+        name, knobs = inputs
+        seeds = calibration_seeds(cell, settings)
+        batches = [make_inputs(name, knobs, B=cell.batch, H=cell.heads, N=length, D=cell.head_dim, device=device, seed=s)
+                   for s in seeds]
+        start = time.perf_counter()
+        report = calibrate(attn, batches, steps=settings.calibration_steps, causal=cell.causal)
+        seconds = time.perf_counter() - start
+        del batches
+        report_dict = report.to_dict()
+        report_dict["seeds"] = seeds
+        context.calibrated[key] = (copy.deepcopy(attn), seconds, report_dict)
+    fitted, seconds, report_dict = context.calibrated[key]
+    return copy.deepcopy(fitted), {"calibration_s": seconds, "calibration": dict(report_dict)}

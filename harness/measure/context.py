@@ -1,0 +1,37 @@
+"""State kept between cells of one process: the last inputs (consecutive cells share them) and the fits."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from harness.inputs import QKV, make_inputs, parse_inputs
+from harness.measure.settings import DTYPES
+from harness.schema import Cell
+
+
+@dataclass
+class MeasureContext:
+    """Inputs of the last cell (made once, reused by the next cell with the same shape) and calibrated variants by key."""
+
+    inputs_key: tuple | None = None
+    inputs: QKV | None = None
+    calibrated: dict[str, tuple[torch.nn.Module, float, dict]] = field(default_factory=dict)
+
+    def get_inputs(self, cell: Cell, device: torch.device, parsed: tuple[str, dict[str, Any]] | None = None) -> QKV:
+        """The cell's evaluation q, k, v; `parsed` is cell.inputs as (name, knobs) when the caller has parsed it already."""
+        name, knobs = parsed if parsed is not None else parse_inputs(cell.inputs)
+        key = (cell.inputs, cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.dtype, str(device), cell.seed)
+        if key != self.inputs_key:
+            self.inputs = self.inputs_key = None  # free the old ones before making the new ones
+            self.inputs = make_inputs(
+                name, knobs, B=cell.batch, H=cell.heads, N=cell.seq_len, M=cell.kv_len, D=cell.head_dim,
+                dtype=DTYPES[cell.dtype], device=device, seed=cell.seed,
+            )
+            self.inputs_key = key
+        return self.inputs  # type: ignore[return-value]
+
+    def clear(self) -> None:
+        """Drop the cached inputs (after an OOM, so the next cell starts with free memory)."""
+        self.inputs = self.inputs_key = None

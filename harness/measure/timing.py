@@ -1,0 +1,88 @@
+"""Per-call seconds of a step: torch.utils.benchmark on CPU, triton.testing.do_bench (else CUDA events) on CUDA."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from harness.measure.settings import MeasureSettings
+
+L2_FLUSH_BYTES = 256 << 20  # zeroed between timed CUDA calls so none starts with a warm L2
+
+
+def time_step(step: Callable[[], Any], settings: MeasureSettings, device: torch.device, *, first_call_s: float) -> tuple[list[float], int]:
+    """Per-call seconds of the timed blocks and the number of timed calls; `first_call_s` is an untimed first estimate."""
+    if device.type == "cuda":
+        return time_cuda(step, settings, device)
+    return time_cpu(step, settings, slow=first_call_s >= settings.time_budget_s)
+
+
+def time_cpu(step: Callable[[], Any], settings: MeasureSettings, *, slow: bool) -> tuple[list[float], int]:
+    """Per-call seconds of each timed block (torch.utils.benchmark, at this process's thread count) and the call count.
+
+    `slow`: one call already took the whole budget, so skip blocked_autorange's block-size
+    estimate (one more untimed call) and time `repeats` single calls.
+    """
+    from torch.utils.benchmark import Timer
+
+    timer = Timer(stmt="step()", globals={"step": step}, num_threads=torch.get_num_threads())
+    if slow:
+        times, number = [], 1
+    else:
+        measurement = timer.blocked_autorange(min_run_time=settings.time_budget_s)
+        times, number = list(measurement.times), measurement.number_per_run
+    while len(times) * number < settings.repeats:
+        times.extend(timer.timeit(number).times)
+    return times, len(times) * number
+
+
+def time_cuda(step: Callable[[], Any], settings: MeasureSettings, device: torch.device) -> tuple[list[float], int]:
+    """Per-call seconds on CUDA, L2 flushed between calls: triton.testing.do_bench when importable, else CUDA events."""
+    try:
+        from triton.testing import do_bench
+    except Exception:  # triton missing or broken: CUDA events below
+        do_bench = None
+    budget_ms = settings.time_budget_s * 1000
+    if do_bench is not None:
+        try:
+            ms = do_bench(step, warmup=max(1, int(budget_ms / 4)), rep=max(1, int(budget_ms)), return_mode="all")
+        except TypeError:  # an older triton without return_mode="all"
+            ms = None
+        if isinstance(ms, (list, tuple)) and len(ms) >= settings.repeats:
+            return [t / 1e3 for t in ms], len(ms)
+    return time_cuda_events(step, settings, device)
+
+
+def time_cuda_events(step: Callable[[], Any], settings: MeasureSettings, device: torch.device) -> tuple[list[float], int]:
+    """Per-call seconds from CUDA events around each call, L2 flushed before each."""
+    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device)
+    step()
+    torch.cuda.synchronize(device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(3):
+        step()
+    end.record()
+    torch.cuda.synchronize(device)
+    estimate_ms = max(start.elapsed_time(end) / 3, 1e-3)
+    n = max(settings.repeats, min(10_000, int(settings.time_budget_s * 1000 / estimate_ms)))
+    for _ in range(max(1, n // 4)):
+        step()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for i in range(n):
+        flush.zero_()
+        starts[i].record()
+        step()
+        ends[i].record()
+    torch.cuda.synchronize(device)
+    return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)], n
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The q-quantile of values, linearly interpolated."""
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    lo = int(position)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (position - lo)

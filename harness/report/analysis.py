@@ -1,0 +1,324 @@
+"""Numbers the report derives from the rows: ratios to dense, scaling exponents, crossovers, Pareto fronts.
+
+Pure functions over the DataFrame of harness.store.load_run (one row per cell). Nothing here is typed by
+hand: every sentence of the "which one should I use" paragraph comes from the rows.
+
+Conventions (documented here once):
+- A *setting* is what the variants compete in: device, dtype, mode, causal, batch, heads, head_dim.
+- The dense baseline of a cell is the ok dense row of the same setting, inputs, seq_len and kv_len;
+  among several dense rows (backends, configs) the one whose config asks for backend "auto" (what
+  a user gets by default), else the fastest. A cell whose inputs have no dense row uses the dense
+  row of another input distribution (dense latency and memory do not depend on the values).
+- A series is a (variant, config) pair, labelled as in harness.store.series_labels.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+SETTING_KEYS = ("device", "dtype", "mode", "causal", "batch", "heads", "head_dim")
+CELL_KEYS = SETTING_KEYS + ("inputs", "seq_len", "kv_len")
+BASELINE = "dense"
+DEFAULT_BUDGETS = (1e-2, 1e-1)  # relative L2 error budgets for the recommendation: near-exact and approximate
+
+
+# ---- ratios to dense ---------------------------------------------------------------------------
+def with_dense_ratios(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy of frame with dense_latency_s, dense_peak_memory_bytes, speedup (dense time / time) and
+    memory_ratio (memory / dense memory), NaN where no ok dense row exists (see module docstring)."""
+    out = frame.copy()
+    for column in ("dense_latency_s", "dense_peak_memory_bytes", "speedup", "memory_ratio"):
+        out[column] = np.nan
+    out["dense_status"] = None
+    if not len(out):
+        return out
+    dense = out[out["variant"] == BASELINE]
+    exact: dict[tuple, pd.Series] = {}
+    loose: dict[tuple, pd.Series] = {}
+    status: dict[tuple, str] = {}
+    for key, group in dense.groupby(list(CELL_KEYS), dropna=False, sort=False):
+        ok = group[group["status"] == "ok"]
+        if len(ok):
+            exact[_key(key)] = _pick_baseline(ok)
+        else:
+            status[_key(key)] = str(group["status"].iloc[0])
+    for key, group in dense[dense["status"] == "ok"].groupby([k for k in CELL_KEYS if k != "inputs"], dropna=False, sort=False):
+        loose[_key(key)] = _pick_baseline(group)
+    latencies, memories, statuses = [], [], []
+    for _, row in out.iterrows():
+        key = tuple(_norm(row[k]) for k in CELL_KEYS)
+        base = exact.get(key)
+        if base is None:
+            base = loose.get(tuple(_norm(row[k]) for k in CELL_KEYS if k != "inputs"))
+        latencies.append(base["latency_s"] if base is not None else np.nan)
+        memories.append(base["peak_memory_bytes"] if base is not None else np.nan)
+        statuses.append("ok" if base is not None else status.get(key))
+    out["dense_latency_s"] = latencies
+    out["dense_peak_memory_bytes"] = memories
+    out["dense_status"] = statuses
+    ok = out["status"] == "ok"
+    out["speedup"] = np.where(ok, out["dense_latency_s"] / out["latency_s"], np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = out["peak_memory_bytes"] / out["dense_peak_memory_bytes"].where(out["dense_peak_memory_bytes"] > 0)
+    out["memory_ratio"] = np.where(ok, ratio, np.nan)
+    return out
+
+
+def _pick_baseline(ok: pd.DataFrame) -> pd.Series:
+    auto = ok[[isinstance(c, dict) and c.get("backend", "auto") == "auto" for c in ok["config"]]]
+    pool = auto if len(auto) else ok
+    return pool.sort_values("latency_s", na_position="last").iloc[0]
+
+
+def _norm(value):
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _key(key) -> tuple:
+    return tuple(_norm(k) for k in (key if isinstance(key, tuple) else (key,)))
+
+
+# ---- scaling exponent --------------------------------------------------------------------------
+def fit_exponent(n: Sequence[float], y: Sequence[float], *, last: int = 3) -> float:
+    """The log-log slope of y in n over the `last` longest lengths with a positive y (NaN if < 2 points).
+
+    Dense attention's time and memory grow as N^2 (slope near 2); efficient variants near 1. The
+    longest lengths are used because fixed overheads flatten the curve at short N.
+    """
+    points = sorted((float(a), float(b)) for a, b in zip(n, y) if a and a > 0 and b is not None and np.isfinite(b) and b > 0)
+    points = points[-last:] if last else points
+    if len({a for a, _ in points}) < 2:
+        return float("nan")
+    x = np.log([a for a, _ in points])
+    z = np.log([b for _, b in points])
+    slope, _ = np.polyfit(x, z, 1)
+    return float(slope)
+
+
+def scaling_exponents(frame: pd.DataFrame, *, last: int = 3, inputs: str | None = None) -> pd.DataFrame:
+    """Per setting and series: the fitted exponent of latency and of peak memory in N, and the N range used.
+
+    Uses ok rows of one input distribution (`inputs`, default primary_inputs(frame)).
+    """
+    columns = list(SETTING_KEYS) + ["series", "time_exponent", "memory_exponent", "fit_from", "fit_to", "points"]
+    ok = _ok(frame, inputs)
+    records = []
+    for key, group in ok.groupby(list(SETTING_KEYS) + ["series"], dropna=False, sort=True):
+        group = group.groupby("seq_len", as_index=False)[["latency_s", "peak_memory_bytes"]].median()
+        lengths = sorted(group["seq_len"])[-last:]
+        records.append(
+            dict(
+                zip(list(SETTING_KEYS) + ["series"], _key(key)),
+                time_exponent=fit_exponent(group["seq_len"], group["latency_s"], last=last),
+                memory_exponent=fit_exponent(group["seq_len"], group["peak_memory_bytes"], last=last),
+                fit_from=int(lengths[0]) if lengths else None,
+                fit_to=int(lengths[-1]) if lengths else None,
+                points=len(lengths),
+            )
+        )
+    return pd.DataFrame(records, columns=columns)
+
+
+# ---- crossover ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Crossover:
+    """Where a variant becomes faster than dense, from two measured latency curves."""
+
+    kind: str  # "always" (faster at every shared N), "crosses" (faster from length on), "never" (not faster at the longest shared N), "no data"
+    length: float | None  # the interpolated N where the ratio crosses 1 (kind "crosses"); the shortest shared N for "always"
+
+
+def crossover_length(n: Sequence[float], t_variant: Sequence[float], t_dense: Sequence[float]) -> Crossover:
+    """The length from which t_variant < t_dense holds at every longer measured N.
+
+    Between the last N where the variant is not faster and the next one, log(ratio) is interpolated
+    linearly in log(N), which is exact for two power laws. Points where either time is missing are ignored.
+    """
+    points = sorted(
+        (float(a), float(b) / float(c))
+        for a, b, c in zip(n, t_variant, t_dense)
+        if b is not None and c is not None and np.isfinite(b) and np.isfinite(c) and b > 0 and c > 0
+    )
+    if not points:
+        return Crossover("no data", None)
+    slower = [i for i, (_, r) in enumerate(points) if r >= 1.0]
+    if not slower:
+        return Crossover("always", points[0][0])
+    i = slower[-1]
+    if i == len(points) - 1:
+        return Crossover("never", None)
+    (n0, r0), (n1, r1) = points[i], points[i + 1]
+    frac = math.log(r0) / (math.log(r0) - math.log(r1))  # r0 >= 1 > r1, so 0 <= frac < 1
+    return Crossover("crosses", float(math.exp(math.log(n0) + frac * (math.log(n1) - math.log(n0)))))
+
+
+def crossovers(frame: pd.DataFrame, *, inputs: str | None = None) -> pd.DataFrame:
+    """Per setting and non-dense series: the crossover with dense, and the first N where dense ran out of memory.
+
+    `frame` must carry dense ratios (with_dense_ratios). Uses one input distribution.
+    """
+    columns = list(SETTING_KEYS) + ["series", "kind", "length", "dense_oom_from"]
+    inputs = inputs or primary_inputs(frame)
+    rows = frame[(frame["inputs"] == inputs) & (frame["variant"] != BASELINE)] if len(frame) else frame
+    records = []
+    for key, group in rows.groupby(list(SETTING_KEYS) + ["series"], dropna=False, sort=True):
+        ok = group[group["status"] == "ok"].groupby("seq_len", as_index=False)[["latency_s", "dense_latency_s"]].median()
+        result = crossover_length(ok["seq_len"], ok["latency_s"], ok["dense_latency_s"])
+        oom = group[(group["dense_status"] == "oom")]["seq_len"]
+        records.append(
+            dict(zip(list(SETTING_KEYS) + ["series"], _key(key)), kind=result.kind, length=result.length,
+                 dense_oom_from=int(oom.min()) if len(oom) else None)
+        )
+    return pd.DataFrame(records, columns=columns)
+
+
+# ---- Pareto front and memory limits ------------------------------------------------------------
+def pareto_front(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
+    """The rows not dominated in (x, y), both minimised, sorted by x. Rows with a missing x or y are left out."""
+    points = points[np.isfinite(points[x].astype(float)) & np.isfinite(points[y].astype(float))]
+    points = points.sort_values([x, y])
+    keep, best = [], math.inf
+    for index, value in zip(points.index, points[y]):
+        if value < best:
+            keep.append(index)
+            best = value
+    return points.loc[keep]
+
+
+def pareto_length(frame: pd.DataFrame) -> int | None:
+    """The longest N at which every series with an ok row has one; else the N with the most ok series."""
+    ok = frame[frame["status"] == "ok"]
+    if not len(ok):
+        return None
+    series = set(ok["series"])
+    counts = ok.groupby("seq_len")["series"].agg(lambda s: len(set(s)))
+    full = [n for n, c in counts.items() if c == len(series)]
+    if full:
+        return int(max(full))
+    return int(max(counts.index, key=lambda n: (counts[n], n)))
+
+
+def memory_limits(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per setting and series: the longest N that ran ok, the shortest N that ran out of memory, the longest N
+    tried, and the first failure above the longest ok N (its N and status: oom, error, timeout...)."""
+    columns = list(SETTING_KEYS) + ["series", "variant", "longest_ok", "first_oom", "longest_tried", "failed_at", "failed_status"]
+    records = []
+    for key, group in frame.groupby(list(SETTING_KEYS) + ["series"], dropna=False, sort=True):
+        ok = group[group["status"] == "ok"]["seq_len"]
+        oom = group[group["status"] == "oom"]["seq_len"]
+        above = group[(group["status"] != "ok") & (group["seq_len"] > (ok.max() if len(ok) else 0))].sort_values("seq_len")
+        records.append(
+            dict(zip(list(SETTING_KEYS) + ["series"], _key(key)), variant=group["variant"].iloc[0],
+                 longest_ok=int(ok.max()) if len(ok) else None, first_oom=int(oom.min()) if len(oom) else None,
+                 longest_tried=int(group["seq_len"].max()),
+                 failed_at=int(above["seq_len"].iloc[0]) if len(above) else None,
+                 failed_status=str(above["status"].iloc[0]) if len(above) else None)
+        )
+    return pd.DataFrame(records, columns=columns)
+
+
+# ---- which one should I use -------------------------------------------------------------------
+def recommend(frame: pd.DataFrame, budgets: Iterable[float] = DEFAULT_BUDGETS) -> list[str]:
+    """One short paragraph per setting and error budget: the fastest series within the budget, per N range.
+
+    A series is within budget at N when its relative L2 error is at most the budget on every input
+    distribution measured there (a missing error disqualifies it); its time is the median over the
+    distributions. A win whose p20-p80 latency range overlaps the runner-up's is called out as
+    within the timing spread. `frame` must carry dense ratios (with_dense_ratios).
+    """
+    paragraphs = []
+    ok = frame[frame["status"] == "ok"] if len(frame) else frame
+    for key, setting in ok.groupby(list(SETTING_KEYS), dropna=False, sort=True):
+        title = setting_title(dict(zip(SETTING_KEYS, _key(key))))
+        has_dense = bool((select(frame, dict(zip(SETTING_KEYS, _key(key))))["variant"] == BASELINE).any())  # failed rows too
+        per = setting.groupby(["series", "seq_len"]).agg(
+            error=("rel_l2_error", lambda e: e.max() if e.notna().all() else np.nan),
+            latency=("latency_s", "median"),
+            p20=("latency_p20_s", "median"),
+            p80=("latency_p80_s", "median"),
+            speedup=("speedup", "median"),
+        ).reset_index()
+        for budget in budgets:
+            spans: list[list] = []  # [winner, [(N, speed-up, runner-up within the timing spread or None), ...]]
+            for n, at_n in per.groupby("seq_len", sort=True):
+                fit = at_n[at_n["error"] <= budget].sort_values("latency")
+                winner = fit["series"].iloc[0] if len(fit) else None
+                tie = None
+                if len(fit) > 1 and fit["p80"].iloc[0] >= fit["p20"].iloc[1]:  # their p20-p80 ranges overlap
+                    tie = str(fit["series"].iloc[1])
+                point = (int(n), float(fit["speedup"].iloc[0]) if len(fit) else float("nan"), tie)
+                if spans and spans[-1][0] == winner:
+                    spans[-1][1].append(point)
+                else:
+                    spans.append([winner, [point]])
+            parts = [_span_text(winner, points, has_dense=has_dense) for winner, points in spans]
+            paragraphs.append(f"{title}, error budget {budget:g}: " + "; ".join(parts) + ".")
+    return paragraphs
+
+
+def _span_text(winner: str | None, points: list[tuple[int, float, str | None]], *, has_dense: bool = True) -> str:
+    first, last = points[0][0], points[-1][0]
+    where = f"N={first}" if first == last else f"N={first}-{last}"
+    if winner is None:
+        return f"{where}: none within budget ran"
+    ties = [f"{t} at N={n}" for n, _, t in points if t]
+    tie_note = "within the timing spread of " + ", ".join(ties) if ties else ""
+    if winner == BASELINE:
+        return f"{where}: **{winner}**" + (f" ({tie_note})" if tie_note else "")
+    notes = []
+    measured = [(n, s) for n, s, _ in points if np.isfinite(s)]
+    if measured:
+        (n0, s0), (n1, s1) = measured[0], measured[-1]
+        notes.append(f"speed-up over dense {s0:.3g}x at N={n0}" + (f" to {s1:.3g}x at N={n1}" if n1 != n0 else ""))
+    missing = [n for n, s, _ in points if not np.isfinite(s)]
+    if missing and has_dense:
+        notes.append("dense did not run at N=" + ",".join(map(str, missing)))
+    if tie_note:
+        notes.append(tie_note)
+    return f"{where}: **{winner}**" + (" (" + "; ".join(notes) + ")" if notes else "")
+
+
+# ---- helpers shared with the report --------------------------------------------------------------
+def primary_inputs(frame: pd.DataFrame) -> str | None:
+    """The input distribution the latency and memory figures use: "gaussian" if measured, else the first by name."""
+    if not len(frame):
+        return None
+    names = sorted({str(v) for v in frame["inputs"]})
+    return "gaussian" if "gaussian" in names else names[0]
+
+
+def settings(frame: pd.DataFrame) -> list[dict]:
+    """The distinct settings of a frame, sorted, as dicts."""
+    if not len(frame):
+        return []
+    keys = frame[list(SETTING_KEYS)].astype(str).drop_duplicates().index
+    found = [dict(zip(SETTING_KEYS, (_norm(frame.at[i, k]) for k in SETTING_KEYS))) for i in keys]
+    return sorted(found, key=lambda s: tuple(str(s[k]) for k in SETTING_KEYS))
+
+
+def select(frame: pd.DataFrame, setting: dict) -> pd.DataFrame:
+    """The rows of one setting."""
+    mask = np.ones(len(frame), dtype=bool)
+    for k, v in setting.items():
+        mask &= np.array([_norm(x) == v for x in frame[k]], dtype=bool)
+    return frame[mask]
+
+
+def setting_title(setting: dict) -> str:
+    """A short readable name of a setting: 'float32 forward, non-causal, B=1 H=8 D=64 (cpu)'."""
+    causal = "causal" if setting.get("causal") else "non-causal"
+    shape = " ".join(f"{a}={setting.get(k)}" for a, k in (("B", "batch"), ("H", "heads"), ("D", "head_dim")) if setting.get(k) is not None)
+    return f"{setting.get('dtype')} {setting.get('mode')}, {causal}, {shape} ({setting.get('device')})".replace(", ,", ",")
+
+
+def _ok(frame: pd.DataFrame, inputs: str | None) -> pd.DataFrame:
+    if not len(frame):
+        return frame
+    inputs = inputs or primary_inputs(frame)
+    return frame[(frame["status"] == "ok") & (frame["inputs"] == inputs)]

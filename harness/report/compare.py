@@ -1,0 +1,189 @@
+"""Match the cells of two runs, ratios B/A, regressions flagged (`python -m harness compare RUN_A RUN_B`).
+
+Cells are matched on what was measured, not where: variant, config, seq_len, kv_len, batch, heads,
+head_dim, dtype, causal, mode, inputs. Not on run_id, cell_id, host, device or device_name (two
+GPUs, or CPU vs GPU, are the point of a comparison), seed (noted when it differs: errors then come
+from other inputs), threads, or the resolved backend (shown when it differs: "auto" may pick
+another kernel on another machine).
+
+A cell is flagged:
+- latency: B/A beyond 1 +/- threshold AND outside both runs' spread (B.p20 > A.p80 for slower,
+  B.p80 < A.p20 for faster; without recorded quantiles the threshold alone decides);
+- memory: B/A beyond 1 +/- threshold and the change larger than MIN_MEMORY_CHANGE bytes;
+- error: changed by more than max(ERROR_ABS, ERROR_REL x the smaller one);
+- status: ok in one run only (e.g. ok -> oom is a regression).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from harness.store import Run, config_key
+
+MATCH_KEYS = ("variant", "config_key", "seq_len", "kv_len", "batch", "heads", "head_dim", "dtype", "causal", "mode", "inputs")
+DEFAULT_THRESHOLD = 0.05  # minimum relative change of latency or memory that can be flagged
+MIN_MEMORY_CHANGE = 64 * 1024  # bytes: smaller memory changes are never flagged (allocator granularity)
+ERROR_ABS = 1e-4  # relative-L2 error changes below this are rounding, never flagged
+ERROR_REL = 0.25  # ... nor changes below 25% of the smaller error
+
+
+@dataclass
+class Comparison:
+    """Matched cells with ratios and verdicts, plus what did not match."""
+
+    cells: pd.DataFrame  # one row per matched cell (see compare_runs)
+    only_a: pd.DataFrame  # cells of A with no match in B
+    only_b: pd.DataFrame  # cells of B with no match in A
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> pd.DataFrame:
+        return self.cells[self.cells["verdict"] == "regression"]
+
+    @property
+    def improvements(self) -> pd.DataFrame:
+        return self.cells[self.cells["verdict"] == "improvement"]
+
+
+def compare_runs(a: Run, b: Run, *, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
+    """Match A's and B's cells and judge each: verdict "regression" | "improvement" | "same", with why."""
+    notes = [f"{run.name}: {n}" for run in (a, b) for n in run.notes]
+    fa, fb = (_keyed(run, notes) for run in (a, b))
+    merged = fa.merge(fb, on=list(MATCH_KEYS), how="outer", suffixes=("_a", "_b"), indicator=True)
+    only_a = merged[merged["_merge"] == "left_only"]
+    only_b = merged[merged["_merge"] == "right_only"]
+    cells = merged[merged["_merge"] == "both"].copy()
+    verdicts, whys = [], []
+    for _, row in cells.iterrows():
+        verdict, why = judge(row, threshold=threshold)
+        verdicts.append(verdict)
+        whys.append(why)
+    cells["latency_ratio"] = cells["latency_s_b"] / cells["latency_s_a"]
+    cells["memory_ratio"] = cells["peak_memory_bytes_b"] / cells["peak_memory_bytes_a"].where(cells["peak_memory_bytes_a"] > 0)
+    cells["error_change"] = cells["rel_l2_error_b"] - cells["rel_l2_error_a"]
+    cells["verdict"] = verdicts
+    cells["why"] = whys
+    if len(cells) and (cells["seed_a"].astype(str) != cells["seed_b"].astype(str)).any():
+        notes.append("some matched cells have different seeds: their errors come from different inputs")
+    changed = cells[cells["backend_a"].astype(str) != cells["backend_b"].astype(str)]
+    if len(changed):
+        notes.append(f"{len(changed)} matched cell(s) ran on another backend in B (e.g. {changed['backend_a'].iloc[0]} -> {changed['backend_b'].iloc[0]})")
+    return Comparison(cells.reset_index(drop=True), only_a.reset_index(drop=True), only_b.reset_index(drop=True), notes)
+
+
+def judge(row: pd.Series, *, threshold: float = DEFAULT_THRESHOLD) -> tuple[str, str]:
+    """The verdict for one matched cell (columns suffixed _a and _b) and the reasons, joined by '; '."""
+    sa, sb = row["status_a"], row["status_b"]
+    if sa != "ok" or sb != "ok":
+        if sa == "ok":
+            return "regression", f"status ok -> {sb}"
+        if sb == "ok":
+            return "improvement", f"status {sa} -> ok"
+        return "same", "" if sa == sb else f"status {sa} -> {sb}"
+    worse, better = [], []
+    ta, tb = row["latency_s_a"], row["latency_s_b"]
+    if _finite(ta, tb) and ta > 0:
+        ratio = tb / ta
+        spread_a = (row["latency_p20_s_a"], row["latency_p80_s_a"])
+        spread_b = (row["latency_p20_s_b"], row["latency_p80_s_b"])
+        has_spread = _finite(*spread_a, *spread_b)
+        if ratio > 1 + threshold and (not has_spread or spread_b[0] > spread_a[1]):
+            worse.append(f"latency {ratio:.2f}x")
+        elif ratio < 1 / (1 + threshold) and (not has_spread or spread_b[1] < spread_a[0]):
+            better.append(f"latency {ratio:.2f}x")
+    ma, mb = row["peak_memory_bytes_a"], row["peak_memory_bytes_b"]
+    if _finite(ma, mb) and ma > 0 and abs(mb - ma) > MIN_MEMORY_CHANGE:
+        ratio = mb / ma
+        if ratio > 1 + threshold:
+            worse.append(f"memory {ratio:.2f}x")
+        elif ratio < 1 / (1 + threshold):
+            better.append(f"memory {ratio:.2f}x")
+    ea, eb = row["rel_l2_error_a"], row["rel_l2_error_b"]
+    if _finite(ea, eb) and abs(eb - ea) > max(ERROR_ABS, ERROR_REL * min(ea, eb)):
+        (worse if eb > ea else better).append(f"error {ea:.2g} -> {eb:.2g}")
+    if worse:
+        return "regression", "; ".join(worse + better)
+    if better:
+        return "improvement", "; ".join(better)
+    return "same", ""
+
+
+def _keyed(run: Run, notes: list[str]) -> pd.DataFrame:
+    frame = run.rows.copy()
+    if not len(frame):
+        return pd.DataFrame(columns=list(MATCH_KEYS) + ["series", "status", "latency_s"])
+    frame["config_key"] = [config_key(c) for c in frame["config"]]
+    for column in ("batch", "heads", "head_dim"):
+        frame[column] = frame[column].astype(str)  # None and ints alike, so merge keys compare
+    duplicated = frame.duplicated(list(MATCH_KEYS), keep="last")
+    if duplicated.any():
+        notes.append(f"{run.name}: {int(duplicated.sum())} cell(s) measured twice; the last row of each is used")
+    columns = list(MATCH_KEYS) + ["series", "status", "reason", "backend", "seed", "latency_s", "latency_p20_s",
+                                  "latency_p80_s", "peak_memory_bytes", "rel_l2_error"]
+    return frame[~duplicated][columns]
+
+
+def _finite(*values) -> bool:
+    try:
+        return all(v is not None and math.isfinite(float(v)) for v in values)
+    except (TypeError, ValueError):
+        return False
+
+
+# ---- output ---------------------------------------------------------------------------------------
+def summary_lines(comparison: Comparison, a: Run, b: Run, *, limit: int | None = None) -> list[str]:
+    """The printed summary: what was compared, counts, and the flagged cells (the first `limit`, or all)."""
+    cells = comparison.cells
+    lines = [
+        f"A: {a.path}  ({_machine(a)})",
+        f"B: {b.path}  ({_machine(b)})",
+        f"{len(cells)} matched cells: {len(comparison.regressions)} regressions, {len(comparison.improvements)} improvements; "
+        f"{len(comparison.only_a)} only in A, {len(comparison.only_b)} only in B",
+    ]
+    lines += [f"note: {n}" for n in comparison.notes]
+    ok = cells[(cells["status_a"] == "ok") & (cells["status_b"] == "ok")]
+    if len(ok):
+        lines.append("geometric mean latency ratio B/A per series (ok in both):")
+        for series, group in ok.groupby("series_b", sort=True):
+            ratios = group["latency_ratio"][np.isfinite(group["latency_ratio"]) & (group["latency_ratio"] > 0)]
+            if len(ratios):
+                lines.append(f"  {series:<32} {float(np.exp(np.log(ratios).mean())):.2f}x over {len(ratios)} cells")
+    flagged = cells[cells["verdict"] != "same"].sort_values(["verdict", "latency_ratio"], ascending=[False, False])
+    if len(flagged):
+        lines.append("flagged cells:")
+        for _, r in flagged.head(limit).iterrows():
+            lines.append(f"  {r['verdict'].upper():<11} {_cell_name(r)}: {r['why']}")
+        if limit is not None and len(flagged) > limit:
+            lines.append(f"  ... and {len(flagged) - limit} more (all in compare.md and compare.csv)")
+    return lines
+
+
+def write_outputs(comparison: Comparison, a: Run, b: Run, out: Path) -> list[Path]:
+    """compare.csv (every matched cell, raw numbers) and compare.md (summary and flagged cells) in `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    columns = list(MATCH_KEYS) + [
+        "series_a", "status_a", "status_b", "backend_a", "backend_b", "latency_s_a", "latency_s_b", "latency_ratio",
+        "latency_p20_s_a", "latency_p80_s_a", "latency_p20_s_b", "latency_p80_s_b", "peak_memory_bytes_a",
+        "peak_memory_bytes_b", "memory_ratio", "rel_l2_error_a", "rel_l2_error_b", "error_change", "verdict", "why",
+    ]
+    csv_path = out / "compare.csv"
+    comparison.cells[columns].rename(columns={"series_a": "series"}).to_csv(csv_path, index=False)
+    md_path = out / "compare.md"
+    md = [f"# Compare {a.name} (A) with {b.name} (B)", ""] + [f"- {line}" if not line.startswith("  ") else f"    - {line.strip()}"
+                                                             for line in summary_lines(comparison, a, b)]
+    md_path.write_text("\n".join(md) + "\n", encoding="utf-8")
+    return [csv_path, md_path]
+
+
+def _machine(run: Run) -> str:
+    env = run.env
+    return ", ".join(str(x) for x in (env.get("gpu") or env.get("cpu"), f"torch {env.get('torch')}", f"commit {env.get('git_commit')}") if x)
+
+
+def _cell_name(r: pd.Series) -> str:
+    causal = " causal" if str(r["causal"]) == "True" else ""
+    return f"{r['series_a']} N={r['seq_len']} {r['dtype']} {r['mode']}{causal} {r['inputs']}"

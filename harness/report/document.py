@@ -1,0 +1,78 @@
+"""write_report: a run folder's report.md, self-contained report.html and PNG figures, from its rows.
+
+Everything shown is computed from rows.jsonl (harness.report.analysis) and the studies' .json
+files beside it; failed cells are shown with their reason, never dropped. The page is built once
+as a list of blocks (harness.report.page) and rendered twice (harness.report.render).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from harness.report import analysis, cells, figures, findings, overview
+from harness.report.page import Block, Heading, Paragraph
+from harness.report.render import render_html, render_markdown
+from harness.report.study_results import study_caveats, study_sections
+from harness.report.vs_published import published_comparison
+from harness.store import load_run
+
+NO_ROWS = ("**This run has no rows**: no cell finished (the run may have been killed before the first cell, or every line "
+           "was unreadable). Nothing to report.")
+NOTHING_OK = ("**No cell ran successfully** in this run, so there are no figures, fits or recommendations; the tables "
+              "below give each cell's status and reason.")
+
+
+def write_report(
+    run_dir: str | Path,
+    *,
+    maps: bool = True,
+    maps_n: int = 64,
+    maps_inputs: str | None = None,
+    maps_calibrate: bool = True,
+    budgets: Sequence[float] = analysis.DEFAULT_BUDGETS,
+) -> list[Path]:
+    """Write report.md, report.html and the figures (PNG) into the run folder; return the paths written.
+
+    Args:
+        run_dir: the run folder (rows.jsonl, env.json, spec.toml).
+        maps: draw the effective attention maps (runs each variant once on CPU at N = maps_n).
+        maps_n: N = M = D of the maps.
+        maps_inputs: input distribution of the maps (default: the first of local, global, lowrank,
+            gaussian that the run measured).
+        maps_calibrate: fit learnable variants at maps_n before drawing (a few seconds each); False draws
+            them as built, which shows an untrained starting point rather than what the sweep measured.
+        budgets: relative L2 error budgets of the recommendation.
+    Raises:
+        harness.errors.UsageError: run_dir is not a run folder.
+    """
+    run = load_run(run_dir)
+    title = f"attnsuite report: {run.name}"
+    frame = analysis.with_dense_ratios(run.rows)
+    blocks: list[Block] = [Heading(1, title)]
+    blocks += [Paragraph(f"Note: {n}") for n in run.notes]
+    blocks += overview.environment(run.env, frame) + overview.devices(frame) + overview.spec(run.spec_text)
+    written: list[Path] = []
+    if not len(frame):
+        blocks += [Heading(2, "Outcome"), Paragraph(NO_ROWS)]
+    else:
+        blocks += overview.outcome(frame)
+        if not (frame["status"] == "ok").any():
+            blocks.append(Paragraph(NOTHING_OK))
+        else:
+            blocks += findings.recommendation(frame, budgets)
+            blocks += [Paragraph(caveat) for caveat in study_caveats(run.path)]
+            blocks += findings.scaling(frame)
+            paths, section = figures.figures(frame, run.path)
+            written += paths
+            blocks += section
+            if maps:
+                paths, section = figures.maps(frame, run.path, n=maps_n, inputs=maps_inputs, calibrate=maps_calibrate)
+                written += paths
+                blocks += section
+            blocks += published_comparison(frame, run.env)
+        blocks += cells.cell_tables(frame)
+    blocks += study_sections(run.path)
+    md_path, html_path = run.path / "report.md", run.path / "report.html"
+    md_path.write_text(render_markdown(blocks), encoding="utf-8")
+    html_path.write_text(render_html(blocks, run.path, title=title), encoding="utf-8")
+    return [md_path, html_path] + written

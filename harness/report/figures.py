@@ -1,0 +1,71 @@
+"""The report's figure sections: the six measured figures, and the effective attention maps (which run each variant once)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from harness.entries import parse_entry
+from harness.report import analysis, plots
+from harness.report.formatting import format_number
+from harness.report.maps import attention_maps
+from harness.report.page import Block, Heading, Image, Table
+from harness.report.plotting import FIGURE_FILES, variant_colors
+
+MAPS_INPUTS_PREFERENCE = ("local", "global", "lowrank", "gaussian")  # structured inputs make the maps readable
+
+
+def figures(frame: pd.DataFrame, folder: Path) -> tuple[list[Path], list[Block]]:
+    """Draw the measured figures into `folder`; returns (the PNGs written, the section)."""
+    made = [
+        (plots.plot_metric_vs_n(frame, "latency_s", folder / FIGURE_FILES["latency"], ylabel="time per call (median)", title="Latency vs N",
+                                seconds_axis=True),
+         "Latency (median of the repeats) against N, log-log. Crosses: out of memory."),
+        (plots.plot_metric_vs_n(frame, "peak_memory_bytes", folder / FIGURE_FILES["memory"], ylabel="peak memory beyond the inputs",
+                                title="Peak memory vs N", bytes_axis=True),
+         "Peak memory beyond the inputs against N, log-log. Crosses: out of memory."),
+        (plots.plot_metric_vs_n(frame, "speedup", folder / FIGURE_FILES["speedup"], ylabel="speed-up over dense (x)",
+                                title="Speed-up over dense vs N", hline=1.0, ratio_axis=True),
+         "Dense latency divided by the variant's at the same cell; above the dashed line is faster than dense. "
+         "The dense baseline is the dense row whose config asks for backend 'auto', else the fastest dense row."),
+        (plots.plot_error_vs_n(frame, folder / FIGURE_FILES["error"]),
+         "Relative L2 error of the output against exact float64 attention, per input distribution."),
+        (plots.plot_pareto(frame, folder / FIGURE_FILES["pareto"]),
+         "Worst error over the input distributions against latency, at the longest N every series ran."),
+        (plots.plot_memory_limits(analysis.memory_limits(frame), frame, folder / FIGURE_FILES["limits"]),
+         "The longest N each series ran, and the first N where it ran out of memory."),
+    ]
+    paths = [p for p, _ in made if p is not None]
+    blocks: list[Block] = [Heading(2, "Figures")]
+    blocks += [Image(p.name, caption) for p, caption in made if p is not None]
+    return paths, blocks
+
+
+def maps(frame: pd.DataFrame, folder: Path, *, n: int, inputs: str | None, calibrate: bool) -> tuple[list[Path], list[Block]]:
+    """Draw each series' effective attention map (harness.report.maps) at N = n; returns (the PNG, the section).
+
+    `inputs` None picks the first of MAPS_INPUTS_PREFERENCE the run measured.
+    """
+    measured = sorted({str(v) for v in frame["inputs"]})
+    if inputs is None:
+        names = {parse_entry(m)[0]: m for m in measured}  # the name only: a plugin's distribution may not be registered here
+        inputs = next((names[p] for p in MAPS_INPUTS_PREFERENCE if p in names), measured[0] if measured else "gaussian")
+    causal = bool(len(frame)) and not (~frame["causal"].astype(bool)).any()
+    series = []
+    for label, group in frame.groupby("series", sort=True):
+        series.append((label, str(group["variant"].iloc[0]), group["config"].iloc[0]))
+    try:
+        found = attention_maps(series, n=n, inputs=inputs, causal=causal, calibrate=calibrate)
+    except ValueError:  # e.g. a plugin input distribution not registered here: draw on gaussian inputs
+        found = attention_maps(series, n=n, inputs="gaussian", causal=causal, calibrate=calibrate)
+    path = plots.plot_attention_maps(found, folder / FIGURE_FILES["maps"], colors=variant_colors(list(frame["variant"])))
+    how = ("Learnable variants are fitted at this N with the calibration defaults (other seeds of the same distribution)."
+           if calibrate else
+           "Learnable variants are drawn as built (seeded, uncalibrated): the run does not store fitted states, so their "
+           "maps show the untrained starting point, not what the sweep measured after calibration.")
+    caption = (f"What each variant actually applies, found by feeding v = identity at N = M = D = {n} on '{found.inputs}' inputs "
+               f"(CPU, float32). {how} Each panel's 'weights rel. error' compares its matrix with the exact one.")
+    rows = [[p.label, format_number(p.rel_error, ".3g") if p.weights is not None else "-", p.note or ""] for p in found.panels]
+    blocks: list[Block] = [Heading(2, "Effective attention maps"), Image(path.name, caption),
+                           Table(["series", "weights rel. error", "note"], rows)]
+    return [path], blocks

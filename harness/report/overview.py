@@ -1,0 +1,63 @@
+"""The report's opening sections: the environment, the devices of a mixed run, the spec, and the outcome counts."""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from harness.report.formatting import format_text
+from harness.report.page import Block, Code, Heading, Paragraph, Table
+
+STATUS_ORDER = ("ok", "oom", "unsupported", "error", "nonfinite", "timeout")  # the outcome table's columns, then any other
+
+
+def environment(env: dict[str, Any], frame: pd.DataFrame) -> list[Block]:
+    """Device, torch, CUDA, dtypes, threads, commit, Python, host and packages, from env.json and the rows."""
+    device = env.get("gpu") or env.get("cpu") or "unknown"
+
+    def column(name: str) -> str:
+        return ", ".join(sorted({str(v) for v in frame[name] if v is not None})) if len(frame) else "-"
+
+    rows = [
+        ["device", f"{device}" + (f" (run rows: {column('device_name')})" if len(frame) else "")],
+        ["torch", format_text(env.get("torch"))],
+        ["CUDA", format_text(env.get("cuda"))],
+        ["dtypes", column("dtype")],
+        ["threads", f"torch {format_text(env.get('torch_threads'))} of {format_text(env.get('cpu_count'))} CPUs"],
+        ["commit", format_text(env.get("git_commit"))],
+        ["python", format_text(env.get("python"))],
+        ["host", format_text(env.get("host"))],
+    ]
+    packages = env.get("packages") or {}
+    if packages:
+        rows.append(["packages", ", ".join(f"{k} {v}" for k, v in sorted(packages.items()) if v)])
+    if not env:
+        rows.append(["note", "env.json missing or unreadable"])
+    return [Heading(2, "Environment"), Table(["", ""], rows)]
+
+
+def devices(frame: pd.DataFrame) -> list[Block]:
+    """Only when the run spans several devices (a Ray or Slurm sweep over mixed GPUs): cells per device and host."""
+    if not len(frame) or frame["device_name"].nunique() < 2:
+        return []
+    rows = [[str(name), ", ".join(sorted({str(h) for h in part["host"]})), str(len(part)), str(int((part["status"] == "ok").sum()))]
+            for name, part in frame.groupby("device_name", sort=True)]
+    note = ("This run's cells ran on different devices (see each table's device column). Latency, speed-up and memory "
+            "ratios compare cells measured on different hardware; for a clean comparison run each device type as its own "
+            "run (docs/scaling.md).")
+    return [Heading(2, "Devices"), Paragraph(note), Table(["device", "hosts", "cells", "ok"], rows)]
+
+
+def spec(spec_text: str | None) -> list[Block]:
+    """The run's spec.toml as recorded (nothing when the folder has none)."""
+    return [Heading(2, "Spec"), Code(spec_text.strip())] if spec_text else []
+
+
+def outcome(frame: pd.DataFrame) -> list[Block]:
+    """Cells per series and status, with the totals in a sentence."""
+    counts = frame.groupby(["series", "status"]).size().unstack(fill_value=0)
+    statuses = [s for s in STATUS_ORDER if s in counts.columns]
+    statuses += [s for s in counts.columns if s not in statuses]
+    rows = [[series] + [str(int(counts.at[series, s])) for s in statuses] for series in counts.index]
+    total = f"{len(frame)} cells: " + ", ".join(f"{int(counts[s].sum())} {s}" for s in statuses)
+    return [Heading(2, "Outcome"), Paragraph(total), Table(["series"] + statuses, rows)]

@@ -1,0 +1,185 @@
+"""What every figure shares: matplotlib on the Agg backend (chosen here, once, on first use), colours, styles, axes.
+
+One colour per variant in every figure (dense black, built-ins fixed, others from the sorted
+names), one line style and marker per config within a variant. Nothing here runs at import time:
+matplotlib is imported inside the helpers. The studies' figures use pyplot() too.
+"""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from harness.report.analysis import select, settings
+from harness.report.formatting import format_bytes, format_n, format_seconds
+
+FIXED_COLORS = {"dense": "black", "chunked": "tab:blue", "sliding_window": "tab:orange", "linformer": "tab:green", "distilled": "tab:red"}
+OTHER_COLORS = ("tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray", "gold", "navy", "teal", "maroon")
+LINESTYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+DPI = 110
+FIGURE_FILES = {  # stable names, so README can link a committed run's figures
+    "latency": "latency_vs_n.png",
+    "memory": "memory_vs_n.png",
+    "speedup": "speedup_vs_n.png",
+    "error": "error_vs_n.png",
+    "pareto": "pareto.png",
+    "limits": "max_length.png",
+    "maps": "attention_maps.png",
+}
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend: files only, never a window (safe on headless CI)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def variant_colors(variants: Sequence[str]) -> dict[str, str]:
+    """Colour per variant name: dense black, the built-ins fixed, the rest from the sorted names (cycled)."""
+    others = sorted(v for v in set(variants) if v not in FIXED_COLORS)
+    colors = dict(FIXED_COLORS)
+    colors.update({v: OTHER_COLORS[i % len(OTHER_COLORS)] for i, v in enumerate(others)})
+    return {v: colors[v] for v in set(variants)}
+
+
+def series_styles(frame: pd.DataFrame) -> dict[str, dict]:
+    """matplotlib style per series label: the variant's colour, and a line style and marker per config."""
+    if not len(frame):
+        return {}
+    colors = variant_colors(list(frame["variant"]))
+    styles = {}
+    pairs = sorted(set(zip(frame["variant"], frame["series"])))
+    for variant in sorted({v for v, _ in pairs}):
+        labels = [s for v, s in pairs if v == variant]
+        for i, label in enumerate(labels):
+            styles[label] = dict(color=colors[variant], linestyle=LINESTYLES[i % len(LINESTYLES)], marker=MARKERS[i % len(MARKERS)])
+    return styles
+
+
+def with_data(frame: pd.DataFrame, column: str) -> list[dict]:
+    """The settings with at least one value of `column` (a setting of only failed cells gets no empty panel)."""
+    return [s for s in settings(frame) if select(frame, s)[column].notna().any()]
+
+
+def grid(count: int, *, ncols: int | None = None, height: float = 3.6):
+    """(pyplot, figure, flat list of axes) for `count` panels, two per row unless `ncols`."""
+    plt = pyplot()
+    ncols = ncols or min(2, max(1, count))
+    nrows = max(1, -(-count // ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols + 2.2, height * nrows + 0.7), squeeze=False, constrained_layout=True)
+    return plt, fig, list(axes.ravel())
+
+
+def finish(plt, fig, axes, styles: dict, title: str, path: Path, *, oom_note: bool = True) -> None:
+    """One legend for the figure (plus the out-of-memory cross), empty panels hidden, title, save, close."""
+    from matplotlib.lines import Line2D
+
+    used = sorted({label for ax in axes for label in ax.get_legend_handles_labels()[1] if not label.startswith("_")})
+    handles = [Line2D([], [], **styles[label], label=label) for label in used if label in styles]
+    if oom_note:
+        handles.append(Line2D([], [], color="dimgray", marker="x", linestyle="none", markersize=7, label="out of memory"))
+    if handles:
+        fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
+    for ax in axes:
+        if not ax.has_data():
+            ax.set_visible(False)
+        _tidy_log(ax)
+    fig.suptitle(title, fontsize=11)
+    save(plt, fig, path)
+
+
+def save(plt, fig, path: Path) -> None:
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
+def mark_oom(ax, group: pd.DataFrame, style: dict) -> None:
+    """Crosses at the top of the axes at each N where the series ran out of memory."""
+    oom = sorted(set(group[group["status"] == "oom"]["seq_len"]))
+    if oom:
+        ax.plot(oom, [0.96] * len(oom), transform=ax.get_xaxis_transform(), linestyle="none", marker="x",
+                color=style["color"], markersize=8, markeredgewidth=2, clip_on=False)
+
+
+def log_axis(axis, set_scale) -> None:
+    """A log scale with unlabelled minor ticks (labelling them costs most of a figure's drawing time)."""
+    from matplotlib.ticker import NullFormatter
+
+    set_scale("log")
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _tidy_log(ax) -> None:
+    """On log axes spanning several decades, no minor ticks (drawing them costs seconds); on a narrow
+    span, majors at 1, 2, 5 x 10^k so that some value is labelled."""
+    from matplotlib.ticker import LogLocator, NullLocator
+
+    for axis, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+        locator = axis.get_major_locator()
+        if not isinstance(locator, LogLocator) or getattr(locator, "_base", None) != 10 or min(limits) <= 0:
+            continue  # linear, or a base-2 N axis with its own ticks
+        if np.log10(max(limits) / min(limits)) > 2.5:
+            axis.set_minor_locator(NullLocator())
+        else:
+            axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+
+
+def log_n_axis(ax, part: pd.DataFrame) -> None:
+    """A base-2 N axis with a tick (4K, 8K...) at each measured length."""
+    from matplotlib.ticker import NullLocator
+
+    ax.set_xscale("log", base=2)
+    lengths = sorted(set(part["seq_len"]))
+    if lengths:
+        ax.set_xticks(lengths)
+        ax.xaxis.set_major_formatter(n_formatter())
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xlim(lengths[0] / 1.3, lengths[-1] * 1.3)
+    ax.set_xlabel("sequence length N")
+
+
+def n_formatter():
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda x, _: format_n(x))
+
+
+def bytes_axis(ax) -> None:
+    """Ticks at powers of two (1 KiB, 4 KiB, ...) labelled in binary units, at most about 7 of them."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    low, high = ax.get_ylim()
+    first, last = int(np.floor(np.log2(max(low, 1.0)))), int(np.ceil(np.log2(max(high, 2.0))))
+    step = max(1, -(-(last - first) // 7))
+    ax.yaxis.set_major_locator(FixedLocator([2.0**e for e in range(first, last + 1, step)]))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: format_bytes(y)))
+    ax.set_ylim(low, high)
+
+
+def seconds_axis(axis) -> None:
+    """Labels like 10 ms instead of 10^-2 on a log time axis."""
+    from matplotlib.ticker import FuncFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda t, _: format_seconds(t)))
+
+
+def ratio_axis(ax) -> None:
+    """Plain labels (0.5x, 1x, 10x) on a log axis instead of powers of ten."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}x"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def wrap(text: str, width: int) -> str:
+    """At most 8 lines of `width` characters (a panel's note)."""
+    return "\n".join(textwrap.wrap(text, width)[:8])

@@ -1,0 +1,75 @@
+"""The two renderers of a page (harness.report.page): GitHub Markdown and one self-contained HTML file."""
+from __future__ import annotations
+
+import base64
+import html
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+from harness.report.page import Block, Code, Heading, Image, Paragraph, Table
+
+STYLE = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
+         "table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
+         "th{background:#f3f3f3}img{max-width:100%}figcaption{font-size:13px;color:#555}pre{background:#f6f6f6;padding:1em}")
+
+
+def render_markdown(blocks: Iterable[Block]) -> str:
+    """The blocks as GitHub Markdown; images are linked by file name (they sit beside the .md)."""
+    out: list[str] = []
+    for block in blocks:
+        if isinstance(block, Heading):
+            out.append("#" * block.level + " " + block.text)
+        elif isinstance(block, Paragraph):
+            out.append(block.text)
+        elif isinstance(block, Code):
+            out.append(f"```{block.language}\n{block.text}\n```")
+        elif isinstance(block, Image):
+            out.append(f"![{block.file}]({block.file})\n\n*{block.caption}*")
+        elif isinstance(block, Table):
+            out.append(markdown_table(block))
+        else:
+            raise TypeError(f"not a page block: {block!r}")
+    return "\n\n".join(out) + "\n"
+
+
+def markdown_table(table: Table) -> str:
+    """One pipe table, cells escaped ('|' and line breaks)."""
+    lines = ["| " + " | ".join(_md_cell(h) for h in table.headers) + " |", "|" + "---|" * len(table.headers)]
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in table.rows]
+    return "\n".join(lines)
+
+
+def render_html(blocks: Iterable[Block], folder: Path, *, title: str) -> str:
+    """The blocks as one self-contained HTML page (figures read from `folder`, embedded as base64 PNG)."""
+    body: list[str] = []
+    for block in blocks:
+        if isinstance(block, Heading):
+            body.append(f"<h{block.level}>{_inline(block.text)}</h{block.level}>")
+        elif isinstance(block, Paragraph):
+            body.append(f"<p>{_inline(block.text)}</p>")
+        elif isinstance(block, Code):
+            body.append(f"<pre>{html.escape(block.text)}</pre>")
+        elif isinstance(block, Image):
+            data = base64.b64encode((folder / block.file).read_bytes()).decode("ascii")
+            body.append(f'<figure><img alt="{html.escape(block.file)}" src="data:image/png;base64,{data}">'
+                        f"<figcaption>{_inline(block.caption)}</figcaption></figure>")
+        elif isinstance(block, Table):
+            head = "".join(f"<th>{_inline(h)}</th>" for h in block.headers)
+            rows = "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>" for row in block.rows)
+            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+        else:
+            raise TypeError(f"not a page block: {block!r}")
+    return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def _inline(text: Any) -> str:
+    """HTML of a line with **bold** and `code`."""
+    escaped = html.escape(str(text))
+    escaped = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", escaped)
+    return re.sub(r"`(.+?)`", r"<code>\1</code>", escaped)
+
+
+def _md_cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")

@@ -1,0 +1,125 @@
+"""How the studies' results are shown, in their own .md and in a run's report (read from <stem>.json, never from the .md).
+
+`python -m harness model-eval --run RUN_DIR` and `tasks --run RUN_DIR` (harness.studies) leave
+<stem>.csv/.json/.md/.png in a run folder; <stem>.json is {"meta": {...}, "rows": [...]}. The
+tables here are the ones the studies write into their .md, so the report and the .md agree.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from harness.entries import config_label
+from harness.report.formatting import format_number, short_reason
+from harness.report.page import Block, Heading, Image, Paragraph, Table
+
+MODEL_EVAL = "model_eval"  # the file stem harness.studies.model_eval writes
+TASKS = "tasks"  # the file stem harness.studies.tasks writes
+TASK_LOSS_FLAG = 0.05  # accuracy points below dense that the recommendation calls out
+MODEL_COSINE_FLAG = 0.99  # mean embedding cosine below which the recommendation calls a variant out
+
+
+def model_eval_table(rows: list[dict[str, Any]]) -> Table:
+    """One line per variant and length limit: cosine (mean, min), retrieval agreement, or the failure."""
+    body = []
+    for r in rows:
+        mean_tokens = "-" if r.get("seq_len_mean") is None else str(round(r["seq_len_mean"]))
+        head = [str(r.get("variant")), str(r.get("max_len")), mean_tokens]
+        if r.get("status") == "ok":
+            body.append(head + [format_number(r.get("cosine_mean"), ".5f"), format_number(r.get("cosine_min"), ".5f"),
+                                format_number(r.get("retrieval_agreement"), ".3f"), ""])
+        else:
+            body.append(head + ["-", "-", "-", f"{r.get('status')}: {short_reason(r.get('reason'), missing='')}"])
+    return Table(["variant", "max_len", "mean tokens", "cosine mean", "cosine min", "retrieval agreement", "note"], body)
+
+
+def model_eval_note(model: str) -> str:
+    return f"Each variant swapped into every layer of {model}; embeddings compared to the unmodified model over the evaluation passages."
+
+
+def tasks_table(rows: list[dict[str, Any]]) -> Table:
+    """One line per task and variant: test accuracy (delta to dense) per N, or the failure."""
+    lens = sorted({r["seq_len"] for r in rows})
+    body = []
+    for task in dict.fromkeys(r["task"] for r in rows):
+        for variant in dict.fromkeys(r["variant"] for r in rows):
+            cells = [str(task), str(variant)]
+            for n in lens:
+                r = next((r for r in rows if (r["task"], r["variant"], r["seq_len"]) == (task, variant, n)), None)
+                if r is None:
+                    cells.append("-")
+                elif r.get("accuracy") is None:
+                    cells.append(f"{r.get('status')}: {short_reason(r.get('reason'), 60, missing='')}")
+                elif r["variant"] == "dense" or r.get("delta_to_dense") is None:
+                    cells.append(f"{r['accuracy']:.3f}")
+                else:
+                    cells.append(f"{r['accuracy']:.3f} ({r['delta_to_dense']:+.3f})")
+            body.append(cells)
+    return Table(["task", "variant"] + [f"N={n}" for n in lens], body)
+
+
+def tasks_note(rows: list[dict[str, Any]]) -> str:
+    chance = ", ".join(sorted({f"{r['task']} {r['chance']:.3f}" for r in rows if r.get("chance") is not None}))
+    majority = ", ".join(sorted({f"{r['task']} N={r['seq_len']} {r['majority']:.3f}" for r in rows if r.get("majority") is not None}))
+    return f"Test accuracy (delta to dense). Chance: {chance}. Majority class of the test set: {majority}."
+
+
+# stem -> (section title, what it measured, its table)
+STUDIES: dict[str, tuple[str, str, Callable[[list[dict[str, Any]]], Table]]] = {
+    MODEL_EVAL: ("Inside a pretrained model (model-eval)",
+                 "Each variant swapped into every attention layer of all-MiniLM-L6-v2 (its weights kept): sentence-embedding "
+                 "cosine to the unmodified model and how often each passage's nearest neighbour stays the same.",
+                 model_eval_table),
+    TASKS: ("Trained from scratch on long-range tasks (tasks)",
+            "Tiny transformers of one size, one per variant, trained with the same budget on MQAR (associative recall) and "
+            "ListOps; test accuracy, and in brackets the change against dense.",
+            tasks_table),
+}
+
+
+def study_rows(folder: Path, stem: str) -> list[dict[str, Any]] | None:
+    """The rows of <stem>.json in `folder`; None when there is no such file, [] when it cannot be read."""
+    path = folder / f"{stem}.json"
+    if not path.is_file():
+        return None
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8")).get("rows", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def study_sections(folder: Path) -> list[Block]:
+    """A section per study result found in the run folder: what it measured, its table and its figure."""
+    blocks: list[Block] = []
+    for stem, (title, what, table) in STUDIES.items():
+        rows = study_rows(folder, stem)
+        if rows is None:
+            continue
+        blocks += [Heading(2, title), Paragraph(what)]
+        blocks.append(table(rows) if rows else Paragraph(f"{stem}.json has no readable rows."))
+        if (folder / f"{stem}.png").is_file():
+            blocks.append(Image(f"{stem}.png", what))
+    return blocks
+
+
+def study_caveats(folder: Path) -> list[str]:
+    """Sentences for the recommendation from the model-eval and tasks results in the run folder (if any)."""
+    out = []
+    losses: dict[str, list[str]] = {}
+    for r in study_rows(folder, TASKS) or []:
+        delta = r.get("delta_to_dense")
+        if r.get("status") == "ok" and delta is not None and delta < -TASK_LOSS_FLAG:
+            losses.setdefault(config_label(r["variant"], r.get("config")), []).append(f"{r['task']} N={r['seq_len']}: {delta:+.2f}")
+    if losses:
+        parts = "; ".join(f"{v} ({', '.join(items)})" for v, items in sorted(losses.items()))
+        out.append(f"**Trained tasks:** these lose more than {TASK_LOSS_FLAG:.0%} accuracy against dense: {parts}. "
+                   "A small error on random inputs does not guarantee a model trains as well.")
+    weak = sorted({f"{config_label(r['variant'], r.get('config'))} (cosine {r['cosine_mean']:.3f} at {r['max_len']} tokens)"
+                   for r in study_rows(folder, MODEL_EVAL) or []
+                   if r.get("status") == "ok" and r.get("cosine_mean") is not None and r["cosine_mean"] < MODEL_COSINE_FLAG})
+    if weak:
+        out.append(f"**Inside a pretrained model:** swapped in without retraining, these move sentence embeddings "
+                   f"below cosine {MODEL_COSINE_FLAG}: {', '.join(weak)}.")
+    return out

@@ -1,0 +1,67 @@
+"""The report's "Published numbers beside ours": our rows next to the papers' (data in harness.report.published)."""
+from __future__ import annotations
+
+import pandas as pd
+
+from harness.report import analysis, published
+from harness.report.formatting import format_number, format_ratio
+from harness.report.page import Block, Heading, Paragraph, Table
+
+
+def published_comparison(frame: pd.DataFrame, env: dict) -> list[Block]:
+    """Linformer speed-ups, chunked memory savings and dense TFLOP/s beside the published ones, where the run has them."""
+    ours = env.get("gpu") or env.get("cpu") or "this machine"
+    ok = frame[(frame["status"] == "ok") & (frame["inputs"] == analysis.primary_inputs(frame))]
+    blocks: list[Block] = [Heading(2, "Published numbers beside ours"), Paragraph(
+        f"Ours: {ours}. The papers measured other hardware, sizes and software; these put orders of magnitude "
+        "side by side, they are not pass/fail checks.")]
+    found = [_linformer(ok, ours), _chunked_memory(ok, ours), _dense_tflops(ok, ours)]
+    for section in found:
+        blocks += section
+    if not any(found):
+        blocks.append(Paragraph("No cell of this run matches a published comparison (linformer forward, chunked memory, dense train TFLOP/s)."))
+    return blocks
+
+
+def _linformer(ok: pd.DataFrame, ours: str) -> list[Block]:
+    lin = published.LINFORMER_SPEEDUP
+    rows = []
+    for _, r in ok[(ok["variant"] == "linformer") & (ok["mode"] == "forward")].sort_values(["series", "seq_len"]).iterrows():
+        k = r["config"].get("k") if isinstance(r["config"], dict) else None
+        paper = lin["speedup"].get((int(r["seq_len"]), k))
+        rows.append([r["series"], str(r["seq_len"]), str(k), format_ratio(r["speedup"]), f"{paper:g}x" if paper else "-"])
+    if not rows:
+        return []
+    return [Heading(3, f"Linformer speed-up over dense, forward ({lin['source']}, {lin['hardware']})"),
+            Table(["series", "N", "k", f"ours ({ours})", f"paper ({lin['hardware']})"], rows)]
+
+
+def _chunked_memory(ok: pd.DataFrame, ours: str) -> list[Block]:
+    rs = published.RABE_STAATS_MEMORY
+    rows = []
+    for mode in ("forward", "train"):
+        part = ok[(ok["variant"] == "chunked") & (ok["mode"] == mode) & ok["memory_ratio"].notna()]
+        if len(part):
+            best = part.sort_values("seq_len").iloc[-1]
+            rows.append([mode, str(best["seq_len"]), format_number(1 / best["memory_ratio"], ".3g", "x"), f"{rs['seq_len']}",
+                         f"{rs['ratio'][mode]:g}x"])
+    if not rows:
+        return []
+    return [Heading(3, f"Dense memory / chunked memory ({rs['source']}, {rs['hardware']})"),
+            Table(["mode", "our N (longest with both)", f"ours ({ours})", "paper N", f"paper ({rs['hardware']})"], rows)]
+
+
+def _dense_tflops(ok: pd.DataFrame, ours: str) -> list[Block]:
+    fa = published.FLASH2_TFLOPS
+    rows = []
+    dense = ok[(ok["variant"] == "dense") & (ok["mode"] == fa["mode"])]
+    for _, r in dense.sort_values(["series", "causal", "seq_len"]).iterrows():
+        table = dict(zip(fa["seq_lens"], fa["tflops"][bool(r["causal"])]))
+        paper = table.get(int(r["seq_len"]))
+        rows.append([r["series"], "causal" if r["causal"] else "non-causal", str(r["seq_len"]), str(r["head_dim"]),
+                     format_number(r["tflops"], ".3g"), f"{paper:g}" if paper else "-"])
+    if not rows:
+        return []
+    return [Heading(3, f"Dense TFLOP/s, forward+backward ({fa['source']}, {fa['hardware']}, head dim {fa['head_dim']})"),
+            Table(["series", "mask", "N", "our head dim", f"ours ({ours})", f"FlashAttention-2 ({fa['hardware']})"], rows),
+            Paragraph(f"For scale: {fa['naive_pytorch']}.")]

@@ -1,0 +1,170 @@
+"""Run a sweep: every cell of the spec to an executor, each row appended as it arrives, nothing lost.
+
+spec (defaults < --config TOML < flags) -> plan -> each cell to an executor (this process, a
+subprocess, Ray, Slurm: harness.executors) -> each row appended to results/<run-id>/rows.jsonl as
+it arrives (this driver is its only writer) -> at the end rows.csv, the report and a compact
+table on stdout.
+From Python: ``run_sweep(sweep_spec(cli={"seq_lens": "256,512"}), out="results")``.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.spec import SweepSpec, build_spec, describe, spec_to_toml
+
+
+def sweep_spec(*, toml_path: str | Path | None = None, toml: dict[str, Any] | None = None, cli: dict[str, Any] | None = None,
+               plan_only: bool = False) -> SweepSpec:
+    """build_spec with the executors' option keys, then checked by the executor it names (harness.executors.resolve_spec)."""
+    from harness.executors import option_knobs, resolve_spec
+
+    flags = {key: k.flag or key for key, (k, _) in option_knobs().items()}
+    spec = build_spec(toml_path=toml_path, toml=toml, cli=cli, plan_only=plan_only, executor_flags=flags)
+    return resolve_spec(spec, plan_only=plan_only)
+
+
+def plan_lines(spec: SweepSpec, resume: Path | None = None) -> list[str]:
+    """The cells a sweep would run, one line each with its id ("done" when a resumed run has its row), and a total."""
+    from harness.plan import plan
+    from harness.store import completed_cell_ids, read_rows
+
+    cells = plan(spec)
+    done = completed_cell_ids(read_rows(resume)) if resume else set()
+    lines = [describe(spec)]
+    for cell in cells:
+        mark = "done " if cell.cell_id in done else ""
+        lines.append(f"{cell.cell_id}  {mark}{cell.label}")
+    todo = sum(cell.cell_id not in done for cell in cells)
+    lines.append(f"{len(cells)} cells planned" + (f", {todo} still to run" if resume else ""))
+    return lines
+
+
+def run_sweep(
+    spec: SweepSpec,
+    *,
+    out: str | Path = "results",
+    run_id: str | None = None,
+    resume: str | Path | None = None,
+    quiet: bool = True,
+) -> Path:
+    """Measure every cell of `spec` into a run folder and return its path.
+
+    Args:
+        spec: from sweep_spec (or harness.spec.build_spec); spec.executor says where cells run (harness.executors).
+        out: parent folder of run folders; run_id: the folder's name (default: time and device).
+        resume: an existing run folder to continue (its cells with a row are not run again).
+        quiet: no progress bar (it is also silent when stderr is not a terminal).
+    """
+    import dataclasses
+
+    import torch
+
+    from harness.env import collect_env
+    from harness.executors import CellJob, executor_class, make_executor, resolve_spec, run_cells
+    from harness.measure import CALIBRATION_SEED_OFFSET, MeasureSettings, RunInfo, outcome_row
+    from harness.plan import plan
+    from harness.runner.progress import Progress
+    from harness.schema import NOT_RUN_PREFIX
+    from harness.store import (ENV_FILE, SPEC_FILE, RowWriter, completed_cell_ids, create_run_dir, new_run_id,
+                               read_rows, write_json)
+
+    spec = resolve_spec(spec)
+    if resume is not None:
+        run_dir = Path(resume)
+    else:
+        run_dir = create_run_dir(out, run_id or new_run_id(spec.device), exact=run_id is not None)
+    if spec.device.startswith("cuda:"):
+        torch.cuda.set_device(torch.device(spec.device))
+    settings = MeasureSettings.from_spec(spec)
+    env = collect_env(spec.device)
+    env["seeds"] = {
+        "evaluation": spec.seed,
+        "calibration": [spec.seed + CALIBRATION_SEED_OFFSET + i for i in range(spec.calibration_batches)],
+    }
+    env["measure_settings"] = settings.to_dict()
+    env["executor"] = spec.executor  # of the first part; each row's host and device_name say where it ran
+    if not (run_dir / ENV_FILE).exists():
+        write_json(run_dir / ENV_FILE, env)
+    if not (run_dir / SPEC_FILE).exists():
+        (run_dir / SPEC_FILE).write_text(spec_to_toml(spec), encoding="utf-8")
+    info = RunInfo(
+        run_id=run_dir.name,
+        device_name=(env["gpu"] or "cuda") if spec.device.startswith("cuda") else env["cpu"],
+        host=env["host"],
+        threads=torch.get_num_threads(),
+    )
+    remote = executor_class(spec.executor).remote
+    job = CellJob(
+        settings=settings.to_dict(), run=dataclasses.asdict(info), run_dir=str(run_dir.resolve()), remote=remote,
+        plugins=tuple(str(Path(p).resolve()) if Path(p).is_file() else p for p in spec.plugins),
+        threads=spec.executor_options.get("cpus_per_cell") if remote and spec.device_type == "cpu" else None,
+    )
+    existing = read_rows(run_dir)
+    done = completed_cell_ids(existing)
+    cells = plan(spec)
+    blocked = _blocked_series(existing, cells)
+    progress = Progress(len(cells), enabled=not quiet)
+    progress.done = sum(cell.cell_id in done for cell in cells)
+
+    def skip(cell) -> dict | None:
+        block = blocked.get(cell.series_key)
+        if block is None or cell.seq_len <= block[1]:
+            return None
+        status, at = block
+        return outcome_row(cell, info, status, f"{NOT_RUN_PREFIX}: {status} at N={at} for the same variant, config and setting")
+
+    try:
+        with make_executor(spec, job) as executor, RowWriter(run_dir) as writer:  # an engine that fails to start leaves no rows.jsonl
+            def on_row(cell, row: dict[str, Any], measured: bool) -> None:
+                writer.append(row)
+                done.add(cell.cell_id)
+                if measured and row["status"] in ("oom", "timeout"):
+                    current = blocked.get(cell.series_key)
+                    if current is None or cell.seq_len < current[1]:
+                        blocked[cell.series_key] = (row["status"], cell.seq_len)
+                progress.finish(row["status"], measured=measured)
+
+            todo = (cell for cell in cells if cell.cell_id not in done)
+            run_cells(executor, todo, skip=skip, on_row=on_row, on_start=lambda cell: progress.start(cell.label))
+    except KeyboardInterrupt:
+        progress.close()
+        print(f"interrupted; the rows so far are in {run_dir}; continue with --resume {run_dir}", file=sys.stderr)
+        raise
+    progress.close()
+    finish_run(run_dir)
+    return run_dir
+
+
+def _blocked_series(rows: list[dict], cells: list) -> dict[str, tuple[str, int]]:
+    """Series (a cell minus its length) that hit OOM or the time limit in earlier rows, and at which N."""
+    from harness.schema import NOT_RUN_PREFIX
+
+    by_id = {cell.cell_id: cell for cell in cells}
+    blocked: dict[str, tuple[str, int]] = {}
+    for row in rows:
+        cell = by_id.get(row.get("cell_id"))
+        if cell is None or row.get("status") not in ("oom", "timeout") or str(row.get("reason", "")).startswith(NOT_RUN_PREFIX):
+            continue
+        current = blocked.get(cell.series_key)
+        if current is None or cell.seq_len < current[1]:
+            blocked[cell.series_key] = (row["status"], cell.seq_len)
+    return blocked
+
+
+def finish_run(run_dir: Path) -> None:
+    """rows.csv/Parquet, the report (a failure there is a warning), the table and the folder on stdout."""
+    from harness.runner.summary import summary_table
+    from harness.store import read_rows, write_tables
+
+    write_tables(run_dir)
+    try:
+        from harness.report import write_report  # inside the try: a broken plotting install is this same warning
+
+        write_report(run_dir)
+    except Exception as exc:  # the rows are safe on disk; a report failure is a warning, never silent
+        print(f"warning: the report failed ({type(exc).__name__}: {exc}); "
+              f"the rows are in {run_dir}; retry with python -m harness report {run_dir}", file=sys.stderr)
+    print(summary_table(read_rows(run_dir)))
+    print(f"run folder: {run_dir}")

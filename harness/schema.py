@@ -1,0 +1,173 @@
+"""The schema the whole harness shares: a Cell (what is measured) and a Row (what was measured).
+
+Every field list is derived from these dataclasses, never typed again: CELL_FIELDS, ROW_FIELDS
+(rows.jsonl and rows.csv columns, in this order) and NUMERIC_FIELDS (held as floats by readers).
+Rows travel between processes and live on disk as plain JSON objects (``Row.to_dict()``,
+``Row.from_dict()``); schema_version 1 rows written by earlier versions read back unchanged.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+STATUSES = ("ok", "oom", "unsupported", "error", "nonfinite", "timeout")
+NOT_RUN_PREFIX = "not run"  # reason of a cell skipped after an oom/timeout at a shorter N of its series
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One measurement: a variant with its config on one shape, dtype, device, causal setting, mode and inputs."""
+
+    variant: str  # registry name
+    config: dict[str, Any] = field(compare=False)  # asdict of the validated config (overrides applied)
+    seq_len: int  # N
+    kv_len: int  # M (= N: self-attention)
+    batch: int  # B
+    heads: int  # H
+    head_dim: int  # D
+    dtype: str  # "float32" | "bfloat16" | "float16"
+    device: str  # "cpu" | "cuda" (the device type; the index is a run setting)
+    causal: bool
+    mode: str  # "forward" | "train"
+    inputs: str  # input distribution, "name" or "name:knob=value"
+    seed: int  # evaluation seed
+
+    @property
+    def cell_id(self) -> str:
+        """A stable hash of every field: the same cell in any run, any order, gets the same id."""
+        payload = json.dumps(self.fields(), sort_keys=True, default=str)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def fields(self) -> dict[str, Any]:
+        """The cell's identity fields as they go into its row."""
+        return {name: getattr(self, name) for name in CELL_FIELDS}
+
+    @property
+    def series_key(self) -> str:
+        """Everything but the lengths: cells of one series differ only in N (and M)."""
+        data = {k: v for k, v in self.fields().items() if k not in ("seq_len", "kv_len")}
+        return json.dumps(data, sort_keys=True, default=str)
+
+    @property
+    def label(self) -> str:
+        """A short human label: 'dense N=4096 forward float32 D=64 causal gaussian'."""
+        from harness.entries import config_label
+
+        causal = " causal" if self.causal else ""
+        return f"{config_label(self.variant, self.config)} N={self.seq_len} {self.mode} {self.dtype} D={self.head_dim}{causal} {self.inputs}"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Cell":
+        """A cell from its fields (a row, or the JSON a worker process receives)."""
+        return cls(**{name: data[name] for name in CELL_FIELDS})
+
+
+def _measured(default: Any = None) -> Any:
+    """A measurement column: missing values are NaN in DataFrames (readers coerce it to float)."""
+    return field(default=default, metadata={"numeric": True})
+
+
+@dataclass
+class Row:
+    """One row of rows.jsonl: the cell, the outcome and every measurement (None when not measured).
+
+    Field order is the column order on disk (docs/DESIGN.md "Row schema").
+    """
+
+    run_id: str | None = None
+    cell_id: str | None = None
+    variant: str | None = None
+    config: dict[str, Any] | None = None
+    backend: str | None = None  # the backend that ran, resolved from "auto"
+    seq_len: int | None = None
+    kv_len: int | None = None
+    batch: int | None = None
+    heads: int | None = None
+    head_dim: int | None = None
+    dtype: str | None = None
+    device: str | None = None
+    device_name: str | None = None
+    host: str | None = None
+    causal: bool | None = None
+    mode: str | None = None
+    inputs: str | None = None
+    seed: int | None = None
+    threads: int | None = None
+    status: str | None = None  # one of STATUSES
+    reason: str | None = None
+    latency_s: float | None = _measured()  # median seconds per call
+    latency_p20_s: float | None = _measured()
+    latency_p80_s: float | None = _measured()
+    repeats: int | None = _measured()  # timed calls
+    peak_memory_bytes: int | None = _measured()  # beyond the inputs
+    memory_method: str | None = None
+    flops: int | None = _measured()  # analytic, forward or forward+backward per mode
+    tflops: float | None = _measured()
+    rel_l2_error: float | None = _measured()
+    max_abs_error: float | None = _measured()
+    cosine: float | None = _measured()  # mean over sampled rows
+    error_rows: int | None = _measured()
+    grad_rel_l2_q: float | None = _measured()
+    grad_rel_l2_k: float | None = _measured()
+    grad_rel_l2_v: float | None = _measured()
+    grad_check_seq_len: int | None = None
+    setup_s: float | None = _measured()  # compilation, block masks: outside the timed region
+    calibration_s: float | None = _measured()
+    calibration: dict[str, Any] | None = None  # the calibration report
+    started_at: str | None = None  # ISO time
+    wall_s: float | None = _measured()  # the whole cell
+    schema_version: int = SCHEMA_VERSION
+
+    @classmethod
+    def for_cell(cls, cell: Cell, **fields: Any) -> "Row":
+        """A row with the cell's identity (and cell_id) filled in."""
+        return cls(**cell.fields(), cell_id=cell.cell_id, **fields)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Row":
+        """A row from a JSON object; keys outside the schema are refused (ValueError names them)."""
+        unknown = set(data) - set(ROW_FIELDS)
+        if unknown:
+            raise ValueError(f"row has fields outside schema {SCHEMA_VERSION}: {sorted(unknown)}")
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, in column order, JSON-safe (non-finite floats become None)."""
+        return {name: json_safe(getattr(self, name)) for name in ROW_FIELDS}
+
+    def update(self, **fields: Any) -> "Row":
+        """Set fields by name (refusing unknown ones) and return the row."""
+        unknown = set(fields) - set(ROW_FIELDS)
+        if unknown:
+            raise ValueError(f"row has fields outside schema {SCHEMA_VERSION}: {sorted(unknown)}")
+        for name, value in fields.items():
+            setattr(self, name, value)
+        return self
+
+
+CELL_FIELDS = tuple(f.name for f in dataclasses.fields(Cell))
+ROW_FIELDS = tuple(f.name for f in dataclasses.fields(Row))
+NUMERIC_FIELDS = tuple(f.name for f in dataclasses.fields(Row) if f.metadata.get("numeric"))
+
+
+def empty_row() -> dict[str, Any]:
+    """A row dict with every schema field None (schema_version set)."""
+    return Row().to_dict()
+
+
+def json_safe(value: Any) -> Any:
+    """JSON-safe raw values: non-finite floats become None (the row's status says why)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
+        return json_safe(value.item())
+    return value

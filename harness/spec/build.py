@@ -1,0 +1,130 @@
+"""build_spec: embedded defaults < a TOML file < command-line flags, validated before any cell runs.
+
+``build_spec(toml_path=..., cli={...})`` returns a ``SweepSpec`` or raises ``UsageError`` with one
+line naming where the bad value came from (``--seq-lens``, ``sweep.toml: seq_lens``) and how to fix
+it. Keys an executor declares (``executor_flags``: key -> flag) are carried raw in
+``spec.executor_options``; harness.executors validates them, the spec does not know them.
+"""
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+from harness.devices import default_device, device_problem, dtype_reason
+from harness.entries import format_entry, split_entries
+from harness.errors import UsageError
+from harness.knobs import knobs
+from harness.plugins import load_plugins
+from harness.spec.convert import SpecError, as_list, choices
+from harness.spec.model import DTYPE_ALIASES, DTYPES, VARIANT_CONFIG_KEY, SweepSpec
+from harness.spec.toml_io import load_toml, toml_library
+from harness.spec.variants import expand_variants, variant_config_layers
+from variants._checks import did_you_mean
+
+KEYS = tuple(k.key for k in knobs(SweepSpec)) + (VARIANT_CONFIG_KEY,)  # what a spec file may hold (besides executor keys)
+FLAGS = {k.key: k.flag for k in knobs(SweepSpec) if k.flag}  # spec key -> its flag, for messages
+
+
+def default_text(device: str) -> str:
+    """The embedded default spec for a device type (harness/spec/cpu.toml or gpu.toml), as TOML text."""
+    name = "gpu.toml" if device.startswith("cuda") else "cpu.toml"
+    return resources.files("harness.spec").joinpath(name).read_text(encoding="utf-8")
+
+
+def build_spec(
+    *, toml_path: str | Path | None = None, toml: dict[str, Any] | None = None, cli: dict[str, Any] | None = None,
+    plan_only: bool = False, executor_flags: Mapping[str, str] | None = None,
+) -> SweepSpec:
+    """Merge defaults < TOML < CLI (CLI values are the flags' raw strings) and validate every measurement key.
+
+    Loads plugins first (their variants may be named). The device is checked for its form here;
+    whether it exists is the executor's question (harness.executors.resolve_spec), so a GPU sweep
+    can be planned anywhere (`plan_only` is kept for callers; it changes nothing here).
+    """
+    executor_flags = dict(executor_flags or {})
+    cli = {k: v for k, v in (cli or {}).items() if v is not None}
+    source = str(toml_path) if toml_path is not None else "spec"
+    file_values = dict(toml or {})
+    if toml_path is not None:
+        file_values = {**load_toml(toml_path), **file_values}
+    known = KEYS + tuple(executor_flags)
+    unknown = [k for k in file_values if k not in known]
+    if unknown:
+        raise UsageError(f"{source}: unknown key {unknown[0]!r}; known keys: {', '.join(known)}{did_you_mean(unknown[0], known)}")
+    device, was_auto = _raw_device(cli, file_values, source)
+    defaults = toml_library().loads(default_text(device))
+    flags = {**FLAGS, **executor_flags}
+    merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for label, layer in (("default spec", defaults), (source, file_values), ("cli", cli)):
+        for key, value in layer.items():
+            if key == VARIANT_CONFIG_KEY and label == "default spec":
+                continue  # applied below, only to the variants it names that are selected
+            merged[key] = value
+            origin[key] = flags.get(key, key) if label == "cli" else f"{label}: {key}"
+    merged["device"] = device
+
+    def where(key: str) -> str:
+        return origin.get(key, f"default spec: {key}")
+
+    try:
+        load_plugins(as_list(merged.get("plugins", ())))
+        values: dict[str, Any] = {}
+        for k in knobs(SweepSpec):
+            if k.parse is not None and k.key in merged:
+                values[k.key] = k.parse(merged[k.key], where(k.key))
+        variant_config = variant_config_layers(defaults.get(VARIANT_CONFIG_KEY, {}), merged.get(VARIANT_CONFIG_KEY, {}), where)
+        problem = device_problem(device, present=False)
+        if problem:
+            raise SpecError(f"{where('device')}: {problem}")
+        return SweepSpec(
+            **values,
+            device=device,
+            variants=expand_variants(merged["variants"], variant_config, where("variants")),
+            dtypes=_dtypes(merged["dtypes"], device, where("dtypes")),
+            inputs=_inputs(merged["inputs"], where("inputs")),
+            executor_options={key: merged[key] for key in executor_flags if key in merged},
+            device_was_auto=was_auto,
+            sources={key: where(key) for key in merged},
+        )
+    except SpecError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _raw_device(cli: dict, file_values: dict, source: str) -> tuple[str, bool]:
+    """The device asked for ('auto' resolved to this machine's) and whether it was 'auto'."""
+    device = cli.get("device", file_values.get("device", "auto"))
+    if not isinstance(device, str):
+        raise UsageError(f"{source}: device must be a string like 'cpu' or 'cuda', got {device!r}")
+    device = device.strip().lower()
+    if device in ("auto", ""):
+        return default_device(), True
+    return device, False
+
+
+def _dtypes(value: Any, device: str, where: str) -> tuple[str, ...]:
+    dtypes = choices(DTYPES, DTYPE_ALIASES)(value, where)
+    for dtype in dtypes:
+        reason = dtype_reason(dtype, device)
+        if reason:
+            raise SpecError(f"{where}: {dtype} on {device}: {reason}")
+    return dtypes
+
+
+def _inputs(value: Any, where: str) -> tuple[str, ...]:
+    from harness.inputs import parse_inputs
+
+    entries = split_entries(value) if isinstance(value, str) else [str(v) for v in as_list(value)]
+    out: list[str] = []
+    for text in entries:
+        try:
+            name, settings = parse_inputs(text)
+        except ValueError as exc:
+            raise SpecError(f"{where}: {exc}") from None
+        label = format_entry(name, settings)
+        if label not in out:
+            out.append(label)
+    if not out:
+        raise SpecError(f"{where}: needs at least one input distribution")
+    return tuple(out)

@@ -1,0 +1,177 @@
+"""Generic converters for spec values: each takes (value, where) and raises SpecError("<where>: <what>; <fix>").
+
+Values come from TOML (typed) or flags (strings); both are accepted.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from variants._checks import did_you_mean
+
+
+class SpecError(ValueError):
+    """A bad spec value; build_spec turns it into one UsageError line."""
+
+
+def as_list(value: Any) -> list:
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return [value]
+
+
+def to_int(value: Any, where: str, *, minimum: int | None = None) -> int:
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise SpecError(f"{where}: expected an integer, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"{where}: expected an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise SpecError(f"{where}: must be >= {minimum}, got {value}")
+    return value
+
+
+def positive_int(value: Any, where: str) -> int:
+    return to_int(value, where, minimum=1)
+
+
+def optional_int(minimum: int):
+    """A converter for an integer >= minimum, or None ('' / 'none')."""
+    def convert(value: Any, where: str) -> int | None:
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
+            return None
+        return to_int(value, where, minimum=minimum)
+
+    return convert
+
+
+def optional_text(value: Any, where: str) -> str | None:
+    return None if value in (None, "") else str(value).strip()
+
+
+def number(value: Any, where: str, *, positive: bool = False) -> float:
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise SpecError(f"{where}: expected a number, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(f"{where}: expected a number, got {value!r}")
+    if positive and not value > 0:
+        raise SpecError(f"{where}: must be > 0, got {value}")
+    return float(value)
+
+
+def positive_number(value: Any, where: str) -> float:
+    return number(value, where, positive=True)
+
+
+def timeout(value: Any, where: str) -> float | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "0", "off")) or value == 0:
+        return None
+    return number(value, where, positive=True)
+
+
+def lengths(item: Any, where: str) -> list[int]:
+    """One seq-len item: 4096, "4k", or a doubling range "256..8192"."""
+    if isinstance(item, str):
+        text = item.strip().lower()
+        if ".." in text:
+            lo, _, hi = text.partition("..")
+            start, stop = lengths(lo, where)[0], lengths(hi, where)[0]
+            if stop < start:
+                raise SpecError(f"{where}: range {item!r} runs backwards; write low..high, e.g. 256..8192")
+            out = [start]
+            while out[-1] * 2 <= stop:
+                out.append(out[-1] * 2)
+            return out
+        scale = 1024 if text.endswith("k") else 1
+        try:
+            return [int(text[:-1] if scale > 1 else text) * scale]
+        except ValueError:
+            raise SpecError(f"{where}: {item!r} is not a length; write e.g. 1024, 4k or 256..8192") from None
+    if isinstance(item, bool) or not isinstance(item, int):
+        raise SpecError(f"{where}: {item!r} is not a length; write e.g. 1024, 4k or 256..8192")
+    return [item]
+
+
+def positive_ints(value: Any, where: str, *, as_lengths: bool = False) -> tuple[int, ...]:
+    items = as_list(value)
+    if not items:
+        raise SpecError(f"{where}: needs at least one value")
+    out: list[int] = []
+    for item in items:
+        numbers = lengths(item, where) if as_lengths else [to_int(item, where)]
+        for n in numbers:
+            if n < 1:
+                what = "sequence lengths" if as_lengths else "values"
+                raise SpecError(f"{where}: {what} must be positive integers, got {n}")
+            if n not in out:
+                out.append(n)
+    return tuple(out)
+
+
+def seq_lens(value: Any, where: str) -> tuple[int, ...]:
+    return positive_ints(value, where, as_lengths=True)
+
+
+def choices(options: tuple[str, ...], aliases: dict[str, str] | None = None, *, single: bool = False):
+    """A converter to a tuple of distinct names from `options` (aliases allowed), or one name if `single`."""
+    aliases = aliases or {}
+
+    def convert(value: Any, where: str):
+        out: list[str] = []
+        items = as_list(value)
+        if not items:
+            raise SpecError(f"{where}: needs at least one of {', '.join(options)}")
+        for item in items:
+            name = aliases.get(str(item).strip().lower(), str(item).strip().lower())
+            if name not in options:
+                raise SpecError(f"{where}: unknown value {item!r}; expected one of {', '.join(options)}{did_you_mean(item, options)}")
+            if name not in out:
+                out.append(name)
+        if single:
+            if len(out) != 1:
+                raise SpecError(f"{where}: expected one of {', '.join(options)}, got {value!r}")
+            return out[0]
+        return tuple(out)
+
+    return convert
+
+
+def bools(value: Any, where: str) -> tuple[bool, ...]:
+    """true, false or both."""
+    if isinstance(value, str) and value.strip().lower() == "both":
+        return (False, True)
+    out: list[bool] = []
+    for item in as_list(value):
+        if isinstance(item, str):
+            low = item.strip().lower()
+            if low not in ("true", "false", "1", "0", "yes", "no"):
+                raise SpecError(f"{where}: expected true, false or both, got {item!r}")
+            item = low in ("true", "1", "yes")
+        if not isinstance(item, bool):
+            raise SpecError(f"{where}: expected true, false or both, got {item!r}")
+        if item not in out:
+            out.append(item)
+    if not out:
+        raise SpecError(f"{where}: needs true, false or both")
+    return tuple(out)
+
+
+def texts(value: Any, where: str) -> tuple[str, ...]:
+    return tuple(str(v) for v in as_list(value))
+
+
+def key_values(value: Any, where: str) -> tuple[str, ...]:
+    """"key=value" items (repeated flags and comma lists alike)."""
+    out = []
+    for item in [part for item in as_list(value) for part in as_list(str(item))]:
+        key, eq, val = str(item).partition("=")
+        if not eq or not key.strip() or not val.strip():
+            raise SpecError(f"{where}: {item!r} is not key=value; write e.g. account=myproject,qos=high")
+        out.append(f"{key.strip()}={val.strip()}")
+    return tuple(out)

@@ -1,0 +1,90 @@
+"""SweepSpec: what a sweep measures. Each field is a knob: its TOML key, flag and help are declared here once."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.entries import format_entry
+from harness.knobs import knob
+import harness.spec.convert as c
+
+DTYPES = ("float32", "bfloat16", "float16")
+DTYPE_ALIASES = {"fp32": "float32", "f32": "float32", "bf16": "bfloat16", "fp16": "float16", "f16": "float16", "half": "float16"}
+MODES = ("forward", "train")
+MODE_ALIASES = {"fwd": "forward", "training": "train", "backward": "train", "bwd": "train"}
+ACCURACY_REFERENCES = ("full", "pattern")
+VARIANT_CONFIG_KEY = "variant_config"  # TOML-only table: variant -> {field = value}, applied to every entry of that variant
+
+
+@dataclass(frozen=True)
+class VariantEntry:
+    """One variant to sweep: its registry name, the config fields set for it, and the full config."""
+
+    name: str
+    overrides: dict[str, Any] = field(default_factory=dict)  # fields given by the user (or a default)
+    config: dict[str, Any] = field(default_factory=dict)  # asdict of the validated config
+
+    @property
+    def label(self) -> str:
+        """``name`` or ``name:field=value,...`` (the overrides), as written on the command line."""
+        return format_entry(self.name, self.overrides)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepSpec:
+    """What a sweep measures; every field validated by build_spec. Fields without `parse` are validated there."""
+
+    device: str = knob(flag="--device", help="cpu, cuda or cuda:N (default: cuda if present, else cpu)")
+    variants: tuple[VariantEntry, ...] = knob(
+        flag="--variants", metavar="LIST", repeatable=True,
+        help="names or globs with config overrides: 'dense,sliding_window:window=512,backend=banded' (default: all registered)")
+    seq_lens: tuple[int, ...] = knob(flag="--seq-lens", metavar="LIST", parse=c.seq_lens,
+                                     help="sequence lengths: '256,1k,4k' or a doubling range '256..8192'")
+    batch: int = knob(flag="--batch", metavar="B", parse=c.positive_int, help="batch size")
+    heads: int = knob(flag="--heads", metavar="H", parse=c.positive_int, help="number of heads")
+    head_dims: tuple[int, ...] = knob(flag="--head-dim", metavar="LIST", parse=c.positive_ints, help="head dims, e.g. '64,128'")
+    dtypes: tuple[str, ...] = knob(flag="--dtypes", metavar="LIST", help="float32, bfloat16 (bf16), float16 (fp16)")
+    causal: tuple[bool, ...] = knob(flag="--causal", metavar="LIST", parse=c.bools, help="false, true or both")
+    modes: tuple[str, ...] = knob(flag="--modes", metavar="LIST", parse=c.choices(MODES, MODE_ALIASES),
+                                  help="forward (no grad), train (forward + backward)")
+    inputs: tuple[str, ...] = knob(flag="--inputs", metavar="LIST",
+                                   help="input distributions, e.g. 'gaussian,local,gaussian:scale=4'")
+    seed: int = knob(flag="--seed", parse=lambda v, w: c.to_int(v, w, minimum=0), help="evaluation seed (calibration uses other seeds)")
+    plugins: tuple[str, ...] = knob((), flag="--plugin", metavar="MODULE_OR_FILE", repeatable=True, parse=c.texts,
+                                    help="import a user's variants first (repeatable)")
+    time_budget_s: float = knob(flag="--time-budget", metavar="SECONDS", group="how", parse=c.positive_number,
+                                help="seconds of timing per cell")
+    repeats: int = knob(flag="--repeats", metavar="N", group="how", parse=c.positive_int, help="at least N timed calls per cell")
+    cell_timeout_s: float | None = knob(flag="--timeout", metavar="SECONDS", group="how", parse=c.timeout,
+                                        help="per-cell limit; a cell past it becomes a 'timeout' row (0: none)")
+    error_rows: int = knob(flag="--error-rows", metavar="R", group="how", parse=lambda v, w: c.to_int(v, w, minimum=2),
+                           help="query rows sampled for the float64 accuracy check")
+    calibration_steps: int = knob(flag="--calibration-steps", metavar="STEPS", group="how",
+                                  parse=lambda v, w: c.to_int(v, w, minimum=0), help="optimizer steps for learnable variants")
+    calibration_batches: int = knob(group="how", parse=c.positive_int, help="calibration batches (seeds other than the evaluation's)")
+    calibration_max_seq_len: int = knob(group="how", parse=c.positive_int, help="calibration length is min(N, this)")
+    accuracy_reference: str = knob(group="how", parse=c.choices(ACCURACY_REFERENCES, single=True),
+                                   help="full: error vs exact softmax attention | pattern: vs the variant's own sparsity pattern")
+    # Where cells run: the executor's name here; its own options (validated by harness.executors) beside it.
+    executor: str = knob("local", flag="--executor", metavar="NAME", group="where",
+                         parse=lambda v, w: str(v).strip().lower(), help="local (default), subprocess, ray or slurm")
+    executor_options: dict[str, Any] = field(default_factory=dict)  # the executor's option keys (ray_address, slurm_*, ...)
+    device_was_auto: bool = False  # the device came from "auto" (a remote executor needs an explicit one); not written
+    sources: dict[str, str] = field(default_factory=dict, compare=False)  # key -> where its value came from, for messages
+
+    def where(self, key: str) -> str:
+        """Where a key's value came from ('--slurm-time', 'sweep.toml: slurm_time_min'), for a message."""
+        return self.sources.get(key, key)
+
+    @property
+    def device_type(self) -> str:
+        return self.device.split(":")[0]
+
+
+def describe(spec: SweepSpec) -> str:
+    """One line: the sweep's dimensions."""
+    return (
+        f"{len(spec.variants)} variants x {len(spec.seq_lens)} lengths x {len(spec.head_dims)} head dims x "
+        f"{len(spec.dtypes)} dtypes x {len(spec.causal)} causal x {len(spec.modes)} modes x {len(spec.inputs)} inputs "
+        f"on {spec.device} (B={spec.batch}, H={spec.heads})"
+    )

@@ -1,0 +1,67 @@
+"""The spec as TOML: reading a file (errors with file, line and column) and writing the effective spec."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.errors import UsageError
+from harness.knobs import knobs
+
+if TYPE_CHECKING:
+    from harness.spec.model import SweepSpec
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """Read a TOML file; a syntax error becomes UsageError with the file, line and column."""
+    tomllib = toml_library()
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--config {path}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: malformed TOML: {exc}") from None
+
+
+def spec_to_toml(spec: SweepSpec) -> str:
+    """The effective spec as TOML (variants expanded, plugins as absolute paths where they are files)."""
+    values: dict[str, Any] = {}
+    for k in knobs(type(spec)):
+        value = getattr(spec, k.key)
+        if k.key == "variants":
+            value = [entry.label for entry in value]
+        elif k.key == "plugins":
+            value = [str(Path(p).resolve()) if Path(p).is_file() else p for p in value]
+        values[k.key] = value
+    values.update(spec.executor_options)  # flat keys, as the executor declared them
+    lines = ["# The effective sweep spec of this run (defaults < TOML < CLI); `--config` or `--resume` reads it back."]
+    for key, value in values.items():
+        if value is None:
+            lines.append(f"# {key} = (none)")
+            continue
+        lines.append(f"{key} = {_toml_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string uses JSON's escapes
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def toml_library():
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    return tomllib

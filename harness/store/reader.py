@@ -1,0 +1,210 @@
+"""Read a run folder (rows.jsonl, env.json, spec.toml): the one tolerant reader the sweep, report and compare share.
+
+Tolerant by design: a truncated line (a killed run) is skipped with a warning, never fatal;
+fields an older writer did not record become missing values; a folder that is not a run is a
+``UsageError`` with one line saying what to pass instead.
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from harness.errors import UsageError
+from harness.schema import NUMERIC_FIELDS, ROW_FIELDS, SCHEMA_VERSION
+from harness.store.run_dir import ENV_FILE, ROWS_FILE, SPEC_FILE
+
+REQUIRED_FIELDS = ("variant", "seq_len", "status")  # without these a row cannot be placed in any table
+
+
+@dataclass
+class Run:
+    """A loaded run folder: its rows as a DataFrame plus the environment and spec it recorded."""
+
+    path: Path  # the run folder
+    rows: pd.DataFrame  # one row per cell, every schema field present (None where not recorded), plus "series"
+    env: dict[str, Any]  # env.json ({} when absent)
+    spec_text: str | None  # spec.toml verbatim (None when absent)
+    notes: list[str] = field(default_factory=list)  # what was skipped or filled in while reading, for the report
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def resolve_run_dir(run_dir: str | Path) -> Path:
+    """The run folder for a path given by the user (a rows.jsonl path is taken as its folder).
+
+    Raises UsageError when the path does not exist or holds no rows.jsonl.
+    """
+    path = Path(run_dir)
+    if path.is_file() and path.name == ROWS_FILE:
+        path = path.parent
+    if not path.exists():
+        raise UsageError(f"run folder '{run_dir}' does not exist; pass a folder made by `python -m harness sweep` (e.g. results/<run-id>)")
+    if not path.is_dir():
+        raise UsageError(f"'{run_dir}' is a file, not a run folder; pass the folder that holds rows.jsonl")
+    if not (path / ROWS_FILE).is_file():
+        raise UsageError(
+            f"'{run_dir}' is not a run folder: it has no rows.jsonl (a run folder holds rows.jsonl, env.json, "
+            "spec.toml; make one with `python -m harness sweep`)"
+        )
+    return path
+
+
+def rows_frame(rows: list[dict[str, Any]], notes: list[str] | None = None, source: str = "rows") -> pd.DataFrame:
+    """Rows as a DataFrame with every schema field present and a "series" label per (variant, config).
+
+    Rows lacking a required field (variant, seq_len, status) are dropped with a note; if every row
+    lacks one, the file is not a rows file this reader understands and UsageError is raised.
+    """
+    kept = []
+    for row in rows:
+        missing = [f for f in REQUIRED_FIELDS if row.get(f) is None]
+        if missing:
+            continue
+        kept.append(row)
+    if rows and not kept:
+        found = ", ".join(sorted(rows[0])[:12])
+        raise UsageError(
+            f"{source}: no row has the fields {', '.join(REQUIRED_FIELDS)} (first row has: {found}); "
+            f"not an attnsuite rows file of schema {SCHEMA_VERSION} or older"
+        )
+    if len(kept) < len(rows):
+        warn_note(notes, f"{source}: skipped {len(rows) - len(kept)} row(s) without {'/'.join(REQUIRED_FIELDS)}")
+    versions = {r.get("schema_version") for r in kept}
+    if any(isinstance(v, int) and v > SCHEMA_VERSION for v in versions):
+        warn_note(notes, f"{source}: rows from a newer schema ({sorted(v for v in versions if isinstance(v, int))}); fields unknown here are ignored")
+    absent = [f for f in ROW_FIELDS if kept and all(f not in r for r in kept)]
+    if kept and (None in versions or absent):
+        important = [f for f in absent if f in ("latency_s", "peak_memory_bytes", "rel_l2_error", "mode", "inputs", "dtype")]
+        if important:
+            warn_note(notes, f"{source}: older row format, missing {', '.join(important)}; shown as '-'")
+    frame = pd.DataFrame(kept, columns=list(dict.fromkeys(list(ROW_FIELDS) + [k for r in kept for k in r])))
+    _fill_defaults(frame)
+    frame["series"] = series_labels(frame)
+    return frame
+
+
+def load_run(run_dir: str | Path) -> Run:
+    """Load a run folder: rows (tolerant, see read_row_lines), env.json and spec.toml.
+
+    Raises UsageError for a path that is not a run folder.
+    """
+    path = resolve_run_dir(run_dir)
+    notes: list[str] = []
+    rows = read_row_lines(path / ROWS_FILE, notes)
+    frame = rows_frame(rows, notes, source=str(path / ROWS_FILE))
+    env: dict[str, Any] = {}
+    if (path / ENV_FILE).is_file():
+        try:
+            env = json.loads((path / ENV_FILE).read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            warn_note(notes, f"{path / ENV_FILE}: not valid JSON ({exc.msg}); environment unknown")
+    spec_text = (path / SPEC_FILE).read_text(encoding="utf-8") if (path / SPEC_FILE).is_file() else None
+    return Run(path=path, rows=frame, env=env if isinstance(env, dict) else {}, spec_text=spec_text, notes=notes)
+
+
+def config_key(config: Any) -> str:
+    """A canonical string of a config dict (sorted keys), so equal configs compare equal."""
+    if not isinstance(config, dict):
+        return "{}"
+    return json.dumps(config, sort_keys=True, default=str)
+
+
+def series_labels(frame: pd.DataFrame) -> list[str]:
+    """One label per row naming its (variant, config): the variant, plus the config fields that vary within it.
+
+    "dense" when a variant ran with one config; "sliding_window(window=128)" when several windows ran.
+    """
+    if not len(frame):
+        return []
+    keys = [config_key(c) for c in frame["config"]]
+    configs_by_variant: dict[str, dict[str, dict]] = {}
+    for variant, key in zip(frame["variant"], keys):
+        configs_by_variant.setdefault(variant, {})[key] = json.loads(key)
+    varying: dict[str, list[str]] = {}
+    for variant, configs in configs_by_variant.items():
+        fields = sorted({f for c in configs.values() for f in c})
+        varying[variant] = [f for f in fields if len({json.dumps(c.get(f), sort_keys=True, default=str) for c in configs.values()}) > 1]
+    labels = []
+    for variant, key in zip(frame["variant"], keys):
+        fields = varying[variant]
+        if not fields:
+            labels.append(str(variant))
+            continue
+        config = json.loads(key)
+        labels.append(f"{variant}(" + ",".join(f"{f}={config.get(f)}" for f in fields) + ")")
+    return labels
+
+
+def _fill_defaults(frame: pd.DataFrame) -> None:
+    """Defaults for identity fields an older writer may have left out, so grouping never sees None."""
+    for column in frame.columns:
+        if column not in NUMERIC_FIELDS:
+            frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
+    for column in NUMERIC_FIELDS:
+        frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(float)
+    if not len(frame):
+        return
+    defaults = {"dtype": "float32", "mode": "forward", "inputs": "gaussian", "causal": False, "device": "cpu"}
+    for column, default in defaults.items():
+        frame[column] = [default if v is None else v for v in frame[column]]
+    frame["config"] = [c if isinstance(c, dict) else {} for c in frame["config"]]
+    frame["kv_len"] = [n if m is None else m for n, m in zip(frame["seq_len"], frame["kv_len"])]
+    frame["causal"] = [bool(c) for c in frame["causal"]]
+    for column in ("seq_len", "kv_len"):
+        frame[column] = [int(v) for v in frame[column]]
+
+
+# ---- the raw lines ---------------------------------------------------------------------------------
+def read_row_lines(path: str | Path, notes: list[str] | None = None) -> list[dict[str, Any]]:
+    """The JSON objects of a rows.jsonl file, tolerantly: an unreadable line is skipped with a warning.
+
+    A line that is not valid JSON (typically the last one of a run killed mid-write) or not a JSON
+    object is skipped and described as a ``UserWarning`` and in `notes` (if given). Blank lines are ignored.
+    """
+    path = Path(path)
+    rows: list[dict[str, Any]] = []
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            where = "last line" if number == len(lines) else f"line {number}"
+            warn_note(notes, f"{path}: skipped {where}, not valid JSON ({exc.msg}); probably a run killed mid-write")
+            continue
+        if not isinstance(row, dict):
+            warn_note(notes, f"{path}: skipped line {number}, a JSON {type(row).__name__} where a row object was expected")
+            continue
+        rows.append(row)
+    return rows
+
+
+def read_rows(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The complete rows (those with a cell_id) of a run folder; [] when it has no rows.jsonl.
+
+    Reads through read_row_lines, so a partial or unparsable line is skipped with a warning.
+    """
+    path = Path(run_dir) / ROWS_FILE
+    if not path.exists():
+        return []
+    return [row for row in read_row_lines(path) if row.get("cell_id")]
+
+
+def warn_note(notes: list[str] | None, message: str) -> None:
+    """Warn with `message` (UserWarning) and append it to `notes` when given (the report lists them)."""
+    warnings.warn(message, stacklevel=3)
+    if notes is not None:
+        notes.append(message)
+
+
+def completed_cell_ids(rows: Iterable[dict[str, Any]]) -> set[str]:
+    """Cells that already have a row (any status: a recorded failure is a result, not a gap)."""
+    return {row["cell_id"] for row in rows}

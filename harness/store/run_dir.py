@@ -1,0 +1,33 @@
+"""Run folders: their files and how a new one is made."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from harness.errors import UsageError
+
+ROWS_FILE, ENV_FILE, SPEC_FILE, CSV_FILE, PARQUET_FILE = "rows.jsonl", "env.json", "spec.toml", "rows.csv", "rows.parquet"
+
+
+def new_run_id(device: str) -> str:
+    """A run id from the time and device: '20260509-143012-cpu'."""
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + device.split(":")[0]
+
+
+def create_run_dir(out: str | Path, run_id: str, *, exact: bool = False) -> Path:
+    """Make results/<run-id> and return it.
+
+    With exact=False (a generated id) an existing folder gets a suffix (-2, -3, ...); with
+    exact=True (an id the user chose) a folder that already holds rows is refused: resume it instead.
+    """
+    run_dir = Path(out) / run_id
+    if exact and (run_dir / ROWS_FILE).exists():
+        raise UsageError(f"run folder {run_dir} already holds rows; continue it with --resume {run_dir} or pick another --run-id")
+    suffix = 2
+    while not exact and run_dir.exists():
+        run_dir, suffix = Path(out) / f"{run_id}-{suffix}", suffix + 1
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot create the run folder {run_dir} ({exc.strerror or exc})") from None
+    return run_dir

@@ -1,0 +1,84 @@
+"""Writing a run folder: rows.jsonl appended, flushed and fsynced per cell; env.json; rows.csv/Parquet.
+
+A run folder ``results/<run-id>/`` holds ``rows.jsonl`` (one JSON object per cell, docs/DESIGN.md
+"Row schema"), ``env.json``, ``spec.toml`` and, at the end, ``rows.csv`` (and ``rows.parquet``
+when pyarrow is installed). A run killed mid-write leaves at most one partial last line; resuming
+cuts it off before appending, so every line stays one complete row.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from harness.schema import ROW_FIELDS, Row
+from harness.store.reader import read_rows
+from harness.store.run_dir import CSV_FILE, PARQUET_FILE, ROWS_FILE
+
+
+
+class RowWriter:
+    """Appends rows to rows.jsonl, one line each, flushed and fsynced as each cell finishes."""
+
+    def __init__(self, run_dir: str | Path):
+        self.path = Path(run_dir) / ROWS_FILE
+        repair_tail(self.path)
+        self._file = open(self.path, "a", encoding="utf-8")
+
+    def append(self, row: Row | dict[str, Any]) -> None:
+        """Write one row (a Row, or its dict: unknown fields are refused) as one complete line, durably."""
+        row = row if isinstance(row, Row) else Row.from_dict(row)
+        line = json.dumps(row.to_dict(), allow_nan=False, default=str)
+        self._file.write(line + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> "RowWriter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def repair_tail(path: Path) -> None:
+    """Cut a partial last line (a run killed mid-write) so the next append starts a fresh line."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as f:
+        data = f.read()
+        if data.endswith(b"\n"):
+            return
+        f.truncate(data.rfind(b"\n") + 1)
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+def rows_dataframe(rows: list[dict[str, Any]]):
+    """Rows as a pandas DataFrame with every schema column; dict fields kept as dicts."""
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=list(ROW_FIELDS))
+
+
+def write_tables(run_dir: str | Path) -> list[Path]:
+    """rows.csv (dict fields as JSON text) and rows.parquet when pyarrow is installed; returns the paths."""
+    import importlib.util
+
+    run_dir = Path(run_dir)
+    frame = rows_dataframe(read_rows(run_dir))
+    for column in ("config", "calibration"):
+        frame[column] = [None if v is None else json.dumps(v, sort_keys=True) for v in frame[column]]
+    written = [run_dir / CSV_FILE]
+    frame.to_csv(written[0], index=False)  # full float precision: pandas writes repr()
+    if importlib.util.find_spec("pyarrow") is not None:
+        frame.to_parquet(run_dir / PARQUET_FILE, index=False)
+        written.append(run_dir / PARQUET_FILE)
+    return written
+
+

@@ -1,0 +1,217 @@
+"""The model-eval study (`python -m harness model-eval`): swap each variant into every attention layer of all-MiniLM-L6-v2.
+
+For each variant and length limit: every layer's attention becomes ``variants.MultiHeadAttention``
+around that variant, with the model's own W^Q, W^K, W^V, W^O; the passages of the evaluation
+corpus are embedded one at a time (no padding), and compared to the unmodified model by
+- cosine similarity of the sentence embeddings (mean and minimum over passages), and
+- retrieval agreement: the share of passages whose nearest neighbour (by cosine, among the
+  other evaluation passages) is the same as with the unmodified model.
+Learnable variants are calibrated per layer (``variants.calibrate``) on the model's own q, k, v
+from calibration passages, which are never evaluated. First, the `dense` swap must reproduce
+the unmodified model (cosine > 0.9999 for every passage), or the command fails.
+"""
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from harness.inputs import minilm
+from harness.report.page import Block, Paragraph
+from harness.report.study_results import MODEL_EVAL, model_eval_note, model_eval_table
+from harness.studies.plots import plot_model_eval
+from harness.studies.results_io import write_results
+from harness.studies.selection import variant_fields
+from variants import AttentionVariant, NotSupportedError, build_variant, get_variant
+
+STEM = MODEL_EVAL  # model_eval.csv/.json/.md/.png
+DENSE_MIN_COSINE = 0.9999  # the dense swap must reproduce every embedding at least this closely
+
+
+def passages(max_len: int) -> list[str]:
+    """Corpus paragraphs joined in order into passages of at most max_len - 2 word pieces each."""
+    tokenizer = minilm.load_tokenizer()
+    out, current, length = [], [], 0
+    for text in minilm.corpus():
+        n = len(tokenizer.tokens(text))
+        if current and length + n > max_len - 2:
+            out.append(" ".join(current))
+            current, length = [], 0
+        current.append(text)
+        length += n
+    if current:
+        out.append(" ".join(current))
+    return out
+
+
+def split_passages(max_len: int, n_eval: int, n_calibration: int) -> tuple[list[str], list[str]]:
+    """Disjoint (evaluation, calibration) passages: every 4th calibrates, the others evaluate.
+
+    Raises ValueError when the corpus has fewer passages than asked for.
+    """
+    texts = passages(max_len)
+    calibration = [t for i, t in enumerate(texts) if i % 4 == 3]
+    evaluation = [t for i, t in enumerate(texts) if i % 4 != 3]
+    if n_eval > len(evaluation) or n_calibration > len(calibration):
+        raise ValueError(
+            f"at max_len={max_len} the corpus makes {len(evaluation)} evaluation and {len(calibration)} calibration "
+            f"passages; asked for {n_eval} and {n_calibration}: pass smaller --texts / --calibration-texts"
+        )
+    return evaluation[:n_eval], calibration[:n_calibration]
+
+
+def encode_each(tokenizer: minilm.Tokenizer, texts: list[str], max_len: int, device: str) -> list[tuple[Tensor, Tensor]]:
+    """Each text alone as (ids (1, N), mask (1, N)): no padding, so every variant sees only real tokens."""
+    return [tokenizer.encode([t], max_len=max_len, device=device) for t in texts]
+
+
+@torch.no_grad()
+def embed_all(model: minilm.MiniLM, encoded: list[tuple[Tensor, Tensor]]) -> Tensor:
+    """Sentence embeddings (len(encoded), E), float32."""
+    return torch.cat([model.embed(ids, mask).float() for ids, mask in encoded])
+
+
+def compare(reference: Tensor, candidate: Tensor) -> dict[str, float]:
+    """Cosine of each embedding to its reference (mean, min) and top-1 retrieval agreement."""
+    cosine = (reference * candidate).sum(-1) / (reference.norm(dim=-1) * candidate.norm(dim=-1)).clamp_min(1e-12)
+    return {
+        "cosine_mean": float(cosine.mean()),
+        "cosine_min": float(cosine.min()),
+        "retrieval_agreement": float((nearest(reference) == nearest(candidate)).float().mean()),
+    }
+
+
+def nearest(embeddings: Tensor) -> Tensor:
+    """Index of each row's nearest other row by cosine, (n,)."""
+    unit = embeddings / embeddings.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    sims = unit @ unit.T
+    sims.fill_diagonal_(float("-inf"))
+    return sims.argmax(-1)
+
+
+def layer_batches(model: minilm.MiniLM, encoded: list[tuple[Tensor, Tensor]]) -> list[list[tuple[Tensor, Tensor, Tensor]]]:
+    """For each layer, the (q, k, v) of every calibration passage under the unmodified model."""
+    per_layer: list[list[tuple[Tensor, Tensor, Tensor]]] = [[] for _ in model.layers]
+    for ids, mask in encoded:
+        for layer, qkv in zip(per_layer, model.capture_qkv(ids, mask)):
+            layer.append(qkv)
+    return per_layer
+
+
+def swapped_model(
+    name: str, fields: dict[str, Any], *, device: str, seed: int, calibration: list[list[tuple[Tensor, Tensor, Tensor]]] | None,
+    steps: int,
+) -> tuple[minilm.MiniLM, dict[str, Any] | None]:
+    """A fresh model with `name` in every layer; learnable variants calibrated per layer. Returns (model, calibration summary)."""
+    from variants.calibrate import calibrate
+
+    torch.manual_seed(seed)
+    learnable = get_variant(name).capabilities.learnable
+    reports = []
+
+    def make(layer: int) -> AttentionVariant:
+        variant = build_variant(name, **fields).to(device)
+        if learnable:
+            if not calibration:
+                raise ValueError(f"{name} is learnable and needs calibration passages (--calibration-texts >= 1)")
+            reports.append(calibrate(variant, calibration[layer], steps=steps).to_dict())
+            variant.eval()
+        return variant
+
+    model = minilm.swap_attention(minilm.load_model(device=device), make)
+    if not learnable:
+        return model, None
+    summary = {
+        "steps_per_layer": steps, "layers": len(reports), "passages": len(calibration[0]) if calibration else 0,
+        "loss": reports[0]["loss"], "loss_before_mean": sum(r["loss_before"] for r in reports) / len(reports),
+        "loss_after_mean": sum(r["loss_after"] for r in reports) / len(reports), "per_layer": reports,
+    }
+    return model, summary
+
+
+def evaluate_variant(
+    name: str, max_len: int, *, reference: Tensor, encoded: list[tuple[Tensor, Tensor]],
+    calibration: Callable[[], list[list[tuple[Tensor, Tensor, Tensor]]]], steps: int, device: str, seed: int,
+    overrides: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One row: `name` swapped into the model at this length limit, compared to `reference` embeddings."""
+    fields = variant_fields(name, max_len, overrides)
+    lengths = [int(mask.sum()) for _, mask in encoded]
+    row: dict[str, Any] = {
+        "model": minilm.MODEL_NAME, "variant": name, "config": None, "max_len": max_len, "seq_len_mean": sum(lengths) / len(lengths),
+        "seq_len_max": max(lengths), "texts": len(encoded), "status": "ok", "reason": None, "cosine_mean": None, "cosine_min": None,
+        "retrieval_agreement": None, "calibration": None, "calibration_s": None, "eval_s": None, "device": device, "seed": seed,
+    }
+    try:
+        row["config"] = build_variant(name, **fields).config.to_dict()
+        start = time.perf_counter()
+        needs = get_variant(name).capabilities.learnable
+        model, row["calibration"] = swapped_model(name, fields, device=device, seed=seed, calibration=calibration() if needs else None, steps=steps)
+        row["calibration_s"] = time.perf_counter() - start if needs else None
+        start = time.perf_counter()
+        embeddings = embed_all(model, encoded)
+        row["eval_s"] = time.perf_counter() - start
+    except NotSupportedError as exc:
+        return {**row, "status": "unsupported", "reason": "; ".join(exc.reasons)}
+    except (TypeError, ValueError) as exc:
+        return {**row, "status": "error", "reason": f"{type(exc).__name__}: {exc}"}
+    if not torch.isfinite(embeddings).all():
+        return {**row, "status": "nonfinite", "reason": "an embedding has NaN or inf entries"}
+    return {**row, **compare(reference, embeddings)}
+
+
+def run_model_eval(
+    variants: list[str], max_lens: list[int], *, n_eval: int, n_calibration: int, steps: int, device: str = "cpu", seed: int = 0,
+    overrides: dict[str, dict[str, Any]] | None = None, log: Callable[[str], None] | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Rows for every (max_len, variant), and meta with the dense-swap check per max_len.
+
+    Raises RuntimeError when the dense swap does not reproduce the unmodified model.
+    """
+    tokenizer = minilm.load_tokenizer()
+    rows, checks = [], {}
+    for max_len in max_lens:
+        evaluation, calibration_texts = split_passages(max_len, n_eval, n_calibration)
+        encoded = encode_each(tokenizer, evaluation, max_len, device)
+        original = minilm.load_model(device=device)
+        reference = embed_all(original, encoded)
+        cache: dict[str, Any] = {}
+
+        def calibration() -> list[list[tuple[Tensor, Tensor, Tensor]]]:
+            if "batches" not in cache:  # captured once per length, only if a learnable variant asks
+                cache["batches"] = layer_batches(original, encode_each(tokenizer, calibration_texts, max_len, device))
+            return cache["batches"]
+
+        dense = embed_all(minilm.swap_attention(minilm.load_model(device=device), lambda i: build_variant("dense").to(device)), encoded)
+        checks[max_len] = compare(reference, dense)
+        if checks[max_len]["cosine_min"] <= DENSE_MIN_COSINE:
+            raise RuntimeError(
+                f"the dense swap does not reproduce {minilm.MODEL_NAME} at max_len={max_len}: minimum cosine "
+                f"{checks[max_len]['cosine_min']:.6f} <= {DENSE_MIN_COSINE}; the swap or the weights are wrong"
+            )
+        for name in variants:
+            row = evaluate_variant(name, max_len, reference=reference, encoded=encoded, calibration=calibration, steps=steps,
+                                   device=device, seed=seed, overrides=(overrides or {}).get(name))
+            rows.append(row)
+            if log:
+                shown = (f"cosine {row['cosine_mean']:.5f} (min {row['cosine_min']:.5f}), retrieval {row['retrieval_agreement']:.3f}"
+                         if row["status"] == "ok" else f"{row['status']}: {row['reason']}")
+                log(f"max_len={max_len:<4d} {name:15s} {shown}")
+    meta = {"model": minilm.MODEL_NAME, "corpus": "pydoc_data.topics (CPython's documentation), paragraphs joined into passages",
+            "texts": n_eval, "calibration_texts": n_calibration, "calibration_steps": steps, "max_lens": max_lens,
+            "dense_check": {str(k): v for k, v in checks.items()}, "dense_min_cosine_required": DENSE_MIN_COSINE}
+    return rows, meta
+
+
+def summary(rows: list[dict[str, Any]]) -> list[Block]:
+    """model_eval.md: one line per variant and length limit (the table the report shows too), and what was compared."""
+    return [model_eval_table(rows), Paragraph(model_eval_note(minilm.MODEL_NAME))]
+
+
+def write_model_eval(folder: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[Path]:
+    """model_eval.csv, .json, .md and .png in `folder`; returns the paths."""
+    return write_results(folder, STEM, rows, meta, summary=summary(rows), plot=functools.partial(plot_model_eval, model=minilm.MODEL_NAME))

@@ -1,0 +1,115 @@
+"""`python -m harness sweep` end to end on CPU: a tiny sweep of every built-in, usage errors, OOM skipping, --isolate."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.commands import main
+from harness.runner import sweep_spec as build_spec
+from harness.store import read_rows
+from harness.runner import run_sweep
+from variants import get_variant, list_variants
+
+TINY = ["--device", "cpu", "--seq-lens", "64,128", "--batch", "1", "--heads", "2", "--head-dim", "16",
+        "--time-budget", "0.005", "--repeats", "1", "--error-rows", "16", "--calibration-steps", "3", "--quiet", "--inputs", "gaussian"]
+BUILTINS = [n for n in ("dense", "sliding_window", "chunked", "linformer", "distilled") if n in list_variants()]
+
+
+def test_tiny_sweep_of_every_builtin_both_modes(tmp_path, capsys, no_report):
+    code = main(["sweep", *TINY, "--seq-lens", "32,64", "--variants", ",".join(BUILTINS), "--modes", "forward,train", "--out", str(tmp_path), "--run-id", "tiny"])
+    assert code == 0
+    run_dir = tmp_path / "tiny"
+    rows = read_rows(run_dir)
+    assert len(rows) == len(BUILTINS) * 2 * 2
+    assert len({r["cell_id"] for r in rows}) == len(rows)
+    for row in rows:
+        assert row["status"] == "ok", (row["variant"], row["mode"], row["reason"])
+        assert row["latency_s"] > 0 and row["peak_memory_bytes"] > 0 and row["flops"] > 0
+        assert 0 <= row["rel_l2_error"] and -1 <= row["cosine"] <= 1
+        if get_variant(row["variant"]).capabilities.exact and row["variant"] != "sliding_window":
+            assert row["rel_l2_error"] < 1e-5, row["variant"]
+        if row["mode"] == "train":
+            assert row["grad_check_seq_len"] == row["seq_len"] and row["grad_rel_l2_v"] is not None
+        if get_variant(row["variant"]).capabilities.learnable:
+            assert row["calibration"]["steps"] == 3 and row["calibration_s"] > 0
+    dense = {(r["mode"], r["seq_len"]): r["flops"] for r in rows if r["variant"] == "dense"}
+    assert dense[("forward", 64)] == 4 * dense[("forward", 32)]  # N^2
+    for name in ("rows.jsonl", "rows.csv", "env.json", "spec.toml"):
+        assert (run_dir / name).is_file(), name
+    env = json.loads((run_dir / "env.json").read_text())
+    assert env["seeds"]["evaluation"] == 0 and 0 not in env["seeds"]["calibration"]
+    out = capsys.readouterr().out
+    assert "forward float32" in out and "speed-up" in out and f"run folder: {run_dir}" in out
+
+
+def test_dry_run_prints_cells_and_writes_nothing(tmp_path, capsys):
+    assert main(["sweep", *TINY, "--variants", "dense", "--dry-run", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "2 cells planned"
+    assert "dense N=64 forward float32 D=16 gaussian" in out[1]
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--variants", "slidng_window"], r"Unknown variant 'slidng_window'.*Did you mean 'sliding_window'"),
+    (["--variants", "dense:backnd=sdpa"], r"no config field 'backnd'"),
+    (["--seq-lens", "0"], r"--seq-lens: sequence lengths must be positive integers, got 0"),
+    (["--seq-lens", "-256"], r"--seq-lens: sequence lengths must be positive integers, got -256"),
+    (["--dtypes", "float64"], r"--dtypes: unknown value 'float64'"),
+    (["--dtypes", "fp16"], r"--dtypes: float16 on cpu"),
+    (["--modes", "inference"], r"--modes: unknown value 'inference'"),
+    (["--resume", "nowhere"], r"--resume replays the run's own spec.toml; drop --device, --seq-lens"),
+    (["--bogus"], r"unrecognized arguments: --bogus"),
+])
+def test_bad_input_exits_2_with_one_line(argv, match, capsys, tmp_path):
+    assert main(["sweep", *TINY, "--out", str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    import re
+
+    assert re.search(match, err), err
+
+
+def test_malformed_toml_exits_2_with_its_line(tmp_path, capsys):
+    path = tmp_path / "sweep.toml"
+    path.write_text("seq_lens = [256,\nbatch = = 2\n")
+    assert main(["sweep", "--config", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "sweep.toml: malformed TOML" in err and "line 2" in err and len(err.strip().splitlines()) == 1
+
+
+def test_oom_marks_longer_lengths_oom_without_trying(tmp_path, test_variants, no_report):
+    spec = build_spec(cli={"device": "cpu", "variants": "t_oom:oom_from=128,dense", "seq_lens": "64,128,256,512",
+                           "heads": "2", "head_dims": "16", "time_budget_s": "0.005", "repeats": "1", "error_rows": "8"})
+    run_dir = run_sweep(spec, out=tmp_path, run_id="oom")
+    rows = {(r["variant"], r["seq_len"]): r for r in read_rows(run_dir)}
+    assert rows[("t_oom", 64)]["status"] == "ok"
+    assert rows[("t_oom", 128)]["status"] == "oom" and "CUDA out of memory" in rows[("t_oom", 128)]["reason"]
+    for n in (256, 512):
+        assert rows[("t_oom", n)]["status"] == "oom"
+        assert rows[("t_oom", n)]["reason"] == "not run: oom at N=128 for the same variant, config and setting"
+    assert all(rows[("dense", n)]["status"] == "ok" for n in (64, 128, 256, 512))  # the sweep went on
+
+
+def test_isolate_turns_a_segfault_into_a_row(tmp_path, test_variants, no_report):
+    from tests.helpers.sweep_fixtures import PLUGIN
+
+    code = main(["sweep", *TINY, "--seq-lens", "32", "--variants", "t_crash,dense", "--plugin", str(PLUGIN), "--isolate",
+                 "--out", str(tmp_path), "--run-id", "iso"])
+    assert code == 0
+    rows = {r["variant"]: r for r in read_rows(tmp_path / "iso")}
+    assert rows["t_crash"]["status"] == "error" and "signal SIGSEGV" in rows["t_crash"]["reason"]
+    assert rows["dense"]["status"] == "ok" and rows["dense"]["rel_l2_error"] < 1e-5
+
+
+def test_report_failure_is_a_warning_and_rows_survive(tmp_path, capsys, monkeypatch):
+    report = pytest.importorskip("harness.report")
+
+    def write_report(run_dir):
+        raise RuntimeError("plotting broke")
+
+    monkeypatch.setattr(report, "write_report", write_report)
+    assert main(["sweep", *TINY, "--seq-lens", "32", "--variants", "dense", "--out", str(tmp_path), "--run-id", "r"]) == 0
+    assert "warning: the report failed (RuntimeError: plotting broke)" in capsys.readouterr().err
+    assert len(read_rows(tmp_path / "r")) == 1

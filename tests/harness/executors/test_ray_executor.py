@@ -1,0 +1,169 @@
+"""`--executor ray` on a local Ray instance with two CPU workers: same rows as local, a killed worker, a hung task, a killed driver.
+
+One Ray instance for the module (the executor joins it instead of starting its own); after the
+module no Ray process it started may remain.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from harness.commands import main  # noqa: E402
+from harness.plan import plan  # noqa: E402
+from harness.runner import sweep_spec as build_spec  # noqa: E402
+from harness.store import read_rows  # noqa: E402
+from harness.runner import run_sweep  # noqa: E402
+
+from tests.helpers import REPO as ROOT
+TINY = {"device": "cpu", "heads": "1", "head_dims": "8", "time_budget_s": "0.005", "repeats": "1", "error_rows": "8",
+        "calibration_steps": "3", "inputs": "gaussian"}
+# Test-only variants the Ray workers must import from the plugin file, as the driver does.
+KILLERS = textwrap.dedent('''
+    import os, signal, time
+    from dataclasses import dataclass
+    from variants import AttentionVariant, VariantConfig, register_variant
+    from variants.reference import reference_attention
+
+    NAMES = ("t_kill", "t_hang")
+
+    @dataclass(frozen=True, kw_only=True)
+    class KillConfig(VariantConfig):
+        kill_at: int = 32  # N at which the call SIGKILLs its own process
+
+    @register_variant("t_kill", config=KillConfig)
+    class KillAttention(AttentionVariant):
+        def forward(self, q, k, v, *, causal=False, kv_mask=None):
+            if q.shape[2] == self.config.kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return reference_attention(q, k, v, causal=causal, dtype=None)
+
+    @register_variant("t_hang")
+    class HangAttention(AttentionVariant):
+        """Blocks SIGALRM (the worker's own deadline) and sleeps: only the driver's hard limit ends it."""
+        def forward(self, q, k, v, *, causal=False, kv_mask=None):
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+            time.sleep(120)
+            return q
+''')
+
+
+def _ray_pids() -> set[int]:
+    """Processes of Ray's own (raylet, gcs_server, ray:: workers)."""
+    pids = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                comm = Path(f"/proc/{entry}/comm").read_text().strip()
+            except OSError:
+                continue
+            if comm in ("raylet", "gcs_server") or comm.startswith("ray::"):
+                pids.add(int(entry))
+    return pids
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    before = _ray_pids()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+    deadline = time.monotonic() + 15
+    while _ray_pids() - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _ray_pids() - before, f"Ray processes left behind: {_ray_pids() - before}"
+
+
+@pytest.fixture
+def plugins(tmp_path):
+    """The sweep's test variants and the killers, registered here and loadable by path in the workers."""
+    from tests.helpers.sweep_fixtures import PLUGIN, load_test_variants
+    from variants import _registry, load_plugin
+
+    killers = tmp_path / "ray_killers.py"
+    killers.write_text(KILLERS)
+    unload = load_test_variants()
+    name = load_plugin(str(killers))
+    yield [str(PLUGIN), str(killers)]
+    unload()
+    for variant in sys.modules[name].NAMES:
+        _registry._REGISTRY.pop(variant, None)
+    sys.modules.pop(name, None)
+
+
+def _statuses(run_dir: Path) -> dict[str, str]:
+    rows = read_rows(run_dir)
+    assert len({r["cell_id"] for r in rows}) == len(rows), "a cell has two rows"
+    return {r["cell_id"]: r["status"] for r in rows}
+
+
+def test_ray_yields_the_same_cells_and_statuses_as_local(tmp_path, ray_cluster, plugins, no_report):
+    cli = {**TINY, "variants": "dense,t_raise,t_nan,t_oom:oom_from=64,linformer", "seq_lens": "32,64,128", "plugins": plugins}
+    local = run_sweep(build_spec(cli=cli), out=tmp_path, run_id="local")
+    spec = build_spec(cli={**cli, "executor": "ray", "max_parallel": "2"})
+    remote = run_sweep(spec, out=tmp_path, run_id="ray")
+    assert _statuses(remote) == _statuses(local)
+    assert set(_statuses(local)) == {c.cell_id for c in plan(spec)}
+    assert sorted(set(_statuses(local).values())) == ["error", "nonfinite", "ok", "oom"]
+    rows = read_rows(remote)
+    assert {r["threads"] for r in rows if r["reason"] is None or not r["reason"].startswith("not run")} == {1}  # cpus_per_cell
+    assert any((remote / "fitted").glob("*.pt"))  # linformer's fits, stored for other workers
+
+
+def test_a_killed_worker_is_an_error_row_for_its_cell_only(tmp_path, ray_cluster, plugins, no_report):
+    cli = {**TINY, "variants": "t_kill:kill_at=32,dense", "seq_lens": "16,32,64", "plugins": plugins, "executor": "ray"}
+    run_dir = run_sweep(build_spec(cli=cli), out=tmp_path, run_id="kill")
+    rows = {(r["variant"], r["seq_len"]): r for r in read_rows(run_dir)}
+    assert len(rows) == 6
+    killed = rows[("t_kill", 32)]
+    assert killed["status"] == "error" and "the Ray worker running this cell died" in killed["reason"]
+    others = [r["status"] for key, r in rows.items() if key != ("t_kill", 32)]
+    assert others == ["ok"] * 5
+
+
+def test_a_hung_task_is_cancelled_and_becomes_a_timeout_row(tmp_path, ray_cluster, plugins, no_report, monkeypatch):
+    executors = __import__("harness.executors.base", fromlist=["STARTUP_SLACK_S"])
+    monkeypatch.setattr(executors, "STARTUP_SLACK_S", 4.0)  # hard limit = 2 * 1.5 + 4 = 7 s
+    cli = {**TINY, "variants": "t_hang,dense", "seq_lens": "16", "plugins": plugins, "executor": "ray", "cell_timeout_s": "2"}
+    start = time.monotonic()
+    run_dir = run_sweep(build_spec(cli=cli), out=tmp_path, run_id="hang")
+    assert time.monotonic() - start < 60
+    rows = {r["variant"]: r for r in read_rows(run_dir)}
+    assert rows["t_hang"]["status"] == "timeout" and "ray.cancel(force=True)" in rows["t_hang"]["reason"]
+    assert rows["dense"]["status"] == "ok"
+
+
+def test_killed_driver_resumes_with_only_the_missing_cells(tmp_path, ray_cluster, plugins, no_report):
+    from tests.helpers.sweep_fixtures import PLUGIN
+
+    argv = [sys.executable, "-m", "harness", "sweep", "--executor", "ray", "--ray-address", ray_cluster, "--device", "cpu",
+            "--plugin", str(PLUGIN), "--variants", "t_sleep:seconds=0.1,dense", "--seq-lens", "16,32,64,128,256,512",
+            "--heads", "1", "--head-dim", "8", "--time-budget", "0.01", "--repeats", "1", "--error-rows", "8", "--quiet",
+            "--out", str(tmp_path), "--run-id", "killed"]
+    run_dir = tmp_path / "killed"
+    child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and child.poll() is None and len(read_rows(run_dir)) < 3:
+            time.sleep(0.05)
+        assert child.poll() is None, f"the sweep finished or died before it could be killed: {child.stderr.read()}"
+        child.kill()
+        child.wait()
+    finally:
+        if child.poll() is None:
+            child.kill()
+    before = read_rows(run_dir)
+    planned = {c.cell_id for c in plan(build_spec(toml_path=run_dir / "spec.toml"))}
+    assert 3 <= len(before) < len(planned)
+    assert main(["sweep", "--resume", str(run_dir), "--ray-address", ray_cluster, "--quiet"]) == 0
+    after = read_rows(run_dir)
+    assert sorted(r["cell_id"] for r in after) == sorted(planned)  # none lost, none twice
+    assert [r["cell_id"] for r in after[: len(before)]] == [r["cell_id"] for r in before]  # nothing rewritten
+    assert all(r["status"] == "ok" for r in after), [(r["variant"], r["status"], r["reason"]) for r in after]

@@ -1,0 +1,165 @@
+"""One cell -> one row: values checked against counted quantities, every failure a status."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.measure import MeasureContext, MeasureSettings, RunInfo, is_oom, measure_cell, sample_rows
+from harness.schema import Cell
+from harness.schema import ROW_FIELDS
+
+RUN = RunInfo(run_id="test", device_name="cpu", host="h", threads=torch.get_num_threads())
+FAST = MeasureSettings(time_budget_s=0.01, repeats=2, error_rows=16, calibration_steps=20, calibration_batches=2)
+B, H, D = 1, 2, 16
+
+
+@pytest.fixture(scope="module", autouse=True)
+def test_variants():
+    from tests.helpers.sweep_fixtures import load_test_variants
+
+    unload = load_test_variants()
+    yield
+    unload()
+
+
+def cell(variant="dense", N=64, *, mode="forward", causal=False, config=None, inputs="gaussian", seed=0) -> Cell:
+    from variants import build_config
+
+    return Cell(variant=variant, config=build_config(variant, **(config or {})).to_dict(), seq_len=N, kv_len=N, batch=B,
+                heads=H, head_dim=D, dtype="float32", device="cpu", causal=causal, mode=mode, inputs=inputs, seed=seed)
+
+
+def test_dense_forward_row_is_complete_and_plausible():
+    row = measure_cell(cell(N=64), FAST, RUN).to_dict()
+    assert set(row) == set(ROW_FIELDS)
+    assert row["status"] == "ok", row["reason"]
+    assert row["backend"] == "sdpa"
+    assert row["flops"] == 4 * B * H * 64 * 64 * D
+    assert row["tflops"] == pytest.approx(row["flops"] / row["latency_s"] / 1e12)
+    assert 0 < row["latency_p20_s"] <= row["latency_s"] <= row["latency_p80_s"]
+    assert row["repeats"] >= 2
+    assert row["rel_l2_error"] < 1e-5 and row["max_abs_error"] < 1e-5 and row["cosine"] > 0.99999
+    assert row["error_rows"] == 16
+    assert row["peak_memory_bytes"] >= B * H * 64 * D * 4  # at least the output
+    assert row["memory_method"] == "cpu_profiler_events"
+    assert row["grad_rel_l2_q"] is None and row["calibration"] is None
+
+
+def test_train_mode_checks_gradients_and_counts_backward_flops():
+    row = measure_cell(cell(N=48, mode="train", causal=True), FAST, RUN).to_dict()
+    assert row["status"] == "ok", row["reason"]
+    assert row["flops"] == int(round(4 * B * H * 48 * 48 * D / 2 * 3.5))
+    for name in ("grad_rel_l2_q", "grad_rel_l2_k", "grad_rel_l2_v"):
+        assert row[name] < 1e-5
+    assert row["grad_check_seq_len"] == 48
+
+
+def test_gradient_check_catches_wrong_gradients():
+    row = measure_cell(cell("t_badgrad", N=32, mode="train"), FAST, RUN).to_dict()
+    assert row["status"] == "ok"
+    assert row["rel_l2_error"] < 1e-5  # the forward is exact...
+    assert row["grad_rel_l2_v"] == pytest.approx(0.5, rel=1e-3)  # ...its gradients are halved
+
+
+def test_memory_counts_a_known_allocation():
+    small = measure_cell(cell("t_alloc", config={"nbytes": 4 << 20}), FAST, RUN).to_dict()
+    large = measure_cell(cell("t_alloc", config={"nbytes": 12 << 20}), FAST, RUN).to_dict()
+    output = B * H * 64 * D * 4
+    assert 4 << 20 <= small["peak_memory_bytes"] - output < (4 << 20) + 65536
+    assert large["peak_memory_bytes"] - small["peak_memory_bytes"] == 8 << 20
+
+
+@pytest.mark.parametrize("variant,match", [
+    ("t_oom", "CUDA out of memory"),
+    ("t_cpu_oom", "can't allocate memory"),
+    ("t_memerror", "MemoryError"),
+])
+def test_out_of_memory_becomes_an_oom_row(variant, match):
+    row = measure_cell(cell(variant, N=128), FAST, RUN).to_dict()
+    assert row["status"] == "oom"
+    assert match in row["reason"]
+    assert row["latency_s"] is None
+
+
+def test_is_oom_does_not_swallow_other_runtime_errors():
+    assert is_oom(RuntimeError("CUDA out of memory."))
+    assert not is_oom(RuntimeError("shape mismatch"))
+
+
+def test_exception_becomes_an_error_row_with_stage():
+    row = measure_cell(cell("t_raise"), FAST, RUN).to_dict()
+    assert row["status"] == "error"
+    assert row["reason"] == "during accuracy: ValueError: boom"
+
+
+def test_nan_output_becomes_nonfinite():
+    row = measure_cell(cell("t_nan", N=32), FAST, RUN).to_dict()
+    assert row["status"] == "nonfinite"
+    assert row["reason"] == f"output has {B * H * 32 * D} NaN and 0 inf values of {B * H * 32 * D}"
+
+
+def test_unsupported_row_carries_the_variants_reasons():
+    row = measure_cell(cell("t_nocausal", causal=True), FAST, RUN).to_dict()
+    assert row["status"] == "unsupported"
+    assert row["reason"] == "does not support causal=True"
+
+
+def test_per_cell_limit_becomes_a_timeout_row():
+    settings = MeasureSettings(time_budget_s=0.01, repeats=1, error_rows=8, cell_timeout_s=0.3)
+    row = measure_cell(cell("t_sleep", N=16, config={"seconds": 0.2}), settings, RUN).to_dict()
+    assert row["status"] == "timeout"
+    assert row["wall_s"] < 2
+
+
+def test_prepare_hook_runs_outside_timing_and_is_recorded():
+    from variants import get_variant
+
+    cls = get_variant("t_prepare").cls
+    before = cls.prepared
+    row = measure_cell(cell("t_prepare"), FAST, RUN).to_dict()
+    assert row["status"] == "ok"
+    assert row["setup_s"] == 1.5
+    assert cls.prepared == before + 1  # once per cell, not once per timed call
+
+
+def test_learnable_variant_is_calibrated_on_other_seeds(monkeypatch):
+    import importlib
+
+    calibrate_module = importlib.import_module("variants.calibrate")  # the module (the package exports the function)
+    seen = []
+    real = calibrate_module.calibrate
+
+    def spy(variant, batches, **kwargs):
+        seen.extend(batches)
+        return real(variant, batches, **kwargs)
+
+    monkeypatch.setattr(calibrate_module, "calibrate", spy)
+    context = MeasureContext()
+    c = cell("t_learn", N=32, seed=5)
+    row = measure_cell(c, FAST, RUN, context).to_dict()
+    assert row["status"] == "ok", row["reason"]
+    assert row["calibration_s"] > 0
+    assert row["calibration"]["steps"] == 20 and row["calibration"]["loss_after"] < row["calibration"]["loss_before"]
+    q_eval = context.get_inputs(c, torch.device("cpu"))[0]
+    assert len(seen) == 2 and not any(torch.equal(q, q_eval) for q, _, _ in seen)
+    # The train-mode cell of the same series reuses the fit: no second calibration.
+    again = measure_cell(cell("t_learn", N=32, seed=5, mode="train"), FAST, RUN, context).to_dict()
+    assert len(seen) == 2 and again["calibration"] == row["calibration"]
+
+
+def test_accuracy_reference_full_vs_pattern():
+    from variants import list_variants
+
+    if "sliding_window" not in list_variants():
+        pytest.skip("sliding_window not registered")
+    c = cell("sliding_window", N=128, config={"window": 16})
+    full = measure_cell(c, FAST, RUN).to_dict()
+    own = measure_cell(c, MeasureSettings(**{**FAST.to_dict(), "accuracy_reference": "pattern"}), RUN).to_dict()
+    assert own["rel_l2_error"] < 1e-5 < full["rel_l2_error"]
+
+
+def test_sampled_rows_include_first_and_last():
+    rows = sample_rows(1000, 16, seed=0)
+    assert len(rows) == 16 and rows[0] == 0 and rows[-1] == 999
+    assert torch.equal(rows, rows.unique())  # sorted, no repeats
+    assert torch.equal(sample_rows(10, 16, seed=0), torch.arange(10))

@@ -1,0 +1,138 @@
+"""harness.report.analysis: exponent fit, crossover finder, dense ratios, Pareto front, recommendation."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.report.analysis import (
+    crossover_length,
+    crossovers,
+    fit_exponent,
+    memory_limits,
+    pareto_front,
+    pareto_length,
+    recommend,
+    scaling_exponents,
+    with_dense_ratios,
+)
+from harness.store import rows_frame
+from tests.helpers.synthetic_run import make_rows
+
+N = np.array([256, 512, 1024, 2048, 4096, 8192, 16384])
+
+
+@pytest.mark.parametrize("exponent", [1.0, 1.5, 2.0, 3.0])
+def test_fit_recovers_planted_exponent_despite_overhead_at_short_lengths(exponent):
+    rng = np.random.default_rng(0)
+    # A fixed overhead dominates the short lengths; the fit over the longest ones must not see it.
+    t = 1e-9 * (256**exponent + N**exponent) * (1 + 0.01 * rng.standard_normal(len(N)))
+    assert fit_exponent(N, t, last=3) == pytest.approx(exponent, abs=0.06)
+    # Over all points, the overhead drags the slope down: the choice of "longest lengths" matters.
+    assert fit_exponent(N, t, last=0) < exponent - 0.1
+
+
+def test_fit_needs_two_positive_points():
+    assert math.isnan(fit_exponent([1024], [1.0]))
+    assert math.isnan(fit_exponent([512, 1024], [0.0, float("nan")]))
+    assert fit_exponent([512, 1024, 2048], [1.0, 2.0, None]) == pytest.approx(1.0)
+
+
+def test_crossover_of_two_power_laws_is_exact():
+    dense = 1e-9 * N**2.0
+    linear = 4e-7 * N**1.0  # equal at N = 400
+    result = crossover_length(N, linear, dense)
+    assert result.kind == "crosses"
+    assert result.length == pytest.approx(400.0, rel=1e-9)
+
+
+def test_crossover_kinds():
+    dense = 1e-9 * N**2.0
+    assert crossover_length(N, 1e-8 * N, dense).kind == "always"  # equal at N = 10 < 256
+    assert crossover_length(N, 1.5 * dense, dense).kind == "never"
+    assert crossover_length([], [], []).kind == "no data"
+    # Faster in the middle, slower again at the longest N: not a crossover.
+    assert crossover_length([1, 2, 3], [2.0, 0.5, 2.0], [1.0, 1.0, 1.0]).kind == "never"
+    # Missing points are ignored; the crossing between 2 and 4 of ratios 2 and 0.5 is at N = 2*sqrt(2).
+    result = crossover_length([1, 2, 3, 4], [4.0, 2.0, None, 0.5], [1.0, 1.0, 1.0, 1.0])
+    assert result.kind == "crosses" and result.length == pytest.approx(2 * math.sqrt(2))
+
+
+def test_dense_ratios_use_the_dense_row_of_the_same_cell():
+    frame = with_dense_ratios(rows_frame(make_rows()))
+    sw = frame[(frame["variant"] == "sliding_window") & (frame["seq_len"] == 4096) & (frame["inputs"] == "local")].iloc[0]
+    assert sw["speedup"] == pytest.approx((1e-9 * 4096**2) / (4e-7 * 4096))
+    assert sw["memory_ratio"] == pytest.approx(2048 * 4096 / (8 * 4096**2))
+    dense = frame[(frame["variant"] == "dense") & (frame["status"] == "ok")]
+    assert np.allclose(dense["speedup"], 1.0)
+    # Where dense ran out of memory there is no ratio, and the reason is kept.
+    at_oom = frame[(frame["variant"] == "chunked") & (frame["seq_len"] == 8192)]
+    assert at_oom["speedup"].isna().all() and set(at_oom["dense_status"]) == {"oom"}
+
+
+def test_dense_baseline_prefers_backend_auto_over_a_faster_explicit_backend():
+    rows = make_rows(variants=("dense", "sliding_window"), inputs=("gaussian",), with_failures=False)
+    fast = [dict(r, config={"backend": "reference"}, latency_s=r["latency_s"] / 10) for r in rows if r["variant"] == "dense"]
+    frame = with_dense_ratios(rows_frame(rows + fast))
+    sw = frame[(frame["variant"] == "sliding_window") & (frame["seq_len"] == 1024)].iloc[0]
+    assert sw["dense_latency_s"] == pytest.approx(1e-9 * 1024**2)
+    assert set(frame[frame["variant"] == "dense"]["series"]) == {"dense(backend=auto)", "dense(backend=reference)"}
+
+
+def test_scaling_exponents_and_crossovers_on_a_synthetic_run():
+    frame = with_dense_ratios(rows_frame(make_rows()))
+    frame = frame[~frame["causal"]]  # the causal setting holds only linformer's unsupported row
+    exps = scaling_exponents(frame).set_index("series")
+    assert exps.loc["dense", "time_exponent"] == pytest.approx(2.0)
+    assert exps.loc["dense", "fit_to"] == 4096  # 8192 ran out of memory
+    assert exps.loc["sliding_window", "time_exponent"] == pytest.approx(1.0)
+    assert exps.loc["chunked", "memory_exponent"] == pytest.approx(1.0)
+    cross = crossovers(frame).set_index("series")
+    assert cross.loc["sliding_window", "kind"] == "crosses"
+    assert cross.loc["sliding_window", "length"] == pytest.approx(400.0)
+    assert cross.loc["linformer", "kind"] == "always"
+    assert cross.loc["chunked", "kind"] == "never"
+    assert cross.loc["chunked", "dense_oom_from"] == 8192
+
+
+def test_pareto_front_keeps_only_non_dominated_points():
+    points = pd.DataFrame({"t": [1.0, 2.0, 3.0, 1.5, 4.0], "e": [0.5, 0.1, 0.01, 0.6, 0.01], "name": list("abcde")})
+    assert list(pareto_front(points, "t", "e")["name"]) == ["a", "b", "c"]
+    with_nan = pd.concat([points, pd.DataFrame({"t": [0.1], "e": [float("nan")], "name": ["f"]})])
+    assert "f" not in set(pareto_front(with_nan, "t", "e")["name"])
+
+
+def test_pareto_length_and_memory_limits():
+    frame = rows_frame(make_rows())
+    assert pareto_length(frame) == 4096  # dense is out of memory at 8192
+    limits = memory_limits(frame[~frame["causal"]]).set_index("series")
+    assert limits.loc["dense", "longest_ok"] == 4096 and limits.loc["dense", "first_oom"] == 8192
+    assert limits.loc["chunked", "longest_ok"] == 8192 and pd.isna(limits.loc["chunked", "first_oom"])
+
+
+def test_recommendation_is_derived_from_the_numbers():
+    frame = with_dense_ratios(rows_frame(make_rows()))
+    text = recommend(frame, budgets=(1e-3, 0.1))
+    tight = next(p for p in text if "budget 0.001" in p)
+    loose = next(p for p in text if "budget 0.1" in p)
+    # Within 1e-3 only the exact ones qualify: dense while it fits, then chunked.
+    assert "N=256-4096: **dense**" in tight and "N=8192: **chunked** (dense did not run at N=8192)" in tight
+    # Within 0.1 linformer (error 0.05, the fastest at every length) wins everywhere: 2e-7 N vs 1e-9 N^2.
+    assert "N=256-8192: **linformer** (speed-up over dense 1.28x at N=256 to 20.5x at N=4096; dense did not run at N=8192)" in loose
+    assert "sliding_window" not in loose  # error 0.3: over budget
+
+
+def test_recommendation_calls_out_a_win_within_the_timing_spread():
+    rows = make_rows(variants=("dense", "chunked"), inputs=("gaussian",), with_failures=False)
+    for r in rows:  # chunked 2% faster than dense, both spread +/- 10%: a tie, not a win
+        if r["variant"] == "chunked":
+            r["latency_s"] = 0.98e-9 * r["seq_len"] ** 2
+        r["latency_p20_s"], r["latency_p80_s"] = r["latency_s"] * 0.9, r["latency_s"] * 1.1
+    text = recommend(with_dense_ratios(rows_frame(rows)), budgets=(1e-3,))[0]
+    assert "**chunked** (speed-up over dense 1.02x at N=256 to 1.02x at N=8192; within the timing spread of dense at N=256" in text
+    # With tight spreads the same 2% is a plain win.
+    for r in rows:
+        r["latency_p20_s"], r["latency_p80_s"] = r["latency_s"] * 0.999, r["latency_s"] * 1.001
+    assert "timing spread" not in recommend(with_dense_ratios(rows_frame(rows)), budgets=(1e-3,))[0]

@@ -1,0 +1,113 @@
+"""harness.report.compare and `python -m harness compare`: cells matched across runs, regressions flagged beyond the runs' own spread."""
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from harness.commands import main
+from harness.commands.compare import run as compare_command
+from harness.errors import UsageError
+from harness.report.compare import compare_runs
+from harness.store import load_run
+from tests.helpers.synthetic_run import make_rows, write_run
+
+
+def _runs(tmp_path, rows_b=None, **kwargs_b):
+    a = write_run(tmp_path / "a")
+    b = write_run(tmp_path / "b", rows_b, **kwargs_b)
+    return load_run(a), load_run(b)
+
+
+def test_identical_runs_pass(tmp_path, capsys):
+    a, b = _runs(tmp_path)
+    result = compare_runs(a, b)
+    assert len(result.cells) == len(a.rows) and set(result.cells["verdict"]) == {"same"}
+    assert main(["compare", str(a.path), str(b.path), "--fail-on-regression"]) == 0
+    assert "0 regressions, 0 improvements" in capsys.readouterr().out
+
+
+def test_planted_2x_regression_is_flagged_and_nothing_else(tmp_path, capsys):
+    a, b = _runs(tmp_path, slow={"chunked": 2.0})
+    result = compare_runs(a, b)
+    flagged = result.cells[result.cells["verdict"] != "same"]
+    assert set(flagged["variant"]) == {"chunked"}
+    assert set(flagged["verdict"]) == {"regression"} and set(flagged["why"]) == {"latency 2.00x"}
+    assert len(flagged) == len(a.rows[(a.rows["variant"] == "chunked") & (a.rows["status"] == "ok")])
+    assert main(["compare", str(a.path), str(b.path)]) == 0  # reported, not failed, unless asked
+    assert main(["compare", str(a.path), str(b.path), "--fail-on-regression"]) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSION" in out and "chunked" in out
+    assert (b.path / "compare_vs_a" / "compare.csv").is_file() and (b.path / "compare_vs_a" / "compare.md").is_file()
+
+
+def test_a_faster_run_is_an_improvement(tmp_path):
+    a, b = _runs(tmp_path, slow={"dense": 0.5})
+    result = compare_runs(a, b)
+    assert set(result.improvements["variant"]) == {"dense"} and len(result.regressions) == 0
+
+
+def test_changes_within_the_threshold_or_the_spread_are_not_flagged(tmp_path):
+    # 3% slower: below the 5% threshold (the 2% spreads do not overlap, so only the threshold saves it).
+    a, b = _runs(tmp_path, slow={"chunked": 1.03})
+    assert len(compare_runs(a, b).regressions) == 0
+    # 10% slower but both runs spread +/- 20%: inside the noise.
+    a = load_run(write_run(tmp_path / "wa", _spread(make_rows(), 0.2)))
+    b = load_run(write_run(tmp_path / "wb", _spread(make_rows(slow={"chunked": 1.10}), 0.2)))
+    assert len(compare_runs(a, b).regressions) == 0
+    # The same 10% with tight spreads is flagged.
+    a, b = _runs(tmp_path / "tight", slow={"chunked": 1.10})
+    assert len(compare_runs(a, b).regressions) > 0
+
+
+def _spread(rows, frac):
+    return [dict(r, latency_p20_s=r["latency_s"] * (1 - frac), latency_p80_s=r["latency_s"] * (1 + frac)) if r["latency_s"] else r
+            for r in rows]
+
+
+def test_status_memory_and_error_changes(tmp_path):
+    rows = make_rows()
+    for r in rows:
+        if r["variant"] == "sliding_window" and r["seq_len"] == 4096:
+            r.update(status="oom", reason="out of memory", latency_s=None)
+        if r["variant"] == "linformer" and r["seq_len"] == 1024 and r["status"] == "ok":
+            r["peak_memory_bytes"] *= 3
+        if r["variant"] == "chunked" and r["seq_len"] == 512:
+            r["rel_l2_error"] = 0.01  # from 2e-7
+    a, b = _runs(tmp_path, rows)
+    cells = compare_runs(a, b).cells
+    why = {(r["variant"], r["seq_len"]): r["why"] for _, r in cells[cells["verdict"] == "regression"].iterrows()}
+    assert why[("sliding_window", 4096)] == "status ok -> oom"
+    assert why[("linformer", 1024)] == "memory 3.00x"
+    assert why[("chunked", 512)] == "error 2e-07 -> 0.01"
+    assert len(why) == 3
+
+
+def test_cells_match_across_machines_not_on_device_host_run_or_seed(tmp_path):
+    other = [dict(r, run_id="other", host="gpu-box", device="cuda", device_name="NVIDIA H200", seed=7, threads=16,
+                  cell_id="x" + r["cell_id"]) for r in make_rows()]
+    a, b = _runs(tmp_path, other)
+    result = compare_runs(a, b)
+    assert len(result.cells) == len(a.rows) and len(result.only_a) == 0
+    assert any("different seeds" in n for n in result.notes)
+
+
+def test_unmatched_cells_are_counted_and_no_overlap_is_a_usage_error(tmp_path, capsys):
+    a, b = _runs(tmp_path, lengths=(256, 512, 16384))
+    result = compare_runs(a, b)
+    assert set(result.only_b["seq_len"]) == {16384} and set(result.only_a["seq_len"]) == {1024, 2048, 4096, 8192}
+    c = write_run(tmp_path / "c", [dict(r, dtype="bfloat16") for r in make_rows()])
+    with pytest.raises(UsageError, match="no cell of .* matches one of"):
+        compare_command(argparse.Namespace(run_a=str(a.path), run_b=str(c), threshold=0.05, out=None, fail_on_regression=False))
+    assert main(["compare", str(a.path), str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_compare_reads_a_killed_run(tmp_path):
+    a = write_run(tmp_path / "a")
+    b = write_run(tmp_path / "b", truncate_last=True)
+    with pytest.warns(UserWarning, match="skipped last line"):
+        result = compare_runs(load_run(a), load_run(b))
+    assert set(result.cells["verdict"]) == {"same"}
+    assert json.loads((b / "rows.jsonl").read_text().splitlines()[0])["variant"] == "dense"

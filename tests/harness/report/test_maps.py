@@ -1,0 +1,61 @@
+"""harness.report.maps: the identity probe recovers each variant's matrix, and says why when it cannot."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from harness.report.maps import attention_maps, effective_map, make_probe
+from variants import attention_weights, build_variant, list_variants
+
+
+def test_identity_probe_recovers_the_exact_map_and_a_band():
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 1, 32, 32, generator=g), torch.randn(1, 1, 32, 32, generator=g)
+    dense = effective_map(build_variant("dense", backend="reference"), q, k)
+    assert np.allclose(dense, attention_weights(q, k)[0, 0].numpy(), atol=1e-5)
+    causal = effective_map(build_variant("dense"), q, k, causal=True)
+    assert np.abs(np.triu(causal, 1)).max() == 0.0
+    if "sliding_window" in list_variants():
+        sw = build_variant("sliding_window", window=4)
+        band = attention_weights(q, k, pattern=sw.pattern)[0, 0].numpy()
+        assert np.allclose(effective_map(sw, q, k), band, atol=1e-5)
+        assert (band[0, 10:] == 0).all()  # the probe really distinguishes a band from dense
+
+
+def test_a_variant_not_linear_in_v_gets_no_map():
+    q = k = torch.randn(1, 1, 8, 8)
+
+    def squares(q, k, v, *, causal=False):
+        return torch.softmax(q @ k.transpose(-1, -2), -1) @ (v * v)
+
+    with pytest.raises(ValueError, match="not linear in v"):
+        effective_map(squares, q, k)
+
+
+def test_maps_panels_explain_what_cannot_be_drawn(monkeypatch):
+    from variants.dense import DenseAttention
+
+    series = [("dense", "dense", {"backend": "auto"}), ("xf", "dense", {"backend": "xformers"}),
+              ("linformer", "linformer", {"k": 16}), ("ghost", "ghost_attention", {})]
+    maps = attention_maps(series, n=16, inputs="local", causal=True)
+    panels = {p.label: p for p in maps.panels}
+    assert panels["dense"].rel_error < 1e-5 and panels["dense"].weights.shape == (16, 16)
+    assert panels["xf"].weights is not None and "drawn with auto" in panels["xf"].note
+    assert panels["linformer"].weights is None and panels["linformer"].note.startswith("unsupported: does not support causal=True")
+    assert panels["ghost"].weights is None and "not registered here" in panels["ghost"].note
+    monkeypatch.setattr(DenseAttention, "linear_in_v", False, raising=False)
+    opted_out = attention_maps(series[:1], n=16).panels[0]
+    assert opted_out.weights is None and "linear_in_v = False" in opted_out.note
+
+
+def test_probe_uses_the_registered_distribution_and_its_knobs():
+    q, k, used = make_probe(8, "gaussian:scale=4", seed=3)
+    q1, k1, _ = make_probe(8, "gaussian", seed=3)
+    assert used == "gaussian:scale=4" and q.shape == k.shape == (1, 1, 8, 8)
+    torch.testing.assert_close(q, 4 * q1)  # the knob reached the generator
+    torch.testing.assert_close(k, k1)
+    with pytest.raises(ValueError, match=r"inputs 'gaussian' has no knob 'rank'"):
+        make_probe(8, "gaussian:rank=8")  # no silent fallback to other inputs
+    with pytest.raises(ValueError, match=r"Unknown inputs 'gausian'.*Did you mean 'gaussian'"):
+        make_probe(8, "gausian")

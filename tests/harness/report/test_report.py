@@ -1,0 +1,131 @@
+"""harness.report.write_report and `python -m harness report`: every file from a synthetic run, failures shown, bad input explained."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.commands import main
+from harness.errors import UsageError
+from harness.report import write_report
+from harness.report.plotting import FIGURE_FILES
+from harness.store import load_run
+from tests.helpers.synthetic_run import make_rows, write_run
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_from_a_run_with_failures_writes_every_file(tmp_path):
+    run = write_run(tmp_path / "run", modes=("forward", "train"))
+    written = write_report(run)
+    names = {p.name for p in written}
+    assert names == {"report.md", "report.html"} | set(FIGURE_FILES.values())
+    for name in FIGURE_FILES.values():
+        assert (run / name).read_bytes()[:8] == PNG_MAGIC
+    md = (run / "report.md").read_text()
+    # Failed cells are shown with their status and reason, never dropped.
+    assert "| dense | 8192 | OOM |" in md and "CUDA out of memory. Tried to allocate 2.00 GiB" in md
+    assert "| linformer | 256 | unsupported |" in md and "does not support causal=True" in md
+    assert "| linformer | 8192 | error |" in md and "RuntimeError: planted failure" in md
+    # The analysis is computed: the planted exponents and the crossover at N = 400 appear.
+    assert "| float32 forward, non-causal, B=1 H=8 D=64 (cpu) | dense | 2.00 | 2.00 | 1024-4096 |" in md
+    assert "| sliding_window | 1.00 | 1.00 | 2048-8192 | from N ~ 400;" in md
+    assert "N=256-4096: **dense**; N=8192: **chunked**" in md
+    # Published numbers beside ours, with the hardware named.
+    assert "paper (NVIDIA V100)" in md and "| linformer | 2048 | 128 | 10.24x | 2.6x |" in md
+    assert "ours (Synthetic CPU)" in md
+    html = (run / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == len(FIGURE_FILES)  # self-contained
+    for name in FIGURE_FILES.values():
+        assert f"![{name}]({name})" in md
+
+
+def test_report_of_an_empty_run_says_so(tmp_path):
+    run = write_run(tmp_path / "empty", [])
+    written = write_report(run)
+    assert {p.name for p in written} == {"report.md", "report.html"}
+    assert "This run has no rows" in (run / "report.md").read_text()
+
+
+def test_report_of_an_all_failed_run_says_so(tmp_path):
+    rows = [dict(r, status="error", reason=f"RuntimeError: boom {i}", latency_s=None) for i, r in enumerate(make_rows())]
+    run = write_run(tmp_path / "failed", rows)
+    written = write_report(run)
+    md = (run / "report.md").read_text()
+    assert "No cell ran successfully" in md and "RuntimeError: boom 0" in md
+    assert {p.name for p in written} == {"report.md", "report.html"}
+
+
+def test_report_of_a_run_without_dense(tmp_path):
+    run = write_run(tmp_path / "nodense", make_rows(variants=("chunked", "linformer"), inputs=("gaussian",)))
+    names = {p.name for p in write_report(run, maps=False)}
+    assert FIGURE_FILES["speedup"] not in names and FIGURE_FILES["latency"] in names  # no baseline, no speed-up figure
+    md = (run / "report.md").read_text()
+    assert "error budget 0.1: N=256-8192: **linformer**." in md and "dense did not run" not in md
+
+
+def test_truncated_last_line_is_skipped_with_a_warning(tmp_path):
+    run = write_run(tmp_path / "killed", truncate_last=True)
+    with pytest.warns(UserWarning, match="skipped last line, not valid JSON"):
+        loaded = load_run(run)
+    assert len(loaded.rows) == len(make_rows())
+    with pytest.warns(UserWarning):
+        write_report(run, maps=False)
+    assert "Note: " in (run / "report.md").read_text() and "killed mid-write" in (run / "report.md").read_text()
+
+
+def test_not_a_run_folder_is_a_usage_error(tmp_path, capsys):
+    with pytest.raises(UsageError, match="does not exist"):
+        load_run(tmp_path / "nope")
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(UsageError, match="is not a run folder: it has no rows.jsonl"):
+        write_report(tmp_path / "plain")
+    assert main(["report", str(tmp_path / "plain")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a run folder" in err
+
+
+def test_rows_of_an_older_format(tmp_path):
+    # Only the fields an early writer may have had: no mode, inputs, dtype, memory, quantiles, schema_version.
+    old = [{"variant": r["variant"], "seq_len": r["seq_len"], "status": r["status"], "latency_s": r["latency_s"],
+            "config": r["config"]} for r in make_rows(inputs=("gaussian",), with_failures=False)]
+    run = write_run(tmp_path / "old", old)
+    with pytest.warns(UserWarning, match="older row format, missing dtype, mode, inputs, peak_memory_bytes, rel_l2_error"):
+        write_report(run, maps=False)
+    md = (run / "report.md").read_text()
+    assert "older row format" in md and "| dense | 1024 | ok | 1.05 ms | 1.00x | - |" in md
+    # Not rows at all: a clear error, not a KeyError.
+    (tmp_path / "alien").mkdir()
+    (tmp_path / "alien" / "rows.jsonl").write_text(json.dumps({"model": "bert", "time": 1.0}) + "\n")
+    with pytest.raises(UsageError, match="no row has the fields variant, seq_len, status"):
+        load_run(tmp_path / "alien")
+
+
+def test_cli_report(tmp_path, capsys):
+    run = write_run(tmp_path / "run")
+    assert main(["report", str(run), "--no-maps", "--budget", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert str(run / "report.html") in out and "error budget 0.5" in (run / "report.md").read_text()
+    assert main(["report", str(run), "--maps-n", "1"]) == 2
+    assert "--maps-n 1" in capsys.readouterr().err
+    assert main(["report", str(run), "--maps-inputs", "gausian"]) == 2
+    assert "--maps-inputs gausian: Unknown inputs 'gausian'. Available: " in capsys.readouterr().err
+    assert main(["report", str(run), "--maps-inputs", "local:scal=4"]) == 2
+    assert "--maps-inputs local:scal=4: inputs 'local' has no knob 'scal'" in capsys.readouterr().err
+    assert main(["report", str(run), "--budget", "-1"]) == 2
+    assert "error budgets must be > 0" in capsys.readouterr().err
+
+
+def test_recommendation_also_answers_per_input_distribution(tmp_path):
+    run = write_run(tmp_path / "run")  # gaussian and local rows
+    write_report(run, maps=False)
+    md = (run / "report.md").read_text()
+    section = md.split("## Which one should I use")[1].split("\n## ")[0]
+    assert "the answer for it alone" in section
+    assert "Inputs gaussian: float32 forward" in section and "Inputs local: float32 forward" in section
+
+
+def test_a_single_distribution_gets_no_per_distribution_answer(tmp_path):
+    run = write_run(tmp_path / "run", inputs=("gaussian",))
+    write_report(run, maps=False)
+    assert "the answer for it alone" not in (run / "report.md").read_text()

@@ -1,0 +1,144 @@
+"""The sweep spec: defaults < TOML < CLI, every bad value one UsageError naming where it came from."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.errors import UsageError
+from harness.runner import sweep_spec as build_spec
+from harness.spec import spec_to_toml
+
+
+def test_cpu_default_spans_256_to_8192_in_float32():
+    spec = build_spec(cli={"device": "cpu"})
+    assert spec.seq_lens == (256, 512, 1024, 2048, 4096, 8192)
+    assert spec.dtypes == ("float32",)
+    assert {e.name for e in spec.variants} >= {"dense"}
+    linformer = [e for e in spec.variants if e.name == "linformer"]
+    if linformer:  # the embedded variant_config covers the longest N
+        assert linformer[0].config["max_seq_len"] >= max(spec.seq_lens)
+
+
+def test_cli_overrides_toml_overrides_default(tmp_path):
+    path = tmp_path / "sweep.toml"
+    path.write_text('seq_lens = [64, 128]\nheads = 3\nvariants = ["dense"]\n')
+    spec = build_spec(toml_path=path, cli={"device": "cpu", "heads": "5", "dtypes": "bf16"})
+    assert spec.seq_lens == (64, 128)  # from the file
+    assert spec.heads == 5  # the flag wins
+    assert spec.dtypes == ("bfloat16",)  # alias
+    assert spec.batch == 1  # the default shows through
+
+
+def test_seq_len_forms():
+    spec = build_spec(cli={"device": "cpu", "seq_lens": "256..1024,4k", "variants": "dense"})
+    assert spec.seq_lens == (256, 512, 1024, 4096)
+
+
+def test_variant_overrides_are_coerced_to_field_types(test_variants):
+    spec = build_spec(cli={"device": "cpu", "variants": ["dense:backend=reference", "t_oom:oom_from=64,t_sleep:seconds=1e-3"]})
+    assert [e.label for e in spec.variants] == ["dense:backend=reference", "t_oom:oom_from=64", "t_sleep:seconds=0.001"]
+    assert spec.variants[1].config == {"oom_from": 64}  # int, not "64"
+    assert spec.variants[2].config == {"seconds": 0.001}
+    with pytest.raises(UsageError, match=r"t_oom:oom_from=lots: expected int, got 'lots'"):
+        build_spec(cli={"device": "cpu", "variants": "t_oom:oom_from=lots"})
+
+
+def test_variant_list_with_commas_inside_an_entry():
+    from harness.entries import split_entries
+
+    assert split_entries("dense,sliding_window:window=512,backend=banded,chunked") == [
+        "dense", "sliding_window:window=512,backend=banded", "chunked"]
+
+
+def test_toml_inline_table_variant(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text('variants = [{name = "dense", backend = "reference"}, "dense"]\n')
+    spec = build_spec(toml_path=path, cli={"device": "cpu"})
+    assert [e.config["backend"] for e in spec.variants] == ["reference", "auto"]
+
+
+def test_glob_expands_to_registered_variants():
+    from variants import list_variants
+
+    spec = build_spec(cli={"device": "cpu", "variants": "*"})
+    assert sorted(e.name for e in spec.variants) == list_variants()
+
+
+def test_effective_spec_round_trips_through_toml(tmp_path):
+    spec = build_spec(cli={"device": "cpu", "variants": "dense:backend=reference,dense", "seq_lens": "64,128",
+                           "causal": "both", "modes": "forward,train", "inputs": "gaussian:scale=4,local", "timeout": "0"})
+    path = tmp_path / "spec.toml"
+    path.write_text(spec_to_toml(spec))
+    assert build_spec(toml_path=path) == spec
+
+
+@pytest.mark.parametrize("cli,match", [
+    ({"variants": "dens"}, r"--variants: Unknown variant 'dens'.*Did you mean 'dense'"),
+    ({"variants": "nothing_*"}, r"no registered variant matches 'nothing_\*'"),
+    ({"variants": "dense:backnd=sdpa"}, r"no config field 'backnd'.*Did you mean 'backend'"),
+    ({"variants": "dense:backend=cuda_magic"}, r"backend must be one of"),
+    ({"variants": "dense:backend"}, r"is not field=value"),
+    ({"seq_lens": "0"}, r"--seq-lens: sequence lengths must be positive integers, got 0"),
+    ({"seq_lens": "128,-5"}, r"--seq-lens: sequence lengths must be positive integers, got -5"),
+    ({"seq_lens": "12x"}, r"--seq-lens: '12x' is not a length"),
+    ({"seq_lens": "1024..256"}, r"runs backwards"),
+    ({"batch": "0"}, r"--batch: must be >= 1, got 0"),
+    ({"head_dims": "sixty"}, r"--head-dim: expected an integer, got 'sixty'"),
+    ({"dtypes": "float8"}, r"--dtypes: unknown value 'float8'"),
+    ({"dtypes": "fp16"}, r"--dtypes: float16 on cpu: .*use float32 or bfloat16"),
+    ({"modes": "fwd,backprop"}, r"--modes: unknown value 'backprop'"),
+    ({"causal": "maybe"}, r"--causal: expected true, false or both"),
+    ({"inputs": "gausian"}, r"--inputs: Unknown inputs 'gausian'.*Did you mean 'gaussian'"),
+    ({"inputs": "gaussian:scal=2"}, r"no knob 'scal'.*Did you mean 'scale'"),
+    ({"inputs": "gaussian:scale=big"}, r"knob 'scale': expected float"),
+    ({"time_budget_s": "-1"}, r"--time-budget: must be > 0"),
+    ({"device": "tpu"}, r"--device: device must be 'cpu', 'cuda'"),
+    ({"plugins": ["/nonexistent/plugin.py"]}, r"--plugin /nonexistent/plugin.py: ImportError"),
+])
+def test_bad_values_are_one_line_usage_errors(cli, match):
+    with pytest.raises(UsageError, match=match) as info:
+        build_spec(cli={"device": "cpu", **cli})
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_cuda_is_refused():
+    with pytest.raises(UsageError, match=r"--device: CUDA is not available here"):
+        build_spec(cli={"device": "cuda"})
+
+
+def test_bf16_on_a_gpu_without_it_is_refused(monkeypatch):
+    from harness import devices as spec_module
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert "no bfloat16 support" in spec_module.dtype_reason("bfloat16", "cuda")
+    assert spec_module.dtype_reason("float16", "cuda") is None
+
+
+def test_malformed_toml_names_file_and_line(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('variants = ["dense"]\nseq_lens = [256, 512\nbatch = 1\n')
+    with pytest.raises(UsageError, match=r"bad\.toml: malformed TOML: .*line 3"):
+        build_spec(toml_path=path, cli={"device": "cpu"})
+
+
+def test_unknown_toml_key_is_suggested(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text("seq_len = [256]\n")
+    with pytest.raises(UsageError, match=r"unknown key 'seq_len'.*Did you mean 'seq_lens'"):
+        build_spec(toml_path=path, cli={"device": "cpu"})
+
+
+def test_toml_value_error_names_file_and_key(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text('heads = "many"\n')
+    with pytest.raises(UsageError, match=r"s\.toml: heads: expected an integer, got 'many'"):
+        build_spec(toml_path=path, cli={"device": "cpu"})
+
+
+def test_variant_config_for_unknown_variant(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text("[variant_config.dnse]\nbackend = 'sdpa'\n")
+    with pytest.raises(UsageError, match=r"unknown variant 'dnse'.*Did you mean 'dense'"):
+        build_spec(toml_path=path, cli={"device": "cpu"})

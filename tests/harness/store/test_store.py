@@ -1,0 +1,80 @@
+"""rows.jsonl: the schema of docs/DESIGN.md, one complete line per row, repaired after a kill; CSV at the end."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from harness.schema import ROW_FIELDS, empty_row
+from harness.store import RowWriter, read_rows, write_tables
+
+from tests.helpers import REPO
+
+DESIGN = REPO / "docs" / "DESIGN.md"
+
+
+def _row(cell_id: str, **fields):
+    row = empty_row()
+    row.update(cell_id=cell_id, variant="dense", seq_len=64, status="ok", config={"backend": "auto"}, **fields)
+    return row
+
+
+def test_row_fields_are_the_design_schema():
+    text = DESIGN.read_text()
+    section = text[text.index("## Row schema"):]
+    documented = re.findall(r"`([a-z_0-9]+)`", section)
+    documented = [f for f in documented if f not in ("ok", "oom", "unsupported", "error", "nonfinite", "timeout", "cpu", "cuda", "forward", "train", "float32", "bfloat16", "float16")]
+    assert list(dict.fromkeys(documented)) == list(ROW_FIELDS)
+
+
+def test_field_lists_are_derived_from_the_schema_dataclasses():
+    from harness.schema import CELL_FIELDS, NUMERIC_FIELDS, Cell, Row
+
+    assert CELL_FIELDS == tuple(f.name for f in dataclasses.fields(Cell))
+    assert ROW_FIELDS == tuple(f.name for f in dataclasses.fields(Row))
+    assert [f for f in ROW_FIELDS if f in CELL_FIELDS] == list(CELL_FIELDS)  # a cell's fields are columns, in its order
+    assert set(NUMERIC_FIELDS) <= set(ROW_FIELDS) and "latency_s" in NUMERIC_FIELDS and "seq_len" not in NUMERIC_FIELDS
+
+
+def test_append_writes_one_flushed_line_per_row(tmp_path):
+    with RowWriter(tmp_path) as writer:
+        writer.append(_row("a", latency_s=1e-3))
+        assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 1  # on disk before close
+        writer.append(_row("b", latency_s=float("nan")))
+    rows = read_rows(tmp_path)
+    assert [r["cell_id"] for r in rows] == ["a", "b"]
+    assert rows[0]["latency_s"] == 1e-3 and rows[1]["latency_s"] is None  # NaN is not JSON: stored as null
+    assert list(rows[0]) == list(ROW_FIELDS)
+
+
+def test_a_partial_last_line_is_cut_before_appending(tmp_path):
+    with RowWriter(tmp_path) as writer:
+        writer.append(_row("a"))
+    with open(tmp_path / "rows.jsonl", "a") as f:
+        f.write('{"cell_id": "half-writ')  # a run killed mid-write
+    with pytest.warns(UserWarning, match="skipped last line, not valid JSON"):  # the report's reader, the same words
+        assert [r["cell_id"] for r in read_rows(tmp_path)] == ["a"]
+    with RowWriter(tmp_path) as writer:
+        writer.append(_row("b"))
+    lines = (tmp_path / "rows.jsonl").read_text().splitlines()
+    assert [json.loads(line)["cell_id"] for line in lines] == ["a", "b"]
+
+
+def test_fields_outside_the_schema_are_refused(tmp_path):
+    with RowWriter(tmp_path) as writer, pytest.raises(ValueError, match=r"outside schema 1: \['speed'\]"):
+        writer.append({**_row("a"), "speed": 1})
+
+
+def test_csv_has_every_field_with_dicts_as_json(tmp_path):
+    import pandas as pd
+
+    with RowWriter(tmp_path) as writer:
+        writer.append(_row("a", latency_s=1.2345678901234e-05))
+    written = write_tables(tmp_path)
+    frame = pd.read_csv(written[0])
+    assert list(frame.columns) == list(ROW_FIELDS)
+    assert json.loads(frame["config"][0]) == {"backend": "auto"}
+    assert frame["latency_s"][0] == 1.2345678901234e-05  # raw, full precision
