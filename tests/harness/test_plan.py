@@ -1,8 +1,10 @@
 """spec -> cells: counts, order, stable ids."""
 from __future__ import annotations
 
+import pytest
+
 from harness.plan import plan
-from harness.schema import Cell
+from harness.schema import CELL_FIELDS, Cell
 from harness.runner import sweep_spec as build_spec
 
 
@@ -33,6 +35,30 @@ def test_cell_id_is_stable_and_depends_on_every_field():
     assert same.cell_id == cell.cell_id
     for change in ({"seq_len": 999}, {"seed": 1}, {"config": {"backend": "sdpa"}}, {"inputs": "local"}, {"causal": True}):
         assert Cell.from_dict({**cell.fields(), **change}).cell_id != cell.cell_id
+
+
+def _changed(value):
+    """Another value of the same kind: every cell field, whatever its type, gets one."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, dict):
+        return {**value, "_other": 1}
+    return f"{value}_other"
+
+
+@pytest.mark.parametrize("field", CELL_FIELDS)
+def test_every_cell_field_changes_the_cell_id(field):
+    cell = plan(_spec())[0]
+    changed = Cell.from_dict({**cell.fields(), field: _changed(getattr(cell, field))})
+    assert changed.cell_id != cell.cell_id, f"cells differing only in {field} share an id (resume would skip one)"
+
+
+def test_a_plan_over_two_dtypes_has_a_cell_per_dtype():
+    spec = build_spec(cli={"device": "cpu", "variants": "dense", "seq_lens": "64", "inputs": "gaussian", "dtypes": "float32,bfloat16"})
+    cells = plan(spec)
+    assert sorted(c.dtype for c in cells) == ["bfloat16", "float32"] and len({c.cell_id for c in cells}) == 2
 
 
 def test_duplicates_are_planned_once():

@@ -49,6 +49,19 @@ def test_append_writes_one_flushed_line_per_row(tmp_path):
     assert list(rows[0]) == list(ROW_FIELDS)
 
 
+def test_every_append_is_fsynced_before_it_returns(tmp_path, monkeypatch):
+    import os
+
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd)))
+    with RowWriter(tmp_path) as writer:
+        writer.append(_row("a"))
+        assert len(synced) == 1  # durable before the next cell starts: a power cut loses no finished row
+        writer.append(_row("b"))
+        assert len(synced) == 2
+
+
 def test_a_partial_last_line_is_cut_before_appending(tmp_path):
     with RowWriter(tmp_path) as writer:
         writer.append(_row("a"))
