@@ -54,6 +54,11 @@ class DenseAttention(AttentionVariant):
         return _textbook(q, k, v, causal=causal, kv_mask=kv_mask)
 
     # ---- decoding: a KV cache -------------------------------------------------------------
+    def extra_decode_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None) -> list[str]:
+        """A step runs the configured backend, so its refusals (e.g. xformers off CUDA) apply too."""
+        backend = self.resolve_backend(q, training=False)
+        return [f"backend {backend!r} {r}" for r in self.backend_reasons(backend, q, training=False)]
+
     def init_state(self, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> KVCache:
         """A KV cache holding the context (B, H_kv, N, D), with room for N more tokens."""
         check_context(k, v, kv_mask)

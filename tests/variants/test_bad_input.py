@@ -46,3 +46,8 @@ def test_unknown_backend_through_multihead():
 def test_multihead_checks_its_input_width():
     with pytest.raises(ValueError, match=r"x must have shape \(B, N, embed_dim=32\), got \(2, 5, 16\)"):
         MultiHeadAttention(32, 4)(torch.randn(2, 5, 16))
+
+
+def test_kv_batch_or_head_dim_mismatch_is_named():
+    with pytest.raises(ValueError, match=r"k must be \(B=2, H_kv, M, D=4\) to match q \(2, 3, 8, 4\), got \(2, 3, 8, 5\)"):
+        build_variant("dense")(q, torch.randn(2, 3, 8, 5), torch.randn(2, 3, 8, 5))
