@@ -568,3 +568,34 @@ def test_sliding_window_decode_keeps_its_sinks(sinks, kv_heads, padded):
     ref = reference_attention(q, k, v, causal=True, kv_mask=mask, pattern=attn.pattern)[:, :, CONTEXT:]
     assert _rel_l2(got, ref) < TOLERANCE[torch.float32]
     assert state.k.shape[2] == sinks + 4  # the state holds sinks + window slots, whatever the length
+
+
+@pytest.mark.parametrize("name,backend", _cases("cuda"))
+@pytest.mark.parametrize("kv_heads", KV_HEADS[1:], ids=lambda h: f"kv{h}")
+def test_cuda_gqa_matches_reference_and_decodes(name, backend, kv_heads):
+    """GQA through the CUDA kernels (enable_gqa, flex, xformers' BMGHK layout) and a few decode steps."""
+    attn = _gqa_build(name, backend, kv_heads).to("cuda", torch.bfloat16)
+    _gqa_or_skip(attn, kv_heads)
+    q, k, v = (t.to("cuda", torch.bfloat16) for t in _gqa_inputs(25, kv_heads, n=256))
+    checked = 0
+    for mask in (None, _padding_mask(256, device="cuda")):
+        for causal in (False, True):
+            if attn.not_supported_reasons(q, k, v, causal=causal, kv_mask=mask, training=False):
+                continue
+            with torch.no_grad():
+                out = attn(q, k, v, causal=causal, kv_mask=mask)
+            rows = torch.ones_like(out, dtype=torch.bool) if mask is None else mask[:, None, :, None].expand_as(out)
+            assert torch.isfinite(out[rows]).all()
+            if attn.capabilities.exact:
+                ref = reference_attention(q, k, v, causal=causal, kv_mask=mask, pattern=attn.pattern)
+                assert _rel_l2(out[rows], ref[rows]) < 5 * TOLERANCE[torch.bfloat16], f"causal={causal}, padded={mask is not None}"
+            checked += 1
+    if not attn.decode_reasons(q[:, :, :1], k, v):
+        got, _ = _decode_all(attn, q, k, v)
+        with torch.no_grad():
+            want = (reference_attention(q, k, v, causal=True, pattern=attn.pattern) if attn.capabilities.exact
+                    else attn(q, k, v, causal=True))[:, :, CONTEXT : CONTEXT + STEPS]
+        assert _rel_l2(got, want) < 5 * TOLERANCE[torch.bfloat16]
+        checked += 1
+    if not checked:
+        pytest.skip("declared unsupported: " + "; ".join(attn.not_supported_reasons(q, k, v, training=False)))
