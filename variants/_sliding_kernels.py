@@ -15,6 +15,9 @@ from variants._gqa import from_xformers_layout, xformers_layout
 _FLEX_BLOCK = 128  # flex: sparse block size (flex_attention's default tile)
 _FLEX_BLOCK_MASKS: dict[tuple, object] = {}  # (N, M, window, causal, sinks, device) -> BlockMask
 _FLEX_FN: list = []  # the compiled flex call, built on first use (never at import)
+# flex specialises on sequence lengths, heads, dtype and grad mode, so a sweep compiles it once per such
+# combination; past dynamo's default limit (8) it would silently fall back to unfused, eager flex.
+_FLEX_RECOMPILE_LIMIT = 256
 
 
 def flex(q: Tensor, k: Tensor, v: Tensor, window: int, *, causal: bool, kv_mask: Tensor | None, sinks: int = 0) -> Tensor:
@@ -25,7 +28,16 @@ def flex(q: Tensor, k: Tensor, v: Tensor, window: int, *, causal: bool, kv_mask:
     block_mask = flex_block_mask(N, M, window, causal, q.device, sinks=sinks)
     if kv_mask is None:  # one compiled graph serves both cases: an all-true mask costs a load per score
         kv_mask = torch.ones(B, M, dtype=torch.bool, device=q.device)
-    return _FLEX_FN[0](q, k, v, block_mask, kv_mask, softmax_scale(q.shape[-1]), q.shape[1] != k.shape[1])
+    with _recompile_limit(_FLEX_RECOMPILE_LIMIT):
+        return _FLEX_FN[0](q, k, v, block_mask, kv_mask, softmax_scale(q.shape[-1]), q.shape[1] != k.shape[1])
+
+
+def _recompile_limit(limit: int):
+    """A context raising dynamo's per-function recompile limit for this call only (older torch: cache_size_limit)."""
+    import torch._dynamo.config as dynamo_config
+
+    name = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
+    return dynamo_config.patch(**{name: max(limit, getattr(dynamo_config, name))})
 
 
 def _flex_padded(q: Tensor, k: Tensor, v: Tensor, block_mask, kv_mask: Tensor, scale: float, gqa: bool) -> Tensor:

@@ -137,6 +137,10 @@ class DistilledAttention(AttentionVariant):
         return ungroup(out).to(q.dtype)  # (B, H, N, D)
 
     # ---- decoding: the running sums --------------------------------------------------------
+    def extra_decode_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None) -> list[str]:
+        """A built student decodes only with the head dim and K/V heads its feature maps were made for."""
+        return self.extra_reasons(q, k, v, causal=True, kv_mask=kv_mask, training=False)
+
     def init_state(self, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> "DistilledState":
         """The sums phi(k_j) v_j^T and phi(k_j) over the real context keys k, v (B, H_kv, N, D)."""
         check_context(k, v, kv_mask)
