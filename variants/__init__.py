@@ -2,7 +2,9 @@
 
 >>> from variants import build_variant, list_variants
 >>> attn = build_variant("dense", backend="sdpa")
->>> out = attn(q, k, v, causal=True, kv_mask=mask)   # q, k, v: (B, H, N, D)
+>>> out = attn(q, k, v, causal=True, kv_mask=mask)   # q: (B, H, N, D); k, v: (B, H_kv, N, D)
+>>> state = attn.init_state(k, v, kv_mask=mask)      # decoding: context, then one token per step
+>>> out_t, state = attn.step(q_t, k_t, v_t, state)   # q_t: (B, H, 1, D); k_t, v_t: (B, H_kv, 1, D)
 
 Importing this package does no work: built-ins and plugins register on the first registry query.
 """
@@ -25,6 +27,7 @@ from variants.base import (
     dense_flops,
     train_flops,
 )
+from variants._decode import state_bytes
 from variants.calibrate import CalibrationReport, calibrate
 from variants.checkpoint import load_variant, save_variant
 from variants.multihead import MultiHeadAttention
@@ -52,5 +55,6 @@ __all__ = [
     "reference_attention",
     "register_variant",
     "save_variant",
+    "state_bytes",
     "train_flops",
 ]

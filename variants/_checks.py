@@ -9,7 +9,11 @@ from torch import Tensor
 
 
 def check_qkv(q: Any, k: Any, v: Any, *, causal: bool = False, kv_mask: Any = None) -> None:
-    """Raise TypeError/ValueError unless q (B, H, N, D), k and v (B, H, M, D) fit the contract."""
+    """Raise TypeError/ValueError unless q (B, H, N, D), k and v (B, H_kv, M, D) fit the contract.
+
+    H_kv may be smaller than H when it divides it (GQA; MQA when H_kv = 1): query head h reads
+    K/V head h // (H // H_kv).
+    """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor of shape (B, H, N, D), got {type(t).__name__}")
@@ -25,12 +29,13 @@ def check_qkv(q: Any, k: Any, v: Any, *, causal: bool = False, kv_mask: Any = No
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device, got q={q.device}, k={k.device}, v={v.device}")
     if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape (B, H, M, D), got k={tuple(k.shape)}, v={tuple(v.shape)}")
+        raise ValueError(f"k and v must have the same shape (B, H_kv, M, D), got k={tuple(k.shape)}, v={tuple(v.shape)}")
     B, H, N, D = q.shape
-    if (k.shape[0], k.shape[1], k.shape[3]) != (B, H, D):
+    if (k.shape[0], k.shape[3]) != (B, D):
         raise ValueError(
-            f"k must be (B={B}, H={H}, M, D={D}) to match q {tuple(q.shape)}, got {tuple(k.shape)}"
+            f"k must be (B={B}, H_kv, M, D={D}) to match q {tuple(q.shape)}, got {tuple(k.shape)}"
         )
+    check_kv_heads(H, k.shape[1], what=f"q {tuple(q.shape)}, k {tuple(k.shape)}")
     M = k.shape[2]
     if N < 1 or M < 1 or D < 1:
         raise ValueError(f"sequence lengths and head dim must be >= 1, got q {tuple(q.shape)}, k {tuple(k.shape)}")
@@ -52,6 +57,19 @@ def check_qkv(q: Any, k: Any, v: Any, *, causal: bool = False, kv_mask: Any = No
             raise ValueError(f"kv_mask must have shape (B, M) = ({B}, {M}), got {tuple(kv_mask.shape)}")
         if kv_mask.device != q.device:
             raise ValueError(f"kv_mask must be on q's device {q.device}, got {kv_mask.device}")
+
+
+def check_kv_heads(H: int, H_kv: int, *, what: str = "") -> int:
+    """Raise ValueError unless H_kv >= 1 divides H; return the group size G = H // H_kv."""
+    if H_kv < 1 or H % H_kv:
+        divisors = ", ".join(str(d) for d in range(1, H + 1) if H % d == 0)
+        given = f" (got {what})" if what else ""
+        raise ValueError(
+            f"k and v have H_kv={H_kv} heads, which does not divide the H={H} query heads{given}; "
+            f"grouped-query attention needs H % H_kv == 0 (query head h reads K/V head h // (H // H_kv)): "
+            f"use H_kv in ({divisors})"
+        )
+    return H // H_kv
 
 
 def check_int(field: str, value: Any, *, minimum: int | None = None, maximum: int | None = None) -> None:

@@ -1,9 +1,15 @@
 """The variant contract: config, capabilities, refusals with reasons, and analytic cost.
 
 A variant is an ``nn.Module`` whose ``forward(q, k, v, *, causal=False, kv_mask=None)`` takes
-q of shape (B, H, N, D), k and v of shape (B, H, M, D) and returns (B, H, N, D) in q's dtype.
-Everything except ``forward`` has a default, so a user's variant can be a config dataclass and
-a class with one method.
+q of shape (B, H, N, D), k and v of shape (B, H_kv, M, D) with H % H_kv == 0 (grouped-query
+attention: query head h reads K/V head h // (H // H_kv); H_kv = H is plain multi-head) and
+returns (B, H, N, D) in q's dtype. Everything except ``forward`` has a default, so a user's
+variant can be a config dataclass and a class with one method.
+
+Decoding (optional, ``Capabilities.decode``): ``init_state(k, v, *, kv_mask=None)`` builds the
+state for a context, ``step(q_t, k_t, v_t, state) -> (out_t, state)`` adds one token and returns
+its causal output; ``decode_reasons`` says beforehand why a variant cannot, and
+``state_bytes(state)`` counts the state's memory.
 """
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from variants._checks import check_qkv, softmax_scale  # noqa: F401 - softmax_scale re-exported
+from variants._decode import state_bytes
 
 # FlashAttention's convention: backward costs 2.5x the forward, so forward+backward is 3.5x.
 BACKWARD_FLOPS_FACTOR = 2.5
@@ -59,6 +66,8 @@ class Capabilities:
     learnable: bool = False  # has parameters fitted against the exact teacher
     devices: tuple[str, ...] = ("cpu", "cuda")  # device types it runs on
     approximates: str = ""  # for approximate variants: what it approximates and how, one line
+    gqa: bool = True  # accepts k, v with H_kv < H heads (H % H_kv == 0); False: refused with a reason
+    decode: bool = False  # implements init_state/step (incremental causal decoding, one token per step)
 
 
 class AttentionVariant(nn.Module):
@@ -150,6 +159,7 @@ class AttentionVariant(nn.Module):
             reasons.append("does not support a key padding mask (kv_mask)")
         if training and not caps.backward:
             reasons.append("has no backward pass (training mode)")
+        reasons += _gqa_reasons(caps, q.shape[1], k.shape[1])
         if self.backends:
             backend = self.resolve_backend(q, training=training)
             reasons += [f"backend {backend!r} {r}" for r in self.backend_reasons(backend, q, training=training)]
@@ -161,6 +171,55 @@ class AttentionVariant(nn.Module):
     ) -> list[str]:
         """Variant-specific refusals (e.g. N > max_seq_len). Override; the default has none."""
         return []
+
+    # ---- decoding -------------------------------------------------------------------------
+    def decode_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> list[str]:
+        """Every reason this variant cannot decode after the context k, v ([] if it can).
+
+        Args: q, a query like the decoded ones, (B, H, 1 or N, D) (only its heads, dtype and
+        device are read); k, v the context (B, H_kv, N, D); kv_mask its padding, bool (B, N).
+        """
+        caps = self.capabilities
+        if not caps.decode:
+            reasons = ["has no incremental decoding (init_state/step); Capabilities.decode is False"]
+        else:
+            reasons = []
+            if q.device.type not in caps.devices:
+                reasons.append(f"runs on {'/'.join(caps.devices)} only, got device {q.device.type!r}")
+            if kv_mask is not None and not caps.kv_mask:
+                reasons.append("does not support a key padding mask (kv_mask)")
+            reasons += _gqa_reasons(caps, q.shape[1], k.shape[1])
+        return reasons + self.extra_decode_reasons(q, k, v, kv_mask=kv_mask)
+
+    def extra_decode_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None) -> list[str]:
+        """Variant-specific decode refusals (e.g. why it cannot decode at all). Default: none."""
+        return []
+
+    def check_decode(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> None:
+        """Raise NotSupportedError listing decode_reasons, if there are any."""
+        reasons = self.decode_reasons(q, k, v, kv_mask=kv_mask)
+        if reasons:
+            raise NotSupportedError(self.name, reasons)
+
+    def init_state(self, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> Any:
+        """The decode state after the context k, v (B, H_kv, N, D); kv_mask (B, N) marks real tokens.
+
+        Positions count from the start of the context, padded slots included, so decoded token t
+        sits at position N + t. The default refuses with ``NotSupportedError``.
+        """
+        raise NotSupportedError(self.name, self.decode_reasons(k, k, v, kv_mask=kv_mask) or ["init_state is not implemented"])
+
+    def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: Any) -> tuple[Tensor, Any]:
+        """Append one token (q_t (B, H, 1, D); k_t, v_t (B, H_kv, 1, D)) and return its causal output.
+
+        Returns (out_t (B, H, 1, D) in q_t's dtype, the new state); the state may be updated in
+        place, so use the returned one. The default refuses with ``NotSupportedError``.
+        """
+        raise NotSupportedError(self.name, self.decode_reasons(q_t, k_t, v_t) or ["step is not implemented"])
+
+    def state_bytes(self, state: Any) -> int:
+        """Bytes held by a decode state: ``variants.state_bytes`` (tensor storages, each once)."""
+        return state_bytes(state)
 
     # ---- the pattern the variant is exact to --------------------------------------------
     def pattern(self, query_idx: Tensor, key_idx: Tensor) -> Tensor | None:
@@ -221,6 +280,15 @@ def dense_flops(B: int, H: int, N: int, M: int, D: int, causal: bool) -> int:
 def train_flops(forward_flops: int) -> int:
     """Forward + backward FLOPs under FlashAttention's convention (backward = 2.5x forward)."""
     return int(round(forward_flops * (1 + BACKWARD_FLOPS_FACTOR)))
+
+
+def _gqa_reasons(caps: Capabilities, H: int, H_kv: int) -> list[str]:
+    if H_kv == H or caps.gqa:
+        return []
+    return [
+        f"does not support grouped-query attention (H={H} query heads, H_kv={H_kv} K/V heads; "
+        f"Capabilities.gqa is False): repeat K/V to H heads with k.repeat_interleave({H // max(H_kv, 1)}, dim=1)"
+    ]
 
 
 def _wants_grad(module: nn.Module, *tensors: Tensor) -> bool:

@@ -4,6 +4,11 @@ The forward keeps, per query row, a running max and sum of exponentials (Rabe & 
 FlashAttention), so each step holds one (query_chunk x key_chunk) tile. The backward is a custom
 autograd Function that recomputes each tile from q, k, v and the saved log-sum-exp, so training
 stores O(N * D), not the N x M probabilities. Causal calls skip key chunks wholly above the diagonal.
+
+GQA: the G query heads of a K/V head are stacked as the rows of one tile, (B, H_kv, G*cq, D), so
+K/V are never repeated; the causal mask uses each row's own position (rows repeat per head).
+Decoding keeps a KV cache (variants._decode.KVCache, preallocated, doubling) and runs each new
+query through this online-softmax forward over the cached keys.
 """
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ import torch
 from torch import Tensor
 
 from variants._checks import check_int
+from variants._decode import KVCache, check_context, kv_cache_step
+from variants._gqa import group
 from variants._registry import register_variant
 from variants.base import AttentionVariant, Capabilities, VariantConfig, softmax_scale
 
@@ -33,7 +40,7 @@ class ChunkedConfig(VariantConfig):
 class ChunkedAttention(AttentionVariant):
     """Exact softmax attention in query x key chunks with an online softmax: O(N*c) memory, forward and backward."""
 
-    capabilities = Capabilities(exact=True)
+    capabilities = Capabilities(exact=True, decode=True)
     small_config = {"query_chunk": 8, "key_chunk": 16}
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None) -> Tensor:
@@ -42,6 +49,17 @@ class ChunkedAttention(AttentionVariant):
         out = _ChunkedAttention.apply(q.to(dtype), k.to(dtype), v.to(dtype), kv_mask, causal,
                                       self.config.query_chunk, self.config.key_chunk)
         return out.to(q.dtype)
+
+    # ---- decoding: a KV cache -------------------------------------------------------------
+    def init_state(self, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> KVCache:
+        """A KV cache holding the context (B, H_kv, N, D), with room for N more tokens."""
+        check_context(k, v, kv_mask)
+        self.check_decode(k, k, v, kv_mask=kv_mask)
+        return KVCache.from_context(k, v, kv_mask)
+
+    def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: KVCache) -> tuple[Tensor, KVCache]:
+        """Append (k_t, v_t) to the cache; the new query runs the chunked online softmax over all of it."""
+        return kv_cache_step(self, q_t, k_t, v_t, state)
 
 
 class _ChunkedAttention(torch.autograd.Function):
@@ -66,13 +84,27 @@ def _spans(length: int, chunk: int) -> list[tuple[int, int]]:
     return [(s, min(s + chunk, length)) for s in range(0, length, chunk)]
 
 
-def _mask_tile_(s: Tensor, qs: int, ks: int, kv_mask: Tensor | None, causal: bool) -> Tensor:
-    """Set invisible scores of the tile s (B, H, cq, ck) at rows qs.., keys ks.. to -inf, in place."""
-    cq, ck = s.shape[-2], s.shape[-1]
+def _grouped(x: Tensor, kv_heads: int) -> Tensor:
+    """(B, H, c, D) -> (B, H_kv, G*c, D): a K/V head's G query heads stacked as rows (a copy if G > 1)."""
+    return x if x.shape[1] == kv_heads else group(x, kv_heads).flatten(2, 3)
+
+
+def _ungrouped(x: Tensor, heads: int) -> Tensor:
+    """(B, H_kv, G*c, ...) -> (B, H, c, ...), the inverse of _grouped."""
+    B, Hkv, R = x.shape[:3]
+    return x.reshape(B, heads, R * Hkv // heads, *x.shape[3:])
+
+
+def _mask_tile_(s: Tensor, qs: int, cq: int, ks: int, kv_mask: Tensor | None, causal: bool) -> Tensor:
+    """Set invisible scores of the tile s (B, H_kv, G*cq, ck) at rows qs.., keys ks.. to -inf, in place.
+
+    Row r of the tile is query position qs + r % cq: the G query heads of a K/V head are stacked.
+    """
+    ck = s.shape[-1]
     if kv_mask is not None:
         s.masked_fill_(~kv_mask[:, None, None, ks : ks + ck], NEG_INF)
     if causal and ks + ck - 1 > qs:  # the tile crosses the diagonal
-        rows = torch.arange(qs, qs + cq, device=s.device)[:, None]
+        rows = torch.arange(qs, qs + cq, device=s.device).repeat(s.shape[-2] // cq)[:, None]  # (G*cq, 1)
         keys = torch.arange(ks, ks + ck, device=s.device)[None, :]
         s.masked_fill_(keys > rows, NEG_INF)
     return s
@@ -82,17 +114,17 @@ def _chunked_forward(q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None, ca
                      query_chunk: int, key_chunk: int) -> tuple[Tensor, Tensor]:
     """Output (B, H, N, D) and log-sum-exp (B, H, N) (-inf for a row that sees no key)."""
     B, H, N, D = q.shape
-    M = k.shape[2]
+    Hkv, M = k.shape[1], k.shape[2]
     scale = softmax_scale(D)
     out = torch.empty_like(q)
     lse = torch.empty(B, H, N, dtype=q.dtype, device=q.device)
     for qs, qe in _spans(N, query_chunk):
-        qc = q[:, :, qs:qe] * scale  # (B, H, cq, D)
-        row_max = torch.full((B, H, qe - qs), NEG_INF, dtype=q.dtype, device=q.device)
+        qc = _grouped(q[:, :, qs:qe], Hkv) * scale  # (B, H_kv, G*cq, D)
+        row_max = torch.full(qc.shape[:3], NEG_INF, dtype=q.dtype, device=q.device)  # (B, H_kv, G*cq)
         row_sum = torch.zeros_like(row_max)
         acc = torch.zeros_like(qc)
         for ks, ke in _spans(min(M, qe) if causal else M, key_chunk):  # causal: no key chunk above the diagonal
-            s = _mask_tile_(qc @ k[:, :, ks:ke].transpose(-1, -2), qs, ks, kv_mask, causal)  # (B, H, cq, ck)
+            s = _mask_tile_(qc @ k[:, :, ks:ke].transpose(-1, -2), qs, qe - qs, ks, kv_mask, causal)  # (B, H_kv, G*cq, ck)
             new_max = torch.maximum(row_max, s.amax(-1))
             shift = new_max.masked_fill(new_max == NEG_INF, 0.0)  # a row that sees nothing yet: exp(-inf) = 0
             p = s.sub_(shift[..., None]).exp_()
@@ -100,30 +132,35 @@ def _chunked_forward(q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None, ca
             row_sum.mul_(alpha).add_(p.sum(-1))
             acc.mul_(alpha[..., None]).add_(p @ v[:, :, ks:ke])
             row_max = new_max
-        out[:, :, qs:qe] = acc / row_sum.clamp_min(torch.finfo(q.dtype).tiny)[..., None]  # no key: 0 / tiny = 0
-        lse[:, :, qs:qe] = row_max.masked_fill(row_max == NEG_INF, 0.0) + row_sum.log()
+        result = acc / row_sum.clamp_min(torch.finfo(q.dtype).tiny)[..., None]  # no key: 0 / tiny = 0
+        out[:, :, qs:qe] = _ungrouped(result, H)
+        lse[:, :, qs:qe] = _ungrouped(row_max.masked_fill(row_max == NEG_INF, 0.0) + row_sum.log(), H)
     return out, lse
 
 
 def _chunked_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor,
                       kv_mask: Tensor | None, causal: bool, query_chunk: int, key_chunk: int
                       ) -> tuple[Tensor, Tensor, Tensor]:
-    """FlashAttention-2's backward: per key chunk, recompute P from lse and accumulate dq, dk, dv."""
-    N, M, D = q.shape[2], k.shape[2], q.shape[3]
+    """FlashAttention-2's backward: per key chunk, recompute P from lse and accumulate dq, dk, dv.
+
+    GQA: dk, dv of a K/V head sum over its G query heads (the stacked rows of each tile).
+    """
+    H, N, D = q.shape[1], q.shape[2], q.shape[3]
+    Hkv, M = k.shape[1], k.shape[2]
     scale = softmax_scale(D)
     delta = (grad_out * out).sum(-1)  # (B, H, N): rowsum(dO * O) = rowsum(dP * P)
     lse = lse.masked_fill(lse == NEG_INF, float("inf"))  # rows that saw no key: P = exp(s - inf) = 0
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     for ks, ke in _spans(M, key_chunk):
-        kc, vc = k[:, :, ks:ke], v[:, :, ks:ke]  # (B, H, ck, D)
+        kc, vc = k[:, :, ks:ke], v[:, :, ks:ke]  # (B, H_kv, ck, D)
         for qs, qe in _spans(N, query_chunk):
             if causal and qe - 1 < ks:  # every query of this chunk is before every key
                 continue
-            qc, doc = q[:, :, qs:qe], grad_out[:, :, qs:qe]
-            s = _mask_tile_((qc * scale) @ kc.transpose(-1, -2), qs, ks, kv_mask, causal)  # (B, H, cq, ck)
-            p = s.sub_(lse[:, :, qs:qe, None]).exp_()
+            qc, doc = _grouped(q[:, :, qs:qe], Hkv), _grouped(grad_out[:, :, qs:qe], Hkv)  # (B, H_kv, G*cq, D)
+            s = _mask_tile_((qc * scale) @ kc.transpose(-1, -2), qs, qe - qs, ks, kv_mask, causal)  # (B, H_kv, G*cq, ck)
+            p = s.sub_(_grouped(lse[:, :, qs:qe, None], Hkv)).exp_()
             dv[:, :, ks:ke] += p.transpose(-1, -2) @ doc
-            ds = (doc @ vc.transpose(-1, -2)).sub_(delta[:, :, qs:qe, None]).mul_(p)  # dS = P * (dP - delta)
-            dq[:, :, qs:qe] += (ds @ kc).mul_(scale)
+            ds = (doc @ vc.transpose(-1, -2)).sub_(_grouped(delta[:, :, qs:qe, None], Hkv)).mul_(p)  # dS = P * (dP - delta)
+            dq[:, :, qs:qe] += _ungrouped((ds @ kc).mul_(scale), H)
             dk[:, :, ks:ke] += (ds.transpose(-1, -2) @ qc).mul_(scale)
     return dq, dk, dv

@@ -1,14 +1,21 @@
-"""Dense (exact) softmax attention: the textbook formula and the fused kernels that compute it."""
+"""Dense (exact) softmax attention: the textbook formula and the fused kernels that compute it.
+
+GQA (k, v with H_kv heads): sdpa passes enable_gqa, reference groups the query heads onto their
+K/V head, xformers takes its 5-D BMGHK layout with K/V expanded at stride 0; none copies K/V.
+Decoding keeps a KV cache (preallocated, doubling; variants._decode.KVCache) and runs each new
+query through the configured backend over the cached keys.
+"""
 from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from variants._checks import check_choice
+from variants._decode import KVCache, check_context, kv_cache_step
+from variants._gqa import from_xformers_layout, group, sdpa, ungroup, xformers_layout
 from variants._registry import register_variant
 from variants.base import AttentionVariant, Capabilities, VariantConfig, softmax_scale
 
@@ -27,7 +34,7 @@ class DenseConfig(VariantConfig):
 class DenseAttention(AttentionVariant):
     """Exact softmax attention, O(N*M) memory for the scores (the fused backends avoid storing them)."""
 
-    capabilities = Capabilities(exact=True)
+    capabilities = Capabilities(exact=True, decode=True)
     backends = DENSE_BACKENDS
 
     def backend_reasons(self, backend: str, q: Tensor, *, training: bool) -> list[str]:
@@ -46,10 +53,32 @@ class DenseAttention(AttentionVariant):
             return _xformers(q, k, v, causal=causal, kv_mask=kv_mask)
         return _textbook(q, k, v, causal=causal, kv_mask=kv_mask)
 
+    # ---- decoding: a KV cache -------------------------------------------------------------
+    def extra_decode_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None) -> list[str]:
+        """A step runs the configured backend, so its refusals (e.g. xformers off CUDA) apply too."""
+        backend = self.resolve_backend(q, training=False)
+        return [f"backend {backend!r} {r}" for r in self.backend_reasons(backend, q, training=False)]
+
+    def init_state(self, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> KVCache:
+        """A KV cache holding the context (B, H_kv, N, D), with room for N more tokens."""
+        check_context(k, v, kv_mask)
+        self.check_decode(k, k, v, kv_mask=kv_mask)
+        return KVCache.from_context(k, v, kv_mask)
+
+    def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: KVCache) -> tuple[Tensor, KVCache]:
+        """Append (k_t, v_t) to the cache; the new query attends to every cached real key (all are <= it)."""
+        return kv_cache_step(self, q_t, k_t, v_t, state)
+
 
 def _textbook(q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor | None) -> Tensor:
-    """softmax(q k^T / sqrt(D)) v with the N x M scores materialised (nanoGPT's slow path)."""
-    scores = torch.matmul(q, k.transpose(-2, -1)) * softmax_scale(q.shape[-1])  # (B, H, N, M)
+    """softmax(q k^T / sqrt(D)) v with the N x M scores materialised (nanoGPT's slow path).
+
+    GQA: the G query heads of a K/V head are stacked as rows, (B, H_kv, G*N, D), so K/V are not repeated.
+    """
+    B, H, N, D = q.shape
+    Hkv = k.shape[1]
+    qg = group(q, Hkv).flatten(2, 3)  # (B, H_kv, G*N, D)
+    scores = torch.matmul(qg, k.transpose(-2, -1)).view(B, H, N, -1) * softmax_scale(D)  # (B, H, N, M)
     keep = _keep_mask(q, k, causal=causal, kv_mask=kv_mask)
     if keep is not None:
         # -inf, not -1e20: -1e20 overflows float16; a row that sees no key is zeroed below.
@@ -57,15 +86,16 @@ def _textbook(q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor 
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32)
     if keep is not None:
         weights = weights.nan_to_num(0.0)
-    return torch.matmul(weights.to(v.dtype), v)  # (B, H, N, D)
+    out = torch.matmul(weights.to(v.dtype).view(B, Hkv, -1, k.shape[2]), v)  # (B, H_kv, G*N, D)
+    return ungroup(out.view(B, Hkv, H // Hkv, N, D))  # (B, H, N, D)
 
 
 def _sdpa(q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor | None) -> Tensor:
     if kv_mask is None:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return sdpa(q, k, v, is_causal=causal)
     # SDPA cannot take is_causal and attn_mask together: fold causality into the bool mask.
     keep = _keep_mask(q, k, causal=causal, kv_mask=kv_mask)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+    return sdpa(q, k, v, attn_mask=keep)
 
 
 def _xformers(q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor | None) -> Tensor:
@@ -76,9 +106,9 @@ def _xformers(q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor 
         bias = _additive_bias(q, k, causal=causal, kv_mask=kv_mask)
     elif causal:
         bias = xops.LowerTriangularMask()
-    # xformers wants (B, N, H, D).
-    out = xops.memory_efficient_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_bias=bias)
-    return out.transpose(1, 2)
+    # xformers wants (B, N, H, D), or (B, N, H_kv, G, D) for GQA.
+    out = xops.memory_efficient_attention(*xformers_layout(q, k, v), attn_bias=bias)
+    return from_xformers_layout(out)
 
 
 def _keep_mask(q: Tensor, k: Tensor, *, causal: bool, kv_mask: Tensor | None) -> Tensor | None:
@@ -94,11 +124,17 @@ def _keep_mask(q: Tensor, k: Tensor, *, causal: bool, kv_mask: Tensor | None) ->
 
 
 def _additive_bias(q: Tensor, k: Tensor, *, causal: bool, kv_mask: Tensor) -> Tensor:
-    """A (B, H, N, M) additive bias for xformers, its last dim padded to a multiple of 8 as it requires."""
+    """An additive bias for xformers, its last dim padded to a multiple of 8 as it requires.
+
+    (B, H, N, M), or (B, H_kv, G, N, M) for GQA's 5-D layout.
+    """
     B, H, N, M = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    heads = (H,) if k.shape[1] == H else (k.shape[1], H // k.shape[1])
     M8 = (M + 7) // 8 * 8
-    storage = torch.zeros(B, H, N, M8, dtype=q.dtype, device=q.device)
+    storage = torch.zeros(B, *heads, N, M8, dtype=q.dtype, device=q.device)
     bias = storage[..., :M]
-    keep = _keep_mask(q, k, causal=causal, kv_mask=kv_mask)
-    bias.masked_fill_(~keep.expand(B, H, N, M), float("-inf"))
+    keep = _keep_mask(q, k, causal=causal, kv_mask=kv_mask)  # (B or 1, 1, N, M)
+    if len(heads) == 2:
+        keep = keep[:, :, None]  # (B or 1, 1, 1, N, M)
+    bias.masked_fill_(~keep.expand(bias.shape), float("-inf"))
     return bias

@@ -6,8 +6,14 @@ features), W initialised to a scaled identity D^-1/4 * I (D x F) so phi(q).phi(k
 smooth function of q.k. No N x M matrix: O(N*F*D) time and memory.
 
 - Length-independent: phi acts on one token, so a student fitted at N=1024 serves every N.
-- Parameters are created on the first call (their shape needs D, and H when per_head=True);
-  later calls with another D or H are refused with a reason.
+- Parameters are created on the first call (their shape needs D, and H_kv when per_head=True);
+  later calls with another D or H_kv are refused with a reason.
+- GQA (k, v with H_kv < H heads): phi is applied on the K/V heads, one map per K/V head when
+  per_head=True; the G query heads of a group use their K/V head's map, and the (2F, D) sums are
+  kept per K/V head, never repeated (q is viewed as (B, H_kv, G, N, D)).
+- Decoding: the state is the running sums kv = sum_j phi(k_j) v_j^T (B, H_kv, 2F, D) and
+  z = sum_j phi(k_j) (B, H_kv, 2F, 1) in float32, O(F*D) whatever N; a step adds one key and reads
+  the sums, matching the causal forward's row for that token up to float32 rounding.
 - Numerically stable in float16/bfloat16: phi is computed in float32 and is a softmax, so every
   feature lies in [0, 1] (no exp overflow, whatever the scale of q and k); the sums over keys
   (and the causal prefix sums) accumulate in float32; the normaliser is >= 0 and clamped away
@@ -25,6 +31,8 @@ import torch
 from torch import Tensor, nn
 
 from variants._checks import check_int
+from variants._decode import check_context, check_state, check_step
+from variants._gqa import group, ungroup
 from variants._registry import register_variant
 from variants.base import AttentionVariant, Capabilities, VariantConfig
 
@@ -35,7 +43,7 @@ _BLOCK = 1024  # tokens per pass of the non-causal sums (bounds the float32 feat
 @dataclass(frozen=True, kw_only=True)
 class DistilledConfig(VariantConfig):
     features: int = 128  # F: learned directions; phi has 2F entries ([softmax(xW), softmax(-xW)]); 64 fits too coarsely (see the issue-4 note)
-    per_head: bool = True  # one feature map per head (H fixed by the first call) or one shared by all heads
+    per_head: bool = True  # one feature map per K/V head (H_kv fixed by the first call) or one shared by all heads
     chunk: int = 64  # C: causal prefix sums run over chunks of C queries (C x C block inside each)
     init_noise: float = 0.01  # std of the noise added to the scaled-identity W, to break ties
 
@@ -54,18 +62,19 @@ class DistilledAttention(AttentionVariant):
 
     capabilities = Capabilities(
         learnable=True,
+        decode=True,
         approximates="softmax attention by linear attention phi(q).phi(k) with a learned softmax feature map (Hedgehog)",
     )
     small_config = {"features": 16, "chunk": 8}
 
     def __init__(self, config: DistilledConfig | None = None):
         super().__init__(config)
-        self.register_parameter("weight", None)  # (H or 1, D, F), created by the first call
-        self.register_parameter("bias", None)  # (H or 1, 1, F)
+        self.register_parameter("weight", None)  # (H_kv or 1, D, F), created by the first call
+        self.register_parameter("bias", None)  # (H_kv or 1, 1, F)
 
     # ---- parameters ---------------------------------------------------------------------
     def materialize(self, H: int, D: int, device: torch.device | str = "cpu") -> None:
-        """Create the feature-map parameters for H heads of dim D (a no-op once created)."""
+        """Create the feature-map parameters for H (K/V) heads of dim D (a no-op once created)."""
         if self.weight is not None:
             return
         P, Fd = (H if self.config.per_head else 1), self.config.features
@@ -88,8 +97,9 @@ class DistilledAttention(AttentionVariant):
         reasons = []
         if q.shape[3] != D:
             reasons.append(f"its feature map was built for head dim D={D}, got D={q.shape[3]}; build a new student")
-        if self.config.per_head and q.shape[1] != P:
-            reasons.append(f"its per-head feature maps were built for H={P} heads, got H={q.shape[1]}")
+        if self.config.per_head and k.shape[1] != P:
+            reasons.append(f"its per-head feature maps were built for H_kv={P} K/V heads, got H_kv={k.shape[1]} "
+                           f"(q has H={q.shape[1]})")
         return reasons
 
     def flops(self, B: int, H: int, N: int, M: int, D: int, causal: bool) -> int:
@@ -108,24 +118,62 @@ class DistilledAttention(AttentionVariant):
 
         Materialises N x M: for the calibration loss at short N only, never in forward.
         """
-        self.materialize(q.shape[1], q.shape[3], q.device)
-        fq, fk = self._phi(q), self._phi(k, kv_mask)  # (B, H, N, 2F), (B, H, M, 2F)
-        scores = fq @ fk.transpose(-1, -2)  # (B, H, N, M), >= 0
+        self.materialize(k.shape[1], q.shape[3], q.device)
+        fq, fk = self._phi(group(q, k.shape[1])), self._phi(k[:, :, None], kv_mask)  # (B, H_kv, G, N, 2F), (B, H_kv, 1, M, 2F)
+        scores = ungroup(fq @ fk.transpose(-1, -2))  # (B, H, N, M), >= 0
         if causal:
             scores = scores.tril()
         return scores / scores.sum(-1, keepdim=True).clamp_min(_EPS)
 
     # ---- forward ------------------------------------------------------------------------
     def forward(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None) -> Tensor:
-        self.materialize(q.shape[1], q.shape[3], q.device)
+        self.materialize(k.shape[1], q.shape[3], q.device)
         v32 = v.float()
         if kv_mask is not None:
             v32 = torch.where(kv_mask[:, None, :, None], v32, torch.zeros((), device=v.device))
-        if causal:
-            out = self._causal(q, k, v32, kv_mask)
-        else:
-            out = self._full(q, k, v32, kv_mask)
-        return out.to(q.dtype)
+        # 5-D from here on: (B, H_kv, G, L, ·) for queries, (B, H_kv, 1, L, ·) for keys and values.
+        q5, k5, v5 = group(q, k.shape[1]), k[:, :, None], v32[:, :, None]
+        out = self._causal(q5, k5, v5, kv_mask) if causal else self._full(q5, k5, v5, kv_mask)
+        return ungroup(out).to(q.dtype)  # (B, H, N, D)
+
+    # ---- decoding: the running sums --------------------------------------------------------
+    def extra_decode_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None) -> list[str]:
+        """A built student decodes only with the head dim and K/V heads its feature maps were made for."""
+        return self.extra_reasons(q, k, v, causal=True, kv_mask=kv_mask, training=False)
+
+    def init_state(self, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> "DistilledState":
+        """The sums phi(k_j) v_j^T and phi(k_j) over the real context keys k, v (B, H_kv, N, D)."""
+        check_context(k, v, kv_mask)
+        self.check_decode(k, k, v, kv_mask=kv_mask)
+        self.materialize(k.shape[1], k.shape[3], k.device)
+        B, Hkv, N, D = k.shape
+        F2 = 2 * self.config.features
+        state = {"kv": k.new_zeros(B, Hkv, 1, F2, D, dtype=torch.float32),
+                 "z": k.new_zeros(B, Hkv, 1, F2, 1, dtype=torch.float32)}
+        if N:
+            v32 = v.float() if kv_mask is None else torch.where(kv_mask[:, None, :, None], v.float(), 0.0)
+            self._add_keys(state, k[:, :, None], v32[:, :, None], kv_mask)
+        return DistilledState(**state)
+
+    def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: "DistilledState") -> tuple[Tensor, "DistilledState"]:
+        """Add phi(k_t) v_t^T and phi(k_t) to the sums, then out_t = phi(q_t) kv / phi(q_t).z."""
+        check_state(state, DistilledState, self.name)
+        B, Hkv, _, _, D = state.kv.shape
+        check_step(q_t, k_t, v_t, batch=B, kv_heads=Hkv, head_dim=D)
+        self.check_decode(q_t, k_t, v_t)
+        sums = {"kv": state.kv, "z": state.z}
+        self._add_keys(sums, k_t[:, :, None], v_t.float()[:, :, None], None)
+        fq = self._phi(group(q_t, Hkv))  # (B, H_kv, G, 1, 2F)
+        out = (fq @ sums["kv"]) / (fq @ sums["z"]).clamp_min(_EPS)  # (B, H_kv, G, 1, D)
+        return ungroup(out).to(q_t.dtype), DistilledState(**sums)
+
+    def _add_keys(self, sums: dict[str, Tensor], k5: Tensor, v5: Tensor, kv_mask: Tensor | None) -> None:
+        """sums["kv"] += phi(k)^T v and sums["z"] += sum phi(k) for k5, v5 (B, H_kv, 1, L, D), in _BLOCK slices."""
+        for s in range(0, k5.shape[3], _BLOCK):
+            mask = None if kv_mask is None else kv_mask[:, s : s + _BLOCK]
+            fk = self._phi(k5[:, :, :, s : s + _BLOCK], mask)  # (B, H_kv, 1, L, 2F)
+            sums["kv"] = sums["kv"] + fk.transpose(-1, -2) @ v5[:, :, :, s : s + _BLOCK]
+            sums["z"] = sums["z"] + fk.sum(-2).unsqueeze(-1)
 
     def _full(self, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None) -> Tensor:
         """Non-causal: kv = sum_j phi(k_j) v_j^T and z = sum_j phi(k_j), then phi(q_i) kv / phi(q_i).z.
@@ -133,18 +181,14 @@ class DistilledAttention(AttentionVariant):
         Both passes go over _BLOCK tokens at a time, so the float32 features never exist for the
         whole sequence at once (a working set that stays in cache, and O(_BLOCK*F) extra memory).
         """
-        B, H, M, D = v.shape
-        kv = v.new_zeros(B, H, 2 * self.config.features, D)  # (B, H, 2F, D)
-        z = v.new_zeros(B, H, 2 * self.config.features, 1)  # (B, H, 2F, 1)
-        for s in range(0, M, _BLOCK):
-            mask = None if kv_mask is None else kv_mask[:, s : s + _BLOCK]
-            fk = self._phi(k[:, :, s : s + _BLOCK], mask)  # (B, H, L, 2F)
-            kv = kv + fk.transpose(-1, -2) @ v[:, :, s : s + _BLOCK]
-            z = z + fk.sum(-2).unsqueeze(-1)
-        out = v.new_empty(B, H, q.shape[2], D)  # slices written in place: no final concatenation
-        for s in range(0, q.shape[2], _BLOCK):
-            fq = self._phi(q[:, :, s : s + _BLOCK])  # (B, H, L, 2F)
-            out[:, :, s : s + _BLOCK] = (fq @ kv) / (fq @ z).clamp_min(_EPS)  # (B, H, L, D)
+        B, Hkv, _, _, D = v.shape
+        F2 = 2 * self.config.features
+        sums = {"kv": v.new_zeros(B, Hkv, 1, F2, D), "z": v.new_zeros(B, Hkv, 1, F2, 1)}  # per K/V head
+        self._add_keys(sums, k, v, kv_mask)
+        out = v.new_empty(B, Hkv, q.shape[2], q.shape[3], D)  # slices written in place: no final concatenation
+        for s in range(0, q.shape[3], _BLOCK):
+            fq = self._phi(q[:, :, :, s : s + _BLOCK])  # (B, H_kv, G, L, 2F)
+            out[:, :, :, s : s + _BLOCK] = (fq @ sums["kv"]) / (fq @ sums["z"]).clamp_min(_EPS)  # (B, H_kv, G, L, D)
         return out
 
     def _causal(self, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None) -> Tensor:
@@ -153,28 +197,40 @@ class DistilledAttention(AttentionVariant):
         A loop over chunks rather than a cumsum over all of them: the cumsum's (N/C, 2F, D)
         tensor runs out of cache at long N, which made the time grow faster than N.
         """
-        B, H, N, D = v.shape
+        B, Hkv, _, N, D = v.shape
         C = self.config.chunk
-        state = v.new_zeros(B, H, 2 * self.config.features, D)  # sum of phi(k_j) v_j^T over earlier chunks
-        z = v.new_zeros(B, H, 2 * self.config.features, 1)  # sum of phi(k_j) over earlier chunks
-        out = v.new_empty(B, H, N, D)
+        state = v.new_zeros(B, Hkv, 1, 2 * self.config.features, D)  # sum of phi(k_j) v_j^T over earlier chunks
+        z = v.new_zeros(B, Hkv, 1, 2 * self.config.features, 1)  # sum of phi(k_j) over earlier chunks
+        out = v.new_empty(B, Hkv, q.shape[2], N, D)
         for s in range(0, N, C):
             mask = None if kv_mask is None else kv_mask[:, s : s + C]
-            fq = self._phi(q[:, :, s : s + C])  # (B, H, C, 2F)
-            fk = self._phi(k[:, :, s : s + C], mask)  # (B, H, C, 2F)
-            vc = v[:, :, s : s + C]  # (B, H, C, D)
-            block = (fq @ fk.transpose(-1, -2)).tril()  # (B, H, C, C): keys j <= i inside the chunk
-            num = fq @ state + block @ vc  # (B, H, C, D)
-            den = fq @ z + block.sum(-1, keepdim=True)  # (B, H, C, 1)
-            out[:, :, s : s + C] = num / den.clamp_min(_EPS)
+            fq = self._phi(q[:, :, :, s : s + C])  # (B, H_kv, G, C, 2F)
+            fk = self._phi(k[:, :, :, s : s + C], mask)  # (B, H_kv, 1, C, 2F)
+            vc = v[:, :, :, s : s + C]  # (B, H_kv, 1, C, D)
+            block = (fq @ fk.transpose(-1, -2)).tril()  # (B, H_kv, G, C, C): keys j <= i inside the chunk
+            num = fq @ state + block @ vc  # (B, H_kv, G, C, D)
+            den = fq @ z + block.sum(-1, keepdim=True)  # (B, H_kv, G, C, 1)
+            out[:, :, :, s : s + C] = num / den.clamp_min(_EPS)
             state = state + fk.transpose(-1, -2) @ vc
             z = z + fk.sum(-2).unsqueeze(-1)
         return out
 
     def _phi(self, x: Tensor, kv_mask: Tensor | None = None) -> Tensor:
-        """Hedgehog's feature map in float32: [softmax(xW + b), softmax(-(xW + b))], (B, H, L, 2F)."""
-        proj = x.float() @ self.weight.float() + self.bias.float()  # (B, H, L, F): weight (P, D, F) broadcasts
-        phi = torch.cat([proj.softmax(-1), (-proj).softmax(-1)], dim=-1)  # (B, H, L, 2F), each in [0, 1]
+        """Hedgehog's feature map in float32 on x (B, H_kv, G or 1, L, D): [softmax(xW + b), softmax(-(xW + b))].
+
+        Returns (B, H_kv, G or 1, L, 2F); K/V head h's map (weight (P, D, F), P = H_kv or 1) serves its group.
+        """
+        weight, bias = self.weight.float()[:, None], self.bias.float()[:, None]  # (P, 1, D, F), (P, 1, 1, F)
+        proj = x.float() @ weight + bias  # (B, H_kv, G, L, F)
+        phi = torch.cat([proj.softmax(-1), (-proj).softmax(-1)], dim=-1)  # (B, H_kv, G, L, 2F), each in [0, 1]
         if kv_mask is not None:
-            phi = phi * kv_mask[:, None, :, None]  # padded keys: phi = 0
+            phi = phi * kv_mask[:, None, None, :, None]  # padded keys: phi = 0
         return phi
+
+
+@dataclass
+class DistilledState:
+    """distilled's decode state: running float32 sums over the keys so far, per K/V head (O(F*D), constant in N)."""
+
+    kv: Tensor  # (B, H_kv, 1, 2F, D): sum_j phi(k_j) v_j^T
+    z: Tensor  # (B, H_kv, 1, 2F, 1): sum_j phi(k_j)

@@ -7,6 +7,10 @@ time and memory instead of O(N*M*D).
   so a Linformer is fitted for the lengths it is calibrated on; columns beyond the calibration
   length keep their initial values). M > max_seq_len is refused with a reason.
 - causal=True is refused: every projected row mixes all M keys, future ones included.
+- GQA (k, v with H_kv < H heads): E and F project the H_kv K/V heads (share="none": one per K/V
+  head, heads = H_kv), and the G query heads of a group attend to their head's k projected rows
+  through SDPA's enable_gqa; nothing is repeated.
+- Decoding is refused: not causal, and the projections need the whole sequence.
 - kv_mask: padded keys and values are zeroed before the projection, so they contribute nothing.
   Caveat: the k projected rows all stay in the softmax, so padding changes how much weight the
   real keys get (a zero projected key still scores 0, not -inf); outputs match an unpadded
@@ -18,10 +22,10 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from variants._checks import check_choice, check_int
+from variants._gqa import sdpa
 from variants._registry import register_variant
 from variants.base import AttentionVariant, Capabilities, VariantConfig
 
@@ -34,7 +38,7 @@ class LinformerConfig(VariantConfig):
     k: int = 64  # projected length: keys and values are projected from M down to k rows
     max_seq_len: int = 4096  # columns of E and F: the longest key length this Linformer serves
     share: str = "headwise"  # none (E_h, F_h per head) | headwise (one E, one F for all heads) | kv (E = F, all heads)
-    heads: int = 1  # heads H the projections are built for; used only by share="none"
+    heads: int = 1  # K/V heads H_kv the projections are built for (H_kv = H without GQA); used only by share="none"
     init: str = "scaled_random"  # scaled_random: E ~ N(0, 1/L), F ~ N(0, 1/L^2) (L = max_seq_len) | paper: xavier_uniform, gain 1/sqrt(2) (fairseq's Linformer)
 
     def validate(self) -> None:
@@ -91,12 +95,16 @@ class LinformerAttention(AttentionVariant):
                 f"key length M={M} exceeds max_seq_len={cfg.max_seq_len}: E and F have max_seq_len "
                 f"columns, one per position; build with max_seq_len >= {M}"
             )
-        if cfg.share == "none" and q.shape[1] != cfg.heads:
+        if cfg.share == "none" and k.shape[1] != cfg.heads:
             reasons.append(
-                f"share='none' builds one E, F per head for heads={cfg.heads}, got H={q.shape[1]}; "
-                f"build with heads={q.shape[1]} or share='headwise'"
+                f"share='none' builds one E, F per K/V head for heads={cfg.heads}, got H={q.shape[1]} query heads "
+                f"and H_kv={k.shape[1]} K/V heads; build with heads={k.shape[1]} or share='headwise'"
             )
         return reasons
+
+    def extra_decode_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None) -> list[str]:
+        return ["linformer cannot decode: it is not causal, and every projected row E k, F v mixes the whole "
+                "sequence, so a new token changes all of them"]
 
     def flops(self, B: int, H: int, N: int, M: int, D: int, causal: bool) -> int:
         """Projections E k and F v (2*k*M*D each) plus attention over k rows (2*N*k*D twice)."""
@@ -113,13 +121,13 @@ class LinformerAttention(AttentionVariant):
         E = self.E[..., :M].to(k.dtype)  # (P, k, M): the first M positions, at unit scale
         Fm = E if self.F is None else self.F[..., :M].to(v.dtype)
         # Scale the small (B, H, k, D) results rather than copy the (P, k, M) projections.
-        k_proj = _project(E, k) * self.e_scale  # (B, H, k, D)
-        v_proj = _project(Fm, v) * self.f_scale  # (B, H, k, D)
-        return F.scaled_dot_product_attention(q, k_proj, v_proj)  # (B, H, N, D), scale 1/sqrt(D)
+        k_proj = _project(E, k) * self.e_scale  # (B, H_kv, k, D)
+        v_proj = _project(Fm, v) * self.f_scale  # (B, H_kv, k, D)
+        return sdpa(q, k_proj, v_proj)  # (B, H, N, D), scale 1/sqrt(D)
 
 
 def _project(P: Tensor, x: Tensor) -> Tensor:
-    """Apply (1 or H, k, M) projections along the sequence of x (B, H, M, D): (B, H, k, D).
+    """Apply (1 or H_kv, k, M) projections along the sequence of x (B, H_kv, M, D): (B, H_kv, k, D).
 
     An explicit bmm over a broadcast (stride-0) projection: torch.matmul's broadcasting path
     transposes x into a copy when the projection requires grad, a large cost at long M.

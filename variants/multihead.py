@@ -21,10 +21,13 @@ class MultiHeadAttention(nn.Module):
         num_heads: H; must divide embed_dim.
         variant: a registered variant name (see variants.list_variants()).
         bias: add biases to the four projections.
+        kv_heads: K/V heads H_kv for grouped-query attention (it must divide num_heads; 1 = MQA);
+            default num_heads. W^K and W^V then project to kv_heads * head_dim.
         **config: fields of the variant's config, e.g. window=128 for sliding_window.
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, variant: str = "dense", *, bias: bool = True, **config: Any):
+    def __init__(self, embed_dim: int, num_heads: int, variant: str = "dense", *, bias: bool = True,
+                 kv_heads: int | None = None, **config: Any):
         super().__init__()
         check_int("embed_dim", embed_dim, minimum=1)
         check_int("num_heads", num_heads, minimum=1)
@@ -33,12 +36,21 @@ class MultiHeadAttention(nn.Module):
                 f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}); "
                 f"e.g. num_heads={_divisor_near(embed_dim, num_heads)}"
             )
+        kv_heads = num_heads if kv_heads is None else kv_heads
+        check_int("kv_heads", kv_heads, minimum=1)
+        if num_heads % kv_heads:
+            raise ValueError(
+                f"kv_heads ({kv_heads}) must divide num_heads ({num_heads}) for grouped-query attention; "
+                f"e.g. kv_heads={_divisor_near(num_heads, kv_heads)}"
+            )
         self.embed_dim = embed_dim
         self.num_heads = num_heads
+        self.kv_heads = kv_heads
         self.head_dim = embed_dim // num_heads
+        kv_dim = kv_heads * self.head_dim
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.k_proj = nn.Linear(embed_dim, kv_dim, bias=bias)
+        self.v_proj = nn.Linear(embed_dim, kv_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.attention = build_variant(variant, **config)
 
@@ -47,9 +59,10 @@ class MultiHeadAttention(nn.Module):
         if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.embed_dim:
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"x must have shape (B, N, embed_dim={self.embed_dim}), got {shape}")
-        q, k, v = (
-            rearrange(proj(x), "b n (h d) -> b h n d", h=self.num_heads)  # (B, H, N, D)
-            for proj in (self.q_proj, self.k_proj, self.v_proj)
+        q = rearrange(self.q_proj(x), "b n (h d) -> b h n d", h=self.num_heads)  # (B, H, N, D)
+        k, v = (
+            rearrange(proj(x), "b n (h d) -> b h n d", h=self.kv_heads)  # (B, H_kv, N, D)
+            for proj in (self.k_proj, self.v_proj)
         )
         out = self.attention(q, k, v, causal=causal, kv_mask=kv_mask)  # (B, H, N, D)
         return self.out_proj(rearrange(out, "b h n d -> b n (h d)"))

@@ -2,6 +2,8 @@
 
 `rows=` computes only a subset of query rows, so the harness gets a float64 answer at large N
 without an N x M float64 matrix; `pattern=` applies a variant's sparsity pattern (e.g. a band).
+k and v may have H_kv heads dividing q's H (GQA/MQA): query heads are grouped onto their K/V head,
+never K/V repeated.
 """
 from __future__ import annotations
 
@@ -58,7 +60,7 @@ def reference_attention(
     """softmax(q k^T / sqrt(D) + mask) v, computed in `dtype` (None: q's dtype).
 
     Args:
-        q: (B, H, N, D); k, v: (B, H, M, D).
+        q: (B, H, N, D); k, v: (B, H_kv, M, D), H % H_kv == 0 (head h reads K/V head h // (H // H_kv)).
         causal: query i sees keys j <= i.
         kv_mask: bool (B, M), True = real key.
         pattern: extra visibility, e.g. ``variant.pattern``.
@@ -68,7 +70,7 @@ def reference_attention(
         (B, H, R, D) in `dtype` (R = N without rows). A query that sees no key gets zeros.
     """
     check_qkv(q, k, v, causal=causal, kv_mask=kv_mask)
-    N, M, D = q.shape[2], k.shape[2], q.shape[3]
+    N = q.shape[2]
     if rows is None:
         rows = torch.arange(N, device=q.device)
     else:
@@ -77,13 +79,18 @@ def reference_attention(
             raise ValueError(f"rows must be 1-D query indices in [0, {N}), got {rows.tolist()[:8]}...")
     dtype = dtype or q.dtype
     weights = _weights(q[:, :, rows].to(dtype), k.to(dtype), rows, causal=causal, kv_mask=kv_mask, pattern=pattern)
-    return torch.einsum("bhrm,bhmd->bhrd", weights, v.to(dtype))
+    B, H, R, M = weights.shape
+    Hkv = k.shape[1]
+    grouped = weights.view(B, Hkv, H // Hkv, R, M)  # (B, H_kv, G, R, M)
+    return torch.einsum("bkgrm,bkmd->bkgrd", grouped, v.to(dtype)).reshape(B, H, R, -1)  # (B, H, R, D)
 
 
 def _weights(qr: Tensor, k: Tensor, rows: Tensor, *, causal: bool, kv_mask: Tensor | None, pattern: PatternFn | None) -> Tensor:
     """softmax over visible keys for query rows qr (B, H, R, D) at positions rows: (B, H, R, M)."""
-    M, D = k.shape[2], k.shape[3]
-    scores = torch.einsum("bhrd,bhmd->bhrm", qr, k) * softmax_scale(D)  # (B, H, R, M)
+    B, H, R, D = qr.shape
+    Hkv, M = k.shape[1], k.shape[2]
+    grouped = qr.reshape(B, Hkv, H // Hkv, R, D)  # (B, H_kv, G, R, D): head h = kv * G + g
+    scores = torch.einsum("bkgrd,bkmd->bkgrm", grouped, k).reshape(B, H, R, M) * softmax_scale(D)  # (B, H, R, M)
     mask = visibility(rows, M, causal=causal, kv_mask=kv_mask, pattern=pattern)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
@@ -101,7 +108,10 @@ def attention_weights(
     pattern: PatternFn | None = None,
     dtype: torch.dtype = torch.float64,
 ) -> Tensor:
-    """The exact attention matrix softmax(q k^T / sqrt(D) + mask): (B, H, N, M) in `dtype`."""
+    """The exact attention matrix softmax(q k^T / sqrt(D) + mask): (B, H, N, M) in `dtype`.
+
+    k may have H_kv heads dividing H (GQA); the result has a row block per query head.
+    """
     N = q.shape[2]
     check_qkv(q, k, k, causal=causal, kv_mask=kv_mask)
     rows = torch.arange(N, device=q.device)

@@ -2,7 +2,9 @@
 
 Convention (positions aligned at the start, as in the reference):
 - causal:     query i sees keys j with i - window < j <= i (itself and the window - 1 before it);
-- non-causal: query i sees keys j with |i - j| < window (2 * window - 1 keys in the interior).
+- non-causal: query i sees keys j with |i - j| < window (2 * window - 1 keys in the interior);
+- sinks:      the first `sinks` keys are visible to every query as well (StreamingLLM's attention
+              sinks), still subject to causality (j <= i) and padding.
 
 Backends compute the same band exactly; they differ in how much of N x M they touch:
 - banded:   query blocks of _BLOCK rows attend to the key span around them through fused SDPA,
@@ -10,6 +12,10 @@ Backends compute the same band exactly; they differ in how much of N x M they to
 - flex:     torch.nn.attention.flex_attention with a block-sparse mask, compiled (forward only on CPU);
 - xformers: memory_efficient_attention with xformers' local-attention bias (CUDA only);
 - masked:   dense SDPA with an N x M band mask: O(N * M), the baseline that shows what sparsity buys.
+
+GQA: banded stacks each K/V head's G query heads as rows of a block; flex and masked pass
+enable_gqa; xformers takes its 5-D layout. Decoding keeps the sinks and a ring buffer of the last
+`window` keys (variants._ring), so the state does not grow with N; it runs on SDPA whatever the backend.
 """
 from __future__ import annotations
 
@@ -22,7 +28,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from variants._checks import check_choice, check_int
+from variants._decode import check_context, check_state, check_step
+from variants._gqa import sdpa
 from variants._registry import register_variant
+from variants._ring import SlidingWindowState, ring_from_context, ring_step
+from variants._sliding_kernels import flex as _flex
+from variants._sliding_kernels import flex_block_mask as _flex_block_mask  # noqa: F401 - tests import it here
+from variants._sliding_kernels import xformers as _xformers
 from variants.base import AttentionVariant, Capabilities, VariantConfig, softmax_scale
 
 SLIDING_BACKENDS = ("banded", "flex", "xformers", "masked")
@@ -31,9 +43,6 @@ _AUTO_ORDER = {  # fastest first per device type; measured on CPU, chosen for ge
     "cuda": ("flex", "xformers", "banded", "masked"),
 }
 _BLOCK = 64  # banded: query rows per block; smaller blocks waste fewer keys but add per-block overhead
-_FLEX_BLOCK = 128  # flex: sparse block size (flex_attention's default tile)
-_FLEX_BLOCK_MASKS: dict[tuple, object] = {}  # (N, M, window, causal, device) -> BlockMask
-_FLEX_FN: list = []  # the compiled flex call, built on first use (never at import)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,17 +50,19 @@ class SlidingWindowConfig(VariantConfig):
     window: int = 256  # keys each query sees, itself included (causal: i-window < j <= i; else |i-j| < window)
     # auto | banded (blocked SDPA, O(N*w)) | flex (compiled) | xformers (CUDA) | masked (dense, O(N^2))
     backend: str = "auto"
+    sinks: int = 0  # attention sinks: keys 0..sinks-1 are visible to every query besides its band (j <= i if causal)
 
     def validate(self) -> None:
         check_int("window", self.window, minimum=1)
         check_choice("backend", self.backend, ("auto",) + SLIDING_BACKENDS)
+        check_int("sinks", self.sinks, minimum=0)
 
 
 @register_variant("sliding_window", config=SlidingWindowConfig)
 class SlidingWindowAttention(AttentionVariant):
     """Exact softmax attention restricted to a band of `window` keys around each query (Longformer, Mistral)."""
 
-    capabilities = Capabilities(exact=True)
+    capabilities = Capabilities(exact=True, decode=True)
     backends = SLIDING_BACKENDS
     small_config = {"window": 8}
 
@@ -85,6 +96,9 @@ class SlidingWindowAttention(AttentionVariant):
         if self.resolve_backend(q, training=training) != "xformers":
             return []
         reasons = []
+        if self.config.sinks:
+            reasons.append(f"(xformers) has no attention sinks in its local-attention bias, got sinks={self.config.sinks}; "
+                           "use backend 'banded', 'flex' or 'masked'")
         if kv_mask is not None:
             reasons.append("(xformers) takes no key padding mask with a local-attention bias; "
                            "use backend 'flex' or 'banded'")
@@ -99,12 +113,13 @@ class SlidingWindowAttention(AttentionVariant):
         return reasons
 
     def pattern(self, query_idx: Tensor, key_idx: Tensor) -> Tensor:
-        """The band |i - j| < window as bool (R, M); with causal=True the reference adds j <= i."""
-        return (query_idx[:, None] - key_idx[None, :]).abs() < self.config.window
+        """The band |i - j| < window, or a sink key j < sinks, as bool (R, M); causal=True adds j <= i (the reference)."""
+        band = (query_idx[:, None] - key_idx[None, :]).abs() < self.config.window
+        return band | (key_idx[None, :] < self.config.sinks)
 
     def flops(self, B: int, H: int, N: int, M: int, D: int, causal: bool) -> int:
-        """4*D FLOPs per visible (query, key) pair of the band: the useful work, the same for every backend."""
-        return 4 * B * H * D * band_pairs(N, M, self.config.window, causal)
+        """4*D FLOPs per visible (query, key) pair of the band and sinks: the useful work, the same for every backend."""
+        return 4 * B * H * D * band_pairs(N, M, self.config.window, causal, sinks=self.config.sinks)
 
     def prepare(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None,
                 training: bool = False) -> float:
@@ -116,7 +131,7 @@ class SlidingWindowAttention(AttentionVariant):
         # Dynamo guards on grad mode, so a forward is compiled both under no_grad and without it.
         for grad_mode in (True,) if training else (False, True):
             with torch.set_grad_enabled(grad_mode):
-                out = _flex(q, k, v, self.config.window, causal=causal, kv_mask=kv_mask)
+                out = _flex(q, k, v, self.config.window, causal=causal, kv_mask=kv_mask, sinks=self.config.sinks)
                 if training:
                     out.sum().backward()
         if q.device.type == "cuda":
@@ -125,48 +140,84 @@ class SlidingWindowAttention(AttentionVariant):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None) -> Tensor:
         backend = self.active_backend(q, k, v)
-        window = self.config.window
+        window, sinks = self.config.window, self.config.sinks
         if backend == "banded":
-            return _banded(q, k, v, window, causal=causal, kv_mask=kv_mask)
+            return _banded(q, k, v, window, causal=causal, kv_mask=kv_mask, sinks=sinks)
         if backend == "flex":
-            return _flex(q, k, v, window, causal=causal, kv_mask=kv_mask)
+            return _flex(q, k, v, window, causal=causal, kv_mask=kv_mask, sinks=sinks)
         if backend == "xformers":
             return _xformers(q, k, v, window, causal=causal)
-        return _masked(q, k, v, window, causal=causal, kv_mask=kv_mask)
+        return _masked(q, k, v, window, causal=causal, kv_mask=kv_mask, sinks=sinks)
+
+    # ---- decoding: sinks + a ring buffer of the last `window` keys ----------------------------
+    def init_state(self, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> SlidingWindowState:
+        """The sinks and the last `window` tokens of the context k, v (B, H_kv, N, D): O(sinks + window) memory."""
+        check_context(k, v, kv_mask)
+        self.check_decode(k, k, v, kv_mask=kv_mask)
+        return ring_from_context(k, v, kv_mask, self.config.window, self.config.sinks)
+
+    def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: SlidingWindowState) -> tuple[Tensor, SlidingWindowState]:
+        """Write the token into the ring (and the sinks, while p < sinks) and attend to band + sinks."""
+        check_state(state, SlidingWindowState, self.name)
+        check_step(q_t, k_t, v_t, batch=state.k.shape[0], kv_heads=state.k.shape[1], head_dim=state.k.shape[3])
+        self.check_decode(q_t, k_t, v_t)
+        return ring_step(q_t, k_t, v_t, state), state
 
 
-def band_pairs(N: int, M: int, window: int, causal: bool) -> int:
-    """Number of (query, key) pairs inside the band (before padding): the work an exact band needs."""
+def band_pairs(N: int, M: int, window: int, causal: bool, *, sinks: int = 0) -> int:
+    """Number of visible (query, key) pairs of the band plus sinks (before padding): the work an exact band needs."""
     i = torch.arange(N, dtype=torch.int64)
     lo = (i - window + 1).clamp(min=0)
     hi = (i if causal else i + window - 1).clamp(max=M - 1)
-    return int((hi - lo + 1).clamp(min=0).sum())
+    pairs = int((hi - lo + 1).clamp(min=0).sum())
+    if sinks:  # sink keys j < sinks outside the band [lo, hi] (and j <= i when causal)
+        j = torch.arange(min(sinks, M), dtype=torch.int64)
+        outside = (j[None, :] < lo[:, None]) | (j[None, :] > hi[:, None])
+        if causal:
+            outside &= j[None, :] <= i[:, None]
+        pairs += int(outside.sum())
+    return pairs
 
 
-def _banded(q: Tensor, k: Tensor, v: Tensor, window: int, *, causal: bool, kv_mask: Tensor | None) -> Tensor:
-    """Blocks of b queries, each attending (fused SDPA) to the L = b + span keys that can reach it."""
+def _banded(q: Tensor, k: Tensor, v: Tensor, window: int, *, causal: bool, kv_mask: Tensor | None,
+            sinks: int = 0) -> Tensor:
+    """Blocks of b queries, each attending (fused SDPA) to the L = b + span keys that can reach it (and the sinks).
+
+    GQA: the G query heads of a K/V head are stacked as the G*b rows of a block, so K/V are not repeated.
+    """
     B, H, N, D = q.shape
-    M = k.shape[2]
+    Hkv, M = k.shape[1], k.shape[2]
+    G = H // Hkv
     b = min(_BLOCK, N)
     nb = -(-N // b)
     P = window - 1  # keys before a query that it may see
     L = b + P + (0 if causal else P)  # keys a block of b queries may see
     Mp = (nb - 1) * b + L  # padded key length: key position j sits at index j + P
-    qb = F.pad(q, (0, 0, 0, nb * b - N)).view(B, H, nb, b, D)
-    kw, vw = (_windows(t, P, Mp, L, b) for t in (k, v))  # (B, H, nb, L, D) overlapping views
+    qb = F.pad(q, (0, 0, 0, nb * b - N)).view(B, Hkv, G, nb, b, D).transpose(2, 3).reshape(B, Hkv, nb, G * b, D)
+    kw, vw = (_windows(t, P, Mp, L, b) for t in (k, v))  # (B, H_kv, nb, L, D) overlapping views
     rel = torch.arange(L, device=q.device)[None, :] - P - torch.arange(b, device=q.device)[:, None]  # j - i, (b, L)
     band = (rel > -window) & ((rel <= 0) if causal else (rel < window))  # (b, L), the same in every block
+    S = min(sinks, M)
+    if S:  # sink keys go in front of every block's window: (B, H_kv, nb, S + L, D), a copy
+        kw, vw = (torch.cat([t[:, :, None, :S].expand(-1, -1, nb, -1, -1), w], dim=3) for t, w in ((k, kw), (v, vw)))
+        i = torch.arange(nb * b, device=q.device).view(nb, b, 1)  # query positions
+        j = torch.arange(S, device=q.device)
+        sink_seen = ((i - j >= window) | (j - i >= (1 if causal else window))) & ((j <= i) if causal else True)  # (nb, b, S)
     outs = []
-    for i in range(B):  # per batch row, so k/v windows stay views and the padding mask is per row
+    for n in range(B):  # per batch row, so k/v windows stay views and the padding mask is per row
         real = torch.zeros(Mp, dtype=torch.bool, device=q.device)
         n_real = min(M, Mp - P)
-        real[P : P + n_real] = True if kv_mask is None else kv_mask[i, :n_real]
-        keep = (band[None] & real.unfold(0, L, b)[:, None, :])[None]  # (1, nb, b, L): 4-D keeps SDPA's fused CPU kernel
-        out = F.scaled_dot_product_attention(qb[i], kw[i], vw[i], attn_mask=keep, scale=softmax_scale(D))  # (H, nb, b, D)
+        real[P : P + n_real] = True if kv_mask is None else kv_mask[n, :n_real]
+        keep = band[None] & real.unfold(0, L, b)[:, None, :]  # (nb, b, L)
+        if S:
+            keep = torch.cat([sink_seen & (True if kv_mask is None else kv_mask[n, :S]), keep], dim=-1)  # (nb, b, S + L)
+        keep = keep.repeat(1, G, 1)[None]  # (1, nb, G*b, S + L): 4-D keeps SDPA's fused CPU kernel
+        out = F.scaled_dot_product_attention(qb[n], kw[n], vw[n], attn_mask=keep, scale=softmax_scale(D))  # (H_kv, nb, G*b, D)
         if kv_mask is not None or N > M:  # a query with no visible key gets zeros, as in the reference
             out = out.masked_fill(~keep.any(-1)[..., None], 0.0)
         outs.append(out)
-    return torch.stack(outs).reshape(B, H, nb * b, D)[:, :, :N]
+    out = torch.stack(outs).view(B, Hkv, nb, G, b, D).transpose(2, 3)  # (B, H_kv, G, nb, b, D)
+    return out.reshape(B, H, nb * b, D)[:, :, :N]
 
 
 def _windows(t: Tensor, P: int, Mp: int, L: int, b: int) -> Tensor:
@@ -176,83 +227,17 @@ def _windows(t: Tensor, P: int, Mp: int, L: int, b: int) -> Tensor:
     return padded.unfold(2, L, b).transpose(-1, -2)
 
 
-def _masked(q: Tensor, k: Tensor, v: Tensor, window: int, *, causal: bool, kv_mask: Tensor | None) -> Tensor:
-    """Dense SDPA with the N x M band (and causal, padding) as a bool mask: O(N * M)."""
+def _masked(q: Tensor, k: Tensor, v: Tensor, window: int, *, causal: bool, kv_mask: Tensor | None,
+            sinks: int = 0) -> Tensor:
+    """Dense SDPA with the N x M band and sinks (and causal, padding) as a bool mask: O(N * M)."""
     N, M = q.shape[2], k.shape[2]
     i = torch.arange(N, device=q.device)[:, None]
     j = torch.arange(M, device=q.device)[None, :]
-    keep = ((i - j).abs() < window) & ((j <= i) if causal else True)  # (N, M)
+    keep = (((i - j).abs() < window) | (j < sinks)) & ((j <= i) if causal else True)  # (N, M)
     keep = keep[None, None] if kv_mask is None else keep[None, None] & kv_mask[:, None, None, :]  # (B|1, 1, N, M)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=softmax_scale(q.shape[-1]))
+    out = sdpa(q, k, v, attn_mask=keep, scale=softmax_scale(q.shape[-1]))
     if kv_mask is not None or N > M:
         out = out.masked_fill(~keep.any(-1)[..., None], 0.0)
     return out
 
 
-def _flex(q: Tensor, k: Tensor, v: Tensor, window: int, *, causal: bool, kv_mask: Tensor | None) -> Tensor:
-    """Compiled flex_attention over the band's block-sparse mask; padding through a score_mod."""
-    B, N, M = q.shape[0], q.shape[2], k.shape[2]
-    if not _FLEX_FN:
-        _FLEX_FN.append(torch.compile(_flex_padded))
-    block_mask = _flex_block_mask(N, M, window, causal, q.device)
-    if kv_mask is None:  # one compiled graph serves both cases: an all-true mask costs a load per score
-        kv_mask = torch.ones(B, M, dtype=torch.bool, device=q.device)
-    return _FLEX_FN[0](q, k, v, block_mask, kv_mask, softmax_scale(q.shape[-1]))
-
-
-def _flex_padded(q: Tensor, k: Tensor, v: Tensor, block_mask, kv_mask: Tensor, scale: float) -> Tensor:
-    from torch.nn.attention.flex_attention import flex_attention
-
-    def padding(score, b, h, q_idx, kv_idx):
-        return torch.where(kv_mask[b, kv_idx], score, float("-inf"))
-
-    return flex_attention(q, k, v, score_mod=padding, block_mask=block_mask, scale=scale)
-
-
-def _flex_block_mask(N: int, M: int, window: int, causal: bool, device: torch.device):
-    """The band's BlockMask, cached; built from block corners, so no N x M tensor is ever made."""
-    key = (N, M, window, causal, str(device))
-    if key in _FLEX_BLOCK_MASKS:
-        return _FLEX_BLOCK_MASKS[key]
-    from torch.nn.attention.flex_attention import BlockMask
-
-    bounds = torch.tensor([-window, 1 if causal else window], device=device)  # a tensor: no recompile per window
-
-    def band(b, h, q_idx, kv_idx):
-        rel = kv_idx - q_idx
-        return (rel > bounds[0]) & (rel < bounds[1])
-
-    band.__name__ = f"sliding_window_{window}{'_causal' if causal else ''}"
-    S = _FLEX_BLOCK
-    q0 = torch.arange(0, N, S, device=device)[:, None]  # first row of each query block, (QB, 1)
-    k0 = torch.arange(0, M, S, device=device)[None, :]  # first key of each key block, (1, KB)
-    q1, k1 = (q0 + S - 1).clamp(max=N - 1), (k0 + S - 1).clamp(max=M - 1)
-    lo, hi = -window, (1 if causal else window)
-    any_visible = (k1 - q0 > lo) & (k0 - q1 < hi)  # (QB, KB): the band crosses the block
-    whole = (q1 - q0 == S - 1) & (k1 - k0 == S - 1)  # a ragged edge block stays partial, as flex expects
-    full = any_visible & (k0 - q1 > lo) & (k1 - q0 < hi) & whole
-    partial = any_visible & ~full
-    mask = BlockMask.from_kv_blocks(*_ordered(partial), *_ordered(full), BLOCK_SIZE=S, mask_mod=band, seq_lengths=(N, M))
-    _FLEX_BLOCK_MASKS[key] = mask
-    return mask
-
-
-def _ordered(dense: Tensor) -> tuple[Tensor, Tensor]:
-    """(QB, KB) bool -> (1, 1, QB) counts and (1, 1, QB, KB) key-block indices, the selected ones first."""
-    counts = dense.sum(-1, dtype=torch.int32)
-    indices = torch.argsort(dense.to(torch.int8), dim=-1, descending=True, stable=True).to(torch.int32)
-    return counts[None, None], indices[None, None]
-
-
-def _xformers(q: Tensor, k: Tensor, v: Tensor, window: int, *, causal: bool) -> Tensor:
-    """xformers' memory_efficient_attention with its local bias (N == M, no padding: see extra_reasons)."""
-    from xformers.ops import fmha  # lazy: importing xformers on a CPU-only build prints warnings
-
-    if causal:  # keys j with i - window < j <= i
-        bias = fmha.attn_bias.LowerTriangularFromBottomRightMask().make_local_attention(window)
-    else:  # keys j with i - (window - 1) <= j <= i + (window - 1)
-        bias = fmha.attn_bias.LocalAttentionFromBottomRightMask(window_left=window - 1, window_right=window - 1)
-    # xformers wants (B, N, H, D).
-    out = fmha.memory_efficient_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_bias=bias,
-                                          scale=softmax_scale(q.shape[-1]))
-    return out.transpose(1, 2)

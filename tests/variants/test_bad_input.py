@@ -15,7 +15,7 @@ q = torch.randn(2, 3, 8, 4)
         ((q, q.long(), q), {}, TypeError, r"k must be a floating-point tensor, got dtype torch.int64"),
         ((q, q.double(), q), {}, TypeError, r"q, k, v must share one dtype, got q=torch.float32, k=torch.float64"),
         ((q, q, q[:, :, :5]), {}, ValueError, r"k and v must have the same shape"),
-        ((q, q[:, :2], q[:, :2]), {}, ValueError, r"k must be \(B=2, H=3, M, D=4\) to match q \(2, 3, 8, 4\), got \(2, 2, 8, 4\)"),
+        ((q, q[:, :2], q[:, :2]), {}, ValueError, r"k and v have H_kv=2 heads, which does not divide the H=3 query heads \(got q \(2, 3, 8, 4\), k \(2, 2, 8, 4\)\); grouped-query attention needs H % H_kv == 0 .*use H_kv in \(1, 3\)"),
         ((q, q[:, :, :5], q[:, :, :5]), {"causal": True}, ValueError, r"causal=True needs as many queries as keys .* got N=8, M=5"),
         ((q, q, q), {"causal": "yes"}, TypeError, r"causal must be a bool, got 'yes'"),
         ((q, q, q), {"kv_mask": torch.ones(2, 8)}, TypeError, r"kv_mask must have dtype torch.bool .* got torch.float32; convert with kv_mask.bool\(\)"),
@@ -46,3 +46,8 @@ def test_unknown_backend_through_multihead():
 def test_multihead_checks_its_input_width():
     with pytest.raises(ValueError, match=r"x must have shape \(B, N, embed_dim=32\), got \(2, 5, 16\)"):
         MultiHeadAttention(32, 4)(torch.randn(2, 5, 16))
+
+
+def test_kv_batch_or_head_dim_mismatch_is_named():
+    with pytest.raises(ValueError, match=r"k must be \(B=2, H_kv, M, D=4\) to match q \(2, 3, 8, 4\), got \(2, 3, 8, 5\)"):
+        build_variant("dense")(q, torch.randn(2, 3, 8, 5), torch.randn(2, 3, 8, 5))

@@ -75,7 +75,8 @@ def test_calibrate_is_exported_from_the_package():
             [(torch.zeros(1, 2, 8, 4),) * 3, (torch.zeros(1, 2, 8, 4), torch.zeros(1, 3, 8, 4), torch.zeros(1, 3, 8, 4))],
             {},
             ValueError,
-            r"batch 1: k must be \(B=1, H=2, M, D=4\) to match q \(1, 2, 8, 4\), got \(1, 3, 8, 4\)",
+            r"batch 1: k and v have H_kv=3 heads, which does not divide the H=2 query heads "
+            r"\(got q \(1, 2, 8, 4\), k \(1, 3, 8, 4\)\)",
         ),
         ([torch.zeros(1, 2, 8, 4)], {}, TypeError, r"batch 0 must be a \(q, k, v\) tuple of tensors, got a Tensor of shape \(1, 2, 8, 4\)"),
         (torch.zeros(3, 1, 2, 8, 4), {}, TypeError, r"batches must be a list or iterable of \(q, k, v\) tuples, got Tensor"),

@@ -229,3 +229,373 @@ def test_cuda_matches_reference(name, backend, dtype):
             checked += 1
     if not checked:  # every combination refused: say so instead of passing with nothing checked
         pytest.skip("declared unsupported: " + "; ".join(dict.fromkeys(refused)))
+
+
+# ---- grouped-query attention: k, v with H_kv heads dividing H --------------------------------
+GQA_H = 8  # query heads in the GQA tests, so H_kv = H, H/4 and 1 are all integers
+KV_HEADS = [GQA_H, GQA_H // 4, 1]
+
+
+def _gqa_inputs(seed: int, kv_heads: int, *, n: int = N, m: int | None = None, requires_grad=False):
+    g = torch.Generator().manual_seed(seed)
+    m = n if m is None else m
+    q = torch.randn(B, GQA_H, n, D, generator=g)
+    k = torch.randn(B, kv_heads, m, D, generator=g)
+    v = torch.randn(B, kv_heads, m, D, generator=g)
+    return [t.requires_grad_(requires_grad) for t in (q, k, v)]
+
+
+def _gqa_build(name: str, backend: str | None, kv_heads: int, seed: int = 0):
+    """As _build, with a per-head config field (linformer's share='none') sized for H_kv heads."""
+    attn = _build(name, backend, seed)
+    if "heads" in attn.config.to_dict() and getattr(attn.config, "share", None) == "none":
+        torch.manual_seed(seed)
+        attn = build_variant(name, **{**get_variant(name).cls.small_config, "heads": kv_heads})
+    return attn
+
+
+def _gqa_or_skip(attn, kv_heads: int) -> None:
+    if kv_heads != GQA_H and not attn.capabilities.gqa:
+        pytest.skip(f"{attn.name} declares no grouped-query attention (Capabilities.gqa=False)")
+
+
+@pytest.mark.parametrize("name,backend", _cases())
+@pytest.mark.parametrize("kv_heads", KV_HEADS, ids=lambda h: f"kv{h}")
+def test_gqa_exact_variants_match_float64_reference(name, backend, kv_heads):
+    attn = _gqa_build(name, backend, kv_heads)
+    if not attn.capabilities.exact:
+        pytest.skip(f"{name} is approximate: checked for shape, causality and padding below")
+    _gqa_or_skip(attn, kv_heads)
+    q, k, v = _gqa_inputs(11, kv_heads)
+    checked = 0
+    for causal in (False, True):
+        for mask in (None, _padding_mask()):
+            if attn.not_supported_reasons(q, k, v, causal=causal, kv_mask=mask, training=False):
+                continue
+            with torch.no_grad():
+                out = attn(q, k, v, causal=causal, kv_mask=mask)
+            ref = reference_attention(q, k, v, causal=causal, kv_mask=mask, pattern=attn.pattern)
+            rows = slice(None) if mask is None else mask[:, None, :, None].expand_as(out)
+            assert out.shape == q.shape
+            assert _rel_l2(out[rows], ref[rows]) < TOLERANCE[torch.float32], f"causal={causal}, padded={mask is not None}"
+            checked += 1
+    if not checked:
+        pytest.skip("declared unsupported: " + "; ".join(attn.not_supported_reasons(q, k, v, training=False)))
+
+
+@pytest.mark.parametrize("name,backend", _cases())
+@pytest.mark.parametrize("kv_heads", KV_HEADS[1:], ids=lambda h: f"kv{h}")
+def test_gqa_shape_causality_and_padding(name, backend, kv_heads):
+    """Every variant, approximate ones included: the output shape, no leak from the future, masked keys inert."""
+    attn = _gqa_build(name, backend, kv_heads)
+    _gqa_or_skip(attn, kv_heads)
+    q, k, v = _gqa_inputs(12, kv_heads)
+    _runnable_or_skip(attn, q, k, v, training=False)
+    with torch.no_grad():
+        out = attn(q, k, v)
+    assert out.shape == q.shape and out.dtype == q.dtype and torch.isfinite(out).all()
+    if not attn.not_supported_reasons(q, k, v, causal=True, training=False):
+        cut = N // 2
+        q2, k2, v2 = (t.clone() for t in (q, k, v))
+        for t in (q2, k2, v2):
+            t[:, :, cut + 1 :] = torch.randn_like(t[:, :, cut + 1 :]) * 5
+        with torch.no_grad():
+            before = attn(q, k, v, causal=True)[:, :, : cut + 1]
+            after = attn(q2, k2, v2, causal=True)[:, :, : cut + 1]
+        torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
+    mask = _padding_mask()
+    if not attn.not_supported_reasons(q, k, v, kv_mask=mask, training=False):
+        k2, v2 = k.clone(), v.clone()
+        pad = ~mask[:, None, :, None].expand_as(k)
+        k2[pad] = torch.randn(int(pad.sum())) * 10
+        v2[pad] = torch.randn(int(pad.sum())) * 10
+        with torch.no_grad():
+            before = attn(q, k, v, kv_mask=mask)
+            after = attn(q, k2, v2, kv_mask=mask)
+        real = mask[:, None, :, None].expand_as(before)
+        torch.testing.assert_close(after[real], before[real], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name,backend", _cases())
+def test_gqa_gradients_match_float64_reference(name, backend):
+    attn = _gqa_build(name, backend, GQA_H // 4)
+    if not attn.capabilities.exact:
+        pytest.skip(f"{name} is approximate")
+    _gqa_or_skip(attn, GQA_H // 4)
+    q, k, v = _gqa_inputs(13, GQA_H // 4, requires_grad=True)
+    _runnable_or_skip(attn, q, k, v, causal=True, training=True)
+    out = attn(q, k, v, causal=True)
+    weight = torch.randn_like(out)
+    (out * weight).sum().backward()
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    (reference_attention(q64, k64, v64, causal=True, pattern=attn.pattern) * weight.double()).sum().backward()
+    for label, t, t64 in (("q", q, q64), ("k", k, k64), ("v", v, v64)):
+        assert _rel_l2(t.grad, t64.grad) < 1e-4, f"gradient of {label} disagrees with the float64 reference"
+
+
+def test_a_variant_without_gqa_is_refused_with_its_reason():
+    from variants import AttentionVariant, Capabilities
+
+    class HeadsMustMatch(AttentionVariant):
+        capabilities = Capabilities(gqa=False)
+
+        def forward(self, q, k, v, *, causal=False, kv_mask=None):
+            return reference_attention(q, k, v, causal=causal, kv_mask=kv_mask, dtype=None)
+
+    attn = HeadsMustMatch()
+    q, k, v = _gqa_inputs(14, 2)
+    reason = r"does not support grouped-query attention \(H=8 query heads, H_kv=2 K/V heads"
+    assert any("grouped-query" in r for r in attn.not_supported_reasons(q, k, v))
+    with pytest.raises(NotSupportedError, match=reason + r".*repeat_interleave\(4, dim=1\)"):
+        attn(q, k, v)
+    assert attn(q, k.repeat_interleave(4, 1), v.repeat_interleave(4, 1)).shape == q.shape  # H_kv = H still runs
+
+
+# ---- attention sinks (sliding_window) ---------------------------------------------------------
+@pytest.mark.parametrize("backend", get_variant("sliding_window").backends)
+@pytest.mark.parametrize("sinks", [1, 3, N + 5], ids=lambda s: f"sinks{s}")
+@pytest.mark.parametrize("kv_heads", [GQA_H, 1], ids=lambda h: f"kv{h}")
+def test_sliding_window_sinks_match_float64_reference(backend, sinks, kv_heads):
+    attn = build_variant("sliding_window", window=5, sinks=sinks, backend=backend)
+    q, k, v = _gqa_inputs(15, kv_heads)
+    checked = 0
+    for causal in (False, True):
+        for mask in (None, _padding_mask()):
+            if attn.not_supported_reasons(q, k, v, causal=causal, kv_mask=mask, training=False):
+                continue
+            with torch.no_grad():
+                out = attn(q, k, v, causal=causal, kv_mask=mask)
+            ref = reference_attention(q, k, v, causal=causal, kv_mask=mask, pattern=attn.pattern)
+            rows = slice(None) if mask is None else mask[:, None, :, None].expand_as(out)
+            assert _rel_l2(out[rows], ref[rows]) < TOLERANCE[torch.float32], f"causal={causal}, padded={mask is not None}"
+            checked += 1
+    if not checked:
+        pytest.skip("declared unsupported: " + "; ".join(attn.not_supported_reasons(q, k, v, training=False)))
+
+
+def test_sinks_are_in_the_pattern_the_reference_checks():
+    """window=2, sinks=2, query 6 of 8: keys 0, 1 (sinks) and 5, 6 (causal band); non-causal adds key 7."""
+    from variants.reference import visibility
+
+    attn = build_variant("sliding_window", window=2, sinks=2)
+    for causal, want in ((True, [1, 1, 0, 0, 0, 1, 1, 0]), (False, [1, 1, 0, 0, 0, 1, 1, 1])):
+        seen = visibility(torch.tensor([6]), 8, causal=causal, pattern=attn.pattern)[0, 0, 0].int().tolist()
+        assert seen == want
+    # Causality still applies to sinks: query 0 sees key 0 only.
+    assert visibility(torch.tensor([0]), 8, causal=True, pattern=attn.pattern)[0, 0, 0].int().tolist() == [1] + [0] * 7
+
+
+def test_xformers_refuses_sinks_with_a_reason():
+    attn = build_variant("sliding_window", window=4, sinks=2, backend="xformers")
+    q, k, v = _inputs(16)
+    assert any("no attention sinks" in r for r in attn.not_supported_reasons(q, k, v, causal=True))
+    with pytest.raises(NotSupportedError, match=r"\(xformers\) has no attention sinks .* got sinks=2; use backend 'banded'"):
+        attn(q, k, v, causal=True)
+
+
+@pytest.mark.parametrize(
+    "fields,error,match",
+    [(dict(sinks=-1), ValueError, r"sinks must be >= 0, got -1"), (dict(sinks=1.5), TypeError, r"sinks must be an integer, got 1.5")],
+)
+def test_bad_sinks_are_refused(fields, error, match):
+    with pytest.raises(error, match=match):
+        build_variant("sliding_window", **fields)
+
+
+# ---- decoding: init_state over a context, then one token per step ------------------------------
+CONTEXT, STEPS = 13, 6  # context length, then decoded tokens (the window of small_config is 8: the ring wraps)
+
+
+def _decode_all(attn, q, k, v, kv_mask=None):
+    """init_state over the first CONTEXT tokens, then step through the rest: (B, H, STEPS, D)."""
+    with torch.no_grad():
+        state = attn.init_state(k[:, :, :CONTEXT], v[:, :, :CONTEXT],
+                                kv_mask=None if kv_mask is None else kv_mask[:, :CONTEXT])
+        outs = []
+        for t in range(CONTEXT, CONTEXT + STEPS):
+            out, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
+            assert out.shape == (B, q.shape[1], 1, D) and out.dtype == q.dtype
+            outs.append(out)
+    return torch.cat(outs, dim=2), state
+
+
+def _decode_mask() -> torch.Tensor:
+    """Context padding (right-padded batch 0, a hole in batch 1); decoded tokens are always real."""
+    mask = torch.ones(B, CONTEXT + STEPS, dtype=torch.bool)
+    mask[0, CONTEXT - 4 : CONTEXT] = False
+    mask[1, 2] = False
+    return mask
+
+
+@pytest.mark.parametrize("name,backend", _cases())
+@pytest.mark.parametrize("kv_heads", KV_HEADS, ids=lambda h: f"kv{h}")
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "padded"])
+def test_decode_steps_equal_rows_of_full_causal_attention(name, backend, kv_heads, padded):
+    attn = _gqa_build(name, backend, kv_heads)
+    q, k, v = _gqa_inputs(21, kv_heads, n=CONTEXT + STEPS)
+    mask = _decode_mask() if padded else None
+    reasons = attn.decode_reasons(q[:, :, :1], k, v, kv_mask=mask)
+    if reasons:
+        pytest.skip("declares no decoding: " + "; ".join(reasons))
+    got, _ = _decode_all(attn, q, k, v, mask)
+    decoded = slice(CONTEXT, CONTEXT + STEPS)
+    if attn.capabilities.exact:
+        ref = reference_attention(q, k, v, causal=True, kv_mask=mask, pattern=attn.pattern)[:, :, decoded]
+        assert _rel_l2(got, ref) < TOLERANCE[torch.float32]
+    else:  # approximate: the same rows of its own causal forward
+        with torch.no_grad():
+            ref = attn(q, k, v, causal=True, kv_mask=mask)[:, :, decoded]
+        torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5)
+
+
+def _no_decode_cases() -> list:
+    """(variant, backend) pairs that declare they cannot decode on this machine."""
+    q, k, v = _gqa_inputs(0, GQA_H)
+    return [param for param in _cases() if _build(*param.values).decode_reasons(q[:, :, :1], k, v)]
+
+
+@pytest.mark.parametrize("name,backend", _no_decode_cases())
+def test_a_variant_that_cannot_decode_raises_with_its_reasons(name, backend):
+    attn = _build(name, backend)
+    q, k, v = _gqa_inputs(22, GQA_H)
+    reasons = attn.decode_reasons(k, k, v) + attn.decode_reasons(q[:, :, :1], k[:, :, :1], v[:, :, :1])
+    assert reasons and all(isinstance(r, str) and r for r in reasons)
+    with pytest.raises(NotSupportedError) as info:
+        state = attn.init_state(k, v)
+        attn.step(q[:, :, :1], k[:, :, :1], v[:, :, :1], state)
+    assert any(reason in str(info.value) for reason in reasons)
+
+
+def test_linformer_says_why_it_cannot_decode():
+    attn = build_variant("linformer", k=8, max_seq_len=64)
+    q, k, v = _inputs(23)
+    assert not get_variant("linformer").capabilities.decode
+    with pytest.raises(NotSupportedError, match=r"linformer cannot decode: it is not causal"):
+        attn.init_state(k, v)
+
+
+def _state_bytes_at(name: str, n: int, steps: int = 0, **config) -> int:
+    from variants import state_bytes
+
+    attn = build_variant(name, **config)
+    q, k, v = (torch.randn(1, 2, n + steps, 16) for _ in range(3))
+    with torch.no_grad():
+        state = attn.init_state(k[:, :, :n], v[:, :, :n])
+        for t in range(n, n + steps):
+            _, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
+    assert attn.state_bytes(state) == state_bytes(state)
+    return state_bytes(state)
+
+
+@pytest.mark.parametrize("name", ["dense", "chunked"])
+def test_kv_cache_state_grows_linearly_in_n(name):
+    small, large = _state_bytes_at(name, 1024), _state_bytes_at(name, 4096)
+    assert small == 2 * (1 * 2 * 2048 * 16 * 4)  # k and v, capacity 2N float32: the allocated bytes
+    assert large == 4 * small
+    # Appending fills preallocated room (no growth) until the capacity doubles.
+    assert _state_bytes_at(name, 64, steps=64) == _state_bytes_at(name, 64)
+    assert _state_bytes_at(name, 64, steps=65) == 2 * _state_bytes_at(name, 64)
+
+
+@pytest.mark.parametrize("name,config", [("sliding_window", dict(window=64, sinks=4)), ("distilled", dict(features=16))])
+def test_bounded_state_is_constant_in_n(name, config):
+    sizes = {n: _state_bytes_at(name, n, steps=3, **config) for n in (256, 1024, 4096)}
+    assert len(set(sizes.values())) == 1, sizes
+    assert sizes[4096] < _state_bytes_at("dense", 256)  # smaller than even a short KV cache
+
+
+def test_state_bytes_counts_nested_tensors_and_shared_storage_once():
+    from dataclasses import dataclass
+
+    from variants import state_bytes
+
+    @dataclass
+    class Holder:
+        a: torch.Tensor
+        rest: tuple
+
+    buf = torch.zeros(10, dtype=torch.float64)  # 80 bytes
+    state = {"x": Holder(buf[:3], (buf[5:], torch.zeros(4, dtype=torch.int32), "label")), "n": 3}
+    assert state_bytes(state) == 80 + 16
+
+
+def _dense_state(kv_heads: int = 2, n: int = 5):
+    attn = build_variant("dense")
+    k, v = torch.randn(B, kv_heads, n, D), torch.randn(B, kv_heads, n, D)
+    return attn, attn.init_state(k, v)
+
+
+@pytest.mark.parametrize(
+    "q_shape,kv_shape,error,match",
+    [
+        ((B, 4, 2, D), (B, 2, 1, D), ValueError, r"step: q_t must be one token, shape \(B, H, 1, D\), got \(2, 4, 2, 16\)"),
+        ((B, 4, 1, D), (B, 4, 1, D), ValueError, r"step: k_t must be \(B, H_kv, 1, D\) = \(2, 2, 1, 16\) to match the state, got \(2, 4, 1, 16\)"),
+        ((B, 4, 1, 8), (B, 2, 1, D), ValueError, r"step: q_t must be \(B=2, H, 1, D=16\) to match the state, got \(2, 4, 1, 8\)"),
+        ((B, 3, 1, D), (B, 2, 1, D), ValueError, r"H_kv=2 heads, which does not divide the H=3 query heads"),
+    ],
+)
+def test_step_with_wrong_shapes_is_refused(q_shape, kv_shape, error, match):
+    attn, state = _dense_state()
+    with pytest.raises(error, match=match):
+        attn.step(torch.randn(q_shape), torch.randn(kv_shape), torch.randn(kv_shape), state)
+
+
+def test_step_with_another_variants_state_is_refused():
+    attn, state = _dense_state()
+    sliding = build_variant("sliding_window", window=4)
+    with pytest.raises(TypeError, match=r"step: state must be the SlidingWindowState that sliding_window.init_state/step returned, got KVCache"):
+        sliding.step(torch.randn(B, 4, 1, D), torch.randn(B, 2, 1, D), torch.randn(B, 2, 1, D), state)
+
+
+def test_init_state_checks_its_context():
+    attn = build_variant("dense")
+    k = torch.randn(B, 2, 5, D)
+    with pytest.raises(ValueError, match=r"init_state: kv_mask must be a bool tensor of shape \(B, N\) = \(2, 5\), got \(2, 4\)"):
+        attn.init_state(k, k, kv_mask=torch.ones(B, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"init_state: k and v must have one shape, dtype and device"):
+        attn.init_state(k, k[:, :1])
+
+
+@pytest.mark.parametrize("sinks", [2, CONTEXT + 3], ids=["sinks2", "sinks_past_context"])
+@pytest.mark.parametrize("kv_heads", [GQA_H, 1], ids=lambda h: f"kv{h}")
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "padded"])
+def test_sliding_window_decode_keeps_its_sinks(sinks, kv_heads, padded):
+    """The ring buffer wraps (window 4 < CONTEXT); sinks past the context are filled by decoded tokens."""
+    attn = build_variant("sliding_window", window=4, sinks=sinks)
+    q, k, v = _gqa_inputs(24, kv_heads, n=CONTEXT + STEPS)
+    mask = _decode_mask() if padded else None
+    got, state = _decode_all(attn, q, k, v, mask)
+    ref = reference_attention(q, k, v, causal=True, kv_mask=mask, pattern=attn.pattern)[:, :, CONTEXT:]
+    assert _rel_l2(got, ref) < TOLERANCE[torch.float32]
+    assert state.k.shape[2] == sinks + 4  # the state holds sinks + window slots, whatever the length
+
+
+@pytest.mark.parametrize("name,backend", _cases("cuda"))
+@pytest.mark.parametrize("kv_heads", KV_HEADS[1:], ids=lambda h: f"kv{h}")
+def test_cuda_gqa_matches_reference_and_decodes(name, backend, kv_heads):
+    """GQA through the CUDA kernels (enable_gqa, flex, xformers' BMGHK layout) and a few decode steps."""
+    attn = _gqa_build(name, backend, kv_heads).to("cuda", torch.bfloat16)
+    _gqa_or_skip(attn, kv_heads)
+    q, k, v = (t.to("cuda", torch.bfloat16) for t in _gqa_inputs(25, kv_heads, n=256))
+    checked = 0
+    for mask in (None, _padding_mask(256, device="cuda")):
+        for causal in (False, True):
+            if attn.not_supported_reasons(q, k, v, causal=causal, kv_mask=mask, training=False):
+                continue
+            with torch.no_grad():
+                out = attn(q, k, v, causal=causal, kv_mask=mask)
+            rows = torch.ones_like(out, dtype=torch.bool) if mask is None else mask[:, None, :, None].expand_as(out)
+            assert torch.isfinite(out[rows]).all()
+            if attn.capabilities.exact:
+                ref = reference_attention(q, k, v, causal=causal, kv_mask=mask, pattern=attn.pattern)
+                assert _rel_l2(out[rows], ref[rows]) < 5 * TOLERANCE[torch.bfloat16], f"causal={causal}, padded={mask is not None}"
+            checked += 1
+    if not attn.decode_reasons(q[:, :, :1], k, v):
+        got, _ = _decode_all(attn, q, k, v)
+        with torch.no_grad():
+            want = (reference_attention(q, k, v, causal=True, pattern=attn.pattern) if attn.capabilities.exact
+                    else attn(q, k, v, causal=True))[:, :, CONTEXT : CONTEXT + STEPS]
+        assert _rel_l2(got, want) < 5 * TOLERANCE[torch.bfloat16]
+        checked += 1
+    if not checked:
+        pytest.skip("declared unsupported: " + "; ".join(attn.not_supported_reasons(q, k, v, training=False)))

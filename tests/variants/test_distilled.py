@@ -77,7 +77,7 @@ def test_a_built_student_refuses_another_head_dim_or_head_count():
         attn(*_qkv(5, H=2, D=16))
     with pytest.raises(NotSupportedError, match=r"built for head dim D=16, got D=32"):
         attn(*_qkv(5, H=2, D=32))
-    with pytest.raises(NotSupportedError, match=r"built for H=2 heads, got H=3"):
+    with pytest.raises(NotSupportedError, match=r"built for H_kv=2 K/V heads, got H_kv=3 \(q has H=3\)"):
         attn(*_qkv(5, H=3, D=16))
     shared = _student(per_head=False)
     with torch.no_grad():
@@ -145,3 +145,12 @@ def test_loading_into_another_config_names_what_differs(tmp_path):
         load_variant(path, into=build_variant("linformer", k=4, max_seq_len=64))
     with pytest.raises(FileNotFoundError, match=r"no saved variant at"):
         load_variant(tmp_path / "missing.pt")
+
+
+def test_a_built_student_refuses_to_decode_another_head_count():
+    attn = _student()
+    with torch.no_grad():
+        attn(*_qkv(5, H=2, D=16))
+        k = torch.randn(1, 4, 5, 16)
+        with pytest.raises(NotSupportedError, match=r"built for H_kv=2 K/V heads, got H_kv=4"):
+            attn.init_state(k, k)

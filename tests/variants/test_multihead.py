@@ -59,3 +59,37 @@ def test_float16_masked_layer_stays_finite():
     mask = torch.ones(1, 8, dtype=torch.bool)
     mask[0, 5:] = False
     assert torch.isfinite(layer(x, causal=True, kv_mask=mask)).all()
+
+
+@pytest.mark.parametrize("name", list_variants())
+@pytest.mark.parametrize("kv_heads", [2, 1])
+def test_grouped_query_layer_works_for_every_variant(name, kv_heads):
+    torch.manual_seed(0)
+    config = {"heads": kv_heads} if name == "linformer" else {}
+    layer = MultiHeadAttention(32, 4, variant=name, kv_heads=kv_heads, **config)
+    assert layer.k_proj.out_features == layer.v_proj.out_features == kv_heads * 8
+    x = torch.randn(2, 16, 32, requires_grad=True)
+    y = layer(x)
+    assert y.shape == x.shape
+    y.sum().backward()
+    assert layer.k_proj.weight.grad is not None
+
+
+def test_grouped_query_layer_equals_the_reference_on_its_projections():
+    from einops import rearrange
+
+    from variants import reference_attention
+
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(32, 4, variant="dense", kv_heads=2)
+    x = torch.randn(2, 10, 32)
+    q = rearrange(layer.q_proj(x), "b n (h d) -> b h n d", h=4)
+    k, v = (rearrange(p(x), "b n (h d) -> b h n d", h=2) for p in (layer.k_proj, layer.v_proj))
+    ref = reference_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), causal=True)  # head h reads h // 2
+    expected = layer.out_proj(rearrange(ref.float(), "b h n d -> b n (h d)"))
+    torch.testing.assert_close(layer(x, causal=True), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_kv_heads_must_divide_num_heads():
+    with pytest.raises(ValueError, match=r"kv_heads \(3\) must divide num_heads \(4\) for grouped-query attention; e.g. kv_heads=2"):
+        MultiHeadAttention(32, 4, kv_heads=3)

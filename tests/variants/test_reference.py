@@ -54,3 +54,21 @@ def test_rows_out_of_range_are_refused():
     q, k, v = _qkv(N=8)
     with pytest.raises(ValueError, match=r"rows must be 1-D query indices in \[0, 8\)"):
         reference_attention(q, k, v, rows=torch.tensor([0, 8]))
+
+
+@pytest.mark.parametrize("kv_heads", [2, 1])
+def test_grouped_query_heads_read_their_kv_head(kv_heads):
+    """GQA equals plain attention with K/V repeated: query head h reads K/V head h // (H // H_kv)."""
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 4, 9, 8, generator=g)
+    k, v = (torch.randn(2, kv_heads, 9, 8, generator=g) for _ in range(2))
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[1, 6:] = False
+    repeat = 4 // kv_heads
+    kr, vr = k.repeat_interleave(repeat, 1), v.repeat_interleave(repeat, 1)
+    torch.testing.assert_close(reference_attention(q, k, v, causal=True, kv_mask=mask),
+                               reference_attention(q, kr, vr, causal=True, kv_mask=mask))
+    torch.testing.assert_close(attention_weights(q, k, kv_mask=mask), attention_weights(q, kr, kv_mask=mask))
+    if kv_heads > 1:  # the other grouping (head h reads h % H_kv) is a different answer
+        tiled = [t.repeat(1, repeat, 1, 1) for t in (k, v)]
+        assert not torch.allclose(reference_attention(q, k, v), reference_attention(q, *tiled))

@@ -299,5 +299,9 @@ def test_contract_tests_pick_up_a_plugin_with_no_test_code(tmp_path):
          "tests/variants/test_contract.py", "-k", "leaky_attn"],
         capture_output=True, text=True, cwd=REPO, timeout=300,
     )
-    assert "test_causal_leaks_nothing_from_the_future[leaky_attn]" in result.stdout
-    assert "1 failed" in result.stdout, result.stdout[-2000:]
+    # The leak is caught by the causality checks, with H_kv = H and with grouped K/V heads, and by nothing else.
+    for test in ("test_causal_leaks_nothing_from_the_future[leaky_attn]",
+                 "test_gqa_shape_causality_and_padding[kv2-leaky_attn]",
+                 "test_gqa_shape_causality_and_padding[kv1-leaky_attn]"):
+        assert f"FAILED tests/variants/test_contract.py::{test}" in result.stdout, result.stdout[-2000:]
+    assert "3 failed" in result.stdout, result.stdout[-2000:]

@@ -197,3 +197,40 @@ def test_cuda_backends_match_reference(backend, causal):
         out = attn(q, k, v, causal=causal)
     ref = reference_attention(q, k, v, causal=causal, pattern=attn.pattern)
     assert _rel(out, ref) < 2e-2
+
+
+@pytest.mark.parametrize("n,m,window,sinks,causal", [(9, 9, 2, 3, True), (9, 9, 2, 3, False), (5, 12, 3, 8, False), (7, 7, 3, 20, True)])
+def test_band_pairs_count_the_sinks_once(n, m, window, sinks, causal):
+    attn = build_variant("sliding_window", window=window, sinks=sinks)
+    visible = visibility(torch.arange(n), m, causal=causal, pattern=attn.pattern)
+    assert band_pairs(n, m, window, causal, sinks=sinks) == int(visible.sum())
+    assert attn.flops(1, 1, n, m, 4, causal) == 16 * int(visible.sum())
+
+
+@pytest.mark.parametrize("n,m,window,sinks,causal", [(300, 300, 5, 3, True), (300, 300, 130, 140, False), (200, 333, 64, 200, True)])
+def test_flex_block_mask_with_sinks_covers_the_pattern(n, m, window, sinks, causal):
+    """Every visible pair lies in a block the mask keeps (partial or full), and full blocks are wholly visible."""
+    ours = _flex_block_mask(n, m, window, causal, torch.device("cpu"), sinks=sinks)
+    attn = build_variant("sliding_window", window=window, sinks=sinks)
+    visible = visibility(torch.arange(n), m, causal=causal, pattern=attn.pattern)[0, 0]  # (n, m)
+    kept = ours.to_dense()[0, 0].bool()  # (QB, KB)
+    S = 128
+    for qb in range(kept.shape[0]):
+        for kb in range(kept.shape[1]):
+            tile = visible[qb * S : (qb + 1) * S, kb * S : (kb + 1) * S]
+            if tile.any():
+                assert kept[qb, kb], (qb, kb)
+        full = ours.full_kv_indices[0, 0, qb, : int(ours.full_kv_num_blocks[0, 0, qb])].tolist()
+        for kb in full:  # a full block skips the mask_mod, so every pair in it must be visible
+            assert visible[qb * S : (qb + 1) * S, kb * S : (kb + 1) * S].all(), (qb, kb)
+
+
+def test_flex_with_sinks_spanning_whole_blocks_matches_reference():
+    """sinks=140 > one 128-key block: that block is 'full' for late queries, so it skips the mask_mod."""
+    causal = True
+    attn = build_variant("sliding_window", window=20, sinks=140, backend="flex")
+    q, k, v = _qkv(300, h=4)
+    k, v = k[:, :2], v[:, :2]  # GQA as well: 4 query heads on 2 K/V heads
+    with torch.no_grad():
+        out = attn(q, k, v, causal=causal)
+    assert _rel(out, reference_attention(q, k, v, causal=causal, pattern=attn.pattern)) < 2e-6

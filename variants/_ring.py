@@ -1,0 +1,69 @@
+"""sliding_window's decode state: the first `sinks` keys plus a ring buffer of the last `window` keys.
+
+The state's size depends on sinks + window only, never on how many tokens were seen, so its
+state_bytes stay constant in N. Positions count from the start of the context, padded slots
+included (as in the forward's band).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from variants._gqa import sdpa
+
+
+@dataclass
+class SlidingWindowState:
+    """Slots [0, S) hold the sink positions 0..S-1; slot S + p % W holds position p of the band."""
+
+    k: Tensor  # (B, H_kv, S + W, D)
+    v: Tensor  # (B, H_kv, S + W, D)
+    pos: Tensor  # (S + W,) int64: the position each slot holds, -1 = empty
+    real: Tensor  # (B, S + W) bool: the slot holds a real (unpadded) token
+    length: int  # tokens seen so far: the position the next token takes
+    window: int  # W, the band: a query at p sees p - W < j <= p
+    sinks: int  # S, keys 0..S-1 visible to every later query
+
+
+def ring_from_context(k: Tensor, v: Tensor, kv_mask: Tensor | None, window: int, sinks: int) -> SlidingWindowState:
+    """The state after the context k, v (B, H_kv, N, D): its sinks and its last `window` tokens."""
+    B, Hkv, N, D = k.shape
+    S, W = sinks, window
+    state = SlidingWindowState(
+        k=k.new_zeros(B, Hkv, S + W, D),
+        v=v.new_zeros(B, Hkv, S + W, D),
+        pos=torch.full((S + W,), -1, dtype=torch.long, device=k.device),
+        real=torch.zeros(B, S + W, dtype=torch.bool, device=k.device),
+        length=N,
+        window=W,
+        sinks=S,
+    )
+    real = torch.ones(B, N, dtype=torch.bool, device=k.device) if kv_mask is None else kv_mask
+    positions = torch.arange(N, device=k.device)
+    for keep, slots in ((positions[: min(S, N)], positions[: min(S, N)]),
+                        (positions[max(0, N - W):], S + positions[max(0, N - W):] % W)):
+        state.k[:, :, slots] = k[:, :, keep]
+        state.v[:, :, slots] = v[:, :, keep]
+        state.pos[slots] = keep
+        state.real[:, slots] = real[:, keep]
+    return state
+
+
+def ring_step(q_t: Tensor, k_t: Tensor, v_t: Tensor, state: SlidingWindowState) -> Tensor:
+    """Write the token at position p = state.length, then attend q_t (B, H, 1, D) to its sinks and band."""
+    p, S, W = state.length, state.sinks, state.window
+    slots = [S + p % W] + ([p] if p < S else [])  # a sink position is also in the band for a while
+    for slot in slots:
+        state.k[:, :, slot] = k_t[:, :, 0]
+        state.v[:, :, slot] = v_t[:, :, 0]
+        state.pos[slot] = p
+        state.real[:, slot] = True
+    state.length = p + 1
+    filled = state.pos >= 0
+    # Ring slots hold p - W < j <= p by construction; a sink counts only outside the band (no key twice).
+    is_sink = torch.arange(S + W, device=q_t.device) < S
+    visible = filled & (~is_sink | (state.pos <= p - W))  # (S + W,)
+    keep = (state.real & visible)[:, None, None, :]  # (B, 1, 1, S + W)
+    return sdpa(q_t, state.k, state.v, attn_mask=keep)  # (B, H, 1, D); the token itself is always visible
