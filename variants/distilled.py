@@ -176,5 +176,6 @@ class DistilledAttention(AttentionVariant):
         proj = x.float() @ self.weight.float() + self.bias.float()  # (B, H, L, F): weight (P, D, F) broadcasts
         phi = torch.cat([proj.softmax(-1), (-proj).softmax(-1)], dim=-1)  # (B, H, L, 2F), each in [0, 1]
         if kv_mask is not None:
-            phi = phi * kv_mask[:, None, :, None]  # padded keys: phi = 0
+            # where, not multiply: an inf/nan padded key must not leak through 0 * nan.
+            phi = torch.where(kv_mask[:, None, :, None], phi, torch.zeros((), device=phi.device))  # padded keys: phi = 0
         return phi
