@@ -155,6 +155,21 @@ def test_masked_keys_change_nothing(name, backend):
 
 @pytest.mark.parametrize("name,backend", _cases())
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_a_query_that_sees_no_key_gets_zeros(name, backend, causal):
+    """As the reference does: zeros, not the NaN of a softmax over nothing (batch 1 is all padding)."""
+    attn = _build(name, backend)
+    q, k, v = _inputs(8)
+    mask = _padding_mask()
+    mask[1] = False
+    _runnable_or_skip(attn, q, k, v, causal=causal, kv_mask=mask, training=False)
+    with torch.no_grad():
+        out = attn(q, k, v, causal=causal, kv_mask=mask)
+    assert torch.isfinite(out).all()
+    assert torch.count_nonzero(out[1]) == 0
+
+
+@pytest.mark.parametrize("name,backend", _cases())
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_gradients_reach_inputs_and_parameters(name, backend, causal):
     attn = _build(name, backend)
     q, k, v = _inputs(5, requires_grad=True)
