@@ -28,9 +28,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+try:
+    import tomllib  # Python >= 3.11
+except ModuleNotFoundError:  # Python 3.10: the same parser, as the project's tomli dependency
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = REPO / "scripts" / "mutations.toml"
