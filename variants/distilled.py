@@ -224,7 +224,8 @@ class DistilledAttention(AttentionVariant):
         proj = x.float() @ weight + bias  # (B, H_kv, G, L, F)
         phi = torch.cat([proj.softmax(-1), (-proj).softmax(-1)], dim=-1)  # (B, H_kv, G, L, 2F), each in [0, 1]
         if kv_mask is not None:
-            phi = phi * kv_mask[:, None, None, :, None]  # padded keys: phi = 0
+            # where, not multiply: an inf/nan padded key must not leak through 0 * nan.
+            phi = torch.where(kv_mask[:, None, None, :, None], phi, torch.zeros((), device=phi.device))  # padded keys: phi = 0
         return phi
 
 

@@ -6,7 +6,7 @@ import torch
 
 import variants
 from harness.inputs import make_inputs
-from variants import build_variant, reference_attention
+from variants import attention_weights, build_variant, reference_attention
 from variants.calibrate import DEFAULT_LR, CalibrationReport, calibrate
 
 
@@ -98,3 +98,77 @@ def test_weight_ce_needs_attention_weights_on_both_sides():
         calibrate(build_variant("linformer", k=4, max_seq_len=64), batch, steps=1, loss="weight_ce")
     with pytest.raises(ValueError, match=r"loss='weight_ce' needs the teacher to expose attention_weights"):
         calibrate(build_variant("distilled"), batch, steps=1, loss="weight_ce", teacher=build_variant("dense"))
+
+
+class _TemperedTeacher:
+    """Exact attention with q scaled (at temperature 1/q_scale): a teacher that is not the default one."""
+
+    def __init__(self, q_scale: float):
+        self.q_scale = q_scale
+        self.name = f"exact_q_times_{q_scale}"
+
+    def __call__(self, q, k, v, *, causal=False):
+        return reference_attention(q * self.q_scale, k, v, causal=causal, dtype=torch.float32)
+
+    def attention_weights(self, q, k, *, causal=False, kv_mask=None):
+        return attention_weights(q * self.q_scale, k, causal=causal, kv_mask=kv_mask, dtype=torch.float32)
+
+
+def _mse(a, b) -> float:
+    return float((a.float() - b.float()).pow(2).mean())
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("loss", ["weight_ce", "mse"])
+def test_the_reported_loss_is_the_loss_against_the_given_teacher(loss, causal):
+    """steps=0 measures only: loss_before is the formula against the teacher, not against exact attention."""
+    torch.manual_seed(0)
+    attn = build_variant("distilled", features=8)
+    batches = [_local(10, N=32), _local(11, N=32)]
+    teacher = _TemperedTeacher(2.0)
+    report = calibrate(attn, batches, steps=0, teacher=teacher, loss=loss, causal=causal)
+    assert (report.loss, report.teacher, report.causal) == (loss, "exact_q_times_2.0", causal)
+    with torch.no_grad():
+        if loss == "weight_ce":  # Hedgehog's -sum_j A_ij log A'_ij, averaged over rows
+            def formula(q, k, v, want):
+                got = attn.attention_weights(q, k, causal=causal)
+                return float(-(want * got.clamp_min(1e-12).log()).sum(-1).mean())
+            wants = [teacher.attention_weights(q, k, causal=causal) for q, k, _ in batches]
+            exact = [attention_weights(q, k, causal=causal, dtype=torch.float32) for q, k, _ in batches]
+        else:
+            def formula(q, k, v, want):
+                return _mse(attn(q, k, v, causal=causal), want)
+            wants = [teacher(q, k, v, causal=causal) for q, k, v in batches]
+            exact = [reference_attention(q, k, v, causal=causal, dtype=torch.float32) for q, k, v in batches]
+        against_teacher = sum(formula(*b, w) for b, w in zip(batches, wants)) / len(batches)
+        against_exact = sum(formula(*b, w) for b, w in zip(batches, exact)) / len(batches)
+    # The same float32 sums in another order agree to ~1e-6; the two targets differ by >= 1e-3
+    # relative (the cross-entropy of a near-uniform student moves little with the target: ~1e-2).
+    assert report.loss_before == pytest.approx(against_teacher, rel=1e-5)
+    assert abs(against_exact - against_teacher) > 1e-3 * against_teacher
+    assert report.loss_after == pytest.approx(report.loss_before, rel=1e-6)  # no step taken
+
+
+def test_the_student_moves_to_its_teacher_not_to_exact_attention():
+    """A flatter teacher (exact attention at temperature 2; the mse path, as for any output-only teacher).
+
+    Fitting halves the held-out distance to the teacher (0.0086 -> 0.0038) and ends 8x closer to
+    it than to exact attention (0.030); a fit against exact attention instead moves towards exact.
+    """
+    torch.manual_seed(0)
+    attn = build_variant("distilled", features=16)
+    teacher = _TemperedTeacher(0.5)
+    batches = [_local(100 + i) for i in range(3)]
+    held_out = _local(0)
+
+    def distances() -> tuple[float, float]:
+        with torch.no_grad():
+            out = attn(*held_out)
+            return _mse(out, teacher(*held_out)), _mse(out, reference_attention(*held_out, dtype=torch.float32))
+
+    before, _ = distances()
+    report = calibrate(attn, batches, steps=30, lr=3e-2, teacher=teacher, loss="mse")
+    to_teacher, to_exact = distances()
+    assert (report.loss, report.teacher) == ("mse", "exact_q_times_0.5")
+    assert to_teacher < 0.6 * before
+    assert to_teacher < 0.25 * to_exact

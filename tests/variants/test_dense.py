@@ -48,7 +48,12 @@ def test_float16_masking_does_not_overflow(backend):
     assert out.dtype == torch.float16
     assert torch.isfinite(out).all()
     ref = reference_attention(q, k, v, causal=True, kv_mask=mask)
-    assert (out.double() - ref).abs().max() < 2e-2
+    # Logits ~ +-3000 make each row's weights one-hot to far below fp16 precision, so the output is
+    # the float64 answer rounded once to fp16: |error| <= u*|ref| with u = 2^-11 (measured: exactly
+    # that, 5.6e-5 at most, where the old bound was 2e-2). Two roundings' worth (plus fp16's smallest
+    # subnormal for zeros) allows another summation order; a leaking mask or a lost row is off by O(|v|).
+    u = 2.0**-11
+    assert ((out.double() - ref).abs() <= 2 * u * ref.abs() + 2.0**-24).all()
 
 
 def test_auto_prefers_sdpa_on_cpu():

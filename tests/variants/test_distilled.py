@@ -6,7 +6,7 @@ import torch
 
 from harness.inputs import make_inputs
 from harness.measure.memory import measure_peak_memory
-from variants import NotSupportedError, build_variant
+from variants import NotSupportedError, build_variant, distilled
 from variants.calibrate import calibrate
 from variants.checkpoint import load_variant, save_variant
 
@@ -21,8 +21,11 @@ def _student(**fields):
     return build_variant("distilled", **fields)
 
 
+@pytest.mark.parametrize("block", [16, None], ids=["blocks_of_16", "one_block"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_forward_equals_its_materialised_weights_times_v(causal):
+def test_forward_equals_its_materialised_weights_times_v(causal, block, monkeypatch):
+    if block is not None:  # the non-causal sums run over _BLOCK keys at a time: make N = 45 three blocks
+        monkeypatch.setattr(distilled, "_BLOCK", block)
     attn = _student(features=12, chunk=8)  # N = 45: a ragged last chunk
     q, k, v = _qkv(0)
     mask = torch.ones(2, 45, dtype=torch.bool)
@@ -35,6 +38,52 @@ def test_forward_equals_its_materialised_weights_times_v(causal):
     if causal:
         assert (weights.triu(1) == 0).all()
     torch.testing.assert_close(out, weights @ v, rtol=1e-5, atol=1e-5)
+
+
+def test_attention_weights_are_hedgehogs_feature_map():
+    """phi(x) = [softmax(xW + b), softmax(-(xW + b))]; A_ij = phi(q_i).phi(k_j) / sum_j (causal: j <= i)."""
+    attn = _student(features=6)
+    q, k, _ = _qkv(9, N=20)
+    with torch.no_grad():
+        attn.materialize(2, 16)
+        attn.bias.normal_()  # a non-zero bias, so it is checked too
+        got = {c: attn.attention_weights(q, k, causal=c) for c in (False, True)}
+        W, b = attn.weight.double(), attn.bias.double()  # (H, D, F), (H, 1, F)
+
+    def phi(x):
+        proj = x.double() @ W + b  # (B, H, N, F)
+        return torch.cat([proj.softmax(-1), (-proj).softmax(-1)], -1)
+
+    scores = phi(q) @ phi(k).transpose(-1, -2)  # (B, H, N, M)
+    for causal in (False, True):
+        s = scores.tril() if causal else scores
+        torch.testing.assert_close(got[causal].double(), s / s.sum(-1, keepdim=True), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_padded_keys_with_inf_and_nan_are_the_keys_removed(causal):
+    """Padded keys get phi(k) = 0 and v = 0, with where (not 0 * x): inf/nan there changes nothing.
+
+    The student has no positions, so dropping the padded tokens gives the same output at the real
+    rows, causal included (the prefix order of the real tokens is unchanged).
+    """
+    attn = _student(features=12, chunk=8)
+    q, k, v = _qkv(10)  # B = 2, N = 45: chunks of 8 cross the padding
+    mask = torch.ones(2, 45, dtype=torch.bool)
+    mask[0, 30:] = False  # right padding
+    mask[1, torch.randperm(45, generator=torch.Generator().manual_seed(2))[:15]] = False  # scattered
+    mask[1, 0] = True
+    pad = ~mask[:, None, :, None].expand_as(k)
+    poison = torch.tensor([float("inf"), float("nan"), -float("inf")]).repeat(int(pad.sum()) // 3 + 1)[: int(pad.sum())]
+    k2, v2 = k.clone(), v.clone()
+    k2[pad], v2[pad] = poison, poison.roll(1)
+    with torch.no_grad():
+        out = attn(q, k2, v2, causal=causal, kv_mask=mask)
+        for i in range(2):
+            real = mask[i]
+            alone = attn(q[i : i + 1, :, real], k[i : i + 1, :, real], v[i : i + 1, :, real], causal=causal)
+            assert torch.isfinite(out[i][:, real]).all()
+            torch.testing.assert_close(out[i : i + 1, :, real], alone, rtol=1e-5, atol=1e-6)
 
 
 def test_causal_output_does_not_depend_on_the_chunk_length():

@@ -89,6 +89,58 @@ def test_both_initialisations_give_finite_outputs(init):
         assert torch.isfinite(attn(q, k, v)).all()
 
 
+def _effective_projections(attn) -> list[torch.Tensor]:
+    """E and F as forward applies them (stored at unit scale, times the fixed scales)."""
+    with torch.no_grad():
+        out = [attn.E * attn.e_scale]
+        if attn.F is not None:
+            out.append(attn.F * attn.f_scale)
+    return out
+
+
+@pytest.mark.parametrize("share,heads", [("none", 2), ("headwise", 1), ("kv", 1)])
+def test_each_initialisation_draws_the_distribution_it_promises(share, heads):
+    """paper: fairseq's xavier_uniform, gain 1/sqrt(2), on each (k, L) head: U(-a, a), a = gain*sqrt(6/(k+L)),
+    std a/sqrt(3). scaled_random: E ~ N(0, 1/L), F ~ N(0, 1/L^2). With k*L = 8192 draws per matrix the
+    sample std is within 1% (normal) / 0.5% (uniform) of its value, so 4% is > 4 sigma."""
+    K, L = 16, 512
+    a = math.sqrt(6 / (K + L)) / math.sqrt(2)  # 0.0754; scaled_random's E has a similar std (1/sqrt(L) = 0.0442)
+    torch.manual_seed(0)
+    paper = _effective_projections(build_variant("linformer", k=K, max_seq_len=L, share=share, heads=heads, init="paper"))
+    torch.manual_seed(0)
+    scaled = _effective_projections(build_variant("linformer", k=K, max_seq_len=L, share=share, heads=heads))
+    assert len(paper) == len(scaled) == (1 if share == "kv" else 2)
+    for W in paper:
+        assert W.shape == (heads, K, L)
+        for head in W:  # every head drawn (share="none" initialises each one)
+            assert float(head.abs().max()) <= a * (1 + 1e-6)
+            assert float(head.abs().max()) > 0.99 * a  # 8192 uniform draws come within 1% of the bound
+            assert float(head.std()) == pytest.approx(a / math.sqrt(3), rel=0.04)
+        if heads > 1:
+            assert not torch.equal(W[0], W[1])
+    E, *F = scaled
+    assert float(E.std()) == pytest.approx(L**-0.5, rel=0.04)
+    assert float(E.abs().max()) > 1.5 * a  # a normal's tail: 8192 draws reach ~3.8 sigma = 0.17
+    if F:
+        assert float(F[0].std()) == pytest.approx(1 / L, rel=0.04)  # 22x below the paper's F
+
+
+@pytest.mark.parametrize("share", ["headwise", "kv"])
+def test_shared_projections_follow_the_formula(share):
+    """headwise: one E and one F for every head; kv: F is E (values projected exactly like keys)."""
+    torch.manual_seed(0)
+    attn = build_variant("linformer", k=8, max_seq_len=64, share=share)
+    q, k, v = _qkv(6)  # H = 2 heads, N = M = 48
+    with torch.no_grad():
+        out = attn(q, k, v)
+        E = attn.E[0, :, :48].double() * attn.e_scale  # (k, M), the same for both heads
+        F = E if share == "kv" else attn.F[0, :, :48].double() / 64  # F's scale is 1/max_seq_len
+        kp = torch.einsum("kn,bhnd->bhkd", E, k.double())
+        vp = torch.einsum("kn,bhnd->bhkd", F, v.double())
+    assert (attn.F is None) == (share == "kv")
+    torch.testing.assert_close(out.double(), reference_attention(q.double(), kp, vp), rtol=1e-5, atol=1e-5)
+
+
 def test_flops_grow_linearly_in_length():
     attn = build_variant("linformer", k=64, max_seq_len=32768)
     f = [attn.flops(1, 4, n, n, 64, False) for n in (4096, 8192, 16384)]

@@ -42,23 +42,62 @@ def test_scale_is_per_head_not_per_model_width():
 
 @pytest.mark.parametrize("name", list_variants())
 def test_every_variant_works_inside_the_layer(name):
+    """Any variant in the layer: padding is honoured end to end, and exact ones equal the dense layer.
+
+    Default configs: at N = 16 sliding_window's window (256) and chunked's chunks (1024) cover the
+    whole sequence, so every exact variant must give the dense layer's numbers here.
+    """
     torch.manual_seed(0)
     layer = MultiHeadAttention(32, 4, variant=name)
     x = torch.randn(2, 16, 32, requires_grad=True)
     mask = torch.ones(2, 16, dtype=torch.bool)
     mask[0, 12:] = False
+    mask[1, [3, 9]] = False
+    real = mask[:, :, None].expand(2, 16, 32)
     y = layer(x, kv_mask=mask)
-    assert y.shape == x.shape
-    y.sum().backward()
+    assert y.shape == x.shape and torch.isfinite(y).all()
+    (y * real).sum().backward()  # a loss on the real tokens only
     assert x.grad is not None and layer.q_proj.weight.grad is not None
+    assert layer.q_proj.weight.grad.abs().sum() > 0
+    # A padded token is neither a key nor a value: it has no path to a real token's output.
+    assert torch.count_nonzero(x.grad[~real]) == 0 and x.grad[real].abs().sum() > 0
+    with torch.no_grad():
+        x2 = torch.where(real, x, torch.randn_like(x) * 10)
+        torch.testing.assert_close(layer(x2, kv_mask=mask)[real], y[real], rtol=1e-5, atol=1e-5)
+    if not layer.attention.capabilities.exact:
+        return
+    dense = MultiHeadAttention(32, 4, variant="dense", backend="reference")
+    dense.load_state_dict(layer.state_dict())  # exact variants have no parameters of their own
+    with torch.no_grad():
+        for causal in (False, True):
+            torch.testing.assert_close(layer(x, causal=causal, kv_mask=mask), dense(x, causal=causal, kv_mask=mask),
+                                       rtol=1e-5, atol=1e-5)
 
 
-def test_float16_masked_layer_stays_finite():
+def test_float16_masked_layer_stays_finite_and_accurate():
+    """Large fp16 activations (x * 20: logits ~130 rms) with causal + padding: finite, and close to float64.
+
+    Compared with the float64 layer holding the same (fp16-rounded) weights, so only fp16 arithmetic
+    differs. u = 2^-11. The q, k, v projections round once each (CPU accumulates fp16 matmuls in
+    float32), the attention output and out_proj once more: a few independent roundings of relative
+    RMS ~u/sqrt(3) each, ~u in all. Measured 3.1e-4 for this seed (3.1e-4 to 4.4e-4 over seeds 0-5).
+    The logits are so large that rounding q and k moves one by ~u*|s| ~ 0.06; where the top two keys
+    nearly tie that shifts the output far more (other draws of x reach 4e-3), so this is a bound for
+    this seeded input, not for any input. Bound 4u = 2e-3, 6x the measured error; the old check
+    (finite only) passed any wrong value.
+    """
+    torch.manual_seed(0)
     layer = MultiHeadAttention(32, 4, backend="reference").half()
-    x = torch.randn(1, 8, 32).half() * 20
+    exact = MultiHeadAttention(32, 4, backend="reference").double()
+    exact.load_state_dict(layer.state_dict())  # the same fp16 weights, exactly, in float64
+    x = (torch.randn(1, 8, 32) * 20).half()
     mask = torch.ones(1, 8, dtype=torch.bool)
     mask[0, 5:] = False
-    assert torch.isfinite(layer(x, causal=True, kv_mask=mask)).all()
+    with torch.no_grad():
+        y = layer(x, causal=True, kv_mask=mask)
+        want = exact(x.double(), causal=True, kv_mask=mask)
+    assert y.dtype == torch.float16 and torch.isfinite(y).all()
+    assert float((y.double() - want).norm() / want.norm()) < 4 * 2.0**-11
 
 
 @pytest.mark.parametrize("name", list_variants())

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 from harness.measure.memory import measure_peak_memory
 from variants import NotSupportedError, build_variant, reference_attention
+from variants.base import BACKWARD_FLOPS_FACTOR
 from variants.reference import visibility
 from variants.sliding_window import _flex_block_mask, band_pairs
 
@@ -14,7 +15,9 @@ CPU_EXACT_BACKENDS = ["banded", "masked"]  # flex is checked separately: each ne
 # FlopCounterMode has no formula for SDPA's fused CPU kernel; count it like the CUDA ones (QK^T and PV).
 CPU_SDPA_FLOPS = {
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu:
-        lambda q, k, v, *_, out_shape=None, **__: sdpa_flop_count(q, k, v)
+        lambda q, k, v, *_, out_shape=None, **__: sdpa_flop_count(q, k, v),
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward:
+        lambda grad_out, q, k, v, *_, out_shape=None, **__: sdpa_backward_flop_count(grad_out, q, k, v),
 }
 
 
@@ -62,10 +65,11 @@ def test_backends_match_float64_band_reference(backend, window, n, m, causal, pa
 
 @pytest.mark.parametrize("backend", CPU_EXACT_BACKENDS)
 @pytest.mark.parametrize("causal", [False, True])
-def test_gradients_match_float64_band_reference(backend, causal):
+@pytest.mark.parametrize("n", [45, 150])  # banded: one block of 64 queries, and three (the last ragged)
+def test_gradients_match_float64_band_reference(backend, causal, n):
     attn = build_variant("sliding_window", window=7, backend=backend)
-    q, k, v = _qkv(45, requires_grad=True)
-    mask = _mask(2, 45)
+    q, k, v = _qkv(n, requires_grad=True)
+    mask = _mask(2, n)
     out = attn(q, k, v, causal=causal, kv_mask=mask)
     weight = torch.randn_like(out) * mask[:, None, :, None]  # padded query rows are unspecified: not scored
     (out * weight).sum().backward()
@@ -137,6 +141,24 @@ def test_banded_work_is_linear_in_n_and_near_the_band():
     assert 1.9 < counted[2048] / counted[1024] < 2.1
     band = attn.flops(1, 2, 2048, 2048, 32, True)
     assert band <= counted[2048] < 2.5 * band  # blocks touch (b + w - 1) keys per query for w useful ones
+
+
+def test_banded_backward_work_is_the_convention_times_its_forward():
+    """Training through the blocks: SDPA's backward per block is 2.5x its forward (FlashAttention's
+    convention), so the backward stays linear in N and near the band like the forward."""
+    attn = build_variant("sliding_window", window=64, backend="banded")
+    counted = {}
+    for n in (1024, 2048):
+        q, k, v = _qkv(n, b=1, h=2, d=32, requires_grad=True)
+        with FlopCounterMode(display=False, custom_mapping=CPU_SDPA_FLOPS) as forward:
+            out = attn(q, k, v, causal=True)
+        with FlopCounterMode(display=False, custom_mapping=CPU_SDPA_FLOPS) as backward:
+            out.backward(torch.randn_like(out))
+        assert backward.get_total_flops() == BACKWARD_FLOPS_FACTOR * forward.get_total_flops()
+        counted[n] = backward.get_total_flops()
+    assert 1.9 < counted[2048] / counted[1024] < 2.1
+    band = attn.flops(1, 2, 2048, 2048, 32, True)
+    assert counted[2048] < 2.5 * BACKWARD_FLOPS_FACTOR * band
 
 
 def test_flops_count_the_band():
