@@ -74,7 +74,7 @@ def run_sweep(
     if resume is not None:
         run_dir = Path(resume)
     else:
-        run_dir = create_run_dir(out, run_id or new_run_id(spec.device), exact=run_id is not None)
+        run_dir = create_run_dir(out, new_run_id(spec.device) if run_id is None else run_id, exact=run_id is not None)
     if spec.device.startswith("cuda:"):
         torch.cuda.set_device(torch.device(spec.device))
     settings = MeasureSettings.from_spec(spec)
