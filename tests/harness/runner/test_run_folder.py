@@ -23,3 +23,63 @@ def test_a_run_id_that_is_not_one_plain_name_exits_2_and_writes_nothing(out, run
 def test_a_plain_run_id_with_dots_and_dashes_is_fine(tmp_path, no_report):
     assert main(["sweep", *TINY, "--out", str(tmp_path), "--run-id", "v1.2_cpu-a"]) == 0
     assert (tmp_path / "v1.2_cpu-a" / "rows.jsonl").is_file()
+
+
+def test_a_second_lock_on_a_run_folder_is_refused_naming_the_holder(tmp_path):
+    import os
+
+    from harness.errors import UsageError
+    from harness.store import lock_run_dir
+
+    with lock_run_dir(tmp_path):
+        assert (tmp_path / ".lock").read_text().strip() == str(os.getpid())
+        with pytest.raises(UsageError, match=rf"being written by another sweep \(pid {os.getpid()},"):
+            with lock_run_dir(tmp_path):  # a second open file description conflicts even in this process
+                pass
+    with lock_run_dir(tmp_path):  # released on exit
+        pass
+
+
+def test_a_resume_while_another_writer_holds_the_folder_exits_2_and_adds_no_rows(tmp_path, capsys, no_report):
+    import os
+
+    from harness.store import lock_run_dir, read_rows
+
+    assert main(["sweep", *TINY, "--seq-lens", "16,32", "--out", str(tmp_path), "--run-id", "r"]) == 0
+    rows = tmp_path / "r" / "rows.jsonl"
+    rows.write_text(rows.read_text().splitlines(keepends=True)[0])  # one cell left to run
+    before = read_rows(tmp_path / "r")
+    capsys.readouterr()
+    with lock_run_dir(tmp_path / "r"):
+        assert main(["sweep", "--resume", str(tmp_path / "r"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"pid {os.getpid()}" in err and len(err.strip().splitlines()) == 1, err
+    assert read_rows(tmp_path / "r") == before
+
+
+def test_the_lock_of_a_killed_writer_is_released_by_the_os(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from harness.errors import UsageError
+    from harness.store import lock_run_dir
+    from tests.helpers import REPO
+
+    code = ("import sys, time; from harness.store import lock_run_dir\n"
+            f"with lock_run_dir({str(tmp_path)!r}):\n    print('locked', flush=True); time.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "locked"
+        with pytest.raises(UsageError, match=rf"pid {child.pid},"):
+            with lock_run_dir(tmp_path):
+                pass
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        with lock_run_dir(tmp_path):  # a stale .lock file never blocks
+            pass
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
