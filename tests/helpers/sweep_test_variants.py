@@ -18,7 +18,7 @@ from variants.reference import reference_attention
 PATH = os.path.abspath(__file__)
 NAMES = ("t_noop", "t_oom", "t_cpu_oom", "t_memerror", "t_alloc", "t_nan", "t_raise", "t_crash", "t_sleep",
          "t_prepare", "t_learn", "t_nocausal", "t_badgrad",
-         "t_oneheaded", "t_float64", "t_rowshort", "t_tuple")
+         "t_oneheaded", "t_float64", "t_rowshort", "t_tuple", "t_exit")
 
 
 def _exact(q, k, v, causal):
@@ -210,3 +210,11 @@ class TupleAttention(AttentionVariant):
 
     def forward(self, q, k, v, *, causal=False, kv_mask=None):
         return _exact(q, k, v, causal), None
+
+
+@register_variant("t_exit")
+class ExitAttention(AttentionVariant):
+    """Calls sys.exit(3) inside its forward."""
+
+    def forward(self, q, k, v, *, causal=False, kv_mask=None):
+        raise SystemExit(3)

@@ -180,3 +180,8 @@ def test_an_output_of_the_wrong_shape_dtype_or_type_is_an_error_row_saying_both(
     assert re.search(rf"during accuracy: BadOutput: the variant {returned}.*; expected a tensor of shape \(1, 2, 32, 16\), "
                      r"torch.float32 on cpu", row["reason"]), row["reason"]
     assert row["latency_s"] is None and row["rel_l2_error"] is None
+
+
+def test_a_system_exit_inside_a_variant_is_an_error_row():
+    row = measure_cell(cell("t_exit", N=32), FAST, RUN).to_dict()
+    assert row["status"] == "error" and row["reason"] == "during accuracy: SystemExit: 3", row["reason"]
