@@ -83,3 +83,44 @@ def test_the_lock_of_a_killed_writer_is_released_by_the_os(tmp_path):
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+@pytest.mark.parametrize("extra,match", [
+    (["--run-id", "other"], r"continues that folder under its own name; drop --run-id other"),
+    (["--out", "elsewhere"], r"continues that folder where it is; drop --out elsewhere"),
+])
+def test_resume_refuses_a_run_id_or_out_it_would_ignore(extra, match, tmp_path, capsys, no_report):
+    import re
+
+    assert main(["sweep", *TINY, "--out", str(tmp_path), "--run-id", "r"]) == 0
+    capsys.readouterr()
+    assert main(["sweep", "--resume", str(tmp_path / "r"), "--quiet", *extra]) == 2
+    err = capsys.readouterr().err
+    assert re.search(match, err) and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_chosen_run_id_folder_without_rows_gets_this_sweeps_spec(tmp_path, capsys, no_report):
+    folder = tmp_path / "r"
+    folder.mkdir()
+    (folder / "spec.toml").write_text('seq_lens = [9999]\n')  # stale: left by a sweep that wrote no row
+    assert main(["sweep", *TINY, "--out", str(tmp_path), "--run-id", "r"]) == 0
+    assert "seq_lens = [16]" in (folder / "spec.toml").read_text()
+    assert "held a spec.toml but no rows; replacing it" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--seed", "99999999999999999999999"], r"--seed: must be <= 9223372036854775807"),
+    (["--time-budget", "1000", "--timeout", "5"], r"--time-budget = 1000 s: the timing budget must be below the per-cell limit \(--timeout = 5 s\)"),
+])
+def test_out_of_range_settings_exit_2(argv, match, tmp_path, capsys):
+    import re
+
+    assert main(["sweep", *TINY, *argv, "--dry-run", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert re.search(match, err) and len(err.strip().splitlines()) == 1, err
+
+
+def test_report_on_a_run_without_readable_rows_exits_1(tmp_path, capsys):
+    (tmp_path / "rows.jsonl").write_text("")
+    assert main(["report", str(tmp_path)]) == 1
+    assert "no readable row in rows.jsonl; nothing to report" in capsys.readouterr().err
