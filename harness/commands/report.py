@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from harness.errors import UsageError
@@ -9,6 +10,7 @@ from harness.inputs import parse_inputs
 from harness.plugins import load_plugins
 from harness.report import write_report
 from harness.report.analysis import DEFAULT_BUDGETS
+from harness.store import load_run
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +36,9 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--maps-inputs {args.maps_inputs}: {exc}") from None
     if args.budget and any(not (b > 0) for b in args.budget):
         raise UsageError(f"--budget {args.budget}: error budgets must be > 0, e.g. --budget 0.01")
+    if not len(load_run(args.run_dir).rows):
+        print(f"error: {args.run_dir}: no readable row in rows.jsonl; nothing to report (run or resume the sweep first)", file=sys.stderr)
+        return 1
     start = time.perf_counter()
     paths = write_report(args.run_dir, maps=not args.no_maps, maps_n=args.maps_n, maps_inputs=args.maps_inputs,
                          maps_calibrate=not args.maps_uncalibrated, budgets=tuple(args.budget or DEFAULT_BUDGETS))

@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         groups[k.group].add_argument(k.flag, **kwargs)
     groups["where"].add_argument("--isolate", action="store_true", help="= --executor subprocess: a segfault or OOM kill becomes a row")
     out = parser.add_argument_group("where results go")
-    out.add_argument("--out", default="results", metavar="DIR", help="folder for run folders (default: results)")
+    out.add_argument("--out", default=None, metavar="DIR", help="folder for run folders (default: results)")
     out.add_argument("--run-id", metavar="NAME", help="run folder name (default: <date>-<time>-<device>)")
     out.add_argument("--resume", metavar="RUN_DIR", help="continue a killed run: its spec, only the cells it lacks")
     out.add_argument("--dry-run", action="store_true", help="print the planned cells and exit")
@@ -62,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
         given = [k.flag for k in settings if cli[k.key] is not None and k.key not in where_keys]
         if given or args.config:
             raise UsageError(f"--resume replays the run's own spec.toml; drop {', '.join(_flags(given, args.config))}")
+        if args.out is not None:
+            raise UsageError(f"--resume {args.resume} continues that folder where it is; drop --out {args.out}")
         run_dir = Path(args.resume)
         if not (run_dir / "spec.toml").is_file():
             raise UsageError(f"--resume {run_dir}: not a run folder (no spec.toml); pass a folder made by `python -m harness sweep`")
@@ -76,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("\n".join(plan_lines(spec, Path(args.resume) if args.resume else None)))
         return 0
-    run_sweep(spec, out=args.out, run_id=args.run_id, resume=args.resume, quiet=args.quiet)
+    run_sweep(spec, out=args.out or "results", run_id=args.run_id, resume=args.resume, quiet=args.quiet)
     return 0
 
 

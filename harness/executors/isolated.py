@@ -5,6 +5,10 @@ a JSON file and runs ``python -m harness.executors.isolated IN OUT``; the child 
 harness.executors.worker.run_cell (with the cell's own deadline) and writes the row to OUT.
 No row back means the child died: killed by SIGKILL (the kernel's OOM killer, typically) ->
 "oom"; another signal or exit code -> "error"; past the hard limit -> "timeout".
+
+The child dies with its parent: on Linux it asks for SIGTERM when the parent dies
+(PR_SET_PDEATHSIG) and then removes its cell's temp folder, so a SIGKILLed sweep leaves no
+orphan measuring on and no attnsuite-cell-* folder behind.
 """
 from __future__ import annotations
 
@@ -43,6 +47,7 @@ def measure_isolated(cell: Any, job: CellJob) -> dict[str, Any]:
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env[PARENT_ENV] = str(os.getpid())
         try:
             done = subprocess.run(
                 [sys.executable, "-m", "harness.executors.isolated", str(request), str(result)],
@@ -66,11 +71,34 @@ def death_status(returncode: int, stderr: str) -> tuple[str, str]:
     return "error", f"isolated cell exited with code {returncode} and no row: {tail}".strip()
 
 
+PARENT_ENV = "ATTNSUITE_ISOLATED_PARENT"  # the parent's pid, so the child can tell it died before it asked to be told
+
+
+def die_with_parent(folder: Path) -> None:
+    """In the child: on the parent's death (Linux PR_SET_PDEATHSIG -> SIGTERM) remove `folder` and exit at once."""
+    import shutil
+
+    def on_parent_death(signum: int, frame: Any) -> None:
+        shutil.rmtree(folder, ignore_errors=True)
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_parent_death)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    parent = os.environ.get(PARENT_ENV)
+    if parent and os.getppid() != int(parent):  # the parent died before the prctl above
+        on_parent_death(signal.SIGTERM, None)
+
+
 def main(argv: list[str]) -> int:
     """The child: read IN (cell and job), measure, write the row to OUT."""
     from harness.executors.worker import run_cell
 
     request, result = Path(argv[0]), Path(argv[1])
+    die_with_parent(request.parent)
     data = json.loads(request.read_text(encoding="utf-8"))
     row = run_cell(data["cell"], CellJob.from_dict(data["job"]))
     result.write_text(json.dumps(row, default=str), encoding="utf-8")

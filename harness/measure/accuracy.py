@@ -1,5 +1,8 @@
 """Accuracy of one call against exact float64 attention on sampled query rows (and of dq, dk, dv in train mode).
 
+The output is checked first (shape, dtype, device): a wrong one is an error row, never a score
+computed from broadcasting or an IndexError later.
+
 The call is also the cell's warm-up: its seconds are a first estimate of the latency.
 """
 from __future__ import annotations
@@ -23,6 +26,20 @@ class Accuracy:
     fields: dict[str, Any] = field(default_factory=dict)
     nonfinite: str | None = None
     call_s: float = 0.0
+
+
+class BadOutput(Exception):
+    """The variant returned something other than a (B, H, N, Dv) tensor of the inputs' dtype on their device."""
+
+
+def check_output(out: Any, q: Tensor, v: Tensor) -> None:
+    """Raise BadOutput saying what was returned and what was expected, before anything is scored or broadcast."""
+    expected = (*q.shape[:3], v.shape[-1])  # (B, H, N, Dv)
+    want = f"expected a tensor of shape {tuple(expected)}, {q.dtype} on {q.device} (q's B, H, N with v's last dim)"
+    if not isinstance(out, Tensor):
+        raise BadOutput(f"the variant returned a {type(out).__name__}; {want}")
+    if tuple(out.shape) != expected or out.dtype != q.dtype or out.device != q.device:
+        raise BadOutput(f"the variant returned shape {tuple(out.shape)}, {out.dtype} on {out.device}; {want}")
 
 
 def sample_rows(N: int, R: int, seed: int) -> Tensor:
@@ -50,6 +67,7 @@ def check_accuracy(attn: Any, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, 
         g = torch.randn(B, H, R, D, generator=torch.Generator(device=q.device).manual_seed(seed + 7), device=q.device)
         start = time.perf_counter()
         out = attn(qg, kg, vg, causal=causal)
+        check_output(out, q, v)
         g = g.to(out.dtype)  # the reference below gets these same (rounded) values, so bf16 rounding of g is no error
         grad_out = torch.zeros_like(out)
         grad_out[:, :, rows] = g
@@ -78,6 +96,7 @@ def check_accuracy(attn: Any, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, 
         with torch.no_grad():
             out = attn(q, k, v, causal=causal)
         result.call_s = time.perf_counter() - start
+        check_output(out, q, v)
         result.nonfinite = nonfinite(out)
         if result.nonfinite:
             return result

@@ -5,7 +5,7 @@ The order inside a cell: inputs -> build -> refuse (unsupported, with reasons) -
 against the float64 reference on sampled rows, gradients in train mode; this is also the
 warm-up) -> peak memory of one call -> timing. Nothing but the call itself is timed.
 
-A failure never escapes: out of memory -> "oom", NotSupportedError -> "unsupported", NaN/inf ->
+A failure never escapes (only Ctrl-C does; a SystemExit from a variant is an error row): out of memory -> "oom", NotSupportedError -> "unsupported", NaN/inf ->
 "nonfinite", the per-cell limit -> "timeout", anything else -> "error" with the stage and message.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ class _StageFailed(Exception):
 def _stage(name: str) -> Iterator[None]:
     try:
         yield
-    except (KeyboardInterrupt, SystemExit):
+    except KeyboardInterrupt:  # Ctrl-C stops the sweep; a SystemExit from a variant (sys.exit, exit()) is a row
         raise
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a row
         raise _StageFailed(name, exc) from exc
@@ -55,7 +55,7 @@ def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: M
     try:
         with deadline(settings.cell_timeout_s):
             row.update(**_measure(cell, settings, context))
-    except (KeyboardInterrupt, SystemExit):
+    except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a row (a timeout may land between stages)
         stage, error = (exc.stage, exc.error) if isinstance(exc, _StageFailed) else ("start", exc)

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.errors import UsageError
 from harness.store import Run, config_key
 
 MATCH_KEYS = ("variant", "config_key", "seq_len", "kv_len", "batch", "heads", "head_dim", "dtype", "causal", "mode", "inputs")
@@ -50,7 +51,14 @@ class Comparison:
 
 
 def compare_runs(a: Run, b: Run, *, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
-    """Match A's and B's cells and judge each: verdict "regression" | "improvement" | "same", with why."""
+    """Match A's and B's cells and judge each: verdict "regression" | "improvement" | "same", with why.
+
+    Raises UsageError when either run has no readable row (nothing to compare).
+    """
+    for run in (a, b):
+        if not len(run.rows):
+            raise UsageError(f"{run.path}: no readable row in rows.jsonl ({'; '.join(run.notes) or 'the file is empty'}); "
+                             "nothing to compare: pass a run folder with measured rows")
     notes = [f"{run.name}: {n}" for run in (a, b) for n in run.notes]
     fa, fb = (_keyed(run, notes) for run in (a, b))
     merged = fa.merge(fb, on=list(MATCH_KEYS), how="outer", suffixes=("_a", "_b"), indicator=True)
@@ -164,7 +172,10 @@ def summary_lines(comparison: Comparison, a: Run, b: Run, *, limit: int | None =
 
 def write_outputs(comparison: Comparison, a: Run, b: Run, out: Path) -> list[Path]:
     """compare.csv (every matched cell, raw numbers) and compare.md (summary and flagged cells) in `out`."""
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot create that folder ({exc.strerror or exc}); pass a folder path") from None
     columns = list(MATCH_KEYS) + [
         "series_a", "status_a", "status_b", "backend_a", "backend_b", "latency_s_a", "latency_s_b", "latency_ratio",
         "latency_p20_s_a", "latency_p80_s_a", "latency_p20_s_b", "latency_p80_s_b", "peak_memory_bytes_a",

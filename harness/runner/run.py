@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.errors import UsageError
 from harness.spec import SweepSpec, build_spec, describe, spec_to_toml
 
 
@@ -57,24 +58,38 @@ def run_sweep(
         resume: an existing run folder to continue (its cells with a row are not run again).
         quiet: no progress bar (it is also silent when stderr is not a terminal).
     """
+    from harness.executors import resolve_spec
+    from harness.store import check_run_id, create_run_dir, lock_run_dir, new_run_id
+
+    spec = resolve_spec(spec)
+    if resume is not None:
+        if run_id is not None:
+            check_run_id(run_id)
+            raise UsageError(f"--resume {resume} continues that folder under its own name; drop --run-id {run_id}")
+        run_dir = Path(resume)
+        if not run_dir.is_dir():
+            raise UsageError(f"--resume {resume}: no such run folder; pass a folder made by `python -m harness sweep`")
+    else:
+        run_dir = create_run_dir(out, new_run_id(spec.device) if run_id is None else run_id, exact=run_id is not None)
+    with lock_run_dir(run_dir):  # one writer per folder, from counting what is done to the last table
+        _sweep_into(run_dir, spec, fresh=resume is None, quiet=quiet)
+    return run_dir
+
+
+def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> None:
+    """The body of run_sweep, under the folder's lock: env and spec, the rows a resumed run lacks, the tables."""
     import dataclasses
 
     import torch
 
     from harness.env import collect_env
-    from harness.executors import CellJob, executor_class, make_executor, resolve_spec, run_cells
+    from harness.executors import CellJob, executor_class, make_executor, run_cells
     from harness.measure import CALIBRATION_SEED_OFFSET, MeasureSettings, RunInfo, outcome_row
     from harness.plan import plan
     from harness.runner.progress import Progress
     from harness.schema import NOT_RUN_PREFIX
-    from harness.store import (ENV_FILE, SPEC_FILE, RowWriter, completed_cell_ids, create_run_dir, new_run_id,
-                               read_rows, write_json)
+    from harness.store import ENV_FILE, ROWS_FILE, SPEC_FILE, RowWriter, completed_cell_ids, read_rows, repair_tail, write_json
 
-    spec = resolve_spec(spec)
-    if resume is not None:
-        run_dir = Path(resume)
-    else:
-        run_dir = create_run_dir(out, run_id or new_run_id(spec.device), exact=run_id is not None)
     if spec.device.startswith("cuda:"):
         torch.cuda.set_device(torch.device(spec.device))
     settings = MeasureSettings.from_spec(spec)
@@ -85,9 +100,11 @@ def run_sweep(
     }
     env["measure_settings"] = settings.to_dict()
     env["executor"] = spec.executor  # of the first part; each row's host and device_name say where it ran
-    if not (run_dir / ENV_FILE).exists():
+    if fresh and (run_dir / SPEC_FILE).exists():  # a chosen --run-id whose folder holds no rows (create_run_dir checked)
+        print(f"note: {run_dir} held a {SPEC_FILE} but no rows; replacing it (and {ENV_FILE}) with this sweep's", file=sys.stderr)
+    if fresh or not (run_dir / ENV_FILE).exists():
         write_json(run_dir / ENV_FILE, env)
-    if not (run_dir / SPEC_FILE).exists():
+    if fresh or not (run_dir / SPEC_FILE).exists():
         (run_dir / SPEC_FILE).write_text(spec_to_toml(spec), encoding="utf-8")
     info = RunInfo(
         run_id=run_dir.name,
@@ -101,6 +118,7 @@ def run_sweep(
         plugins=tuple(str(Path(p).resolve()) if Path(p).is_file() else p for p in spec.plugins),
         threads=spec.executor_options.get("cpus_per_cell") if remote and spec.device_type == "cpu" else None,
     )
+    repair_tail(run_dir / ROWS_FILE)  # before counting: a complete last row without its newline is kept, not cut later
     existing = read_rows(run_dir)
     done = completed_cell_ids(existing)
     cells = plan(spec)
@@ -134,7 +152,8 @@ def run_sweep(
         raise
     progress.close()
     finish_run(run_dir)
-    return run_dir
+
+
 
 
 def _blocked_series(rows: list[dict], cells: list) -> dict[str, tuple[str, int]]:

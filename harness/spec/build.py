@@ -74,6 +74,10 @@ def build_spec(
         for k in knobs(SweepSpec):
             if k.parse is not None and k.key in merged:
                 values[k.key] = k.parse(merged[k.key], where(k.key))
+        budget, limit = values.get("time_budget_s"), values.get("cell_timeout_s")
+        if budget and limit and budget >= limit:
+            raise SpecError(f"{where('time_budget_s')} = {budget:g} s: the timing budget must be below the per-cell limit "
+                            f"({where('cell_timeout_s')} = {limit:g} s), or every cell times out; lower it or raise the limit")
         variant_config = variant_config_layers(defaults.get(VARIANT_CONFIG_KEY, {}), merged.get(VARIANT_CONFIG_KEY, {}), where)
         problem = device_problem(device, present=False)
         if problem:

@@ -21,7 +21,7 @@ def as_list(value: Any) -> list:
     return [value]
 
 
-def to_int(value: Any, where: str, *, minimum: int | None = None) -> int:
+def to_int(value: Any, where: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
     if isinstance(value, str):
         try:
             value = int(value.strip())
@@ -31,6 +31,8 @@ def to_int(value: Any, where: str, *, minimum: int | None = None) -> int:
         raise SpecError(f"{where}: expected an integer, got {value!r}")
     if minimum is not None and value < minimum:
         raise SpecError(f"{where}: must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise SpecError(f"{where}: must be <= {maximum}, got {value}")
     return value
 
 

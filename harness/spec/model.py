@@ -49,7 +49,7 @@ class SweepSpec:
                                   help="forward (no grad), train (forward + backward)")
     inputs: tuple[str, ...] = knob(flag="--inputs", metavar="LIST",
                                    help="input distributions, e.g. 'gaussian,local,gaussian:scale=4'")
-    seed: int = knob(flag="--seed", parse=lambda v, w: c.to_int(v, w, minimum=0), help="evaluation seed (calibration uses other seeds)")
+    seed: int = knob(flag="--seed", parse=lambda v, w: c.to_int(v, w, minimum=0, maximum=2**63 - 1), help="evaluation seed (calibration uses other seeds)")
     plugins: tuple[str, ...] = knob((), flag="--plugin", metavar="MODULE_OR_FILE", repeatable=True, parse=c.texts,
                                     help="import a user's variants first (repeatable)")
     time_budget_s: float = knob(flag="--time-budget", metavar="SECONDS", group="how", parse=c.positive_number,

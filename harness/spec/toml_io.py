@@ -21,6 +21,9 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"--config {path}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--config {path}: not a TOML text file (byte {exc.object[exc.start]:#04x} at offset {exc.start} "
+                         "is not UTF-8); pass a sweep spec .toml (see docs/sweep.md)") from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -62,20 +62,26 @@ def rows_frame(rows: list[dict[str, Any]], notes: list[str] | None = None, sourc
     Rows lacking a required field (variant, seq_len, status) are dropped with a note; if every row
     lacks one, the file is not a rows file this reader understands and UsageError is raised.
     """
-    kept = []
+    kept, not_lengths = [], 0
     for row in rows:
         missing = [f for f in REQUIRED_FIELDS if row.get(f) is None]
         if missing:
             continue
-        kept.append(row)
-    if rows and not kept:
+        lengths = {f: _as_length(row.get(f)) for f in ("seq_len", "kv_len")}
+        if lengths["seq_len"] is None or (row.get("kv_len") is not None and lengths["kv_len"] is None):
+            not_lengths += 1
+            continue
+        kept.append({**row, "seq_len": lengths["seq_len"], "kv_len": lengths["kv_len"]})
+    if rows and not kept and not not_lengths:
         found = ", ".join(sorted(rows[0])[:12])
         raise UsageError(
             f"{source}: no row has the fields {', '.join(REQUIRED_FIELDS)} (first row has: {found}); "
             f"not an attnsuite rows file of schema {SCHEMA_VERSION} or older"
         )
-    if len(kept) < len(rows):
-        warn_note(notes, f"{source}: skipped {len(rows) - len(kept)} row(s) without {'/'.join(REQUIRED_FIELDS)}")
+    if not_lengths:
+        warn_note(notes, f"{source}: skipped {not_lengths} row(s) whose seq_len or kv_len is not a positive integer")
+    if len(kept) + not_lengths < len(rows):
+        warn_note(notes, f"{source}: skipped {len(rows) - len(kept) - not_lengths} row(s) without {'/'.join(REQUIRED_FIELDS)}")
     versions = {r.get("schema_version") for r in kept}
     if any(isinstance(v, int) and v > SCHEMA_VERSION for v in versions):
         warn_note(notes, f"{source}: rows from a newer schema ({sorted(v for v in versions if isinstance(v, int))}); fields unknown here are ignored")
@@ -88,6 +94,17 @@ def rows_frame(rows: list[dict[str, Any]], notes: list[str] | None = None, sourc
     _fill_defaults(frame)
     frame["series"] = series_labels(frame)
     return frame
+
+
+def _as_length(value: Any) -> int | None:
+    """A sequence length as an int (16, 16.0 and "16" alike), or None for anything else ("abc", True, -1, 1.5)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def load_run(run_dir: str | Path) -> Run:

@@ -1,12 +1,24 @@
 """Run folders: their files and how a new one is made."""
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
 from harness.errors import UsageError
 
 ROWS_FILE, ENV_FILE, SPEC_FILE, CSV_FILE, PARQUET_FILE = "rows.jsonl", "env.json", "spec.toml", "rows.csv", "rows.parquet"
+
+
+_RUN_ID = re.compile(r"[A-Za-z0-9_.-]+")
+RUN_ID_RULE = "one plain folder name: letters, digits, '-', '_', '.' (not '.' or '..')"
+
+
+def check_run_id(run_id: str) -> str:
+    """`run_id` when it is one plain path component; else UsageError, so a run folder never lands outside --out."""
+    if not _RUN_ID.fullmatch(run_id) or run_id in (".", ".."):
+        raise UsageError(f"--run-id {run_id!r}: a run id must be {RUN_ID_RULE}, e.g. 'baseline-cpu'")
+    return run_id
 
 
 def new_run_id(device: str) -> str:
@@ -19,8 +31,9 @@ def create_run_dir(out: str | Path, run_id: str, *, exact: bool = False) -> Path
 
     With exact=False (a generated id) an existing folder gets a suffix (-2, -3, ...); with
     exact=True (an id the user chose) a folder that already holds rows is refused: resume it instead.
+    A run id that is not one plain folder name (check_run_id) is a UsageError.
     """
-    run_dir = Path(out) / run_id
+    run_dir = Path(out) / check_run_id(run_id)
     if exact and (run_dir / ROWS_FILE).exists():
         raise UsageError(f"run folder {run_dir} already holds rows; continue it with --resume {run_dir} or pick another --run-id")
     suffix = 2

@@ -3,7 +3,7 @@
 A run folder ``results/<run-id>/`` holds ``rows.jsonl`` (one JSON object per cell, docs/DESIGN.md
 "Row schema"), ``env.json``, ``spec.toml`` and, at the end, ``rows.csv`` (and ``rows.parquet``
 when pyarrow is installed). A run killed mid-write leaves at most one partial last line; resuming
-cuts it off before appending, so every line stays one complete row.
+repairs it (repair_tail) before counting and appending, so every line stays one complete row.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.schema import ROW_FIELDS, Row
-from harness.store.reader import read_rows
+from harness.store.reader import read_rows, warn_note
 from harness.store.run_dir import CSV_FILE, PARQUET_FILE, ROWS_FILE
 
 
@@ -45,14 +45,30 @@ class RowWriter:
 
 
 def repair_tail(path: Path) -> None:
-    """Cut a partial last line (a run killed mid-write) so the next append starts a fresh line."""
+    """Make the file end on a line break, so the next append starts a fresh line, before anyone counts its rows.
+
+    A last line without its newline that is a complete JSON object (killed between the row and its
+    newline) is kept and gets the newline; one that does not parse (killed mid-write) is cut, with a warning.
+    """
     if not path.exists() or path.stat().st_size == 0:
         return
     with open(path, "rb+") as f:
         data = f.read()
         if data.endswith(b"\n"):
             return
-        f.truncate(data.rfind(b"\n") + 1)
+        start = data.rfind(b"\n") + 1
+        try:
+            complete = isinstance(json.loads(data[start:]), dict)
+        except ValueError:  # JSONDecodeError and undecodable bytes
+            complete = False
+        if complete:
+            f.write(b"\n")
+        else:
+            f.truncate(start)
+        f.flush()
+        os.fsync(f.fileno())
+    if not complete:
+        warn_note(None, f"{path}: cut a partial last line ({len(data) - start} bytes, not valid JSON); probably a run killed mid-write")
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -17,7 +17,8 @@ from variants.reference import reference_attention
 
 PATH = os.path.abspath(__file__)
 NAMES = ("t_noop", "t_oom", "t_cpu_oom", "t_memerror", "t_alloc", "t_nan", "t_raise", "t_crash", "t_sleep",
-         "t_prepare", "t_learn", "t_nocausal", "t_badgrad")
+         "t_prepare", "t_learn", "t_nocausal", "t_badgrad",
+         "t_oneheaded", "t_float64", "t_rowshort", "t_tuple", "t_exit")
 
 
 def _exact(q, k, v, causal):
@@ -177,3 +178,43 @@ class BadGradAttention(AttentionVariant):
 
     def forward(self, q, k, v, *, causal=False, kv_mask=None):
         return _HalfGrad.apply(_exact(q, k, v, causal))
+
+
+@register_variant("t_oneheaded")
+class OneHeadedAttention(AttentionVariant):
+    """Returns (B, 1, N, D): it broadcasts against the reference, so only a shape check catches it."""
+
+    def forward(self, q, k, v, *, causal=False, kv_mask=None):
+        return _exact(q, k, v, causal)[:, :1]
+
+
+@register_variant("t_float64")
+class Float64Attention(AttentionVariant):
+    """Returns float64 from float32 inputs."""
+
+    def forward(self, q, k, v, *, causal=False, kv_mask=None):
+        return reference_attention(q, k, v, causal=causal)
+
+
+@register_variant("t_rowshort")
+class RowShortAttention(AttentionVariant):
+    """Returns one query row too few."""
+
+    def forward(self, q, k, v, *, causal=False, kv_mask=None):
+        return _exact(q, k, v, causal)[:, :, :-1]
+
+
+@register_variant("t_tuple")
+class TupleAttention(AttentionVariant):
+    """Returns (output, weights) like some libraries do."""
+
+    def forward(self, q, k, v, *, causal=False, kv_mask=None):
+        return _exact(q, k, v, causal), None
+
+
+@register_variant("t_exit")
+class ExitAttention(AttentionVariant):
+    """Calls sys.exit(3) inside its forward."""
+
+    def forward(self, q, k, v, *, causal=False, kv_mask=None):
+        raise SystemExit(3)

@@ -276,3 +276,50 @@ def test_an_unreachable_ray_address_is_one_line_not_a_hang(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--ray-address 127.0.0.1:1: nothing answers there" in err and len(err.strip().splitlines()) == 1
     assert not list(tmp_path.glob("*/rows.jsonl"))  # the same --run-id can be used again
+
+
+def test_an_isolated_child_dies_with_its_killed_parent_and_leaves_no_temp_folder(tmp_path, test_variants):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import REPO
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    argv = [sys.executable, "-m", "harness", "sweep", "--device", "cpu", "--plugin", test_variants, "--isolate",
+            "--variants", "t_sleep:seconds=60", "--seq-lens", "16", "--heads", "1", "--head-dim", "8", "--inputs", "gaussian",
+            "--repeats", "1", "--error-rows", "8", "--quiet", "--out", str(tmp_path / "runs"), "--run-id", "orphan"]
+    parent = subprocess.Popen(argv, cwd=REPO, env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def children() -> list[int]:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+            except OSError:
+                continue
+            if str(tmp).encode() in cmdline and b"harness.executors.isolated" in cmdline:
+                found.append(int(pid))
+        return found
+
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not children():
+            time.sleep(0.1)
+        child = children()
+        assert child and parent.poll() is None, "no isolated child appeared"
+        time.sleep(2)  # the child is past its start-up and measuring (sleeping)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (children() or list(tmp.iterdir())):
+            time.sleep(0.1)
+        assert children() == [] and list(tmp.iterdir()) == []
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        for pid in children():
+            os.kill(pid, signal.SIGKILL)

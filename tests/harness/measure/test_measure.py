@@ -1,6 +1,8 @@
 """One cell -> one row: values checked against counted quantities, every failure a status."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -163,3 +165,23 @@ def test_sampled_rows_include_first_and_last():
     assert len(rows) == 16 and rows[0] == 0 and rows[-1] == 999
     assert torch.equal(rows, rows.unique())  # sorted, no repeats
     assert torch.equal(sample_rows(10, 16, seed=0), torch.arange(10))
+
+
+@pytest.mark.parametrize("variant,mode,returned", [
+    ("t_oneheaded", "forward", r"returned shape \(1, 1, 32, 16\), torch.float32 on cpu"),  # broadcasts: was recorded ok
+    ("t_oneheaded", "train", r"returned shape \(1, 1, 32, 16\), torch.float32 on cpu"),
+    ("t_float64", "forward", r"returned shape \(1, 2, 32, 16\), torch.float64 on cpu"),  # was ok
+    ("t_rowshort", "forward", r"returned shape \(1, 2, 31, 16\), torch.float32 on cpu"),  # was an IndexError
+    ("t_tuple", "forward", r"returned a tuple"),
+])
+def test_an_output_of_the_wrong_shape_dtype_or_type_is_an_error_row_saying_both(variant, mode, returned):
+    row = measure_cell(cell(variant, N=32, mode=mode), FAST, RUN).to_dict()
+    assert row["status"] == "error"
+    assert re.search(rf"during accuracy: BadOutput: the variant {returned}.*; expected a tensor of shape \(1, 2, 32, 16\), "
+                     r"torch.float32 on cpu", row["reason"]), row["reason"]
+    assert row["latency_s"] is None and row["rel_l2_error"] is None
+
+
+def test_a_system_exit_inside_a_variant_is_an_error_row():
+    row = measure_cell(cell("t_exit", N=32), FAST, RUN).to_dict()
+    assert row["status"] == "error" and row["reason"] == "during accuracy: SystemExit: 3", row["reason"]

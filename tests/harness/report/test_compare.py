@@ -111,3 +111,45 @@ def test_compare_reads_a_killed_run(tmp_path):
         result = compare_runs(load_run(a), load_run(b))
     assert set(result.cells["verdict"]) == {"same"}
     assert json.loads((b / "rows.jsonl").read_text().splitlines()[0])["variant"] == "dense"
+
+
+@pytest.mark.parametrize("content", ["", "not json\n{\"cell_id\": \"half\n"])
+def test_compare_against_a_run_without_readable_rows_is_one_line_exit_2(content, tmp_path, capsys):
+    a = write_run(tmp_path / "a")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "rows.jsonl").write_text(content)
+    for argv in ([str(a), str(empty)], [str(empty), str(a)]):
+        with pytest.warns(UserWarning) if content else _no_warning():
+            assert main(["compare", *argv]) == 2
+        err = capsys.readouterr().err
+        assert f"{empty}: no readable row in rows.jsonl" in err and len(err.strip().splitlines()) == 1, err
+
+
+def _no_warning():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def test_compare_out_under_a_file_is_one_line_exit_2(tmp_path, capsys):
+    a = write_run(tmp_path / "a")
+    (tmp_path / "file").write_text("")
+    assert main(["compare", str(a), str(a), "--out", str(tmp_path / "file" / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot create that folder" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_row_with_a_non_integer_seq_len_is_skipped_with_a_note(tmp_path, capsys):
+    a = write_run(tmp_path / "a")
+    rows = (a / "rows.jsonl").read_text().splitlines()
+    bad = json.loads(rows[0])
+    bad["seq_len"] = "abc"
+    b = tmp_path / "b"
+    b.mkdir()
+    (b / "rows.jsonl").write_text("\n".join([json.dumps(bad)] + rows) + "\n")
+    with pytest.warns(UserWarning, match="skipped 1 row.s. whose seq_len or kv_len is not a positive integer"):
+        run = load_run(b)
+    assert len(run.rows) == len(rows)
+    with pytest.warns(UserWarning, match="not a positive integer"):
+        assert main(["compare", str(a), str(b)]) == 0

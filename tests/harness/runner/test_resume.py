@@ -59,8 +59,21 @@ def test_resume_after_a_partial_line_and_a_finished_run_is_a_no_op(tmp_path, tes
     run_dir = tmp_path / "done"
     with open(run_dir / "rows.jsonl", "a") as f:
         f.write('{"cell_id": "partial')
-    with pytest.warns(UserWarning, match="skipped last line, not valid JSON"):  # the cut is said, not silent
+    with pytest.warns(UserWarning, match="cut a partial last line"):  # the cut is said, not silent
         assert main(["sweep", "--resume", str(run_dir), "--quiet"]) == 0
     rows = read_rows(run_dir)
     assert len(rows) == 2
     assert (run_dir / "rows.jsonl").read_text().endswith("}\n")
+
+
+def test_resume_keeps_a_complete_last_row_that_lost_its_newline(tmp_path, no_report):
+    argv = ["sweep", "--device", "cpu", "--variants", "dense", "--seq-lens", "16,32", "--heads", "1", "--head-dim", "8",
+            "--inputs", "gaussian", "--time-budget", "0.005", "--repeats", "1", "--quiet", "--out", str(tmp_path), "--run-id", "nl"]
+    assert main(argv) == 0
+    path = tmp_path / "nl" / "rows.jsonl"
+    path.write_bytes(path.read_bytes()[:-1])  # killed after the last row but before its newline
+    before = read_rows(tmp_path / "nl")
+    assert main(["sweep", "--resume", str(tmp_path / "nl"), "--quiet"]) == 0
+    after = read_rows(tmp_path / "nl")
+    assert after == before  # the very row kept (a re-measured cell would differ in latency), its cell not run again
+    assert path.read_text().endswith("}\n")

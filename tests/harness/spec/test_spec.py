@@ -142,3 +142,13 @@ def test_variant_config_for_unknown_variant(tmp_path):
     path.write_text("[variant_config.dnse]\nbackend = 'sdpa'\n")
     with pytest.raises(UsageError, match=r"unknown variant 'dnse'.*Did you mean 'dense'"):
         build_spec(toml_path=path, cli={"device": "cpu"})
+
+
+def test_a_binary_config_file_is_one_line_exit_2(tmp_path, capsys):
+    from harness.commands import main
+
+    path = tmp_path / "binary.toml"
+    path.write_bytes(b"seq_lens = [1]\n\xd0\xff\x00")
+    assert main(["sweep", "--config", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "not a TOML text file (byte 0xd0 at offset 15" in err and len(err.strip().splitlines()) == 1, err

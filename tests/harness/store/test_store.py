@@ -8,7 +8,7 @@ import re
 import pytest
 
 from harness.schema import ROW_FIELDS, empty_row
-from harness.store import RowWriter, read_rows, write_tables
+from harness.store import RowWriter, read_rows, repair_tail, write_tables
 
 from tests.helpers import REPO
 
@@ -69,10 +69,23 @@ def test_a_partial_last_line_is_cut_before_appending(tmp_path):
         f.write('{"cell_id": "half-writ')  # a run killed mid-write
     with pytest.warns(UserWarning, match="skipped last line, not valid JSON"):  # the report's reader, the same words
         assert [r["cell_id"] for r in read_rows(tmp_path)] == ["a"]
-    with RowWriter(tmp_path) as writer:
+    with pytest.warns(UserWarning, match="cut a partial last line"), RowWriter(tmp_path) as writer:
         writer.append(_row("b"))
     lines = (tmp_path / "rows.jsonl").read_text().splitlines()
     assert [json.loads(line)["cell_id"] for line in lines] == ["a", "b"]
+
+
+def test_a_complete_last_row_without_its_newline_is_kept(tmp_path):
+    with RowWriter(tmp_path) as writer:
+        writer.append(_row("a"))
+        writer.append(_row("b"))
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(path.read_bytes()[:-1])  # killed between the row and its newline
+    repair_tail(path)
+    assert path.read_text().endswith("}\n")
+    with RowWriter(tmp_path) as writer:
+        writer.append(_row("c"))
+    assert [r["cell_id"] for r in read_rows(tmp_path)] == ["a", "b", "c"]
 
 
 def test_fields_outside_the_schema_are_refused(tmp_path):

@@ -1,0 +1,126 @@
+"""The run folder a sweep writes: where it may be (--run-id), who may write it (the lock), how its tail is repaired."""
+from __future__ import annotations
+
+import pytest
+
+from harness.commands import main
+
+TINY = ["--device", "cpu", "--variants", "dense", "--seq-lens", "16", "--heads", "1", "--head-dim", "8", "--inputs", "gaussian",
+        "--time-budget", "0.005", "--repeats", "1", "--error-rows", "8", "--quiet"]
+
+
+@pytest.mark.parametrize("out,run_id", [
+    ("runs", "../escape"), ("runs", "ABS"), ("runs/inner", ".."), ("runs", "."), ("runs", "a/b"), ("runs", ""), ("runs", "x y"),
+])
+def test_a_run_id_that_is_not_one_plain_name_exits_2_and_writes_nothing(out, run_id, tmp_path, capsys, no_report):
+    run_id = str(tmp_path / "abs-escape") if run_id == "ABS" else run_id
+    assert main(["sweep", *TINY, "--out", str(tmp_path / out), "--run-id", run_id]) == 2
+    err = capsys.readouterr().err
+    assert "a run id must be one plain folder name" in err and len(err.strip().splitlines()) == 1, err
+    assert list(tmp_path.iterdir()) == []  # neither the folder nor --out was made
+
+
+def test_a_plain_run_id_with_dots_and_dashes_is_fine(tmp_path, no_report):
+    assert main(["sweep", *TINY, "--out", str(tmp_path), "--run-id", "v1.2_cpu-a"]) == 0
+    assert (tmp_path / "v1.2_cpu-a" / "rows.jsonl").is_file()
+
+
+def test_a_second_lock_on_a_run_folder_is_refused_naming_the_holder(tmp_path):
+    import os
+
+    from harness.errors import UsageError
+    from harness.store import lock_run_dir
+
+    with lock_run_dir(tmp_path):
+        assert (tmp_path / ".lock").read_text().strip() == str(os.getpid())
+        with pytest.raises(UsageError, match=rf"being written by another sweep \(pid {os.getpid()},"):
+            with lock_run_dir(tmp_path):  # a second open file description conflicts even in this process
+                pass
+    with lock_run_dir(tmp_path):  # released on exit
+        pass
+
+
+def test_a_resume_while_another_writer_holds_the_folder_exits_2_and_adds_no_rows(tmp_path, capsys, no_report):
+    import os
+
+    from harness.store import lock_run_dir, read_rows
+
+    assert main(["sweep", *TINY, "--seq-lens", "16,32", "--out", str(tmp_path), "--run-id", "r"]) == 0
+    rows = tmp_path / "r" / "rows.jsonl"
+    rows.write_text(rows.read_text().splitlines(keepends=True)[0])  # one cell left to run
+    before = read_rows(tmp_path / "r")
+    capsys.readouterr()
+    with lock_run_dir(tmp_path / "r"):
+        assert main(["sweep", "--resume", str(tmp_path / "r"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"pid {os.getpid()}" in err and len(err.strip().splitlines()) == 1, err
+    assert read_rows(tmp_path / "r") == before
+
+
+def test_the_lock_of_a_killed_writer_is_released_by_the_os(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from harness.errors import UsageError
+    from harness.store import lock_run_dir
+    from tests.helpers import REPO
+
+    code = ("import sys, time; from harness.store import lock_run_dir\n"
+            f"with lock_run_dir({str(tmp_path)!r}):\n    print('locked', flush=True); time.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "locked"
+        with pytest.raises(UsageError, match=rf"pid {child.pid},"):
+            with lock_run_dir(tmp_path):
+                pass
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        with lock_run_dir(tmp_path):  # a stale .lock file never blocks
+            pass
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+@pytest.mark.parametrize("extra,match", [
+    (["--run-id", "other"], r"continues that folder under its own name; drop --run-id other"),
+    (["--out", "elsewhere"], r"continues that folder where it is; drop --out elsewhere"),
+])
+def test_resume_refuses_a_run_id_or_out_it_would_ignore(extra, match, tmp_path, capsys, no_report):
+    import re
+
+    assert main(["sweep", *TINY, "--out", str(tmp_path), "--run-id", "r"]) == 0
+    capsys.readouterr()
+    assert main(["sweep", "--resume", str(tmp_path / "r"), "--quiet", *extra]) == 2
+    err = capsys.readouterr().err
+    assert re.search(match, err) and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_chosen_run_id_folder_without_rows_gets_this_sweeps_spec(tmp_path, capsys, no_report):
+    folder = tmp_path / "r"
+    folder.mkdir()
+    (folder / "spec.toml").write_text('seq_lens = [9999]\n')  # stale: left by a sweep that wrote no row
+    assert main(["sweep", *TINY, "--out", str(tmp_path), "--run-id", "r"]) == 0
+    assert "seq_lens = [16]" in (folder / "spec.toml").read_text()
+    assert "held a spec.toml but no rows; replacing it" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--seed", "99999999999999999999999"], r"--seed: must be <= 9223372036854775807"),
+    (["--time-budget", "1000", "--timeout", "5"], r"--time-budget = 1000 s: the timing budget must be below the per-cell limit \(--timeout = 5 s\)"),
+])
+def test_out_of_range_settings_exit_2(argv, match, tmp_path, capsys):
+    import re
+
+    assert main(["sweep", *TINY, *argv, "--dry-run", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert re.search(match, err) and len(err.strip().splitlines()) == 1, err
+
+
+def test_report_on_a_run_without_readable_rows_exits_1(tmp_path, capsys):
+    (tmp_path / "rows.jsonl").write_text("")
+    assert main(["report", str(tmp_path)]) == 1
+    assert "no readable row in rows.jsonl; nothing to report" in capsys.readouterr().err
