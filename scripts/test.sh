@@ -10,12 +10,17 @@ TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 EXTRAS=${EXTRAS:-test,real,ray,slurm}  # the optional extras too, so their tests run
 PYTHON=${PYTHON:-python3}
 
+say() { echo "[test.sh] $*" >&2; }
 if [ ! -x "$VENV/bin/python" ]; then
+  say "creating the virtual environment $VENV (a few seconds)"
   "$PYTHON" -m venv "$VENV"
 fi
 pip_install() { "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$@"; }
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+  say "installing $TORCH_SPEC (about 1 minute for the CPU build)"
   pip_install "$TORCH_SPEC"
 fi
+say "installing attnsuite with the extras [$EXTRAS] (1-2 minutes the first time, seconds after)"
 pip_install -e ".[$EXTRAS]"
+say "running the tests (about 3-4 minutes on 2 cores; CUDA-only tests are skipped with the reason)"
 exec "$VENV/bin/python" -m pytest -q "$@"

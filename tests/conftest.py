@@ -1,26 +1,8 @@
-"""Shared test set-up: plugin loading for the contract tests, and the cuda marker's skip."""
+"""Shared test set-up: the cuda marker's skip (the --variant-plugin option lives in the root conftest.py)."""
 from __future__ import annotations
 
 import pytest
 import torch
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--variant-plugin",
-        action="append",
-        default=[],
-        metavar="MODULE_OR_FILE",
-        help="import a module or .py file that registers variants, so the contract tests cover them "
-        "(also: ATTNSUITE_PLUGINS=mod1,path/file.py or pytest -p my_module)",
-    )
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    from variants import load_plugin
-
-    for target in config.getoption("--variant-plugin"):
-        load_plugin(target)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -28,12 +28,23 @@ BACKWARD_FLOPS_FACTOR = 2.5
 
 
 class NotSupportedError(RuntimeError):
-    """A variant was asked for something it declares it cannot do; the message lists why."""
+    """A variant was asked for something it declares it cannot do; the message lists why.
 
-    def __init__(self, variant: str, reasons: list[str]):
+    ``NotSupportedError("causal is not implemented")`` (one plain message, the natural call in a
+    plugin) and ``NotSupportedError(variant, reasons)`` (what the built-ins raise) both work.
+    """
+
+    def __init__(self, variant: str, reasons: list[str] | str | None = None):
+        if reasons is None:  # a plain message: it is the one reason
+            variant, reasons = "", [variant]
+        elif isinstance(reasons, str):
+            reasons = [reasons]
         self.variant = variant
-        self.reasons = list(reasons)
-        super().__init__(f"{variant} cannot run this call: " + "; ".join(self.reasons))
+        self.reasons = [str(r) for r in reasons]
+        super().__init__((f"{variant} cannot run this call: " if variant else "") + "; ".join(self.reasons))
+
+    def __reduce__(self):  # pickles (Ray, submitit) with both arguments, not just the message
+        return (NotSupportedError, (self.variant, self.reasons))
 
 
 @dataclass(frozen=True, kw_only=True)

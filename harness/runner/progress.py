@@ -1,62 +1,71 @@
-"""A one-line progress bar on stderr: cells done/total, ETA, the current cell. Silent when not a terminal."""
+"""The sweep's progress line on stderr (tqdm): cells done/total, the last cell's result and latency, a cost-weighted ETA.
+
+The ETA counts each cell by its expected cost (about N*M*D*B*H, times 3.5 in train mode, plus a
+fixed per-cell overhead), so a run whose long cells come last is not promised an early end; cells
+that are skipped (already done, or not run after an OOM) leave the total instead of advancing it.
+Silent when disabled or when stderr is not a terminal.
+"""
 from __future__ import annotations
 
-import shutil
 import sys
-import time
-from typing import TextIO
+from typing import Any, Iterable, TextIO
+
+from harness.schema import Cell
+
+OVERHEAD_N = 512  # a cell's fixed cost (build, accuracy check, warm-up) as that of an N=512 attention
+
+
+def expected_cost(cell: Cell) -> float:
+    """A cell's relative expected time: attention's N*M*D*B*H (x3.5 for forward+backward) plus a fixed overhead."""
+    work = (cell.seq_len * cell.kv_len + OVERHEAD_N**2) * cell.head_dim * cell.batch * cell.heads
+    return work * (3.5 if cell.mode == "train" else 1.0)
 
 
 class Progress:
-    """Redraws one stderr line per update; does nothing when disabled or when the stream is not a TTY."""
+    """One redrawn stderr line; `start(cell)` before a cell runs, `finish(cell, row, measured)` when its row arrives."""
 
-    def __init__(self, total: int, *, enabled: bool = True, stream: TextIO | None = None):
+    def __init__(self, cells: Iterable[Cell], done: set[str] = frozenset(), *, enabled: bool = True, stream: TextIO | None = None):
+        from tqdm import tqdm
+
+        cells = list(cells)
         self.stream = stream or sys.stderr
         self.enabled = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.total = total
-        self.done = 0
-        self._start = time.monotonic()
-        self._measured = 0  # cells actually measured (skipped ones are instant and would skew the ETA)
-        self._measured_s = 0.0
+        self.total = len(cells)
+        self.done = sum(cell.cell_id in done for cell in cells)
+        self.last = ""
+        self._costs = {cell.cell_id: expected_cost(cell) for cell in cells}
+        self.planned_cost = sum(cost for cell_id, cost in self._costs.items() if cell_id not in done)  # what the ETA covers
+        self.measured_cost = 0.0  # of it, the cells measured so far
+        self._bar = tqdm(total=self.planned_cost, file=self.stream, disable=not self.enabled, leave=False, dynamic_ncols=True,
+                         smoothing=0, bar_format="{desc} |{bar:16}| ETA {remaining} {postfix}")
+        self._describe()
 
-    def start(self, label: str) -> None:
+    def start(self, cell: Cell) -> None:
         """Show the cell about to run."""
-        self._cell_start = time.monotonic()
-        self._draw(label)
+        self._bar.set_postfix_str(self._postfix(f"now {cell.label}"), refresh=True)
 
-    def finish(self, status: str, *, measured: bool = True) -> None:
-        """Count the cell just finished."""
+    def finish(self, cell: Cell, row: dict[str, Any], *, measured: bool = True) -> None:
+        """Count a cell whose row arrived; a skipped cell (not measured) leaves the ETA's total."""
+        from harness.report.formatting import format_seconds_compact
+
         self.done += 1
+        cost = self._costs.get(cell.cell_id, 0.0)
         if measured:
-            self._measured += 1
-            self._measured_s += time.monotonic() - getattr(self, "_cell_start", time.monotonic())
-        self._draw(status)
+            self.measured_cost += cost
+            self._bar.update(cost)
+        else:
+            self.planned_cost = max(self.measured_cost, self.planned_cost - cost)
+            self._bar.total = self.planned_cost
+        latency = f" {format_seconds_compact(row.get('latency_s'))}" if row.get("status") == "ok" else ""
+        self.last = f"last {cell.label}: {row.get('status')}{latency}"
+        self._describe()
+        self._bar.set_postfix_str(self._postfix(), refresh=True)
 
     def close(self) -> None:
-        if self.enabled:
-            self.stream.write("\r\033[K")
-            self.stream.flush()
+        self._bar.close()
 
-    def _draw(self, label: str) -> None:
-        if not self.enabled:
-            return
-        width = shutil.get_terminal_size((100, 20)).columns
-        fraction = self.done / self.total if self.total else 1.0
-        eta = ""
-        if self._measured:
-            remaining = (self._measured_s / self._measured) * (self.total - self.done)
-            eta = f" ETA {_duration(remaining)}"
-        bar_width = 20
-        filled = int(bar_width * fraction)
-        text = f"[{'#' * filled}{'.' * (bar_width - filled)}] {self.done}/{self.total}{eta}  {label}"
-        self.stream.write("\r\033[K" + text[: width - 1])
-        self.stream.flush()
+    def _describe(self) -> None:
+        self._bar.set_description_str(f"{self.done}/{self.total} cells", refresh=False)
 
-
-def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    if seconds >= 60:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds}s"
+    def _postfix(self, now: str = "") -> str:
+        return " | ".join(part for part in (self.last, now) if part)

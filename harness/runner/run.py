@@ -123,8 +123,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
     done = completed_cell_ids(existing)
     cells = plan(spec)
     blocked = _blocked_series(existing, cells)
-    progress = Progress(len(cells), enabled=not quiet)
-    progress.done = sum(cell.cell_id in done for cell in cells)
+    progress = Progress(cells, done, enabled=not quiet)
 
     def skip(cell) -> dict | None:
         block = blocked.get(cell.series_key)
@@ -142,10 +141,10 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
                     current = blocked.get(cell.series_key)
                     if current is None or cell.seq_len < current[1]:
                         blocked[cell.series_key] = (row["status"], cell.seq_len)
-                progress.finish(row["status"], measured=measured)
+                progress.finish(cell, row, measured=measured)
 
             todo = (cell for cell in cells if cell.cell_id not in done)
-            run_cells(executor, todo, skip=skip, on_row=on_row, on_start=lambda cell: progress.start(cell.label))
+            run_cells(executor, todo, skip=skip, on_row=on_row, on_start=progress.start)
     except KeyboardInterrupt:
         progress.close()
         print(f"interrupted; the rows so far are in {run_dir}; continue with --resume {run_dir}", file=sys.stderr)

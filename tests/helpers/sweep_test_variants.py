@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 import torch
 
-from variants import AttentionVariant, Capabilities, VariantConfig, register_variant
+from variants import NotSupportedError, AttentionVariant, Capabilities, VariantConfig, register_variant
 from variants.reference import reference_attention
 
 PATH = os.path.abspath(__file__)
 NAMES = ("t_noop", "t_oom", "t_cpu_oom", "t_memerror", "t_alloc", "t_nan", "t_raise", "t_crash", "t_sleep",
          "t_prepare", "t_learn", "t_nocausal", "t_badgrad",
-         "t_oneheaded", "t_float64", "t_rowshort", "t_tuple", "t_exit")
+         "t_oneheaded", "t_float64", "t_rowshort", "t_tuple", "t_exit", "t_refuse")
 
 
 def _exact(q, k, v, causal):
@@ -218,3 +218,13 @@ class ExitAttention(AttentionVariant):
 
     def forward(self, q, k, v, *, causal=False, kv_mask=None):
         raise SystemExit(3)
+
+
+@register_variant("t_refuse")
+class PlainRefusalAttention(AttentionVariant):
+    """Refuses causal calls the way README shows: raise NotSupportedError("...") with a plain message."""
+
+    def forward(self, q, k, v, *, causal=False, kv_mask=None):
+        if causal:
+            raise NotSupportedError("causal not implemented")
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)

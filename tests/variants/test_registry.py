@@ -305,3 +305,15 @@ def test_contract_tests_pick_up_a_plugin_with_no_test_code(tmp_path):
                  "test_gqa_shape_causality_and_padding[kv1-leaky_attn]"):
         assert f"FAILED tests/variants/test_contract.py::{test}" in result.stdout, result.stdout[-2000:]
     assert "3 failed" in result.stdout, result.stdout[-2000:]
+
+
+def test_not_supported_error_takes_a_plain_message_or_a_variant_and_reasons():
+    import pickle
+
+    plain = NotSupportedError("causal is not implemented")
+    assert plain.reasons == ["causal is not implemented"] and str(plain) == "causal is not implemented"
+    full = NotSupportedError("my_attn", ["no causal", "no mask"])
+    assert full.reasons == ["no causal", "no mask"] and str(full) == "my_attn cannot run this call: no causal; no mask"
+    assert NotSupportedError("my_attn", "no causal").reasons == ["no causal"]
+    again = pickle.loads(pickle.dumps(full))
+    assert (again.variant, again.reasons) == ("my_attn", ["no causal", "no mask"])

@@ -185,3 +185,9 @@ def test_an_output_of_the_wrong_shape_dtype_or_type_is_an_error_row_saying_both(
 def test_a_system_exit_inside_a_variant_is_an_error_row():
     row = measure_cell(cell("t_exit", N=32), FAST, RUN).to_dict()
     assert row["status"] == "error" and row["reason"] == "during accuracy: SystemExit: 3", row["reason"]
+
+
+def test_a_plain_not_supported_error_from_a_plugin_is_an_unsupported_row_with_its_message():
+    row = measure_cell(cell("t_refuse", causal=True), FAST, RUN).to_dict()
+    assert row["status"] == "unsupported" and row["reason"] == "causal not implemented"
+    assert measure_cell(cell("t_refuse"), FAST, RUN).status == "ok"
