@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     start = time.perf_counter()
     paths = write_report(args.run_dir, maps=not args.no_maps, maps_n=args.maps_n, maps_inputs=args.maps_inputs,
-                         maps_calibrate=not args.maps_uncalibrated, budgets=tuple(args.budget or DEFAULT_BUDGETS))
+                         maps_calibrate=not args.maps_uncalibrated, budgets=tuple(args.budget or DEFAULT_BUDGETS),
+                         plugins=tuple(args.plugin))
     for path in paths:
         print(path)
     print(f"report written in {time.perf_counter() - start:.1f} s", flush=True)

@@ -37,6 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if k.repeatable:
             kwargs["action"] = "append"
         groups[k.group].add_argument(k.flag, **kwargs)
+    groups["what"].add_argument("--trust-plugins", action="store_true",
+                                help="import the plugins a --config or --resume spec file names (else each must be given with --plugin)")
     groups["where"].add_argument("--isolate", action="store_true", help="= --executor subprocess: a segfault or OOM kill becomes a row")
     out = parser.add_argument_group("where results go")
     out.add_argument("--out", default=None, metavar="DIR", help="folder for run folders (default: results)")
@@ -69,12 +71,13 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--resume {run_dir}: not a run folder (no spec.toml); pass a folder made by `python -m harness sweep`")
         overrides = {k: v for k, v in cli.items() if v is not None}
         if cli["executor"] is None:
-            spec = sweep_spec(toml_path=run_dir / "spec.toml", cli=overrides, plan_only=args.dry_run)
+            spec = sweep_spec(toml_path=run_dir / "spec.toml", cli=overrides, plan_only=args.dry_run, trust_plugins=args.trust_plugins)
         else:  # another executor: the stored executor settings do not carry over
             stored = {k: v for k, v in load_toml(run_dir / "spec.toml").items() if k not in where_keys - {"plugins"}}
-            spec = sweep_spec(toml=stored, cli=overrides, plan_only=args.dry_run)
+            spec = sweep_spec(toml=stored, cli=overrides, plan_only=args.dry_run,
+                              trust_plugins=args.trust_plugins)
     else:
-        spec = sweep_spec(toml_path=args.config, cli=cli, plan_only=args.dry_run)
+        spec = sweep_spec(toml_path=args.config, cli=cli, plan_only=args.dry_run, trust_plugins=args.trust_plugins)
     if args.dry_run:
         print("\n".join(plan_lines(spec, Path(args.resume) if args.resume else None)))
         return 0

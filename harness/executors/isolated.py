@@ -44,14 +44,10 @@ def measure_isolated(cell: Any, job: CellJob) -> dict[str, Any]:
         request, result = Path(tmp) / "cell.json", Path(tmp) / "row.json"
         request.write_text(json.dumps({"cell": asdict(cell), "job": job.to_dict()}, default=str), encoding="utf-8")
         limit = hard_limit_s(job.settings.get("cell_timeout_s"))
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        env[PARENT_ENV] = str(os.getpid())
         try:
             done = subprocess.run(
                 [sys.executable, "-m", "harness.executors.isolated", str(request), str(result)],
-                env=env, capture_output=True, text=True, timeout=limit,
+                env=child_env(), capture_output=True, text=True, timeout=limit,
             )
         except subprocess.TimeoutExpired:
             return outcome_row(cell, run, "timeout", f"isolated cell did not finish within {limit:g} s; its process was killed")
@@ -72,6 +68,15 @@ def death_status(returncode: int, stderr: str) -> tuple[str, str]:
 
 
 PARENT_ENV = "ATTNSUITE_ISOLATED_PARENT"  # the parent's pid, so the child can tell it died before it asked to be told
+
+
+def child_env() -> dict[str, str]:
+    """The environment of an isolated child: this checkout first on PYTHONPATH, and the parent's pid."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env[PARENT_ENV] = str(os.getpid())
+    return env
 
 
 def die_with_parent(folder: Path) -> None:

@@ -30,6 +30,7 @@ def write_report(
     maps_inputs: str | None = None,
     maps_calibrate: bool = True,
     budgets: Sequence[float] = analysis.DEFAULT_BUDGETS,
+    plugins: Sequence[str] = (),
 ) -> list[Path]:
     """Write report.md, report.html and the figures (PNG) into the run folder; return the paths written.
 
@@ -42,6 +43,7 @@ def write_report(
         maps_calibrate: fit learnable variants at maps_n before drawing (a few seconds each); False draws
             them as built, which shows an untrained starting point rather than what the sweep measured.
         budgets: relative L2 error budgets of the recommendation.
+        plugins: plugin modules or files the maps' child process imports (the run's variants).
     Raises:
         harness.errors.UsageError: run_dir is not a run folder.
     """
@@ -66,7 +68,8 @@ def write_report(
             written += paths
             blocks += section
             if maps:
-                paths, section = figures.maps(frame, run.path, n=maps_n, inputs=maps_inputs, calibrate=maps_calibrate)
+                paths, section = figures.maps(frame, run.path, n=maps_n, inputs=maps_inputs, calibrate=maps_calibrate,
+                                              timeout_s=_cell_timeout(run.spec_text), plugins=plugins)
                 written += paths
                 blocks += section
             blocks += published_comparison(frame, run.env)
@@ -76,3 +79,14 @@ def write_report(
     md_path.write_text(render_markdown(blocks), encoding="utf-8")
     html_path.write_text(render_html(blocks, run.path, title=title), encoding="utf-8")
     return [md_path, html_path] + written
+
+
+def _cell_timeout(spec_text: str | None) -> float | None:
+    """The run's per-cell limit (spec.toml's cell_timeout_s), which the maps' panels get too; None if unknown."""
+    import tomllib
+
+    try:
+        value = tomllib.loads(spec_text or "").get("cell_timeout_s")
+    except tomllib.TOMLDecodeError:
+        return None
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import pandas as pd
 
 from harness.entries import parse_entry
 from harness.report import analysis, plots
 from harness.report.formatting import format_number
-from harness.report.maps import attention_maps
+from harness.report.maps_isolated import isolated_maps
 from harness.report.page import Block, Heading, Image, Table
 from harness.report.plotting import FIGURE_FILES, variant_colors
 
@@ -41,10 +42,12 @@ def figures(frame: pd.DataFrame, folder: Path) -> tuple[list[Path], list[Block]]
     return paths, blocks
 
 
-def maps(frame: pd.DataFrame, folder: Path, *, n: int, inputs: str | None, calibrate: bool) -> tuple[list[Path], list[Block]]:
+def maps(frame: pd.DataFrame, folder: Path, *, n: int, inputs: str | None, calibrate: bool, timeout_s: float | None = None,
+         plugins: Sequence[str] = ()) -> tuple[list[Path], list[Block]]:
     """Draw each series' effective attention map (harness.report.maps) at N = n; returns (the PNG, the section).
 
-    `inputs` None picks the first of MAPS_INPUTS_PREFERENCE the run measured.
+    `inputs` None picks the first of MAPS_INPUTS_PREFERENCE the run measured. The panels run in a
+    child process, each within `timeout_s` (harness.report.maps_isolated).
     """
     measured = sorted({str(v) for v in frame["inputs"]})
     if inputs is None:
@@ -54,10 +57,11 @@ def maps(frame: pd.DataFrame, folder: Path, *, n: int, inputs: str | None, calib
     series = []
     for label, group in frame.groupby("series", sort=True):
         series.append((label, str(group["variant"].iloc[0]), group["config"].iloc[0]))
+    options = dict(n=n, causal=causal, calibrate=calibrate, timeout_s=timeout_s, plugins=plugins)
     try:
-        found = attention_maps(series, n=n, inputs=inputs, causal=causal, calibrate=calibrate)
+        found = isolated_maps(series, inputs=inputs, **options)
     except ValueError:  # e.g. a plugin input distribution not registered here: draw on gaussian inputs
-        found = attention_maps(series, n=n, inputs="gaussian", causal=causal, calibrate=calibrate)
+        found = isolated_maps(series, inputs="gaussian", **options)
     path = plots.plot_attention_maps(found, folder / FIGURE_FILES["maps"], colors=variant_colors(list(frame["variant"])))
     how = ("Learnable variants are fitted at this N with the calibration defaults (other seeds of the same distribution)."
            if calibrate else

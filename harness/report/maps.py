@@ -68,7 +68,11 @@ def effective_map(variant, q, k, *, causal: bool = False) -> np.ndarray:
         raise ValueError(f"the identity probe needs D == M, got D={q.shape[3]}, M={M}")
     eye = torch.eye(M, dtype=q.dtype)[None, None]  # (1, 1, M, M): v = I, so out = A
     with torch.no_grad():
-        weights = variant(q, k, eye, causal=causal)[0, 0].double()  # (N, M)
+        out = variant(q, k, eye, causal=causal)
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != (1, 1, q.shape[2], M):
+            got = f"shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ValueError(f"the variant returned {got}; expected a tensor of shape {(1, 1, q.shape[2], M)}")
+        weights = out[0, 0].double()  # (N, M)
         v = torch.randn(1, 1, M, M, generator=torch.Generator().manual_seed(1), dtype=q.dtype)
         out = variant(q, k, v, causal=causal)[0, 0].double()
     predicted = weights @ v[0, 0].double()
@@ -103,12 +107,13 @@ def attention_maps(
 
     q, k, used = make_probe(n, inputs, seed=seed)
     exact = attention_weights(q, k, causal=causal)[0, 0].numpy()  # (N, N) float64
-    panels = [_panel(label, name, config, q, k, used, seed=seed, causal=causal, calibrate=calibrate, exact=exact)
+    panels = [map_panel(label, name, config, q, k, used, seed=seed, causal=causal, calibrate=calibrate, exact=exact)
               for label, name, config in series]
     return MapSet(exact=exact, panels=panels, n=n, inputs=used, seed=seed, causal=causal, calibrated=calibrate)
 
 
-def _panel(label, name, config, q, k, inputs, *, seed, causal, calibrate, exact) -> MapPanel:
+def map_panel(label, name, config, q, k, inputs, *, seed, causal, calibrate, exact) -> MapPanel:
+    """One series' panel on the probe q, k; a failure of the variant becomes the panel's note."""
     import torch
 
     from variants import NotSupportedError, get_variant

@@ -17,12 +17,12 @@ from harness.spec import SweepSpec, build_spec, describe, spec_to_toml
 
 
 def sweep_spec(*, toml_path: str | Path | None = None, toml: dict[str, Any] | None = None, cli: dict[str, Any] | None = None,
-               plan_only: bool = False) -> SweepSpec:
+               plan_only: bool = False, trust_plugins: bool = False) -> SweepSpec:
     """build_spec with the executors' option keys, then checked by the executor it names (harness.executors.resolve_spec)."""
     from harness.executors import option_knobs, resolve_spec
 
     flags = {key: k.flag or key for key, (k, _) in option_knobs().items()}
-    spec = build_spec(toml_path=toml_path, toml=toml, cli=cli, plan_only=plan_only, executor_flags=flags)
+    spec = build_spec(toml_path=toml_path, toml=toml, cli=cli, plan_only=plan_only, executor_flags=flags, trust_plugins=trust_plugins)
     return resolve_spec(spec, plan_only=plan_only)
 
 
@@ -150,7 +150,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
         print(f"interrupted; the rows so far are in {run_dir}; continue with --resume {run_dir}", file=sys.stderr)
         raise
     progress.close()
-    finish_run(run_dir)
+    finish_run(run_dir, plugins=job.plugins)
 
 
 
@@ -171,8 +171,11 @@ def _blocked_series(rows: list[dict], cells: list) -> dict[str, tuple[str, int]]
     return blocked
 
 
-def finish_run(run_dir: Path) -> None:
-    """rows.csv/Parquet, the report (a failure there is a warning), the table and the folder on stdout."""
+def finish_run(run_dir: Path, *, plugins: tuple[str, ...] = ()) -> None:
+    """rows.csv/Parquet, the report (a failure there is a warning), the table and the folder on stdout.
+
+    `plugins`: the run's plugin targets, which the report's maps child imports too.
+    """
     from harness.runner.summary import summary_table
     from harness.store import read_rows, write_tables
 
@@ -180,7 +183,7 @@ def finish_run(run_dir: Path) -> None:
     try:
         from harness.report import write_report  # inside the try: a broken plotting install is this same warning
 
-        write_report(run_dir)
+        write_report(run_dir, plugins=plugins)
     except Exception as exc:  # the rows are safe on disk; a report failure is a warning, never silent
         print(f"warning: the report failed ({type(exc).__name__}: {exc}); "
               f"the rows are in {run_dir}; retry with python -m harness report {run_dir}", file=sys.stderr)

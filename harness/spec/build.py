@@ -34,13 +34,17 @@ def default_text(device: str) -> str:
 
 def build_spec(
     *, toml_path: str | Path | None = None, toml: dict[str, Any] | None = None, cli: dict[str, Any] | None = None,
-    plan_only: bool = False, executor_flags: Mapping[str, str] | None = None,
+    plan_only: bool = False, executor_flags: Mapping[str, str] | None = None, trust_plugins: bool = False,
 ) -> SweepSpec:
     """Merge defaults < TOML < CLI (CLI values are the flags' raw strings) and validate every measurement key.
 
     Loads plugins first (their variants may be named). The device is checked for its form here;
     whether it exists is the executor's question (harness.executors.resolve_spec), so a GPU sweep
     can be planned anywhere (`plan_only` is kept for callers; it changes nothing here).
+
+    Plugins a spec *file* names are code from whoever wrote the file: they are imported only when
+    also given on the command line (cli "plugins") or with `trust_plugins`; otherwise UsageError
+    names them and how to allow them.
     """
     executor_flags = dict(executor_flags or {})
     cli = {k: v for k, v in (cli or {}).items() if v is not None}
@@ -52,6 +56,7 @@ def build_spec(
     unknown = [k for k in file_values if k not in known]
     if unknown:
         raise UsageError(f"{source}: unknown key {unknown[0]!r}; known keys: {', '.join(known)}{did_you_mean(unknown[0], known)}")
+    _check_file_plugins(source, as_list(file_values.get("plugins", ())), as_list(cli.get("plugins", ())), trust_plugins)
     device, was_auto = _raw_device(cli, file_values, source)
     defaults = toml_library().loads(default_text(device))
     flags = {**FLAGS, **executor_flags}
@@ -94,6 +99,19 @@ def build_spec(
         )
     except SpecError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _check_file_plugins(source: str, from_file: list, given: list, trust: bool) -> None:
+    """Refuse to import plugins named by a spec file unless the user named them too (or trusts the file)."""
+    def key(target: Any) -> str:
+        path = Path(str(target))
+        return str(path.resolve()) if path.suffix == ".py" else str(target)
+
+    untrusted = [str(p) for p in from_file if key(p) not in {key(g) for g in given}]
+    if untrusted and not trust:
+        flags = " ".join(f"--plugin {p}" for p in untrusted)
+        raise UsageError(f"{source} names plugins {', '.join(untrusted)}: importing them runs their code; "
+                         f"to allow it pass {flags} (or --trust-plugins)")
 
 
 def _raw_device(cli: dict, file_values: dict, source: str) -> tuple[str, bool]:

@@ -18,4 +18,4 @@ def test_variants():
 def no_report(monkeypatch):
     """Stub the report (it draws figures and runs variants in-process for attention maps)."""
     report = pytest.importorskip("harness.report")
-    monkeypatch.setattr(report, "write_report", lambda run_dir: None)
+    monkeypatch.setattr(report, "write_report", lambda run_dir, **options: None)

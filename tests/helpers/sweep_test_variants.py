@@ -18,7 +18,7 @@ from variants.reference import reference_attention
 PATH = os.path.abspath(__file__)
 NAMES = ("t_noop", "t_oom", "t_cpu_oom", "t_memerror", "t_alloc", "t_nan", "t_raise", "t_crash", "t_sleep",
          "t_prepare", "t_learn", "t_nocausal", "t_badgrad",
-         "t_oneheaded", "t_float64", "t_rowshort", "t_tuple", "t_exit", "t_refuse")
+         "t_oneheaded", "t_float64", "t_rowshort", "t_tuple", "t_exit", "t_refuse", "t_fivedim")
 
 
 def _exact(q, k, v, causal):
@@ -228,3 +228,11 @@ class PlainRefusalAttention(AttentionVariant):
         if causal:
             raise NotSupportedError("causal not implemented")
         return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+@register_variant("t_fivedim")
+class FiveDimAttention(AttentionVariant):
+    """Returns its output with an extra leading dimension: (1, B, H, N, D)."""
+
+    def forward(self, q, k, v, *, causal=False, kv_mask=None):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)[None]

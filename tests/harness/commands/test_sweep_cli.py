@@ -106,7 +106,7 @@ def test_isolate_turns_a_segfault_into_a_row(tmp_path, test_variants, no_report)
 def test_report_failure_is_a_warning_and_rows_survive(tmp_path, capsys, monkeypatch):
     report = pytest.importorskip("harness.report")
 
-    def write_report(run_dir):
+    def write_report(run_dir, **options):
         raise RuntimeError("plotting broke")
 
     monkeypatch.setattr(report, "write_report", write_report)

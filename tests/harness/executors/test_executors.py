@@ -186,7 +186,7 @@ def test_resume_with_another_executor_runs_only_the_missing_cells(tmp_path, test
     lines = (run_dir / "rows.jsonl").read_text().splitlines()
     assert len(lines) == 4
     (run_dir / "rows.jsonl").write_text("\n".join(lines[:3]) + "\n")  # the first part: three cells
-    assert main(["sweep", "--resume", str(run_dir), "--executor", "subprocess", "--quiet"]) == 0
+    assert main(["sweep", "--resume", str(run_dir), "--executor", "subprocess", "--trust-plugins", "--quiet"]) == 0
     after = read_rows(run_dir)
     assert [json.dumps(r, sort_keys=True) for r in after[:3]] == [json.dumps(json.loads(x), sort_keys=True) for x in lines[:3]]
     assert len(after) == 4 and after[3]["cell_id"] == json.loads(lines[3])["cell_id"]  # only the missing cell ran

@@ -152,3 +152,22 @@ def test_a_binary_config_file_is_one_line_exit_2(tmp_path, capsys):
     assert main(["sweep", "--config", str(path), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "not a TOML text file (byte 0xd0 at offset 15" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_plugins_named_by_a_spec_file_are_not_imported_unless_the_user_names_them_or_trusts_it(tmp_path):
+    marker = tmp_path / "imported"
+    plugin = tmp_path / "someone_elses.py"
+    plugin.write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    path = tmp_path / "shared.toml"
+    path.write_text(f'plugins = [{str(plugin)!r}]\nvariants = ["dense"]\n')
+    with pytest.raises(UsageError, match=r"names plugins .*someone_elses.py: importing them runs their code; to allow it pass "
+                                         r"--plugin .*someone_elses.py \(or --trust-plugins\)"):
+        build_spec(toml_path=path, cli={"device": "cpu"}, plan_only=True)
+    assert not marker.exists()  # refused before anything ran
+    assert build_spec(toml_path=path, cli={"device": "cpu", "plugins": [str(plugin)]}, plan_only=True).plugins
+    assert marker.exists()
+    other_marker, other = tmp_path / "other_imported", tmp_path / "another.py"
+    other.write_text(f"open({str(other_marker)!r}, 'w').write('ran')\n")
+    path.write_text(f'plugins = [{str(other)!r}]\nvariants = ["dense"]\n')
+    build_spec(toml_path=path, cli={"device": "cpu"}, plan_only=True, trust_plugins=True)
+    assert other_marker.exists()  # trusted: imported

@@ -1,0 +1,116 @@
+"""Effective attention maps computed in a child process, each panel under a time limit.
+
+The maps run every variant again, so they get the same protection as the cells: a variant that
+hangs, crashes, calls sys.exit or returns garbage costs its own panel (a note saying why),
+never the report or the sweep. The panels run one after another in one child; when the child
+dies or a panel runs past the limit, that panel is marked failed and a fresh child takes the rest.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from harness.executors.isolated import child_env, death_status, die_with_parent
+from harness.report.maps import MapPanel, MapSet, make_probe, map_panel
+
+DEFAULT_PANEL_TIMEOUT_S = 120.0  # a panel's limit when the run recorded no cell_timeout_s
+POLL_S = 0.05
+
+
+def isolated_maps(series: Sequence[tuple[str, str, dict]], *, n: int = 64, inputs: str = "gaussian", seed: int = 0,
+                  causal: bool = False, calibrate: bool = False, timeout_s: float | None = None,
+                  plugins: Sequence[str] = ()) -> MapSet:
+    """harness.report.maps.attention_maps, each panel in a child process with `timeout_s` seconds (default 120)."""
+    from variants import attention_weights
+
+    q, k, used = make_probe(n, inputs, seed=seed)  # here too: an unknown distribution is the caller's ValueError
+    exact = attention_weights(q, k, causal=causal)[0, 0].numpy()
+    limit = timeout_s or DEFAULT_PANEL_TIMEOUT_S
+    request = {"n": n, "inputs": used, "seed": seed, "causal": causal, "calibrate": calibrate, "plugins": list(plugins)}
+    panels: list[MapPanel] = []
+    while len(panels) < len(series):
+        todo = list(series[len(panels):])
+        got, failure = _run_child({**request, "series": [list(s) for s in todo]}, limit)
+        panels += got
+        if failure is not None and len(panels) < len(series):
+            panels.append(MapPanel(series[len(panels)][0], None, f"failed: {failure}", None))
+    return MapSet(exact=exact, panels=panels, n=n, inputs=used, seed=seed, causal=causal, calibrated=calibrate)
+
+
+def _run_child(request: dict, limit: float) -> tuple[list[MapPanel], str | None]:
+    """The panels a child finished, and why it stopped early (None when it finished them all)."""
+    with tempfile.TemporaryDirectory(prefix="attnsuite-maps-") as tmp:
+        path_in, path_out, path_err = Path(tmp) / "request.json", Path(tmp) / "panels.jsonl", Path(tmp) / "stderr.txt"
+        path_in.write_text(json.dumps(request, default=str), encoding="utf-8")
+        path_out.touch()
+        panels: list[MapPanel] = []
+        with open(path_err, "w", encoding="utf-8") as err:
+            child = subprocess.Popen([sys.executable, "-m", "harness.report.maps_isolated", str(path_in), str(path_out)],
+                                     env=child_env(), stdout=subprocess.DEVNULL, stderr=err)
+            deadline = time.monotonic() + limit
+            try:
+                while True:
+                    finished = _read_panels(path_out)
+                    if len(finished) > len(panels):
+                        panels, deadline = finished, time.monotonic() + limit
+                    if len(panels) == len(request["series"]):
+                        child.wait()
+                        return panels, None
+                    code = child.poll()
+                    if code is not None:
+                        panels = _read_panels(path_out)
+                        if len(panels) == len(request["series"]):
+                            return panels, None
+                        return panels, death_status(code, path_err.read_text(encoding="utf-8", errors="replace"))[1]
+                    if time.monotonic() > deadline:
+                        child.kill()
+                        child.wait()
+                        return panels, f"did not finish within {limit:g} s (the run's per-cell limit); its process was killed"
+                    time.sleep(POLL_S)
+            finally:
+                if child.poll() is None:
+                    child.kill()
+                    child.wait()
+
+
+def _read_panels(path: Path) -> list[MapPanel]:
+    panels = []
+    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+        if not line.endswith("\n"):
+            break  # a panel still being written
+        data = json.loads(line)
+        weights = None if data["weights"] is None else np.asarray(data["weights"], dtype=np.float64)
+        panels.append(MapPanel(data["label"], weights, data["note"], data["rel_error"]))
+    return panels
+
+
+def main(argv: list[str]) -> int:
+    """The child: read the request, write one JSON line per panel as each finishes."""
+    from harness.plugins import load_plugins
+    from variants import attention_weights
+
+    path_in, path_out = Path(argv[0]), Path(argv[1])
+    die_with_parent(path_in.parent)
+    request = json.loads(path_in.read_text(encoding="utf-8"))
+    load_plugins(request["plugins"])
+    q, k, used = make_probe(request["n"], request["inputs"], seed=request["seed"])
+    exact = attention_weights(q, k, causal=request["causal"])[0, 0].numpy()
+    with open(path_out, "a", encoding="utf-8") as out:
+        for label, name, config in request["series"]:
+            panel = map_panel(label, name, config, q, k, used, seed=request["seed"], causal=request["causal"],
+                              calibrate=request["calibrate"], exact=exact)
+            weights = None if panel.weights is None else panel.weights.tolist()
+            out.write(json.dumps({"label": panel.label, "weights": weights, "note": panel.note, "rel_error": panel.rel_error}) + "\n")
+            out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
