@@ -66,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--resume replays the run's own spec.toml; drop {', '.join(_flags(given, args.config))}")
         if args.out is not None:
             raise UsageError(f"--resume {args.resume} continues that folder where it is; drop --out {args.out}")
+        if args.run_id is not None:  # refused here too, so --dry-run says what the real run would
+            raise UsageError(f"--resume {args.resume} continues that folder under its own name; drop --run-id {args.run_id}")
         run_dir = Path(args.resume)
         if not (run_dir / "spec.toml").is_file():
             raise UsageError(f"--resume {run_dir}: not a run folder (no spec.toml); pass a folder made by `python -m harness sweep`")

@@ -77,3 +77,27 @@ def test_resume_keeps_a_complete_last_row_that_lost_its_newline(tmp_path, no_rep
     after = read_rows(tmp_path / "nl")
     assert after == before  # the very row kept (a re-measured cell would differ in latency), its cell not run again
     assert path.read_text().endswith("}\n")
+
+
+def test_ctrl_c_stops_cleanly_keeps_the_rows_and_says_how_to_resume(tmp_path):
+    from tests.helpers.sweep_fixtures import PLUGIN
+
+    argv = [sys.executable, "-m", "harness", "sweep", "--device", "cpu", "--plugin", str(PLUGIN),
+            "--variants", "t_sleep:seconds=0.2,dense", "--seq-lens", "16,32,64,128,256", "--heads", "1", "--head-dim", "8",
+            "--time-budget", "0.01", "--repeats", "1", "--error-rows", "8", "--quiet", "--out", str(tmp_path), "--run-id", "ctrlc"]
+    run_dir = tmp_path / "ctrlc"
+    child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and child.poll() is None and len(read_rows(run_dir)) < 2:
+            time.sleep(0.05)
+        assert child.poll() is None, f"the sweep finished or died before Ctrl-C: {child.stderr.read()}"
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 130
+    assert f"continue with --resume {run_dir}" in err and "Traceback" not in err
+    rows = read_rows(run_dir)
+    assert len(rows) >= 2 and len({r["cell_id"] for r in rows}) == len(rows)  # every row whole, none twice
