@@ -92,17 +92,27 @@ def _text(value: Any) -> str:
 
 
 def config_label(variant: str, config: dict[str, Any] | None) -> str:
-    """'variant' or 'variant(field=value,...)' naming only the fields that differ from the variant's defaults."""
-    defaults = _default_config(variant)
-    changed = ",".join(f"{k}={v}" for k, v in sorted((config or {}).items()) if defaults.get(k, object()) != v)
+    """'variant' or 'variant(field=value,...)' naming only the fields that differ from the variant's defaults.
+
+    Length fields (they follow N, e.g. Linformer's max_seq_len) are left out: they say nothing a reader needs.
+    """
+    defaults, length_fields = _defaults(variant)
+    changed = ",".join(f"{k}={v}" for k, v in sorted((config or {}).items())
+                       if k not in length_fields and defaults.get(k, object()) != v)
     return f"{variant}({changed})" if changed else variant
 
 
-def _default_config(variant: str) -> dict[str, Any]:
-    """The variant's default config; {} for a name the registry does not know (e.g. a row of a missing plugin)."""
+def length_fields(variant: str) -> tuple[str, ...]:
+    """The variant's config fields that follow the key length (AttentionVariant.length_fields); () if unknown here."""
+    return _defaults(variant)[1]
+
+
+def _defaults(variant: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The variant's default config and length fields; ({}, ()) for a name the registry does not know (a missing plugin)."""
     from variants import get_variant
 
     try:
-        return get_variant(variant).config().to_dict()
+        spec = get_variant(variant)
+        return spec.config().to_dict(), tuple(spec.cls.length_fields)
     except (ValueError, TypeError):
-        return {}
+        return {}, ()

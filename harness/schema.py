@@ -49,8 +49,11 @@ class Cell:
 
     @property
     def series_key(self) -> str:
-        """Everything but the lengths: cells of one series differ only in N (and M)."""
+        """Everything but the lengths: cells of one series differ only in N (and M, and the config's length fields)."""
+        from harness.entries import length_fields
+
         data = {k: v for k, v in self.fields().items() if k not in ("seq_len", "kv_len")}
+        data["config"] = {k: v for k, v in self.config.items() if k not in length_fields(self.variant)}
         return json.dumps(data, sort_keys=True, default=str)
 
     @property

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from variants._checks import did_you_mean
-from variants.base import AttentionVariant, Capabilities, VariantConfig
+from variants.base import AttentionVariant, Capabilities, QualityKnob, VariantConfig
 
 ENTRY_POINT_GROUP = "attnsuite.variants"
 PLUGINS_ENV_VAR = "ATTNSUITE_PLUGINS"  # comma-separated module names or .py file paths
@@ -55,6 +55,11 @@ class VariantSpec:
     backends: tuple[str, ...]
     description: str  # first line of the class docstring
     module: str
+
+    @property
+    def quality_knob(self) -> QualityKnob | None:
+        """The config field that trades speed for accuracy, with its range (None: nothing to trade)."""
+        return self.cls.quality_knob
 
     @property
     def fields(self) -> tuple[ConfigField, ...]:
@@ -107,6 +112,15 @@ def register_variant(name: str, *, config: type[VariantConfig] | None = None) ->
                 f"variant {name!r} declares backends {cls.backends} but its config "
                 f"{config_class.__name__} has no 'backend' field"
             )
+        knob = cls.quality_knob
+        if knob is not None:
+            field = next((f for f in dataclasses.fields(config_class) if f.name == knob.field), None)
+            if field is None or field.type not in (int, "int"):
+                raise TypeError(f"variant {name!r} declares quality_knob {knob.field!r}, which is not an int field of "
+                                f"{config_class.__name__}; name one of its int fields")
+        for length_field in cls.length_fields:
+            if length_field not in {f.name for f in dataclasses.fields(config_class)}:
+                raise TypeError(f"variant {name!r} declares length_fields {length_field!r}, not a field of {config_class.__name__}")
         cls.variant_name = name
         cls.config_class = config_class
         doc = (cls.__doc__ or "").strip().splitlines()

@@ -81,6 +81,23 @@ class Capabilities:
     decode: bool = False  # implements init_state/step (incremental causal decoding, one token per step)
 
 
+@dataclass(frozen=True)
+class QualityKnob:
+    """The config field that trades speed for accuracy, and the range worth searching.
+
+    More of it is more accurate and slower (a wider window, a longer projection, more features);
+    error-budget searches move it between `low` and `high` (integers, both inclusive).
+    """
+
+    field: str  # an int field of the variant's config
+    low: int  # the cheapest value worth trying
+    high: int  # the most accurate value worth trying (the search gives up above it)
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.low, int) and isinstance(self.high, int) and 1 <= self.low < self.high):
+            raise ValueError(f"QualityKnob({self.field!r}): needs integers 1 <= low < high, got low={self.low!r}, high={self.high!r}")
+
+
 class AttentionVariant(nn.Module):
     """Base class of every attention implementation in the registry.
 
@@ -101,6 +118,16 @@ class AttentionVariant(nn.Module):
     # Config overrides under which tiny inputs (tests, attention maps at N ~ 64) still exercise the
     # algorithm: a window or chunk smaller than N, so a band or chunk bug cannot hide.
     small_config: ClassVar[dict[str, Any]] = {}
+    # The config field that trades speed for accuracy (None: exact variants, nothing to trade).
+    quality_knob: ClassVar[QualityKnob | None] = None
+    # Config fields that follow the key length M unless a user sets them (Linformer's max_seq_len:
+    # projections sized for the N measured, not for the longest N of a sweep).
+    length_fields: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def config_for_length(cls, config: dict[str, Any], M: int, *, fixed: Iterable[str] = ()) -> dict[str, Any]:
+        """The config a cell with key length M measures: each of `length_fields` not in `fixed` (set by a user) becomes M."""
+        return {**config, **{f: M for f in cls.length_fields if f not in set(fixed)}}
 
     def __init__(self, config: VariantConfig | None = None):
         super().__init__()

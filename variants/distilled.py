@@ -34,7 +34,7 @@ from variants._checks import check_int
 from variants._decode import check_context, check_state, check_step
 from variants._gqa import group, ungroup
 from variants._registry import register_variant
-from variants.base import AttentionVariant, Capabilities, VariantConfig
+from variants.base import AttentionVariant, Capabilities, QualityKnob, VariantConfig
 
 _EPS = 1e-6  # floor of the normaliser: a query that sees no real key gets a zero output
 _BLOCK = 1024  # tokens per pass of the non-causal sums (bounds the float32 feature buffers)
@@ -66,6 +66,7 @@ class DistilledAttention(AttentionVariant):
         approximates="softmax attention by linear attention phi(q).phi(k) with a learned softmax feature map (Hedgehog)",
     )
     small_config = {"features": 16, "chunk": 8}
+    quality_knob = QualityKnob("features", 16, 1024)  # more is more accurate and slower
 
     def __init__(self, config: DistilledConfig | None = None):
         super().__init__(config)

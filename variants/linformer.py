@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from variants._checks import check_choice, check_int
 from variants._gqa import sdpa
 from variants._registry import register_variant
-from variants.base import AttentionVariant, Capabilities, VariantConfig
+from variants.base import AttentionVariant, Capabilities, QualityKnob, VariantConfig
 
 SHARE_MODES = ("none", "kv", "headwise")
 INIT_MODES = ("scaled_random", "paper")
@@ -65,6 +65,16 @@ class LinformerAttention(AttentionVariant):
     )
     calibrate_at_eval_length = True  # E and F have a column per position: a fit at 256 leaves later columns untrained
     small_config = {"k": 8, "max_seq_len": 128}
+    quality_knob = QualityKnob("k", 16, 1024)  # more is more accurate and slower
+    length_fields = ("max_seq_len",)  # E, F sized for the N measured unless a user sets it
+
+    @classmethod
+    def config_for_length(cls, config: dict[str, Any], M: int, *, fixed: Iterable[str] = ()) -> dict[str, Any]:
+        """max_seq_len = M (at least k, which it must cover) unless a user set it."""
+        out = super().config_for_length(config, M, fixed=fixed)
+        if "max_seq_len" not in set(fixed):
+            out["max_seq_len"] = max(M, int(out.get("k", 1)))
+        return out
 
     def __init__(self, config: LinformerConfig | None = None):
         super().__init__(config)

@@ -35,7 +35,7 @@ from variants._ring import SlidingWindowState, ring_from_context, ring_step
 from variants._sliding_kernels import flex as _flex
 from variants._sliding_kernels import flex_block_mask as _flex_block_mask  # noqa: F401 - tests import it here
 from variants._sliding_kernels import xformers as _xformers
-from variants.base import AttentionVariant, Capabilities, VariantConfig, softmax_scale
+from variants.base import AttentionVariant, Capabilities, QualityKnob, VariantConfig, softmax_scale
 
 SLIDING_BACKENDS = ("banded", "flex", "xformers", "masked")
 _AUTO_ORDER = {  # fastest first per device type; measured on CPU, chosen for generality on CUDA
@@ -65,6 +65,7 @@ class SlidingWindowAttention(AttentionVariant):
     capabilities = Capabilities(exact=True, decode=True)
     backends = SLIDING_BACKENDS
     small_config = {"window": 8}
+    quality_knob = QualityKnob("window", 16, 8192)  # more is more accurate and slower
 
     def resolve_backend(self, q: Tensor, *, training: bool = False) -> str:
         """config.backend, or for "auto" the fastest available here (the order differs on CPU and CUDA)."""

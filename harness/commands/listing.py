@@ -30,6 +30,8 @@ def describe(name: str, device: str) -> dict:
         "capabilities": asdict(spec.capabilities),
         "backends": backends,
         "config": {f.name: {"type": f.type, "default": f.default} for f in spec.fields},
+        "quality_knob": None if spec.quality_knob is None else asdict(spec.quality_knob),
+        "length_fields": list(spec.cls.length_fields),
     }
 
 
@@ -62,4 +64,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"  backend {backend} on {args.device}: {', '.join(parts)}")
         fields = ", ".join(f"{k}={v['default']!r}" for k, v in d["config"].items()) or "(none)"
         print(f"  config: {fields}")
+        knob = d["quality_knob"]
+        if knob:
+            print(f"  quality knob: {knob['field']} from {knob['low']} to {knob['high']} (more: more accurate, slower)")
+        if d["length_fields"]:
+            print(f"  follows N in a sweep unless set: {', '.join(d['length_fields'])}")
     return 0

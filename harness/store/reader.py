@@ -137,7 +137,10 @@ def series_labels(frame: pd.DataFrame) -> list[str]:
     """One label per row naming its (variant, config): the variant, plus the config fields that vary within it.
 
     "dense" when a variant ran with one config; "sliding_window(window=128)" when several windows ran.
+    A variant's length fields (they follow N: Linformer's max_seq_len) never split a series.
     """
+    from harness.entries import length_fields
+
     if not len(frame):
         return []
     keys = [config_key(c) for c in frame["config"]]
@@ -146,7 +149,7 @@ def series_labels(frame: pd.DataFrame) -> list[str]:
         configs_by_variant.setdefault(variant, {})[key] = json.loads(key)
     varying: dict[str, list[str]] = {}
     for variant, configs in configs_by_variant.items():
-        fields = sorted({f for c in configs.values() for f in c})
+        fields = sorted({f for c in configs.values() for f in c} - set(length_fields(variant)))
         varying[variant] = [f for f in fields if len({json.dumps(c.get(f), sort_keys=True, default=str) for c in configs.values()}) > 1]
     labels = []
     for variant, key in zip(frame["variant"], keys):

@@ -69,3 +69,15 @@ def test_duplicates_are_planned_once():
 def test_label_shows_only_non_default_config():
     labels = [c.label for c in plan(_spec())[:2]]
     assert labels == ["dense N=128 forward float32 D=64 gaussian", "dense(backend=reference) N=128 forward float32 D=64 gaussian"]
+
+
+def test_linformer_projections_follow_each_n_unless_the_user_sets_them():
+    spec = build_spec(cli={"device": "cpu", "variants": "linformer,linformer:max_seq_len=8192,k=32", "seq_lens": "32,256,1024",
+                           "inputs": "gaussian"})
+    cells = plan(spec)
+    followed = [c for c in cells if c.config["k"] == 64]
+    fixed = [c for c in cells if c.config["k"] == 32]
+    assert [(c.seq_len, c.config["max_seq_len"]) for c in followed] == [(32, 64), (256, 256), (1024, 1024)]  # at least k
+    assert {c.config["max_seq_len"] for c in fixed} == {8192}
+    assert len({c.series_key for c in followed}) == 1  # one series across N: an OOM at N still stops the longer ones
+    assert {c.label.split(" ")[0] for c in followed} == {"linformer"}

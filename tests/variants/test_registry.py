@@ -317,3 +317,40 @@ def test_not_supported_error_takes_a_plain_message_or_a_variant_and_reasons():
     assert NotSupportedError("my_attn", "no causal").reasons == ["no causal"]
     again = pickle.loads(pickle.dumps(full))
     assert (again.variant, again.reasons) == ("my_attn", ["no causal", "no mask"])
+
+
+@pytest.mark.parametrize("name", list_variants())
+def test_a_quality_knob_names_an_int_field_whose_range_builds(name):
+    spec = get_variant(name)
+    knob = spec.quality_knob
+    if knob is None:
+        assert spec.capabilities.exact or name.startswith("t_") or spec.module.split(".")[0] != "variants", \
+            f"{name} is approximate but declares no quality knob"
+        return
+    for value in (knob.low, knob.high):
+        built = build_variant(name, **{knob.field: value})
+        assert getattr(built.config, knob.field) == value
+
+
+def test_the_approximate_built_ins_declare_their_knobs():
+    assert {n: get_variant(n).quality_knob.field for n in ("sliding_window", "linformer", "distilled")} == \
+        {"sliding_window": "window", "linformer": "k", "distilled": "features"}
+    assert get_variant("dense").quality_knob is None and get_variant("chunked").quality_knob is None
+
+
+def test_a_quality_knob_on_a_missing_or_non_int_field_is_refused():
+    from dataclasses import dataclass
+
+    from variants import QualityKnob
+
+    @dataclass(frozen=True, kw_only=True)
+    class Cfg(VariantConfig):
+        scale: float = 1.0  # not an int
+
+    class Knobbed(AttentionVariant):
+        quality_knob = QualityKnob("scale", 1, 4)
+
+    with pytest.raises(TypeError, match=r"declares quality_knob 'scale', which is not an int field of Cfg"):
+        register_variant("t_knobbed_bad", config=Cfg)(Knobbed)
+    with pytest.raises(ValueError, match=r"needs integers 1 <= low < high, got low=8, high=4"):
+        QualityKnob("window", 8, 4)
