@@ -163,3 +163,17 @@ def test_sampled_rows_include_first_and_last():
     assert len(rows) == 16 and rows[0] == 0 and rows[-1] == 999
     assert torch.equal(rows, rows.unique())  # sorted, no repeats
     assert torch.equal(sample_rows(10, 16, seed=0), torch.arange(10))
+
+
+@pytest.mark.parametrize("slow", [False, True])
+def test_the_timer_makes_at_least_repeats_calls_even_past_its_budget(slow):
+    """--repeats is a minimum: a step slower than the budget is still timed `repeats` times (median of many, not one)."""
+    from harness.measure.timing import time_cpu
+
+    calls = []
+    settings = MeasureSettings(time_budget_s=0.001, repeats=12)
+    times, n = time_cpu(lambda: calls.append(1), settings, slow=slow)
+    assert n >= 12 and len(times) >= 1
+    assert len(calls) >= 12  # timed calls really happened
+    if slow:  # one call per block: every one of the `repeats` calls has its own time
+        assert n == len(times) == 12
