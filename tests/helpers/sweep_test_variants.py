@@ -16,7 +16,7 @@ from variants import NotSupportedError, AttentionVariant, Capabilities, VariantC
 from variants.reference import reference_attention
 
 PATH = os.path.abspath(__file__)
-NAMES = ("t_noop", "t_oom", "t_cpu_oom", "t_memerror", "t_alloc", "t_nan", "t_raise", "t_crash", "t_sleep",
+NAMES = ("t_noop", "t_oom", "t_cpu_oom", "t_memerror", "t_alloc", "t_nan", "t_raise", "t_crash", "t_sigkill", "t_sleep",
          "t_prepare", "t_learn", "t_nocausal", "t_badgrad",
          "t_oneheaded", "t_float64", "t_rowshort", "t_tuple", "t_exit", "t_refuse", "t_fivedim")
 
@@ -102,6 +102,15 @@ class CrashAttention(AttentionVariant):
 
     def forward(self, q, k, v, *, causal=False, kv_mask=None):
         os.kill(os.getpid(), signal.SIGSEGV)
+        time.sleep(5)
+
+
+@register_variant("t_sigkill")
+class KillAttention(AttentionVariant):
+    """Kills its own process with SIGKILL, as the kernel's OOM killer would (only sensible under --isolate)."""
+
+    def forward(self, q, k, v, *, causal=False, kv_mask=None):
+        os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(5)
 
 

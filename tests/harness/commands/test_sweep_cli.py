@@ -92,6 +92,39 @@ def test_oom_marks_longer_lengths_oom_without_trying(tmp_path, test_variants, no
     assert all(rows[("dense", n)]["status"] == "ok" for n in (64, 128, 256, 512))  # the sweep went on
 
 
+def test_resume_remembers_an_oom_recorded_before_the_interruption(tmp_path, test_variants, no_report):
+    """Rows cut back to N <= 128 (as if killed after the OOM): the resumed run skips 256 and 512, never tries them."""
+    spec = build_spec(cli={"device": "cpu", "variants": "t_oom:oom_from=128", "seq_lens": "64,128,256,512",
+                           "heads": "1", "head_dims": "8", "time_budget_s": "0.005", "repeats": "1", "error_rows": "8",
+                           "inputs": "gaussian"})
+    run_dir = run_sweep(spec, out=tmp_path, run_id="oom", quiet=True)
+    path = run_dir / "rows.jsonl"
+    lines = path.read_text().splitlines()
+    kept = [line for line in lines if json.loads(line)["seq_len"] <= 128]
+    assert len(lines) == 4 and len(kept) == 2
+    path.write_text("\n".join(kept) + "\n")
+    run_sweep(spec, resume=run_dir, quiet=True)
+    rows = {r["seq_len"]: r for r in read_rows(run_dir)}
+    assert sorted(rows) == [64, 128, 256, 512] and len(read_rows(run_dir)) == 4
+    for n in (256, 512):
+        assert rows[n]["reason"] == "not run: oom at N=128 for the same variant, config and setting"
+
+
+def test_plan_of_a_resumed_run_marks_the_done_cells_and_counts_the_rest(tmp_path, test_variants, no_report):
+    from harness.runner import plan_lines
+
+    spec = build_spec(cli={"device": "cpu", "variants": "dense", "seq_lens": "32,64,128",
+                           "heads": "1", "head_dims": "8", "time_budget_s": "0.005", "repeats": "1", "error_rows": "8",
+                           "inputs": "gaussian"})
+    run_dir = run_sweep(spec, out=tmp_path, run_id="p", quiet=True)
+    path = run_dir / "rows.jsonl"
+    path.write_text(path.read_text().splitlines()[0] + "\n")  # one of three cells done
+    lines = plan_lines(spec, run_dir)
+    assert lines[-1] == "3 cells planned, 2 still to run"
+    assert sum(" done " in line for line in lines[1:-1]) == 1
+    assert plan_lines(spec)[-1] == "3 cells planned"
+
+
 def test_isolate_turns_a_segfault_into_a_row(tmp_path, test_variants, no_report):
     from tests.helpers.sweep_fixtures import PLUGIN
 

@@ -323,3 +323,36 @@ def test_an_isolated_child_dies_with_its_killed_parent_and_leaves_no_temp_folder
             parent.kill()
         for pid in children():
             os.kill(pid, signal.SIGKILL)
+
+
+# ---- the subprocess executor: a child that dies is a row ----------------------------------------------------
+@pytest.mark.parametrize("returncode, status, words", [
+    (-9, "oom", "killed by SIGKILL (most likely the kernel's out-of-memory killer)"),
+    (-11, "error", "crashed with signal SIGSEGV"),
+    (3, "error", "exited with code 3 and no row"),
+])
+def test_death_status_names_the_signal_and_calls_sigkill_oom(returncode, status, words):
+    from harness.executors.isolated import death_status
+
+    got_status, reason = death_status(returncode, "line 1\nline 2\nFatal Python error: last words\n")
+    assert got_status == status
+    assert words in reason and reason.endswith("Fatal Python error: last words")
+
+
+def test_subprocess_children_that_die_give_oom_and_error_rows_and_the_series_stops(tmp_path, test_variants, no_report):
+    """End to end through `python -m harness.executors.isolated`: SIGKILL -> oom (longer N not run), SIGSEGV -> error."""
+    from tests.helpers.sweep_fixtures import PLUGIN
+
+    argv = ["sweep", *TINY, "--variants", "dense,t_sigkill,t_crash", "--seq-lens", "16,32", "--plugin", str(PLUGIN),
+            "--executor", "subprocess", "--out", str(tmp_path), "--run-id", "iso"]
+    assert main(argv) == 0
+    rows = {(r["variant"], r["seq_len"]): r for r in read_rows(tmp_path / "iso")}
+    assert len(rows) == 6
+    assert rows[("dense", 16)]["status"] == rows[("dense", 32)]["status"] == "ok"  # a row the child measured and wrote
+    assert rows[("dense", 16)]["latency_s"] > 0 and rows[("dense", 16)]["rel_l2_error"] < 1e-5
+    killed = rows[("t_sigkill", 16)]
+    assert killed["status"] == "oom" and "killed by SIGKILL" in killed["reason"]
+    assert rows[("t_sigkill", 32)]["status"] == "oom"
+    assert rows[("t_sigkill", 32)]["reason"] == "not run: oom at N=16 for the same variant, config and setting"
+    for n in (16, 32):  # an error does not stop the series: each length crashed by itself
+        assert rows[("t_crash", n)]["status"] == "error" and "crashed with signal SIGSEGV" in rows[("t_crash", n)]["reason"]

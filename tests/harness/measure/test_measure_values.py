@@ -58,4 +58,4 @@ def test_timer_seconds_agree_with_perf_counter_on_a_known_workload():
     times, repeats = time_cpu(step, MeasureSettings(time_budget_s=0.05, repeats=3), slow=False)
     median = sorted(times)[len(times) // 2]
     assert repeats >= 3
-    assert 0.2 < median / independent < 5, (median, independent)  # generous: a shared machine; a units bug is 1000x
+    assert 1 / 8 < median / independent < 8, (median, independent)  # generous: a shared machine; a units bug is 1000x

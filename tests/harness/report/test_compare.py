@@ -153,3 +153,23 @@ def test_a_row_with_a_non_integer_seq_len_is_skipped_with_a_note(tmp_path, capsy
     assert len(run.rows) == len(rows)
     with pytest.warns(UserWarning, match="not a positive integer"):
         assert main(["compare", str(a), str(b)]) == 0
+
+
+@pytest.mark.parametrize("ratio, verdict", [
+    (1.0, "same"), (1.03, "same"), (0.97, "same"),  # within the 5% threshold either way
+    (1.06, "regression"), (1 / 1.06, "improvement"),
+    (2.0, "regression"), (0.5, "improvement"),
+])
+def test_latency_verdict_without_quantiles_is_the_threshold_alone_in_the_right_direction(ratio, verdict):
+    """Rows without p20/p80 (older runs): B/A above 1 + threshold is a regression, below 1/(1 + threshold) an improvement."""
+    import pandas as pd
+
+    from harness.report.compare import judge
+
+    nan = float("nan")
+    row = pd.Series({"status_a": "ok", "status_b": "ok", "latency_s_a": 1e-3, "latency_s_b": 1e-3 * ratio,
+                     "latency_p20_s_a": nan, "latency_p80_s_a": nan, "latency_p20_s_b": nan, "latency_p80_s_b": nan,
+                     "peak_memory_bytes_a": 1e6, "peak_memory_bytes_b": 1e6, "rel_l2_error_a": 1e-6, "rel_l2_error_b": 1e-6})
+    got, why = judge(row, threshold=0.05)
+    assert got == verdict, why
+    assert (why == "") == (verdict == "same") and (verdict == "same" or f"latency {ratio:.2f}x" in why)

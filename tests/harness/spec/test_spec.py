@@ -41,6 +41,9 @@ def test_variant_overrides_are_coerced_to_field_types(test_variants):
     assert spec.variants[2].config == {"seconds": 0.001}
     with pytest.raises(UsageError, match=r"t_oom:oom_from=lots: expected int, got 'lots'"):
         build_spec(cli={"device": "cpu", "variants": "t_oom:oom_from=lots"})
+    # a fractional value for an int field is refused, never truncated (oom_from=64.5 is not 64)
+    with pytest.raises(UsageError, match=r"t_oom:oom_from=64.5: expected int, got '64.5'"):
+        build_spec(cli={"device": "cpu", "variants": "t_oom:oom_from=64.5"})
 
 
 def test_variant_list_with_commas_inside_an_entry():

@@ -103,3 +103,23 @@ def test_csv_has_every_field_with_dicts_as_json(tmp_path):
     assert list(frame.columns) == list(ROW_FIELDS)
     assert json.loads(frame["config"][0]) == {"backend": "auto"}
     assert frame["latency_s"][0] == 1.2345678901234e-05  # raw, full precision
+
+
+def test_rows_frame_holds_numeric_columns_as_floats_with_nan_for_missing_or_bad_values():
+    """Rows from JSON mix ints, floats, None and (from older or hand-edited files) strings: readers get floats."""
+    import math
+
+    from harness.schema import NUMERIC_FIELDS
+    from harness.store import rows_frame
+
+    rows = []
+    for i, latency in enumerate([0.002, None, "n/a", 3]):
+        row = empty_row()
+        row.update(cell_id=f"c{i}", variant="dense", seq_len=256 * (i + 1), status="ok", latency_s=latency)
+        rows.append(row)
+    frame = rows_frame(rows)
+    for column in NUMERIC_FIELDS:
+        assert frame[column].dtype == float, column
+    assert frame["latency_s"].iloc[0] == 0.002 and frame["latency_s"].iloc[3] == 3.0
+    assert math.isnan(frame["latency_s"].iloc[1]) and math.isnan(frame["latency_s"].iloc[2])
+    assert frame["latency_s"].median() == pytest.approx(1.501)  # a median over the column works, NaN left out
