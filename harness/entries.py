@@ -108,11 +108,20 @@ def length_fields(variant: str) -> tuple[str, ...]:
 
 
 def _defaults(variant: str) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """The variant's default config and length fields; ({}, ()) for a name the registry does not know (a missing plugin)."""
+    """The variant's default config and length fields; ({}, ()) for a name the registry does not know (a missing plugin).
+
+    Known names are cached (labels and series keys ask for every cell); an unknown one is asked again,
+    since a plugin may register it later.
+    """
     from variants import get_variant
 
-    try:
-        spec = get_variant(variant)
-        return spec.config().to_dict(), tuple(spec.cls.length_fields)
-    except (ValueError, TypeError):
-        return {}, ()
+    if variant not in _DEFAULTS:
+        try:
+            spec = get_variant(variant)
+        except (ValueError, TypeError):
+            return {}, ()
+        _DEFAULTS[variant] = (spec.config().to_dict(), tuple(spec.cls.length_fields))
+    return _DEFAULTS[variant]
+
+
+_DEFAULTS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {}

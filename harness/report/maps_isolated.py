@@ -50,19 +50,19 @@ def _run_child(request: dict, limit: float) -> tuple[list[MapPanel], str | None]
         path_in, path_out, path_err = Path(tmp) / "request.json", Path(tmp) / "panels.jsonl", Path(tmp) / "stderr.txt"
         path_in.write_text(json.dumps(request, default=str), encoding="utf-8")
         path_out.touch()
-        panels: list[MapPanel] = []
+        done = 0  # panels the child has finished (complete lines), counted without parsing them
         with open(path_err, "w", encoding="utf-8") as err:
             child = subprocess.Popen([sys.executable, "-m", "harness.report.maps_isolated", str(path_in), str(path_out)],
                                      env=child_env(), stdout=subprocess.DEVNULL, stderr=err)
             deadline = time.monotonic() + limit
             try:
                 while True:
-                    finished = _read_panels(path_out)
-                    if len(finished) > len(panels):
-                        panels, deadline = finished, time.monotonic() + limit
-                    if len(panels) == len(request["series"]):
+                    finished = _count_lines(path_out)
+                    if finished > done:
+                        done, deadline = finished, time.monotonic() + limit  # each panel gets the whole limit
+                    if done == len(request["series"]):
                         child.wait()
-                        return panels, None
+                        return _read_panels(path_out), None
                     code = child.poll()
                     if code is not None:
                         panels = _read_panels(path_out)
@@ -72,12 +72,18 @@ def _run_child(request: dict, limit: float) -> tuple[list[MapPanel], str | None]
                     if time.monotonic() > deadline:
                         child.kill()
                         child.wait()
-                        return panels, f"did not finish within {limit:g} s (the run's per-cell limit); its process was killed"
+                        return _read_panels(path_out), f"did not finish within {limit:g} s (the run's per-cell limit); its process was killed"
                     time.sleep(POLL_S)
             finally:
                 if child.poll() is None:
                     child.kill()
                     child.wait()
+
+
+def _count_lines(path: Path) -> int:
+    """Complete lines in the child's output so far (a panel is one line, written and flushed whole)."""
+    with open(path, "rb") as f:
+        return f.read().count(b"\n")
 
 
 def _read_panels(path: Path) -> list[MapPanel]:

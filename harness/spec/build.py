@@ -53,9 +53,10 @@ def build_spec(
     if toml_path is not None:
         file_values = {**load_toml(toml_path), **file_values}
     known = KEYS + tuple(executor_flags)
-    unknown = [k for k in file_values if k not in known]
-    if unknown:
-        raise UsageError(f"{source}: unknown key {unknown[0]!r}; known keys: {', '.join(known)}{did_you_mean(unknown[0], known)}")
+    for where, keys in ((source, file_values), ("cli", cli)):
+        unknown = [k for k in keys if k not in known]
+        if unknown:
+            raise UsageError(f"{where}: unknown key {unknown[0]!r}; known keys: {', '.join(known)}{did_you_mean(unknown[0], known)}")
     _check_file_plugins(source, as_list(file_values.get("plugins", ())), as_list(cli.get("plugins", ())), trust_plugins)
     device, was_auto = _raw_device(cli, file_values, source)
     defaults = toml_library().loads(default_text(device))

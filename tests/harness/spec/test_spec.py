@@ -69,7 +69,7 @@ def test_glob_expands_to_registered_variants():
 
 def test_effective_spec_round_trips_through_toml(tmp_path):
     spec = build_spec(cli={"device": "cpu", "variants": "dense:backend=reference,dense", "seq_lens": "64,128",
-                           "causal": "both", "modes": "forward,train", "inputs": "gaussian:scale=4,local", "timeout": "0"})
+                           "causal": "both", "modes": "forward,train", "inputs": "gaussian:scale=4,local", "cell_timeout_s": "0"})
     path = tmp_path / "spec.toml"
     path.write_text(spec_to_toml(spec))
     assert build_spec(toml_path=path) == spec
@@ -174,3 +174,16 @@ def test_plugins_named_by_a_spec_file_are_not_imported_unless_the_user_names_the
     path.write_text(f'plugins = [{str(other)!r}]\nvariants = ["dense"]\n')
     build_spec(toml_path=path, cli={"device": "cpu"}, plan_only=True, trust_plugins=True)
     assert other_marker.exists()  # trusted: imported
+
+
+def test_no_cell_limit_reads_back_as_no_limit(tmp_path):
+    spec = build_spec(cli={"device": "cpu", "variants": "dense", "cell_timeout_s": "0"}, plan_only=True)
+    assert spec.cell_timeout_s is None
+    path = tmp_path / "spec.toml"
+    path.write_text(spec_to_toml(spec))
+    assert build_spec(toml_path=path, plan_only=True).cell_timeout_s is None  # not the default 120 s
+
+
+def test_an_unknown_key_from_python_is_refused_not_ignored():
+    with pytest.raises(UsageError, match=r"cli: unknown key 'timeout'; known keys: .*cell_timeout_s"):
+        build_spec(cli={"device": "cpu", "timeout": "0"}, plan_only=True)
