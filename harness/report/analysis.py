@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-SETTING_KEYS = ("device", "dtype", "mode", "causal", "batch", "heads", "head_dim")
+SETTING_KEYS = ("device", "dtype", "mode", "causal", "batch", "heads", "head_dim", "kv_heads", "phase", "scope", "padding")
 CELL_KEYS = SETTING_KEYS + ("inputs", "seq_len", "kv_len")
 BASELINE = "dense"
 DEFAULT_BUDGETS = (1e-2, 1e-1)  # relative L2 error budgets for the recommendation: near-exact and approximate
