@@ -64,3 +64,12 @@ def test_the_committed_reference_run_still_resumes_as_done():
     same_config = [c for c in cells if (c.variant, json.dumps(c.config, sort_keys=True)) in recorded]
     assert len(same_config) >= 40
     assert {c.cell_id for c in same_config} <= {r["cell_id"] for r in rows}
+
+
+def test_gpu_default_has_gqa_and_decode_and_cpu_default_has_neither():
+    gpu = plan(build_spec(cli={"device": "cuda", "variants": "dense"}))
+    assert {c.kv_heads for c in gpu} == {16, 4} and {c.phase for c in gpu} == {"prefill", "decode"}
+    assert all(c.mode == "forward" and c.causal for c in gpu if c.phase == "decode")
+    cpu = plan(build_spec(cli={"device": "cpu", "variants": "dense"}))
+    assert {(c.kv_heads, c.phase, c.scope, c.padding) for c in cpu} == {(8, "prefill", "attention", 0.0)}
+    assert len(cpu) == 6 * 2  # lengths x inputs, as before the new axes
