@@ -100,6 +100,9 @@ def build_spec(
 def _check_heads_and_padding(values: dict[str, Any], where: Any) -> None:
     """kv_heads must divide heads; padding > 0 needs a batch of at least 2 (the lengths are ragged over it)."""
     heads, batch = values.get("heads"), values.get("batch")
+    if heads is not None and where("kv_heads").startswith("default spec"):
+        # The embedded default's GQA values follow the heads a user chose: one that does not divide them becomes heads (MHA).
+        values["kv_heads"] = tuple(dict.fromkeys(kv if heads % kv == 0 else heads for kv in values.get("kv_heads", ())))
     for kv in values.get("kv_heads", ()):
         if heads is not None and heads % kv:
             raise SpecError(f"{where('kv_heads')}: {kv} key/value heads do not divide {where('heads')} = {heads} query heads; "

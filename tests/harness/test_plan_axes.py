@@ -75,3 +75,15 @@ def test_gpu_default_has_gqa_and_decode_and_cpu_default_has_neither():
     cpu = plan(build_spec(cli={"device": "cpu", "variants": "dense"}))
     assert {(c.kv_heads, c.phase, c.scope, c.padding) for c in cpu} == {(8, "prefill", "attention", 0.0)}
     assert len(cpu) == 6 * 2  # lengths x inputs, as before the new axes
+
+
+def test_the_gpu_defaults_kv_heads_follow_a_users_heads_but_a_users_kv_heads_must_divide():
+    import pytest
+
+    from harness.errors import UsageError
+    from harness.spec.build import build_spec as build_any_device
+
+    assert build_any_device(cli={"device": "cuda", "variants": "dense", "heads": "1"}).kv_heads == (1,)
+    assert build_any_device(cli={"device": "cuda", "variants": "dense", "heads": "8"}).kv_heads == (8, 4)
+    with pytest.raises(UsageError, match="--kv-heads: 4 key/value heads do not divide --heads = 2"):
+        build_any_device(cli={"device": "cuda", "variants": "dense", "heads": "2", "kv_heads": "4"})
