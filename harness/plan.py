@@ -1,10 +1,15 @@
 """spec -> cells: the list of measurements a sweep makes, in order. Pure: no device (the registry only for length fields).
 
-Order: for each input distribution, dtype, head dim, causal setting and mode, lengths ascending,
-and at each length every variant. So consecutive cells share their q, k, v (generated once),
+Order: for each input distribution, dtype, head dim, causal setting, mode, phase, scope, kv heads
+and padding, lengths ascending, and at each length every variant. Decode cells are planned for
+mode forward only (decoding is inference) and are always causal (one per causal setting collapses
+into one cell). So consecutive cells share their q, k, v (generated once),
 and a variant meets its lengths in ascending order (an OOM at N marks longer N as OOM untried).
 """
 from __future__ import annotations
+
+import itertools
+from typing import Any, Iterator
 
 from harness.schema import Cell
 from harness.spec.model import SweepSpec
@@ -18,20 +23,24 @@ def plan(spec: SweepSpec) -> list[Cell]:
     from variants import get_variant
 
     cells: dict[str, Cell] = {}
-    device = spec.device_type
     classes = {entry.name: get_variant(entry.name).cls for entry in spec.variants}
-    for inputs in spec.inputs:
-        for dtype in spec.dtypes:
-            for head_dim in spec.head_dims:
-                for causal in spec.causal:
-                    for mode in spec.modes:
-                        for seq_len in sorted(spec.seq_lens):
-                            for entry in spec.variants:
-                                config = classes[entry.name].config_for_length(dict(entry.config), seq_len, fixed=entry.overrides)
-                                cell = Cell(
-                                    variant=entry.name, config=config, seq_len=seq_len, kv_len=seq_len,
-                                    batch=spec.batch, heads=spec.heads, head_dim=head_dim, dtype=dtype, device=device,
-                                    causal=causal, mode=mode, inputs=inputs, seed=spec.seed,
-                                )
-                                cells.setdefault(cell.cell_id, cell)
+    for setting in _settings(spec):
+        for seq_len in sorted(spec.seq_lens):
+            for entry in spec.variants:
+                config = classes[entry.name].config_for_length(dict(entry.config), seq_len, fixed=entry.overrides)
+                cell = Cell(variant=entry.name, config=config, seq_len=seq_len, kv_len=seq_len,
+                            batch=spec.batch, heads=spec.heads, device=spec.device_type, seed=spec.seed, **setting)
+                cells.setdefault(cell.cell_id, cell)
     return list(cells.values())
+
+
+def _settings(spec: SweepSpec) -> Iterator[dict[str, Any]]:
+    """The cell fields that make a series' setting, in planning order (decode: forward and causal only)."""
+    for inputs, dtype, head_dim, causal, mode, phase, scope, kv_heads, padding in itertools.product(
+        spec.inputs, spec.dtypes, spec.head_dims, spec.causal, spec.modes, spec.phases, spec.scope,
+        spec.kv_heads or (spec.heads,), spec.padding,
+    ):
+        if phase == "decode" and mode != "forward":
+            continue
+        yield dict(inputs=inputs, dtype=dtype, head_dim=head_dim, causal=causal or phase == "decode", mode=mode,
+                   phase=phase, scope=scope, kv_heads=kv_heads, padding=padding)

@@ -19,29 +19,57 @@ STATUSES = ("ok", "oom", "unsupported", "error", "nonfinite", "timeout")
 NOT_RUN_PREFIX = "not run"  # reason of a cell skipped after an oom/timeout at a shorter N of its series
 
 
-@dataclass(frozen=True)
+# Cell fields added after schema_version 1's first rows, with the value every older row means. A cell
+# leaves such a field out of its id payload while it holds that value, so older cell ids (and resumes) stay valid.
+CELL_FIELD_DEFAULTS = {"kv_heads": None, "phase": "prefill", "scope": "attention", "padding": 0.0}
+PHASES = ("prefill", "decode")
+SCOPES = ("attention", "layer")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Cell:
-    """One measurement: a variant with its config on one shape, dtype, device, causal setting, mode and inputs."""
+    """One measurement: a variant with its config on one shape, dtype, device, causal setting, mode, phase, scope and inputs."""
 
     variant: str  # registry name
     config: dict[str, Any] = field(compare=False)  # asdict of the validated config (overrides applied)
     seq_len: int  # N
     kv_len: int  # M (= N: self-attention)
     batch: int  # B
-    heads: int  # H
+    heads: int  # H (query heads)
+    kv_heads: int | None = None  # H_kv (key/value heads, H % H_kv == 0); None: = heads
     head_dim: int  # D
     dtype: str  # "float32" | "bfloat16" | "float16"
     device: str  # "cpu" | "cuda" (the device type; the index is a run setting)
-    causal: bool
+    causal: bool  # decode cells are always causal
     mode: str  # "forward" | "train"
+    phase: str = "prefill"  # "prefill": one call on N tokens | "decode": tokens generated one at a time after N
+    scope: str = "attention"  # "attention": the variant alone | "layer": a pre-norm transformer block around it
+    padding: float = 0.0  # mean fraction of key positions that are padding (ragged over the batch)
     inputs: str  # input distribution, "name" or "name:knob=value"
     seed: int  # evaluation seed
 
+    def __post_init__(self) -> None:
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+
     @property
     def cell_id(self) -> str:
-        """A stable hash of every field: the same cell in any run, any order, gets the same id."""
-        payload = json.dumps(self.fields(), sort_keys=True, default=str)
+        """A stable hash of every field: the same cell in any run, any order, gets the same id.
+
+        Fields of CELL_FIELD_DEFAULTS at their default (kv_heads equal to heads) are left out, so a
+        cell that older versions could describe keeps the id they gave it.
+        """
+        payload = json.dumps(self._id_fields(), sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def _id_fields(self) -> dict[str, Any]:
+        fields = self.fields()
+        if fields["kv_heads"] == self.heads:
+            del fields["kv_heads"]
+        for name in ("phase", "scope", "padding"):
+            if fields[name] == CELL_FIELD_DEFAULTS[name]:
+                del fields[name]
+        return fields
 
     def fields(self) -> dict[str, Any]:
         """The cell's identity fields as they go into its row."""
@@ -62,12 +90,21 @@ class Cell:
         from harness.entries import config_label
 
         causal = " causal" if self.causal else ""
-        return f"{config_label(self.variant, self.config)} N={self.seq_len} {self.mode} {self.dtype} D={self.head_dim}{causal} {self.inputs}"
+        extra = "".join([
+            f" H_kv={self.kv_heads}" if self.kv_heads != self.heads else "",
+            f" {self.phase}" if self.phase != "prefill" else "",
+            f" {self.scope}" if self.scope != "attention" else "",
+            f" pad={self.padding:g}" if self.padding else "",
+        ])
+        return (f"{config_label(self.variant, self.config)} N={self.seq_len} {self.mode} {self.dtype} D={self.head_dim}"
+                f"{causal}{extra} {self.inputs}")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Cell":
-        """A cell from its fields (a row, or the JSON a worker process receives)."""
-        return cls(**{name: data[name] for name in CELL_FIELDS})
+        """A cell from its fields (a row, or the JSON a worker process receives); newer fields an older row lacks take their defaults."""
+        values = {name: data[name] for name in CELL_FIELDS if name not in CELL_FIELD_DEFAULTS}
+        values.update({name: data[name] for name in CELL_FIELD_DEFAULTS if data.get(name) is not None})
+        return cls(**values)
 
 
 def _measured(default: Any = None) -> Any:
@@ -87,10 +124,12 @@ class Row:
     variant: str | None = None
     config: dict[str, Any] | None = None
     backend: str | None = None  # the backend that ran, resolved from "auto"
+    sdpa_kernel: str | None = None  # the SDPA kernel torch ran (flash, efficient, cudnn, math); None: no SDPA op ran
     seq_len: int | None = None
     kv_len: int | None = None
     batch: int | None = None
     heads: int | None = None
+    kv_heads: int | None = None  # H_kv
     head_dim: int | None = None
     dtype: str | None = None
     device: str | None = None
@@ -98,6 +137,9 @@ class Row:
     host: str | None = None
     causal: bool | None = None
     mode: str | None = None
+    phase: str | None = None  # "prefill" | "decode"
+    scope: str | None = None  # "attention" | "layer"
+    padding: float | None = None  # mean padded fraction of key positions
     inputs: str | None = None
     seed: int | None = None
     threads: int | None = None
@@ -109,6 +151,7 @@ class Row:
     repeats: int | None = _measured()  # timed calls
     peak_memory_bytes: int | None = _measured()  # beyond the inputs
     memory_method: str | None = None
+    state_bytes: int | None = _measured()  # decode: bytes of the state after the N-token context
     flops: int | None = _measured()  # analytic, forward or forward+backward per mode
     tflops: float | None = _measured()
     rel_l2_error: float | None = _measured()

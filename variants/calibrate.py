@@ -170,5 +170,7 @@ def _target(teacher: Any, kind: str, q: Tensor, k: Tensor, v: Tensor, causal: bo
                 return attention_weights(q, k, causal=causal, dtype=torch.float32)
             return teacher.attention_weights(q, k, causal=causal, kv_mask=None).float()
         if teacher is None:  # exact float32 attention without an N x M matrix, so long calibrations stay cheap
-            return torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+            from variants._gqa import sdpa
+
+            return sdpa(q.float(), k.float(), v.float(), is_causal=causal)  # k, v may have fewer (GQA) heads
         return teacher(q, k, v, causal=causal).float()

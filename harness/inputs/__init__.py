@@ -117,11 +117,18 @@ def make_inputs(
     dtype: torch.dtype = torch.float32,
     device: torch.device | str = "cpu",
     seed: int = 0,
+    H_kv: int | None = None,
 ) -> QKV:
-    """q (B, H, N, D), k and v (B, H, M, D) from distribution `name`, seeded, in `dtype` on `device`.
+    """q (B, H, N, D), k and v (B, H_kv, M, D) from distribution `name`, seeded, in `dtype` on `device`.
 
-    Raises ValueError for an unknown name or knob, or when the generator cannot run (its reason).
+    H_kv (default H) must divide H: the generator draws H heads and K/V head j keeps head j * (H // H_kv),
+    the first query head of its group, so that head keeps the distribution's q-k structure and the
+    group's other heads read its keys as in a GQA model. Raises ValueError for an unknown name or
+    knob, an H_kv that does not divide H, or when the generator cannot run (its reason).
     """
+    H_kv = H if H_kv is None else int(H_kv)
+    if H_kv < 1 or H % H_kv:
+        raise ValueError(f"H_kv={H_kv} key/value heads must divide H={H} query heads")
     spec = get_inputs(name)
     knobs = dict(knobs or {})
     unknown = [k for k in knobs if k not in spec.knobs]
@@ -137,6 +144,8 @@ def make_inputs(
     device = torch.device(device)
     generator = torch.Generator(device=device).manual_seed(int(seed))
     q, k, v = spec.fn(B, H, N, M, D, generator=generator, device=device, **knobs)
+    if H_kv != H:
+        k, v = k[:, :: H // H_kv], v[:, :: H // H_kv]  # (B, H_kv, M, D)
     return tuple(t.to(dtype).contiguous() for t in (q, k, v))  # type: ignore[return-value]
 
 

@@ -52,8 +52,11 @@ def sample_rows(N: int, R: int, seed: int) -> Tensor:
 
 
 def check_accuracy(attn: Any, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, training: bool, error_rows: int, seed: int,
-                   reference: str = "full") -> Accuracy:
-    """One call of `attn` scored against float64 on sampled rows; `reference` "pattern" scores against its own pattern."""
+                   reference: str = "full", kv_mask: Tensor | None = None) -> Accuracy:
+    """One call of `attn` scored against float64 on sampled rows; `reference` "pattern" scores against its own pattern.
+
+    kv_mask (B, M) goes to the call and the reference; only sampled rows that are real tokens are scored.
+    """
     from variants import reference_attention
 
     N = q.shape[2]
@@ -61,14 +64,15 @@ def check_accuracy(attn: Any, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, 
     pattern = attn.pattern if reference == "pattern" else None
     B, H, R, D, M = q.shape[0], q.shape[1], len(rows), q.shape[3], k.shape[2]
     chunk = max(1, REFERENCE_CHUNK_BYTES[q.device.type] // (B * H * M * 8))
+    valid = kv_mask[:, rows] if kv_mask is not None else torch.ones(B, R, dtype=torch.bool, device=q.device)  # (B, R)
     result = Accuracy()
     if training:
         qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
         g = torch.randn(B, H, R, D, generator=torch.Generator(device=q.device).manual_seed(seed + 7), device=q.device)
         start = time.perf_counter()
-        out = attn(qg, kg, vg, causal=causal)
+        out = attn(qg, kg, vg, causal=causal, kv_mask=kv_mask)
         check_output(out, q, v)
-        g = g.to(out.dtype)  # the reference below gets these same (rounded) values, so bf16 rounding of g is no error
+        g = (g * valid[:, None, :, None]).to(out.dtype)  # padded query rows are unspecified: no gradient flows from them  # the reference below gets these same (rounded) values, so bf16 rounding of g is no error
         grad_out = torch.zeros_like(out)
         grad_out[:, :, rows] = g
         grads = torch.autograd.grad(out, (qg, kg, vg), grad_outputs=grad_out, allow_unused=True)
@@ -82,7 +86,7 @@ def check_accuracy(attn: Any, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, 
         ref_grads = [torch.zeros_like(t) for t in (q64, k64, v64)]
         refs = []
         for i in range(0, R, chunk):
-            ref = reference_attention(q64, k64, v64, causal=causal, pattern=pattern, rows=rows[i : i + chunk])
+            ref = reference_attention(q64, k64, v64, causal=causal, kv_mask=kv_mask, pattern=pattern, rows=rows[i : i + chunk])
             for total, part in zip(ref_grads, torch.autograd.grad(ref, (q64, k64, v64), grad_outputs=g[:, :, i : i + chunk].double())):
                 total += part
             refs.append(ref.detach())
@@ -94,7 +98,7 @@ def check_accuracy(attn: Any, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, 
     else:
         start = time.perf_counter()
         with torch.no_grad():
-            out = attn(q, k, v, causal=causal)
+            out = attn(q, k, v, causal=causal, kv_mask=kv_mask)
         result.call_s = time.perf_counter() - start
         check_output(out, q, v)
         result.nonfinite = nonfinite(out)
@@ -103,15 +107,20 @@ def check_accuracy(attn: Any, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, 
         q64, k64, v64 = (t.double() for t in (q, k, v))
         with torch.no_grad():
             ref = torch.cat([
-                reference_attention(q64, k64, v64, causal=causal, pattern=pattern, rows=rows[i : i + chunk])
+                reference_attention(q64, k64, v64, causal=causal, kv_mask=kv_mask, pattern=pattern, rows=rows[i : i + chunk])
                 for i in range(0, R, chunk)
             ], dim=2)  # (B, H, R, D)
-    mine = out[:, :, rows].double()  # (B, H, R, D)
-    result.fields.update(
-        rel_l2_error=rel_l2(mine, ref), max_abs_error=float((mine - ref).abs().max()),
-        cosine=float(torch.nn.functional.cosine_similarity(mine, ref, dim=-1).mean()), error_rows=R,
-    )
+    result.fields.update(output_errors(out[:, :, rows].double(), ref, valid))
     return result
+
+
+def output_errors(mine: Tensor, ref: Tensor, valid: Tensor | None = None) -> dict[str, Any]:
+    """rel L2, max abs and mean cosine of outputs (B, H, R, D) against the reference, on the rows `valid` (B, R) marks."""
+    R = mine.shape[2]
+    if valid is not None and not bool(valid.all()):
+        mine, ref = (t.transpose(1, 2)[valid] for t in (mine, ref))  # (valid rows, H, D)
+    return dict(rel_l2_error=rel_l2(mine, ref), max_abs_error=float((mine - ref.double()).abs().max()),
+                cosine=float(torch.nn.functional.cosine_similarity(mine, ref.double(), dim=-1).mean()), error_rows=R)
 
 
 def nonfinite(*tensors: Tensor) -> str | None:

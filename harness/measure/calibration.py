@@ -28,8 +28,11 @@ def calibration_key(cell: Cell, settings: MeasureSettings) -> str:
     from variants import get_variant
 
     length = calibration_length(get_variant(cell.variant).cls, cell, settings)
-    return json.dumps([cell.variant, cell.config, length, cell.batch, cell.heads, cell.head_dim, cell.causal, cell.inputs,
-                       cell.seed, str(torch.device(settings.device))], sort_keys=True, default=str)
+    key = [cell.variant, cell.config, length, cell.batch, cell.heads, cell.head_dim, cell.causal, cell.inputs,
+           cell.seed, str(torch.device(settings.device))]
+    if cell.kv_heads != cell.heads:  # keys of older fits (RUN_DIR/fitted/) stay valid
+        key.append({"kv_heads": cell.kv_heads})
+    return json.dumps(key, sort_keys=True, default=str)
 
 
 def calibration_seeds(cell: Cell, settings: MeasureSettings) -> list[int]:
@@ -51,7 +54,8 @@ def calibrated(attn: Any, cell: Cell, inputs: tuple[str, dict[str, Any]], settin
         length = calibration_length(attn, cell, settings)
         name, knobs = inputs
         seeds = calibration_seeds(cell, settings)
-        batches = [make_inputs(name, knobs, B=cell.batch, H=cell.heads, N=length, D=cell.head_dim, device=device, seed=s)
+        batches = [make_inputs(name, knobs, B=cell.batch, H=cell.heads, N=length, D=cell.head_dim, device=device, seed=s,
+                               H_kv=cell.kv_heads)
                    for s in seeds]
         start = time.perf_counter()
         report = calibrate(attn, batches, steps=settings.calibration_steps, causal=cell.causal)

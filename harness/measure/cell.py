@@ -3,48 +3,36 @@
 The order inside a cell: inputs -> build -> refuse (unsupported, with reasons) -> calibrate
 (learnable variants, on other seeds) -> prepare (set-up hook) -> one checked call (accuracy
 against the float64 reference on sampled rows, gradients in train mode; this is also the
-warm-up) -> peak memory of one call -> timing. Nothing but the call itself is timed.
+warm-up) -> peak memory of one call (and the SDPA kernel it ran) -> timing. Nothing but the call itself is
+timed. A decode cell (harness.measure.decode) and a layer cell (harness.measure.layer) leave after
+calibration for their own stages; a padded cell passes its kv_mask to every call.
 
 A failure never escapes (only Ctrl-C does; a SystemExit from a variant is an error row): out of memory -> "oom", NotSupportedError -> "unsupported", NaN/inf ->
 "nonfinite", the per-cell limit -> "timeout", anything else -> "error" with the stage and message.
 """
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
 
 from harness.inputs import get_inputs, parse_inputs
+from harness.inputs.padding import padding_mask
 from harness.measure.accuracy import check_accuracy
 from harness.measure.calibration import calibrated
 from harness.measure.context import MeasureContext
+from harness.measure.decode import decode_inputs_extra, measure_decode
+from harness.measure.kernel import profiled_ops, sdpa_kernel
+from harness.measure.layer import measure_layer
 from harness.measure.memory import measure_peak_memory
 from harness.measure.outcome import base_row, classify_exception, deadline, now, release_memory
 from harness.measure.settings import DTYPES, MeasureSettings, RunInfo
+from harness.measure.stages import StageFailed as _StageFailed, stage as _stage
 from harness.measure.timing import quantile, time_step
 from harness.schema import Cell, Row
-
-
-class _StageFailed(Exception):
-    """An exception raised inside a named stage of a cell (the stage goes into the reason)."""
-
-    def __init__(self, stage: str, error: BaseException):
-        super().__init__(stage)
-        self.stage, self.error = stage, error
-
-
-@contextlib.contextmanager
-def _stage(name: str) -> Iterator[None]:
-    try:
-        yield
-    except KeyboardInterrupt:  # Ctrl-C stops the sweep; a SystemExit from a variant (sys.exit, exit()) is a row
-        raise
-    except BaseException as exc:  # noqa: BLE001 - every failure becomes a row
-        raise _StageFailed(name, exc) from exc
 
 
 def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: MeasureContext | None = None) -> Row:
@@ -80,15 +68,17 @@ def _measure(cell: Cell, settings: MeasureSettings, context: MeasureContext) -> 
     fields: dict[str, Any] = {}
     with _stage("inputs"):
         name, knobs = parse_inputs(cell.inputs)  # once per cell: evaluation and calibration inputs share it
-        reason = get_inputs(name).unsupported_reason(N, M, B=cell.batch, H=cell.heads, D=cell.head_dim)
+        extra = decode_inputs_extra(cell, settings)  # a decode cell's inputs hold its generated tokens too
+        reason = get_inputs(name).unsupported_reason(N + extra, M + extra, B=cell.batch, H=cell.heads, D=cell.head_dim)
         if reason:
             return {"status": "unsupported", "reason": reason}
-        q, k, v = context.get_inputs(cell, device, (name, knobs))
+        q, k, v = context.get_inputs(cell, device, (name, knobs), extra=extra)
+        kv_mask = padding_mask(cell.batch, M, cell.padding, seed=cell.seed, device=device)  # None without padding
     with _stage("build"):
         torch.manual_seed(cell.seed)  # parameter initialisation is part of the cell
         attn = build_variant(cell.variant, **cell.config).to(device)
         fields["backend"] = attn.resolve_backend(q, training=training)
-        reasons = attn.not_supported_reasons(q, k, v, causal=cell.causal, kv_mask=None, training=training)
+        reasons = _reasons(attn, q, k, v, kv_mask, cell, training)
         if reasons:
             return {**fields, "status": "unsupported", "reason": "; ".join(reasons)}
     if attn.capabilities.learnable:
@@ -97,18 +87,23 @@ def _measure(cell: Cell, settings: MeasureSettings, context: MeasureContext) -> 
             fields.update(calibration)
     attn = attn.to(dtype=DTYPES[cell.dtype])
     attn.train(training)
+    if cell.phase == "decode":
+        return {**fields, **measure_decode(attn, q, k, v, kv_mask, cell, settings, device)}
+    if cell.scope == "layer":
+        return {**fields, **measure_layer(attn, q, kv_mask, cell, settings, device)}
     with _stage("prepare"):
-        fields["setup_s"] = _prepare(attn, q, k, v, cell, training)
+        fields["setup_s"] = _prepare(attn, q, k, v, cell, training, kv_mask)
     with _stage("accuracy"):
         accuracy = check_accuracy(attn, q, k, v, causal=cell.causal, training=training, error_rows=settings.error_rows,
-                                  seed=cell.seed, reference=settings.accuracy_reference)
+                                  seed=cell.seed, reference=settings.accuracy_reference, kv_mask=kv_mask)
         fields.update(accuracy.fields)
         if accuracy.nonfinite:
             return {**fields, "status": "nonfinite", "reason": accuracy.nonfinite}
-    step = _step(attn, q, k, v, cell.causal, training)
+    step = _step(attn, q, k, v, cell.causal, training, kv_mask)
     with _stage("memory"):
         peak = measure_peak_memory(step, device)
         fields.update(peak_memory_bytes=peak.bytes, memory_method=peak.method)
+        fields["sdpa_kernel"] = sdpa_kernel(peak.op_names if peak.op_names is not None else profiled_ops(step))
         del peak
     with _stage("timing"):
         times, repeats = time_step(step, settings, device, first_call_s=accuracy.call_s)
@@ -122,12 +117,23 @@ def _measure(cell: Cell, settings: MeasureSettings, context: MeasureContext) -> 
     }
 
 
-def _step(attn: torch.nn.Module, q: Tensor, k: Tensor, v: Tensor, causal: bool, training: bool) -> Callable[[], Any]:
+def _reasons(attn: Any, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None, cell: Cell, training: bool) -> list[str]:
+    """Why the variant cannot run this cell: its prefill refusals, or for a decode cell its decode refusals."""
+    if cell.phase != "decode":
+        return attn.not_supported_reasons(q, k, v, causal=cell.causal, kv_mask=kv_mask, training=training)
+    if cell.scope == "layer":
+        return ["decode is measured for the attention scope only (a layer cell times a prefill block)"]
+    N = cell.seq_len
+    return attn.decode_reasons(q[:, :, N : N + 1], k[:, :, :N], v[:, :, :N], kv_mask=kv_mask)
+
+
+def _step(attn: torch.nn.Module, q: Tensor, k: Tensor, v: Tensor, causal: bool, training: bool,
+          kv_mask: Tensor | None = None) -> Callable[[], Any]:
     """The timed call: forward under no_grad, or forward + backward w.r.t. q, k, v and parameters."""
     if not training:
         def forward() -> Tensor:
             with torch.no_grad():
-                return attn(q, k, v, causal=causal)
+                return attn(q, k, v, causal=causal, kv_mask=kv_mask)
 
         return forward
     qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
@@ -135,17 +141,18 @@ def _step(attn: torch.nn.Module, q: Tensor, k: Tensor, v: Tensor, causal: bool, 
     grad_out = torch.randn(q.shape, generator=torch.Generator(device=q.device).manual_seed(1), device=q.device).to(q.dtype)
 
     def train() -> tuple:
-        out = attn(qg, kg, vg, causal=causal)
+        out = attn(qg, kg, vg, causal=causal, kv_mask=kv_mask)
         return torch.autograd.grad(out, targets, grad_outputs=grad_out, allow_unused=True)
 
     return train
 
 
-def _prepare(attn: torch.nn.Module, q: Tensor, k: Tensor, v: Tensor, cell: Cell, training: bool) -> float | None:
+def _prepare(attn: torch.nn.Module, q: Tensor, k: Tensor, v: Tensor, cell: Cell, training: bool,
+             kv_mask: Tensor | None = None) -> float | None:
     """Call the variant's set-up hook, if any; its seconds (returned, else measured) become setup_s."""
     prepare = getattr(attn, "prepare", None)
     if not callable(prepare):
         return None
     start = time.perf_counter()
-    spent = prepare(q, k, v, causal=cell.causal, kv_mask=None, training=training)
+    spent = prepare(q, k, v, causal=cell.causal, kv_mask=kv_mask, training=training)
     return float(spent) if spent is not None else time.perf_counter() - start

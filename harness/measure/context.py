@@ -19,15 +19,18 @@ class MeasureContext:
     inputs: QKV | None = None
     calibrated: dict[str, tuple[torch.nn.Module, float, dict]] = field(default_factory=dict)
 
-    def get_inputs(self, cell: Cell, device: torch.device, parsed: tuple[str, dict[str, Any]] | None = None) -> QKV:
-        """The cell's evaluation q, k, v; `parsed` is cell.inputs as (name, knobs) when the caller has parsed it already."""
+    def get_inputs(self, cell: Cell, device: torch.device, parsed: tuple[str, dict[str, Any]] | None = None,
+                   *, extra: int = 0) -> QKV:
+        """The cell's evaluation q, k, v (k, v with cell.kv_heads heads); `parsed` is cell.inputs as (name, knobs)
+        when the caller has parsed it already; `extra` positions beyond N and M (a decode cell's generated tokens)."""
         name, knobs = parsed if parsed is not None else parse_inputs(cell.inputs)
-        key = (cell.inputs, cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.dtype, str(device), cell.seed)
+        key = (cell.inputs, cell.batch, cell.heads, cell.kv_heads, cell.seq_len + extra, cell.kv_len + extra, cell.head_dim,
+               cell.dtype, str(device), cell.seed)
         if key != self.inputs_key:
             self.inputs = self.inputs_key = None  # free the old ones before making the new ones
             self.inputs = make_inputs(
-                name, knobs, B=cell.batch, H=cell.heads, N=cell.seq_len, M=cell.kv_len, D=cell.head_dim,
-                dtype=DTYPES[cell.dtype], device=device, seed=cell.seed,
+                name, knobs, B=cell.batch, H=cell.heads, N=cell.seq_len + extra, M=cell.kv_len + extra, D=cell.head_dim,
+                dtype=DTYPES[cell.dtype], device=device, seed=cell.seed, H_kv=cell.kv_heads,
             )
             self.inputs_key = key
         return self.inputs  # type: ignore[return-value]

@@ -21,6 +21,7 @@ class PeakMemory:
     bytes: int
     method: str  # "cuda_max_memory_allocated" | "cpu_profiler_events"
     result: Any = None  # what the call returned (kept alive until the measurement ended)
+    op_names: frozenset[str] | None = None  # the ops the call ran, where a profiler counted the memory (CPU)
 
 
 def measure_peak_memory(fn: Callable[[], Any], device: torch.device | str) -> PeakMemory:
@@ -46,19 +47,20 @@ def _cuda_peak(fn: Callable[[], Any], device: torch.device) -> PeakMemory:
 def _cpu_peak(fn: Callable[[], Any]) -> PeakMemory:
     from torch.profiler import ProfilerActivity, profile
 
-    with _quiet_native_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with quiet_native_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         result = fn()
     # Only CPU activity is profiled, so every memory event is a CPU allocation or free.
-    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    all_events = prof.profiler.kineto_results.events()
+    events = [e for e in all_events if e.name() == "[memory]"]
     running = peak = 0
     for event in sorted(events, key=lambda e: e.start_ns()):
         running += event.nbytes()  # + for an allocation, - for a free
         peak = max(peak, running)
-    return PeakMemory(int(peak), "cpu_profiler_events", result)
+    return PeakMemory(int(peak), "cpu_profiler_events", result, frozenset(e.name() for e in all_events))
 
 
 @contextlib.contextmanager
-def _quiet_native_stderr() -> Iterator[None]:
+def quiet_native_stderr() -> Iterator[None]:
     """Silence the profiler's native start/stop lines on fd 2 (Python exceptions still propagate)."""
     try:
         saved = os.dup(2)

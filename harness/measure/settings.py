@@ -24,6 +24,7 @@ class MeasureSettings:
     calibration_batches: int = 4  # calibration batches (seeds other than the evaluation's)
     calibration_max_seq_len: int = 256  # calibration length is min(N, this)
     accuracy_reference: str = "full"  # "full": exact softmax | "pattern": the variant's own sparsity pattern
+    decode_steps: int = 32  # tokens generated per timed call of a decode cell
 
     @classmethod
     def from_spec(cls, spec: Any) -> "MeasureSettings":

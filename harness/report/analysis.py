@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-SETTING_KEYS = ("device", "dtype", "mode", "causal", "batch", "heads", "head_dim")
+SETTING_KEYS = ("device", "dtype", "mode", "causal", "batch", "heads", "head_dim", "kv_heads", "phase", "scope", "padding")
 CELL_KEYS = SETTING_KEYS + ("inputs", "seq_len", "kv_len")
 BASELINE = "dense"
 DEFAULT_BUDGETS = (1e-2, 1e-1)  # relative L2 error budgets for the recommendation: near-exact and approximate
@@ -314,7 +314,19 @@ def setting_title(setting: dict) -> str:
     """A short readable name of a setting: 'float32 forward, non-causal, B=1 H=8 D=64 (cpu)'."""
     causal = "causal" if setting.get("causal") else "non-causal"
     shape = " ".join(f"{a}={setting.get(k)}" for a, k in (("B", "batch"), ("H", "heads"), ("D", "head_dim")) if setting.get(k) is not None)
+    shape += axes_title(setting)
     return f"{setting.get('dtype')} {setting.get('mode')}, {causal}, {shape} ({setting.get('device')})".replace(", ,", ",")
+
+
+def axes_title(setting: dict) -> str:
+    """The GQA, decode, layer and padding axes of a setting where they differ from the default: ' H_kv=2 decode pad=0.25'."""
+    parts = []
+    if setting.get("kv_heads") not in (None, setting.get("heads")):
+        parts.append(f"H_kv={setting['kv_heads']}")
+    parts += [str(setting[k]) for k, default in (("phase", "prefill"), ("scope", "attention")) if setting.get(k) not in (None, default)]
+    if setting.get("padding"):
+        parts.append(f"pad={float(setting['padding']):g}")
+    return "".join(" " + p for p in parts)
 
 
 def _ok(frame: pd.DataFrame, inputs: str | None) -> pd.DataFrame:

@@ -25,7 +25,7 @@ import pandas as pd
 from harness.errors import UsageError
 from harness.store import Run, config_key
 
-MATCH_KEYS = ("variant", "config_key", "seq_len", "kv_len", "batch", "heads", "head_dim", "dtype", "causal", "mode", "inputs")
+MATCH_KEYS = ("variant", "config_key", "seq_len", "kv_len", "batch", "heads", "kv_heads", "head_dim", "dtype", "causal", "mode", "phase", "scope", "padding", "inputs")
 DEFAULT_THRESHOLD = 0.05  # minimum relative change of latency or memory that can be flagged
 MIN_MEMORY_CHANGE = 64 * 1024  # bytes: smaller memory changes are never flagged (allocator granularity)
 ERROR_ABS = 1e-4  # relative-L2 error changes below this are rounding, never flagged

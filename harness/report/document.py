@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from harness.report import analysis, cells, figures, findings, overview
+from harness.report import analysis, cells, figures, findings, overview, scopes
 from harness.report.page import Block, Heading, Paragraph
 from harness.report.render import render_html, render_markdown
 from harness.report.study_results import study_caveats, study_sections
@@ -64,7 +64,11 @@ def write_report(
             blocks += findings.recommendation(frame, budgets)
             blocks += [Paragraph(caveat) for caveat in study_caveats(run.path)]
             blocks += findings.scaling(frame)
+            blocks += scopes.layer_share(frame)
             paths, section = figures.figures(frame, run.path)
+            written += paths
+            blocks += section
+            paths, section = scopes.decode_figures(frame, run.path)
             written += paths
             blocks += section
             if maps:

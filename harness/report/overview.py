@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from harness.report.formatting import format_text
@@ -60,4 +61,19 @@ def outcome(frame: pd.DataFrame) -> list[Block]:
     statuses += [s for s in counts.columns if s not in statuses]
     rows = [[series] + [str(int(counts.at[series, s])) for s in statuses] for series in counts.index]
     total = f"{len(frame)} cells: " + ", ".join(f"{int(counts[s].sum())} {s}" for s in statuses)
-    return [Heading(2, "Outcome"), Paragraph(total), Table(["series"] + statuses, rows)]
+    return [Heading(2, "Outcome"), Paragraph(total)] + math_fallback(frame) + [Table(["series"] + statuses, rows)]
+
+
+def math_fallback(frame: pd.DataFrame) -> list[Block]:
+    """A warning line when any CUDA row's SDPA ran the math kernel: a silent fallback that costs speed and memory."""
+    if "sdpa_kernel" not in frame.columns:
+        return []
+    math = np.array([isinstance(k, str) and "math" in k.split("+") for k in frame["sdpa_kernel"]], dtype=bool)
+    fell = frame[(frame["device"] == "cuda").to_numpy() & math]
+    if not len(fell):
+        return []
+    where = ", ".join(sorted({f"{s} N={n}" for s, n in zip(fell["series"], fell["seq_len"])})[:6])
+    more = f" and {len(fell) - 6} more" if len(fell) > 6 else ""
+    return [Paragraph(f"**Warning: SDPA fell back to the math kernel on CUDA** in {len(fell)} row(s) ({where}{more}): "
+                      "torch found no fused kernel for that dtype, head dim or mask, so those latencies and memory are not "
+                      "the fused kernel's (see the sdpa_kernel column).")]

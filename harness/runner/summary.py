@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import warnings
 
-from harness.report.analysis import with_dense_ratios
+from harness.report.analysis import SETTING_KEYS, axes_title, with_dense_ratios
 from harness.report.formatting import format_error, format_n, format_ratio, format_seconds_compact
 from harness.store import rows_frame
 
@@ -16,12 +16,12 @@ def summary_table(rows: list[dict]) -> str:
         warnings.simplefilter("ignore")
         frame = rows_frame(rows)
     frame = with_dense_ratios(frame)
-    keys = ["device", "dtype", "mode", "causal", "batch", "heads", "head_dim", "inputs"]
+    keys = list(SETTING_KEYS) + ["inputs"]
     blocks = []
     for setting, group in frame.groupby(keys, sort=False):
         s = dict(zip(keys, setting))
         title = (f"{s['mode']} {s['dtype']} {'causal' if s['causal'] else 'non-causal'} B={s['batch']} H={s['heads']} "
-                 f"D={s['head_dim']} inputs={s['inputs']} on {s['device']}")
+                 f"D={s['head_dim']}{axes_title(s)} inputs={s['inputs']} on {s['device']}")
         lengths = sorted(group["seq_len"].unique())
         header = ["variant", "metric"] + [format_n(n) for n in lengths]
         lines = [header]

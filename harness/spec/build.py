@@ -84,6 +84,7 @@ def build_spec(
         if budget and limit and budget >= limit:
             raise SpecError(f"{where('time_budget_s')} = {budget:g} s: the timing budget must be below the per-cell limit "
                             f"({where('cell_timeout_s')} = {limit:g} s), or every cell times out; lower it or raise the limit")
+        _check_heads_and_padding(values, where)
         variant_config = variant_config_layers(defaults.get(VARIANT_CONFIG_KEY, {}), merged.get(VARIANT_CONFIG_KEY, {}), where)
         problem = device_problem(device, present=False)
         if problem:
@@ -113,6 +114,22 @@ def _check_file_plugins(source: str, from_file: list, given: list, trust: bool) 
         flags = " ".join(f"--plugin {p}" for p in untrusted)
         raise UsageError(f"{source} names plugins {', '.join(untrusted)}: importing them runs their code; "
                          f"to allow it pass {flags} (or --trust-plugins)")
+
+
+def _check_heads_and_padding(values: dict[str, Any], where: Any) -> None:
+    """kv_heads must divide heads; padding > 0 needs a batch of at least 2 (the lengths are ragged over it)."""
+    heads, batch = values.get("heads"), values.get("batch")
+    if heads is not None and where("kv_heads").startswith("default spec"):
+        # The embedded default's GQA values follow the heads a user chose: one that does not divide them becomes heads (MHA).
+        values["kv_heads"] = tuple(dict.fromkeys(kv if heads % kv == 0 else heads for kv in values.get("kv_heads", ())))
+    for kv in values.get("kv_heads", ()):
+        if heads is not None and heads % kv:
+            raise SpecError(f"{where('kv_heads')}: {kv} key/value heads do not divide {where('heads')} = {heads} query heads; "
+                            f"use a divisor of {heads}: {', '.join(str(d) for d in range(1, heads + 1) if heads % d == 0)}")
+    padded = [p for p in values.get("padding", ()) if p > 0]
+    if padded and batch is not None and batch < 2:
+        raise SpecError(f"{where('padding')} = {padded[0]:g} needs {where('batch')} >= 2 (each batch row keeps a different "
+                        f"length), got {batch}; raise the batch or use padding 0")
 
 
 def _raw_device(cli: dict, file_values: dict, source: str) -> tuple[str, bool]:

@@ -116,6 +116,26 @@ def positive_ints(value: Any, where: str, *, as_lengths: bool = False) -> tuple[
     return tuple(out)
 
 
+def optional_positive_ints(value: Any, where: str) -> tuple[int, ...]:
+    """Positive integers, or none at all (an empty list or '': the setting's default applies)."""
+    return positive_ints(value, where) if as_list(value) else ()
+
+
+def fractions(value: Any, where: str) -> tuple[float, ...]:
+    """Distinct numbers in [0, 1), e.g. padding fractions '0,0.25'."""
+    items = as_list(value)
+    if not items:
+        raise SpecError(f"{where}: needs at least one value in [0, 1), e.g. 0 or 0.25")
+    out: list[float] = []
+    for item in items:
+        x = number(item, where)
+        if not 0 <= x < 1:
+            raise SpecError(f"{where}: must be in [0, 1) (a fraction of the keys), got {item!r}")
+        if x not in out:
+            out.append(x)
+    return tuple(out)
+
+
 def seq_lens(value: Any, where: str) -> tuple[int, ...]:
     return positive_ints(value, where, as_lengths=True)
 

@@ -13,6 +13,8 @@ DTYPE_ALIASES = {"fp32": "float32", "f32": "float32", "bf16": "bfloat16", "fp16"
 MODES = ("forward", "train")
 MODE_ALIASES = {"fwd": "forward", "training": "train", "backward": "train", "bwd": "train"}
 ACCURACY_REFERENCES = ("full", "pattern")
+PHASES = ("prefill", "decode")  # harness.schema's, repeated here: the spec sits below nothing that imports it
+SCOPES = ("attention", "layer")
 VARIANT_CONFIG_KEY = "variant_config"  # TOML-only table: variant -> {field = value}, applied to every entry of that variant
 
 
@@ -42,11 +44,21 @@ class SweepSpec:
                                      help="sequence lengths: '256,1k,4k' or a doubling range '256..8192'")
     batch: int = knob(flag="--batch", metavar="B", parse=c.positive_int, help="batch size")
     heads: int = knob(flag="--heads", metavar="H", parse=c.positive_int, help="number of heads")
+    kv_heads: tuple[int, ...] = knob((), flag="--kv-heads", metavar="LIST", parse=c.optional_positive_ints,
+                                     help="key/value heads (GQA; each must divide --heads), e.g. '8,2,1' (default: = heads)")
     head_dims: tuple[int, ...] = knob(flag="--head-dim", metavar="LIST", parse=c.positive_ints, help="head dims, e.g. '64,128'")
     dtypes: tuple[str, ...] = knob(flag="--dtypes", metavar="LIST", help="float32, bfloat16 (bf16), float16 (fp16)")
     causal: tuple[bool, ...] = knob(flag="--causal", metavar="LIST", parse=c.bools, help="false, true or both")
     modes: tuple[str, ...] = knob(flag="--modes", metavar="LIST", parse=c.choices(MODES, MODE_ALIASES),
                                   help="forward (no grad), train (forward + backward)")
+    phases: tuple[str, ...] = knob(("prefill",), flag="--phases", metavar="LIST", parse=c.choices(PHASES),
+                                   help="prefill (one call on N tokens), decode (tokens generated one at a time after an N-token context; forward, causal)")
+    decode_steps: int = knob(32, flag="--decode-steps", metavar="S", parse=c.positive_int,
+                             help="tokens generated per timed decode call (latency is per token)")
+    padding: tuple[float, ...] = knob((0.0,), flag="--padding", metavar="LIST", parse=c.fractions,
+                                      help="mean fraction of key positions that are padding, ragged over the batch (needs --batch >= 2), e.g. '0,0.25'")
+    scope: tuple[str, ...] = knob(("attention",), flag="--scope", metavar="LIST", parse=c.choices(SCOPES),
+                                  help="attention (the variant alone), layer (a pre-norm transformer block around it)")
     inputs: tuple[str, ...] = knob(flag="--inputs", metavar="LIST",
                                    help="input distributions, e.g. 'gaussian,local,gaussian:scale=4'")
     seed: int = knob(flag="--seed", parse=lambda v, w: c.to_int(v, w, minimum=0, maximum=2**63 - 1), help="evaluation seed (calibration uses other seeds)")
@@ -85,6 +97,9 @@ def describe(spec: SweepSpec) -> str:
     """One line: the sweep's dimensions."""
     return (
         f"{len(spec.variants)} variants x {len(spec.seq_lens)} lengths x {len(spec.head_dims)} head dims x "
-        f"{len(spec.dtypes)} dtypes x {len(spec.causal)} causal x {len(spec.modes)} modes x {len(spec.inputs)} inputs "
+        f"{len(spec.dtypes)} dtypes x {len(spec.causal)} causal x {len(spec.modes)} modes x {len(spec.inputs)} inputs"
+        + "".join(f" x {len(values)} {name}" for name, values in (("kv heads", spec.kv_heads), ("phases", spec.phases),
+                                                               ("paddings", spec.padding), ("scopes", spec.scope)) if len(values) > 1)
+        + " "
         f"on {spec.device} (B={spec.batch}, H={spec.heads})"
     )

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from harness.errors import UsageError
-from harness.schema import NUMERIC_FIELDS, ROW_FIELDS, SCHEMA_VERSION
+from harness.schema import CELL_FIELD_DEFAULTS, NUMERIC_FIELDS, ROW_FIELDS, SCHEMA_VERSION
 from harness.store.run_dir import ENV_FILE, ROWS_FILE, SPEC_FILE
 
 REQUIRED_FIELDS = ("variant", "seq_len", "status")  # without these a row cannot be placed in any table
@@ -177,6 +177,11 @@ def _fill_defaults(frame: pd.DataFrame) -> None:
     frame["config"] = [c if isinstance(c, dict) else {} for c in frame["config"]]
     frame["kv_len"] = [n if m is None else m for n, m in zip(frame["seq_len"], frame["kv_len"])]
     frame["causal"] = [bool(c) for c in frame["causal"]]
+    # Cell fields newer than the first schema_version 1 rows (harness.schema.CELL_FIELD_DEFAULTS).
+    frame["kv_heads"] = [h if kv is None else int(kv) for h, kv in zip(frame["heads"], frame["kv_heads"])]
+    for column in ("phase", "scope"):
+        frame[column] = [CELL_FIELD_DEFAULTS[column] if v is None else v for v in frame[column]]
+    frame["padding"] = [0.0 if v is None else float(v) for v in frame["padding"]]
     for column in ("seq_len", "kv_len"):
         frame[column] = [int(v) for v in frame[column]]
 

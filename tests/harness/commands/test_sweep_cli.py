@@ -61,6 +61,11 @@ def test_dry_run_prints_cells_and_writes_nothing(tmp_path, capsys):
     (["--modes", "inference"], r"--modes: unknown value 'inference'"),
     (["--resume", "nowhere"], r"--resume replays the run's own spec.toml; drop --device, --seq-lens"),
     (["--bogus"], r"unrecognized arguments: --bogus"),
+    (["--kv-heads", "2,3"], r"--kv-heads: 3 key/value heads do not divide --heads = 2 query heads; use a divisor of 2: 1, 2"),
+    (["--padding", "0.25"], r"--padding = 0.25 needs --batch >= 2"),
+    (["--padding", "1", "--batch", "2"], r"--padding: must be in \[0, 1\)"),
+    (["--phases", "generate"], r"--phases: unknown value 'generate'; expected one of prefill, decode"),
+    (["--scope", "block"], r"--scope: unknown value 'block'; expected one of attention, layer"),
 ])
 def test_bad_input_exits_2_with_one_line(argv, match, capsys, tmp_path):
     assert main(["sweep", *TINY, "--out", str(tmp_path), *argv]) == 2

@@ -74,9 +74,11 @@ def test_slurm_flags_become_one_sbatch_job_array(tmp_path, monkeypatch, test_var
         assert line in script, (line, script)
     assert "--gpus-per-node" not in script  # a CPU sweep asks for no GPU
     cuda = build_spec(cli={**TINY, "device": "cuda", "dtypes": "float32", "variants": "dense", "seq_lens": "16", "executor": "slurm"})
+    cells = plan(cuda)
+    assert len(cells) == 5  # causal x modes, plus the GPU default's one decode cell (forward, causal)
     with make_executor(cuda, job) as executor:
-        executor.submit(plan(cuda))
-    assert "#SBATCH --gpus-per-node=1" in log.read_text() and "#SBATCH --array=0-3%4" in log.read_text()  # no cap: all 4 at once
+        executor.submit(cells)
+    assert "#SBATCH --gpus-per-node=1" in log.read_text() and "#SBATCH --array=0-4%5" in log.read_text()  # no cap: all 5 at once
 
 
 def test_default_time_limit_covers_the_cell_limit():

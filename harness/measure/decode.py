@@ -1,0 +1,125 @@
+"""A decode cell: the state for an N-token context built untimed, then `decode_steps` tokens generated one at a time.
+
+Inputs hold N + S positions (S = decode_steps): the first N are the context, token t of the
+generation is query/key/value N + t, so each step appends its own k_t, v_t. Each timed repeat
+starts from a freshly built state (init_state outside the timed region) and generates all S
+tokens; latency_s is seconds per generated token. state_bytes is the state right after the
+context (variants.state_bytes). Accuracy: the S outputs of the first (untimed) generation against
+exact causal attention over the whole prefix (rows N .. N+S-1; the variant's own pattern with
+accuracy_reference "pattern"). Decoding is inference: forward only, under no_grad, always causal.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from harness.measure.accuracy import nonfinite, output_errors
+from harness.measure.kernel import profiled_ops, sdpa_kernel
+from harness.measure.memory import measure_peak_memory
+from harness.measure.settings import MeasureSettings
+from harness.measure.stages import stage
+from harness.measure.timing import quantile
+from harness.schema import Cell
+
+
+def decode_inputs_extra(cell: Cell, settings: MeasureSettings) -> int:
+    """Positions a cell's inputs need beyond N: the generated tokens of a decode cell, else none."""
+    return settings.decode_steps if cell.phase == "decode" else 0
+
+
+def full_mask(kv_mask: Tensor | None, steps: int) -> Tensor | None:
+    """The context's kv_mask (B, N) extended by the generated tokens, all real: (B, N + steps)."""
+    if kv_mask is None:
+        return None
+    return torch.cat([kv_mask, kv_mask.new_ones(kv_mask.shape[0], steps)], dim=1)
+
+
+def measure_decode(attn: Any, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None, cell: Cell,
+                   settings: MeasureSettings, device: torch.device) -> dict[str, Any]:
+    """The measured fields of a decode cell (see module doc). q: (B, H, N + S, D); k, v: (B, H_kv, N + S, D)."""
+    N, S = cell.seq_len, settings.decode_steps
+    context_k, context_v = k[:, :, :N], v[:, :, :N]
+    tokens = [(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1]) for t in range(N, N + S)]  # views, made untimed
+    fields: dict[str, Any] = {}
+
+    def fresh_state() -> Any:
+        with torch.no_grad():
+            return attn.init_state(context_k, context_v, kv_mask=kv_mask)
+
+    def generate(state: Any) -> list[Tensor]:
+        outs = []
+        with torch.no_grad():
+            for q_t, k_t, v_t in tokens:
+                out_t, state = attn.step(q_t, k_t, v_t, state)
+                outs.append(out_t)
+        return outs
+
+    with stage("init_state"):
+        start = time.perf_counter()
+        state = fresh_state()
+        fields["setup_s"] = time.perf_counter() - start
+        fields["state_bytes"] = int(attn.state_bytes(state))
+    with stage("accuracy"):
+        start = time.perf_counter()
+        outs = generate(state)
+        first_call_s = time.perf_counter() - start
+        out = torch.cat(outs, dim=2)  # (B, H, S, D)
+        bad = nonfinite(out)
+        if bad:
+            return {**fields, "status": "nonfinite", "reason": bad}
+        fields.update(_accuracy(attn, q, k, v, out, kv_mask, N, S, settings.accuracy_reference))
+        del outs, out, state
+    with stage("memory"):
+        state = fresh_state()
+        peak = measure_peak_memory(lambda: generate(state), device)
+        fields.update(peak_memory_bytes=peak.bytes, memory_method=peak.method)
+        ops = peak.op_names
+        del peak, state
+        if ops is None:
+            state = fresh_state()
+            ops = profiled_ops(lambda: generate(state))
+            del state
+        fields["sdpa_kernel"] = sdpa_kernel(ops)
+    with stage("timing"):
+        times = _time_generations(fresh_state, generate, settings, device, first_call_s)
+    latency = statistics.median(times) / S
+    flops = sum(int(attn.flops(cell.batch, cell.heads, 1, N + t + 1, cell.head_dim, False)) for t in range(S)) // S
+    return {
+        **fields, "status": "ok", "latency_s": latency, "latency_p20_s": quantile(times, 0.2) / S,
+        "latency_p80_s": quantile(times, 0.8) / S, "repeats": len(times), "flops": flops,
+        "tflops": flops / latency / 1e12 if latency > 0 else None,
+    }
+
+
+def _accuracy(attn: Any, q: Tensor, k: Tensor, v: Tensor, out: Tensor, kv_mask: Tensor | None, N: int, S: int,
+              reference: str) -> dict[str, Any]:
+    from variants import reference_attention
+
+    rows = torch.arange(N, N + S, device=q.device)
+    pattern = attn.pattern if reference == "pattern" else None
+    with torch.no_grad():
+        ref = reference_attention(q.double(), k.double(), v.double(), causal=True, kv_mask=full_mask(kv_mask, S),
+                                  pattern=pattern, rows=rows)  # (B, H, S, D)
+    return output_errors(out.double(), ref)
+
+
+def _time_generations(fresh_state: Callable[[], Any], generate: Callable[[Any], Any], settings: MeasureSettings,
+                      device: torch.device, first_call_s: float) -> list[float]:
+    """Seconds of each timed generation of S tokens, each from a fresh state built outside the timed region."""
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    estimate = max(first_call_s, 1e-6)
+    count = max(settings.repeats, min(1000, int(settings.time_budget_s / estimate)))
+    times = []
+    for _ in range(count):
+        state = fresh_state()
+        sync()
+        start = time.perf_counter()
+        generate(state)
+        sync()
+        times.append(time.perf_counter() - start)
+        del state
+    return times

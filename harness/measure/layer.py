@@ -1,0 +1,162 @@
+"""A layer cell: a pre-norm transformer block around the variant, timed as a whole.
+
+x (B, N, E = H * D) -> x + W_o attn(W_q h, W_k h, W_v h), h = RMSNorm(x)  (k, v with H_kv heads)
+                    -> x + W_2 (silu(W_1 h) * W_3 h),       h = RMSNorm(x)  (SwiGLU, width ~2.7 E)
+Weights are random, seeded by the cell; x is the cell's q inputs laid out as (B, N, H * D), so the
+input distribution still chooses x. Accuracy: the block's output on sampled rows against the same
+block (same weights) in float64 with exact attention (or the variant's pattern), so it shows how
+much of the attention error survives the projections, the residual and the MLP.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Any, Callable
+
+import torch
+from einops import rearrange
+from torch import Tensor, nn
+
+from harness.measure.accuracy import REFERENCE_CHUNK_BYTES, check_output, nonfinite, output_errors, sample_rows
+from harness.measure.kernel import profiled_ops, sdpa_kernel
+from harness.measure.memory import measure_peak_memory
+from harness.measure.settings import MeasureSettings
+from harness.measure.stages import stage
+from harness.measure.timing import quantile, time_step
+from harness.schema import Cell
+
+MLP_RATIO = 2.7  # SwiGLU hidden width / model width (LLaMA's 8/3, rounded up)
+
+
+def mlp_width(E: int) -> int:
+    """The SwiGLU hidden width: MLP_RATIO * E rounded to a multiple of 64 (at least 64)."""
+    return max(64, int(round(MLP_RATIO * E / 64)) * 64)
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block (RMSNorm, GQA projections, the variant, SwiGLU MLP, residuals)."""
+
+    def __init__(self, attn: nn.Module, *, heads: int, kv_heads: int, head_dim: int):
+        super().__init__()
+        E, F = heads * head_dim, mlp_width(heads * head_dim)
+        self.attn, self.heads, self.kv_heads = attn, heads, kv_heads
+        self.norm1, self.norm2 = nn.RMSNorm(E), nn.RMSNorm(E)
+        self.wq = nn.Linear(E, heads * head_dim, bias=False)
+        self.wk = nn.Linear(E, kv_heads * head_dim, bias=False)
+        self.wv = nn.Linear(E, kv_heads * head_dim, bias=False)
+        self.wo = nn.Linear(heads * head_dim, E, bias=False)
+        self.w1, self.w3, self.w2 = nn.Linear(E, F, bias=False), nn.Linear(E, F, bias=False), nn.Linear(F, E, bias=False)
+
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q (B, H, N, D), k and v (B, H_kv, N, D) from x (B, N, E)."""
+        h = self.norm1(x)
+        q = rearrange(self.wq(h), "b n (h d) -> b h n d", h=self.heads)
+        k = rearrange(self.wk(h), "b n (h d) -> b h n d", h=self.kv_heads)
+        v = rearrange(self.wv(h), "b n (h d) -> b h n d", h=self.kv_heads)
+        return q, k, v
+
+    def finish(self, x: Tensor, a: Tensor) -> Tensor:
+        """The rest of the block, row by row: x (B, R, E) + W_o a (a: (B, H, R, D)), then the MLP residual."""
+        x = x + self.wo(rearrange(a, "b h n d -> b n (h d)"))
+        h = self.norm2(x)
+        return x + self.w2(nn.functional.silu(self.w1(h)) * self.w3(h))
+
+    def forward(self, x: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None) -> Tensor:
+        q, k, v = self.project(x)
+        return self.finish(x, self.attn(q, k, v, causal=causal, kv_mask=kv_mask))
+
+    def linear_flops(self, B: int, N: int) -> int:
+        """Forward FLOPs of the projections and the MLP (2 per multiply-add)."""
+        return 2 * B * N * sum(m.in_features * m.out_features for m in (self.wq, self.wk, self.wv, self.wo, self.w1, self.w3, self.w2))
+
+
+def build_block(attn: nn.Module, cell: Cell, dtype: torch.dtype, device: torch.device) -> Block:
+    """The cell's block around `attn`, weights seeded by the cell (the variant's own parameters untouched)."""
+    torch.manual_seed(cell.seed + 7919)
+    return Block(attn, heads=cell.heads, kv_heads=cell.kv_heads, head_dim=cell.head_dim).to(device=device, dtype=dtype)
+
+
+def measure_layer(attn: Any, q: Tensor, kv_mask: Tensor | None, cell: Cell, settings: MeasureSettings,
+                  device: torch.device) -> dict[str, Any]:
+    """The measured fields of a layer cell (see module doc); x is q (B, H, N, D) as (B, N, H * D)."""
+    from variants import train_flops
+
+    training = cell.mode == "train"
+    x = rearrange(q, "b h n d -> b n (h d)").contiguous()  # (B, N, E)
+    fields: dict[str, Any] = {}
+    with stage("build"):
+        block = build_block(attn, cell, q.dtype, device).train(training)
+    with stage("accuracy"):
+        out, first_call_s = _timed_call(lambda: block(x, causal=cell.causal, kv_mask=kv_mask))
+        check_output(rearrange(out, "b n (h d) -> b h n d", h=cell.heads), q, q)
+        bad = nonfinite(out)
+        if bad:
+            return {**fields, "status": "nonfinite", "reason": bad}
+        fields.update(_accuracy(block, x, out, kv_mask, cell, settings))
+        del out
+    step = _step(block, x, cell.causal, kv_mask, training)
+    with stage("memory"):
+        peak = measure_peak_memory(step, device)
+        fields.update(peak_memory_bytes=peak.bytes, memory_method=peak.method)
+        ops = peak.op_names if peak.op_names is not None else profiled_ops(step)
+        fields["sdpa_kernel"] = sdpa_kernel(ops)
+        del peak
+    with stage("timing"):
+        times, repeats = time_step(step, settings, device, first_call_s=first_call_s)
+    latency = statistics.median(times)
+    attention = int(attn.flops(cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal))
+    linear = block.linear_flops(cell.batch, cell.seq_len)
+    flops = train_flops(attention) + 3 * linear if training else attention + linear
+    return {
+        **fields, "status": "ok", "latency_s": latency, "latency_p20_s": quantile(times, 0.2),
+        "latency_p80_s": quantile(times, 0.8), "repeats": repeats, "flops": flops,
+        "tflops": flops / latency / 1e12 if latency > 0 else None,
+    }
+
+
+def _timed_call(fn: Callable[[], Tensor]) -> tuple[Tensor, float]:
+    import time
+
+    start = time.perf_counter()
+    with torch.no_grad():
+        out = fn()
+    return out, time.perf_counter() - start
+
+
+def _step(block: Block, x: Tensor, causal: bool, kv_mask: Tensor | None, training: bool) -> Callable[[], Any]:
+    """The timed call: the block's forward under no_grad, or forward + backward w.r.t. x and every parameter."""
+    if not training:
+        def forward() -> Tensor:
+            with torch.no_grad():
+                return block(x, causal=causal, kv_mask=kv_mask)
+
+        return forward
+    xg = x.detach().requires_grad_(True)
+    targets = [xg] + [p for p in block.parameters() if p.requires_grad]
+    grad_out = torch.randn(x.shape, generator=torch.Generator(device=x.device).manual_seed(1), device=x.device).to(x.dtype)
+
+    def train() -> tuple:
+        out = block(xg, causal=causal, kv_mask=kv_mask)
+        return torch.autograd.grad(out, targets, grad_outputs=grad_out, allow_unused=True)
+
+    return train
+
+
+def _accuracy(block: Block, x: Tensor, out: Tensor, kv_mask: Tensor | None, cell: Cell, settings: MeasureSettings) -> dict[str, Any]:
+    """The block's output on sampled rows against the float64 block with exact attention (the same weights)."""
+    import copy
+
+    from variants import reference_attention
+
+    B, N = x.shape[0], x.shape[1]
+    rows = sample_rows(N, settings.error_rows, cell.seed).to(x.device)
+    pattern = block.attn.pattern if settings.accuracy_reference == "pattern" else None
+    gold = copy.deepcopy(block).double()
+    chunk = max(1, REFERENCE_CHUNK_BYTES[x.device.type] // (B * cell.heads * N * 8))
+    with torch.no_grad():
+        x64 = x.double()
+        q, k, v = gold.project(x64)
+        a = torch.cat([reference_attention(q, k, v, causal=cell.causal, kv_mask=kv_mask, pattern=pattern, rows=rows[i : i + chunk])
+                       for i in range(0, len(rows), chunk)], dim=2)  # (B, H, R, D)
+        ref = gold.finish(x64[:, rows], a)  # (B, R, E)
+    valid = kv_mask[:, rows] if kv_mask is not None else None
+    return output_errors(out[:, rows].double()[:, None], ref[:, None], valid)
