@@ -21,14 +21,13 @@ class Knob:
     group: str = "what"  # "what" (what is measured), "how" (how it is measured), "where" (where cells run)
     repeatable: bool = False  # the flag may be given several times (values are concatenated)
     parse: Callable[[Any, str], Any] | None = None  # (raw value, where) -> typed value; raises SpecError
-    written: bool = True  # written to spec.toml
 
 
 def knob(default: Any = MISSING, *, flag: str | None = None, help: str, metavar: str | None = None, group: str = "what",
-         repeatable: bool = False, parse: Callable[[Any, str], Any] | None = None, written: bool = True,
+         repeatable: bool = False, parse: Callable[[Any, str], Any] | None = None,
          default_factory: Any = MISSING) -> Any:
     """A dataclass field that is also a setting (see Knob); `flag=None` keeps it TOML-only."""
-    meta = {"knob": dict(flag=flag, help=help, metavar=metavar, group=group, repeatable=repeatable, parse=parse, written=written)}
+    meta = {"knob": dict(flag=flag, help=help, metavar=metavar, group=group, repeatable=repeatable, parse=parse)}
     if default_factory is not MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -38,10 +37,3 @@ def knobs(cls: type) -> tuple[Knob, ...]:
     """The settings a dataclass declares, in field order."""
     return tuple(Knob(key=f.name, **f.metadata["knob"]) for f in dataclasses.fields(cls) if "knob" in f.metadata)
 
-
-def flag_of(cls: type, key: str) -> str:
-    """The flag of a setting, or its TOML key when it has none (for error messages)."""
-    for k in knobs(cls):
-        if k.key == key:
-            return k.flag or key
-    return key

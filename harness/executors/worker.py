@@ -15,7 +15,7 @@ import os
 import socket
 import tempfile
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,6 @@ class CellJob:
     run_dir: str | None = None  # the run folder (shared filesystem for remote executors): fitted/ lives here
     remote: bool = False  # True: the row's host, device_name and threads describe the worker, not the driver
     threads: int | None = None  # torch threads in the worker (remote CPU cells: the CPUs the engine gave it)
-    extra: dict[str, Any] = field(default_factory=dict)  # executor-specific notes (unused by the worker)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

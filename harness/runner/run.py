@@ -147,7 +147,9 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
             run_cells(executor, todo, skip=skip, on_row=on_row, on_start=progress.start)
     except KeyboardInterrupt:
         progress.close()
-        print(f"interrupted; the rows so far are in {run_dir}; continue with --resume {run_dir}", file=sys.stderr)
+        plugins = "".join(f" --plugin {p}" for p in job.plugins)  # a spec file's plugins are imported only when named
+        print(f"interrupted; the rows so far are in {run_dir}; continue with "
+              f"python -m harness sweep --resume {run_dir}{plugins}", file=sys.stderr)
         raise
     progress.close()
     finish_run(run_dir, plugins=job.plugins)

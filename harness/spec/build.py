@@ -83,7 +83,8 @@ def build_spec(
         budget, limit = values.get("time_budget_s"), values.get("cell_timeout_s")
         if budget and limit and budget >= limit:
             raise SpecError(f"{where('time_budget_s')} = {budget:g} s: the timing budget must be below the per-cell limit "
-                            f"({where('cell_timeout_s')} = {limit:g} s), or every cell times out; lower it or raise the limit")
+                            f"({where('cell_timeout_s')} = {limit:g} s), which must also cover set-up, the accuracy check "
+                            "and the memory probe; lower the budget or raise the limit well above it")
         _check_heads_and_padding(values, where)
         variant_config = variant_config_layers(defaults.get(VARIANT_CONFIG_KEY, {}), merged.get(VARIANT_CONFIG_KEY, {}), where)
         problem = device_problem(device, present=False)

@@ -53,12 +53,11 @@ def repair_tail(path: Path) -> None:
     if not path.exists() or path.stat().st_size == 0:
         return
     with open(path, "rb+") as f:
-        data = f.read()
+        start, data = _last_line(f)
         if data.endswith(b"\n"):
             return
-        start = data.rfind(b"\n") + 1
         try:
-            complete = isinstance(json.loads(data[start:]), dict)
+            complete = isinstance(json.loads(data), dict)
         except ValueError:  # JSONDecodeError and undecodable bytes
             complete = False
         if complete:
@@ -68,7 +67,25 @@ def repair_tail(path: Path) -> None:
         f.flush()
         os.fsync(f.fileno())
     if not complete:
-        warn_note(None, f"{path}: cut a partial last line ({len(data) - start} bytes, not valid JSON); probably a run killed mid-write")
+        warn_note(None, f"{path}: cut a partial last line ({len(data)} bytes, not valid JSON); probably a run killed mid-write")
+
+
+def _last_line(f: Any, block: int = 1 << 16) -> tuple[int, bytes]:
+    """(offset, bytes) of the file's last line, newline included if it has one: read backwards, not the whole file."""
+    end = f.seek(0, os.SEEK_END)
+    f.seek(end - 1)
+    if f.read(1) == b"\n":
+        return end - 1, b"\n"
+    position = end
+    while position > 0:
+        position = max(0, position - block)
+        f.seek(position)
+        chunk = f.read(end - position)
+        cut = chunk.rfind(b"\n")
+        if cut >= 0:
+            return position + cut + 1, chunk[cut + 1:]
+    f.seek(0)
+    return 0, f.read(end)
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

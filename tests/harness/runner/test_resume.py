@@ -98,6 +98,6 @@ def test_ctrl_c_stops_cleanly_keeps_the_rows_and_says_how_to_resume(tmp_path):
         if child.poll() is None:
             child.kill()
     assert child.returncode == 130
-    assert f"continue with --resume {run_dir}" in err and "Traceback" not in err
+    assert f"continue with python -m harness sweep --resume {run_dir} --plugin {PLUGIN}" in err and "Traceback" not in err
     rows = read_rows(run_dir)
     assert len(rows) >= 2 and len({r["cell_id"] for r in rows}) == len(rows)  # every row whole, none twice
