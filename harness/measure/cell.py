@@ -3,7 +3,8 @@
 The order inside a cell: inputs -> build -> refuse (unsupported, with reasons) -> calibrate
 (learnable variants, on other seeds) -> prepare (set-up hook) -> one checked call (accuracy
 against the float64 reference on sampled rows, gradients in train mode; this is also the
-warm-up) -> peak memory of one call -> timing. Nothing but the call itself is timed.
+warm-up) -> peak memory of one call -> timing (paired with the dense baseline in alternating blocks,
+harness.measure.speedup). Nothing but the calls themselves is timed.
 
 A failure never escapes: out of memory -> "oom", NotSupportedError -> "unsupported", NaN/inf ->
 "nonfinite", the per-cell limit -> "timeout", anything else -> "error" with the stage and message.
@@ -11,7 +12,6 @@ A failure never escapes: out of memory -> "oom", NotSupportedError -> "unsupport
 from __future__ import annotations
 
 import contextlib
-import statistics
 import time
 from typing import Any, Callable, Iterator
 
@@ -23,9 +23,10 @@ from harness.measure.accuracy import check_accuracy
 from harness.measure.calibration import calibrated
 from harness.measure.context import MeasureContext
 from harness.measure.memory import measure_peak_memory
+from harness.measure.noise import larger, load_per_cpu, noise_fields
 from harness.measure.outcome import base_row, classify_exception, deadline, now, release_memory
 from harness.measure.settings import DTYPES, MeasureSettings, RunInfo
-from harness.measure.timing import quantile, time_step
+from harness.measure.speedup import baseline_for, timed_fields
 from harness.schema import Cell, Row
 
 
@@ -51,7 +52,7 @@ def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: M
     """Measure one cell and return its row; never raises for a failure of the variant (see module doc)."""
     context = context or MeasureContext()
     row = base_row(cell, run).update(started_at=now())
-    start = time.perf_counter()
+    start, load_at_start = time.perf_counter(), load_per_cpu()
     try:
         with deadline(settings.cell_timeout_s):
             row.update(**_measure(cell, settings, context))
@@ -65,6 +66,8 @@ def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: M
             context.clear()
         del exc, error
     row.wall_s = time.perf_counter() - start
+    row.load_per_cpu = larger(load_at_start, load_per_cpu())
+    row.update(**noise_fields(row.to_dict(), row.load_per_cpu))
     if row.status != "ok":
         release_memory(settings.device)
     return row
@@ -110,14 +113,14 @@ def _measure(cell: Cell, settings: MeasureSettings, context: MeasureContext) -> 
         peak = measure_peak_memory(step, device)
         fields.update(peak_memory_bytes=peak.bytes, memory_method=peak.method)
         del peak
-    with _stage("timing"):
-        times, repeats = time_step(step, settings, device, first_call_s=accuracy.call_s)
-    latency = statistics.median(times)
+    with _stage("timing"):  # paired with the baseline (dense, backend auto) unless this is it: harness.measure.speedup
+        baseline = baseline_for(cell, q, k, v, context, device, _step)
+        fields.update(timed_fields(step, baseline, settings, device, first_call_s=accuracy.call_s))
+    latency = fields["latency_s"]
     flops = attn.flops(cell.batch, cell.heads, N, M, cell.head_dim, cell.causal)
     flops = train_flops(flops) if training else int(flops)
     return {
-        **fields, "status": "ok", "latency_s": latency, "latency_p20_s": quantile(times, 0.2),
-        "latency_p80_s": quantile(times, 0.8), "repeats": repeats, "flops": flops,
+        **fields, "status": "ok", "flops": flops,
         "tflops": flops / latency / 1e12 if latency > 0 else None,
     }
 
