@@ -17,7 +17,7 @@ import torch
 from harness.measure.context import MeasureContext
 from harness.measure.noise import RETIME_SPREAD
 from harness.measure.outcome import CellTimeout, classify_exception, release_memory
-from harness.measure.pairing import PairedTimes, bootstrap_interval, calls_per_block, perf_counter_timer, spread, time_pairs
+from harness.measure.pairing import BlockTimer, PairedTimes, bootstrap_interval, calls_per_block, perf_counter_timer, spread, time_pairs
 from harness.measure.settings import MeasureSettings
 from harness.measure.timing import cuda_block_timer, quantile, time_step
 from harness.schema import Cell
@@ -76,12 +76,16 @@ def guarded(step: Step) -> Step:
 
 
 def timed_fields(step: Step, baseline: Baseline, settings: MeasureSettings, device: torch.device, *,
-                 first_call_s: float) -> dict[str, Any]:
-    """latency_s/p20/p80, repeats and (paired) speedup, speedup_low/high, baseline_latency_s, noise_reason of one cell."""
+                 first_call_s: float, timer: BlockTimer | None = None) -> dict[str, Any]:
+    """latency_s/p20/p80, repeats and (paired) speedup, speedup_low/high, baseline_latency_s, noise_reason of one cell.
+
+    `timer` times the paired blocks (default: perf_counter on CPU, CUDA events on CUDA; tests pass a fake clock).
+    """
     note = baseline.note
     if baseline.step is not None:
+        timer = timer or (cuda_block_timer(device) if device.type == "cuda" else perf_counter_timer)
         try:
-            return _paired(step, baseline, settings, device, first_call_s=first_call_s)
+            return _paired(step, baseline, settings, timer, first_call_s=first_call_s)
         except BaselineFailed as exc:
             status, reason = classify_exception(exc.__cause__ or exc, settings.cell_timeout_s)
             note = f"no paired speed-up: baseline {BASELINE} {status}: {reason}"
@@ -91,9 +95,8 @@ def timed_fields(step: Step, baseline: Baseline, settings: MeasureSettings, devi
     return {**_latency(times), "repeats": repeats, "noise_reason": note}
 
 
-def _paired(step: Step, baseline: Baseline, settings: MeasureSettings, device: torch.device, *, first_call_s: float) -> dict[str, Any]:
+def _paired(step: Step, baseline: Baseline, settings: MeasureSettings, timer: BlockTimer, *, first_call_s: float) -> dict[str, Any]:
     base_step = guarded(baseline.step)  # type: ignore[arg-type]
-    timer = cuda_block_timer(device) if device.type == "cuda" else perf_counter_timer
     base_call_s = baseline.known_call_s.get(baseline.cache_key) if baseline.cache_key else None
     if base_call_s is None:  # first pairing on these inputs: warm the baseline up and estimate its call
         base_step()

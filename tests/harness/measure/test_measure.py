@@ -163,3 +163,18 @@ def test_sampled_rows_include_first_and_last():
     assert len(rows) == 16 and rows[0] == 0 and rows[-1] == 999
     assert torch.equal(rows, rows.unique())  # sorted, no repeats
     assert torch.equal(sample_rows(10, 16, seed=0), torch.arange(10))
+
+
+@pytest.mark.parametrize("mode", ["forward", "train"])
+def test_cells_are_paired_with_dense_auto_but_dense_auto_is_not(mode):
+    context = MeasureContext()
+    dense = measure_cell(cell(N=64, mode=mode), FAST, RUN, context).to_dict()
+    assert dense["status"] == "ok" and dense["speedup"] is None and dense["baseline_latency_s"] is None
+    assert dense["noisy"] in (True, False) and (dense["load_per_cpu"] is None or dense["load_per_cpu"] >= 0)
+    for row in (measure_cell(cell("sliding_window", N=64, mode=mode), FAST, RUN, context).to_dict(),
+                measure_cell(cell(N=64, mode=mode, config={"backend": "reference"}), FAST, RUN, context).to_dict()):
+        assert row["status"] == "ok", row["reason"]
+        assert 0 < row["speedup_low"] <= row["speedup"] <= row["speedup_high"]
+        assert row["baseline_latency_s"] > 0 and row["repeats"] >= FAST.repeats
+    failed = measure_cell(cell(N=64, inputs="nope"), FAST, RUN)  # not timed: no noise verdict
+    assert failed.status == "error" and failed.noisy is None
