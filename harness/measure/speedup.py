@@ -24,7 +24,9 @@ from harness.schema import Cell
 
 Step = Callable[[], Any]
 TARGET_PAIRS = 10  # pairs a cell aims for within its time budget (at least settings.repeats, at most this when calls are fast)
-SLOW_PAIRS = 2  # pairs when one call of either step already exceeds the budget
+SLOW_PAIRS = 3  # pairs when one call of either step already exceeds the budget...
+SLOWEST_PAIRS = 2  # ... and when one pair takes longer than SLOW_PAIR_S
+SLOW_PAIR_S = 1.0  # seconds
 BASELINE = "dense"  # the baseline variant, with its default config (backend "auto")
 
 
@@ -104,11 +106,14 @@ def _paired(step: Step, baseline: Baseline, settings: MeasureSettings, timer: Bl
         if baseline.cache_key:
             baseline.known_call_s[baseline.cache_key] = base_call_s
     budget = settings.time_budget_s
+    if first_call_s < 4 * budget:  # the accuracy check's call was the first: re-estimate the now warm variant
+        first_call_s = timer(step, 1)
     slow = max(first_call_s, base_call_s) >= budget
     block_s = budget / (2 * TARGET_PAIRS)
     na, nb = (1, 1) if slow else (calls_per_block(first_call_s, block_s), calls_per_block(base_call_s, block_s))
     pair_s = na * first_call_s + nb * base_call_s
-    pairs = max(SLOW_PAIRS if slow else settings.repeats, min(TARGET_PAIRS, int(budget / pair_s) if pair_s > 0 else TARGET_PAIRS))
+    fewest = (SLOWEST_PAIRS if pair_s > SLOW_PAIR_S else SLOW_PAIRS) if slow else settings.repeats
+    pairs = max(fewest, min(TARGET_PAIRS, int(budget / pair_s) if pair_s > 0 else TARGET_PAIRS))
     times = time_pairs(step, base_step, timer, pairs=pairs, number_variant=na, number_baseline=nb)
     retimed = False
     if not slow and max(spread(times.variant), spread(times.ratios)) > RETIME_SPREAD:  # the blocks disagree badly: once more
