@@ -40,7 +40,7 @@ class Baseline:
 
     step: Step | None
     note: str | None = None  # why there is no pairing (None for the baseline's own cells: nothing to say)
-    cache_key: tuple | None = None  # where MeasureContext keeps its warm per-call seconds
+    cache_key: tuple | None = None  # where MeasureContext keeps the baseline's warm per-call seconds on these inputs
     known_call_s: dict[tuple, float] = dataclasses.field(default_factory=dict)
 
 
@@ -55,13 +55,13 @@ def baseline_for(cell: Cell, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
         base = context.baseline(device, cell.dtype)
     except Exception as exc:  # noqa: BLE001 - a baseline that cannot be built leaves the speed-up None, not the row failed
         return Baseline(None, note=f"no paired speed-up: baseline {BASELINE} not built: {type(exc).__name__}: {exc}")
-    if cell.variant == BASELINE and cell.config == dataclasses.asdict(base.config):
-        return Baseline(None)
+    key = (context.inputs_key, cell.causal, cell.mode)
+    if cell.variant == BASELINE and cell.config == dataclasses.asdict(base.config):  # timed alone; its time warms the cache
+        return Baseline(None, cache_key=key, known_call_s=context.baseline_call_s)
     reasons = base.not_supported_reasons(q, k, v, causal=cell.causal, kv_mask=None, training=training)
     if reasons:
         return Baseline(None, note=f"no paired speed-up: baseline {BASELINE} unsupported: " + "; ".join(reasons))
-    return Baseline(make_step(base, q, k, v, cell.causal, training), cache_key=(context.inputs_key, cell.causal, cell.mode),
-                    known_call_s=context.baseline_call_s)
+    return Baseline(make_step(base, q, k, v, cell.causal, training), cache_key=key, known_call_s=context.baseline_call_s)
 
 
 def guarded(step: Step) -> Step:
@@ -94,7 +94,10 @@ def timed_fields(step: Step, baseline: Baseline, settings: MeasureSettings, devi
             if status == "oom":
                 release_memory(settings.device)
     times, repeats = time_step(step, settings, device, first_call_s=first_call_s)
-    return {**_latency(times), "repeats": repeats, "noise_reason": note}
+    fields = {**_latency(times), "repeats": repeats, "noise_reason": note}
+    if baseline.step is None and baseline.note is None and baseline.cache_key:  # the baseline's own cell: its warm call time
+        baseline.known_call_s[baseline.cache_key] = fields["latency_s"]
+    return fields
 
 
 def _paired(step: Step, baseline: Baseline, settings: MeasureSettings, timer: BlockTimer, *, first_call_s: float) -> dict[str, Any]:

@@ -170,6 +170,7 @@ def test_cells_are_paired_with_dense_auto_but_dense_auto_is_not(mode):
     context = MeasureContext()
     dense = measure_cell(cell(N=64, mode=mode), FAST, RUN, context).to_dict()
     assert dense["status"] == "ok" and dense["speedup"] is None and dense["baseline_latency_s"] is None
+    assert list(context.baseline_call_s.values()) == [dense["latency_s"]]  # its warm time spares the next cell a warm-up
     assert dense["noisy"] in (True, False) and (dense["load_per_cpu"] is None or dense["load_per_cpu"] >= 0)
     for row in (measure_cell(cell("sliding_window", N=64, mode=mode), FAST, RUN, context).to_dict(),
                 measure_cell(cell(N=64, mode=mode, config={"backend": "reference"}), FAST, RUN, context).to_dict()):
