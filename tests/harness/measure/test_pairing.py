@@ -130,3 +130,23 @@ def test_noisy_flags_name_their_reason():
     assert noise.noise_fields({"latency_s": None}, 5.0) == {"noisy": None}
     kept = noise.noise_fields({**quiet, "noise_reason": "no paired speed-up: baseline dense oom"}, 0.0)
     assert kept == {"noisy": False, "noise_reason": "no paired speed-up: baseline dense oom"}
+
+
+def test_blocks_that_disagree_badly_are_timed_once_more():
+    import torch
+
+    clock = FakeClock()
+    calls = []
+
+    def timer(step, number):  # calls 1-2 estimate; the 10 pairs (calls 3-22) see 3x load in every other pair; then quiet
+        calls.append(1)
+        n = len(calls)
+        clock.load = 3.0 if 3 <= n <= 22 and ((n - 3) // 2) % 2 == 0 else 1.0
+        return clock.timer(step, number)
+
+    settings = MeasureSettings(time_budget_s=0.05, repeats=3)
+    fields = timed_fields(clock.step(0.001), Baseline(clock.step(0.002)), settings, torch.device("cpu"), first_call_s=0.001,
+                          timer=timer)
+    assert fields["noise_reason"] == "re-timed once: the first blocks disagreed"
+    assert len(calls) == 42 and fields["speedup"] == pytest.approx(2.0)
+    assert fields["latency_p80_s"] == pytest.approx(fields["latency_p20_s"])  # the quiet second timing was kept
