@@ -3,16 +3,16 @@
 The order inside a cell: inputs -> build -> refuse (unsupported, with reasons) -> calibrate
 (learnable variants, on other seeds) -> prepare (set-up hook) -> one checked call (accuracy
 against the float64 reference on sampled rows, gradients in train mode; this is also the
-warm-up) -> peak memory of one call (and the SDPA kernel it ran) -> timing. Nothing but the call itself is
-timed. A decode cell (harness.measure.decode) and a layer cell (harness.measure.layer) leave after
-calibration for their own stages; a padded cell passes its kv_mask to every call.
+warm-up) -> peak memory of one call (and the SDPA kernel it ran) -> timing (paired with the dense baseline in
+alternating blocks, harness.measure.speedup). Nothing but the calls themselves is timed. A decode cell
+(harness.measure.decode) and a layer cell (harness.measure.layer) leave after calibration for their own
+stages; a padded cell passes its kv_mask to every call.
 
 A failure never escapes (only Ctrl-C does; a SystemExit from a variant is an error row): out of memory -> "oom", NotSupportedError -> "unsupported", NaN/inf ->
 "nonfinite", the per-cell limit -> "timeout", anything else -> "error" with the stage and message.
 """
 from __future__ import annotations
 
-import statistics
 import time
 from typing import Any, Callable
 
@@ -28,10 +28,11 @@ from harness.measure.decode import decode_inputs_extra, measure_decode
 from harness.measure.kernel import profiled_ops, sdpa_kernel
 from harness.measure.layer import measure_layer
 from harness.measure.memory import measure_peak_memory
+from harness.measure.noise import larger, load_per_cpu, noise_fields
 from harness.measure.outcome import base_row, classify_exception, deadline, now, release_memory
 from harness.measure.settings import DTYPES, MeasureSettings, RunInfo
+from harness.measure.speedup import baseline_for, timed_fields
 from harness.measure.stages import StageFailed as _StageFailed, stage as _stage
-from harness.measure.timing import quantile, time_step
 from harness.schema import Cell, Row
 
 
@@ -39,7 +40,7 @@ def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: M
     """Measure one cell and return its row; never raises for a failure of the variant (see module doc)."""
     context = context or MeasureContext()
     row = base_row(cell, run).update(started_at=now())
-    start = time.perf_counter()
+    start, load_at_start = time.perf_counter(), load_per_cpu()
     try:
         with deadline(settings.cell_timeout_s):
             row.update(**_measure(cell, settings, context))
@@ -47,25 +48,38 @@ def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: M
         raise
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a row (a timeout may land between stages)
         stage, error = (exc.stage, exc.error) if isinstance(exc, _StageFailed) else ("start", exc)
+        if isinstance(exc, _StageFailed):
+            row.update(**exc.measured)  # what the earlier stages measured stays in the row (backend, errors, memory)
         status, reason = classify_exception(error, settings.cell_timeout_s)
         row.update(status=status, reason=reason if status in ("oom", "timeout", "unsupported") else f"during {stage}: {reason}")
         if status == "oom":
             context.clear()
         del exc, error
     row.wall_s = time.perf_counter() - start
+    row.load_per_cpu = larger(load_at_start, load_per_cpu())
+    row.update(**noise_fields(row.to_dict(), row.load_per_cpu))
     if row.status != "ok":
         release_memory(settings.device)
     return row
 
 
 def _measure(cell: Cell, settings: MeasureSettings, context: MeasureContext) -> dict[str, Any]:
-    """The measured fields of a cell, stage by stage (see module doc); each stage's failure names it."""
+    """The measured fields of a cell, stage by stage (see module doc); a stage's failure names it and keeps the rest."""
+    fields: dict[str, Any] = {}
+    try:
+        return _stages(cell, settings, context, fields)
+    except _StageFailed as exc:
+        exc.measured = dict(fields)
+        raise
+
+
+def _stages(cell: Cell, settings: MeasureSettings, context: MeasureContext, fields: dict[str, Any]) -> dict[str, Any]:
+    """The stages in order; each adds its fields to `fields` as it finishes (what a later failure keeps)."""
     from variants import build_variant, train_flops
 
     device = torch.device(settings.device)
     training = cell.mode == "train"
     N, M = cell.seq_len, cell.kv_len
-    fields: dict[str, Any] = {}
     with _stage("inputs"):
         name, knobs = parse_inputs(cell.inputs)  # once per cell: evaluation and calibration inputs share it
         extra = decode_inputs_extra(cell, settings)  # a decode cell's inputs hold its generated tokens too
@@ -85,8 +99,9 @@ def _measure(cell: Cell, settings: MeasureSettings, context: MeasureContext) -> 
         with _stage("calibration"):
             attn, calibration = calibrated(attn, cell, (name, knobs), settings, context, device)
             fields.update(calibration)
-    attn = attn.to(dtype=DTYPES[cell.dtype])
-    attn.train(training)
+    with _stage("build"):
+        attn = attn.to(dtype=DTYPES[cell.dtype])
+        attn.train(training)
     if cell.phase == "decode":
         return {**fields, **measure_decode(attn, q, k, v, kv_mask, cell, settings, device)}
     if cell.scope == "layer":
@@ -99,20 +114,20 @@ def _measure(cell: Cell, settings: MeasureSettings, context: MeasureContext) -> 
         fields.update(accuracy.fields)
         if accuracy.nonfinite:
             return {**fields, "status": "nonfinite", "reason": accuracy.nonfinite}
-    step = _step(attn, q, k, v, cell.causal, training, kv_mask)
     with _stage("memory"):
+        step = _step(attn, q, k, v, cell.causal, training, kv_mask)
         peak = measure_peak_memory(step, device)
         fields.update(peak_memory_bytes=peak.bytes, memory_method=peak.method)
         fields["sdpa_kernel"] = sdpa_kernel(peak.op_names if peak.op_names is not None else profiled_ops(step))
         del peak
-    with _stage("timing"):
-        times, repeats = time_step(step, settings, device, first_call_s=accuracy.call_s)
-    latency = statistics.median(times)
-    flops = attn.flops(cell.batch, cell.heads, N, M, cell.head_dim, cell.causal)
-    flops = train_flops(flops) if training else int(flops)
+    with _stage("timing"):  # paired with the baseline (dense, backend auto) unless this is it: harness.measure.speedup
+        baseline = baseline_for(cell, q, k, v, context, device, _step, kv_mask)
+        fields.update(timed_fields(step, baseline, settings, device, first_call_s=accuracy.call_s))
+        latency = fields["latency_s"]
+        flops = attn.flops(cell.batch, cell.heads, N, M, cell.head_dim, cell.causal)
+        flops = train_flops(flops) if training else int(flops)
     return {
-        **fields, "status": "ok", "latency_s": latency, "latency_p20_s": quantile(times, 0.2),
-        "latency_p80_s": quantile(times, 0.8), "repeats": repeats, "flops": flops,
+        **fields, "status": "ok", "flops": flops,
         "tflops": flops / latency / 1e12 if latency > 0 else None,
     }
 

@@ -1,4 +1,4 @@
-"""State kept between cells of one process: the last inputs (consecutive cells share them) and the fits."""
+"""State kept between cells of one process: the last inputs (consecutive cells share them), the fits and the paired baseline."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -18,6 +18,17 @@ class MeasureContext:
     inputs_key: tuple | None = None
     inputs: QKV | None = None
     calibrated: dict[str, tuple[torch.nn.Module, float, dict]] = field(default_factory=dict)
+    baselines: dict[tuple, torch.nn.Module] = field(default_factory=dict)  # the built baseline per (device, dtype)
+    baseline_call_s: dict[tuple, float] = field(default_factory=dict)  # its per-call seconds per (inputs key, mode): warm, no re-estimate
+
+    def baseline(self, device: torch.device, dtype: str) -> torch.nn.Module:
+        """The paired timing's baseline (dense, default config: backend auto), built once per device and dtype."""
+        from variants import build_variant
+
+        key = (str(device), dtype)
+        if key not in self.baselines:
+            self.baselines[key] = build_variant("dense").to(device=device, dtype=DTYPES[dtype]).eval()
+        return self.baselines[key]
 
     def get_inputs(self, cell: Cell, device: torch.device, parsed: tuple[str, dict[str, Any]] | None = None,
                    *, extra: int = 0) -> QKV:
@@ -38,3 +49,4 @@ class MeasureContext:
     def clear(self) -> None:
         """Drop the cached inputs (after an OOM, so the next cell starts with free memory)."""
         self.inputs = self.inputs_key = None
+        self.baseline_call_s.clear()

@@ -11,6 +11,7 @@ class StageFailed(Exception):
     def __init__(self, stage: str, error: BaseException):
         super().__init__(stage)
         self.stage, self.error = stage, error
+        self.measured: dict = {}  # the row fields measured before the failure (set by the cell's orchestration)
 
 
 @contextlib.contextmanager

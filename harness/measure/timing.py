@@ -79,6 +79,24 @@ def time_cuda_events(step: Callable[[], Any], settings: MeasureSettings, device:
     return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)], n
 
 
+def cuda_block_timer(device: torch.device) -> Callable[[Callable[[], Any], int], float]:
+    """A block timer for harness.measure.pairing on CUDA: seconds per call from CUDA events around each call, L2 flushed before each."""
+    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device)
+
+    def timer(step: Callable[[], Any], number: int) -> float:
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(number)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(number)]
+        for i in range(number):
+            flush.zero_()
+            starts[i].record()
+            step()
+            ends[i].record()
+        torch.cuda.synchronize(device)
+        return sum(s.elapsed_time(e) for s, e in zip(starts, ends)) / number / 1e3
+
+    return timer
+
+
 def quantile(values: list[float], q: float) -> float:
     """The q-quantile of values, linearly interpolated."""
     ordered = sorted(values)

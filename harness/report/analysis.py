@@ -1,4 +1,4 @@
-"""Numbers the report derives from the rows: ratios to dense, scaling exponents, crossovers, Pareto fronts.
+"""Numbers the report derives from the rows: ratios to dense, scaling exponents, crossovers, Pareto fronts (the recommendation: choice.py).
 
 Pure functions over the DataFrame of harness.store.load_run (one row per cell). Nothing here is typed by
 hand: every sentence of the "which one should I use" paragraph comes from the rows.
@@ -9,13 +9,16 @@ Conventions (documented here once):
   among several dense rows (backends, configs) the one whose config asks for backend "auto" (what
   a user gets by default), else the fastest. A cell whose inputs have no dense row uses the dense
   row of another input distribution (dense latency and memory do not depend on the values).
+- A cell's speed-up is its row's paired `speedup` (timed in alternation with dense inside the cell,
+  with a 95% interval speedup_low-speedup_high) where the row has one; rows without (older runs,
+  the baseline itself, a baseline that failed) fall back to the unpaired ratio of latencies.
 - A series is a (variant, config) pair, labelled as in harness.store.series_labels.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -23,7 +26,7 @@ import pandas as pd
 SETTING_KEYS = ("device", "dtype", "mode", "causal", "batch", "heads", "head_dim", "kv_heads", "phase", "scope", "padding")
 CELL_KEYS = SETTING_KEYS + ("inputs", "seq_len", "kv_len")
 BASELINE = "dense"
-DEFAULT_BUDGETS = (1e-2, 1e-1)  # relative L2 error budgets for the recommendation: near-exact and approximate
+DEFAULT_BUDGETS = (1e-2, 1e-1)  # relative L2 error budgets for the recommendation (choice.py): near-exact and approximate
 
 
 # ---- ratios to dense ---------------------------------------------------------------------------
@@ -31,6 +34,10 @@ def with_dense_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     """A copy of frame with dense_latency_s, dense_peak_memory_bytes, speedup (dense time / time) and
     memory_ratio (memory / dense memory), NaN where no ok dense row exists (see module docstring)."""
     out = frame.copy()
+    paired = pd.to_numeric(out["speedup"], errors="coerce") if "speedup" in out else pd.Series(np.nan, index=out.index)
+    for column in ("speedup_low", "speedup_high", "noisy", "load_per_cpu"):
+        if column not in out:
+            out[column] = np.nan
     for column in ("dense_latency_s", "dense_peak_memory_bytes", "speedup", "memory_ratio"):
         out[column] = np.nan
     out["dense_status"] = None
@@ -61,7 +68,8 @@ def with_dense_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     out["dense_peak_memory_bytes"] = memories
     out["dense_status"] = statuses
     ok = out["status"] == "ok"
-    out["speedup"] = np.where(ok, out["dense_latency_s"] / out["latency_s"], np.nan)
+    out["unpaired_speedup"] = np.where(ok, out["dense_latency_s"] / out["latency_s"], np.nan)
+    out["speedup"] = np.where(ok & paired.notna(), paired, out["unpaired_speedup"])
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = out["peak_memory_bytes"] / out["dense_peak_memory_bytes"].where(out["dense_peak_memory_bytes"] > 0)
     out["memory_ratio"] = np.where(ok, ratio, np.nan)
@@ -221,67 +229,6 @@ def memory_limits(frame: pd.DataFrame) -> pd.DataFrame:
                  failed_status=str(above["status"].iloc[0]) if len(above) else None)
         )
     return pd.DataFrame(records, columns=columns)
-
-
-# ---- which one should I use -------------------------------------------------------------------
-def recommend(frame: pd.DataFrame, budgets: Iterable[float] = DEFAULT_BUDGETS) -> list[str]:
-    """One short paragraph per setting and error budget: the fastest series within the budget, per N range.
-
-    A series is within budget at N when its relative L2 error is at most the budget on every input
-    distribution measured there (a missing error disqualifies it); its time is the median over the
-    distributions. A win whose p20-p80 latency range overlaps the runner-up's is called out as
-    within the timing spread. `frame` must carry dense ratios (with_dense_ratios).
-    """
-    paragraphs = []
-    ok = frame[frame["status"] == "ok"] if len(frame) else frame
-    for key, setting in ok.groupby(list(SETTING_KEYS), dropna=False, sort=True):
-        title = setting_title(dict(zip(SETTING_KEYS, _key(key))))
-        has_dense = bool((select(frame, dict(zip(SETTING_KEYS, _key(key))))["variant"] == BASELINE).any())  # failed rows too
-        per = setting.groupby(["series", "seq_len"]).agg(
-            error=("rel_l2_error", lambda e: e.max() if e.notna().all() else np.nan),
-            latency=("latency_s", "median"),
-            p20=("latency_p20_s", "median"),
-            p80=("latency_p80_s", "median"),
-            speedup=("speedup", "median"),
-        ).reset_index()
-        for budget in budgets:
-            spans: list[list] = []  # [winner, [(N, speed-up, runner-up within the timing spread or None), ...]]
-            for n, at_n in per.groupby("seq_len", sort=True):
-                fit = at_n[at_n["error"] <= budget].sort_values("latency")
-                winner = fit["series"].iloc[0] if len(fit) else None
-                tie = None
-                if len(fit) > 1 and fit["p80"].iloc[0] >= fit["p20"].iloc[1]:  # their p20-p80 ranges overlap
-                    tie = str(fit["series"].iloc[1])
-                point = (int(n), float(fit["speedup"].iloc[0]) if len(fit) else float("nan"), tie)
-                if spans and spans[-1][0] == winner:
-                    spans[-1][1].append(point)
-                else:
-                    spans.append([winner, [point]])
-            parts = [_span_text(winner, points, has_dense=has_dense) for winner, points in spans]
-            paragraphs.append(f"{title}, error budget {budget:g}: " + "; ".join(parts) + ".")
-    return paragraphs
-
-
-def _span_text(winner: str | None, points: list[tuple[int, float, str | None]], *, has_dense: bool = True) -> str:
-    first, last = points[0][0], points[-1][0]
-    where = f"N={first}" if first == last else f"N={first}-{last}"
-    if winner is None:
-        return f"{where}: none within budget ran"
-    ties = [f"{t} at N={n}" for n, _, t in points if t]
-    tie_note = "within the timing spread of " + ", ".join(ties) if ties else ""
-    if winner == BASELINE:
-        return f"{where}: **{winner}**" + (f" ({tie_note})" if tie_note else "")
-    notes = []
-    measured = [(n, s) for n, s, _ in points if np.isfinite(s)]
-    if measured:
-        (n0, s0), (n1, s1) = measured[0], measured[-1]
-        notes.append(f"speed-up over dense {s0:.3g}x at N={n0}" + (f" to {s1:.3g}x at N={n1}" if n1 != n0 else ""))
-    missing = [n for n, s, _ in points if not np.isfinite(s)]
-    if missing and has_dense:
-        notes.append("dense did not run at N=" + ",".join(map(str, missing)))
-    if tie_note:
-        notes.append(tie_note)
-    return f"{where}: **{winner}**" + (" (" + "; ".join(notes) + ")" if notes else "")
 
 
 # ---- helpers shared with the report --------------------------------------------------------------

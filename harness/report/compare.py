@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import UsageError
+from harness.measure.noise import HIGH_LOAD_PER_CPU
 from harness.store import Run, config_key
 
 MATCH_KEYS = ("variant", "config_key", "seq_len", "kv_len", "batch", "heads", "kv_heads", "head_dim", "dtype", "causal", "mode", "phase", "scope", "padding", "inputs")
@@ -49,9 +50,14 @@ class Comparison:
     def improvements(self) -> pd.DataFrame:
         return self.cells[self.cells["verdict"] == "improvement"]
 
+    @property
+    def noisy(self) -> pd.DataFrame:
+        """Cells whose latency moved while either run was under load or noisy: said, not counted."""
+        return self.cells[self.cells["verdict"] == "noisy"]
+
 
 def compare_runs(a: Run, b: Run, *, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
-    """Match A's and B's cells and judge each: verdict "regression" | "improvement" | "same", with why.
+    """Match A's and B's cells and judge each: verdict "regression" | "improvement" | "same" | "noisy", with why.
 
     Raises UsageError when either run has no readable row (nothing to compare).
     """
@@ -59,7 +65,7 @@ def compare_runs(a: Run, b: Run, *, threshold: float = DEFAULT_THRESHOLD) -> Com
         if not len(run.rows):
             raise UsageError(f"{run.path}: no readable row in rows.jsonl ({'; '.join(run.notes) or 'the file is empty'}); "
                              "nothing to compare: pass a run folder with measured rows")
-    notes = [f"{run.name}: {n}" for run in (a, b) for n in run.notes]
+    notes = [f"{run.name}: {n}" for run in (a, b) for n in run.notes] + load_notes(a) + load_notes(b)
     fa, fb = (_keyed(run, notes) for run in (a, b))
     merged = fa.merge(fb, on=list(MATCH_KEYS), how="outer", suffixes=("_a", "_b"), indicator=True)
     only_a = merged[merged["_merge"] == "left_only"]
@@ -84,7 +90,11 @@ def compare_runs(a: Run, b: Run, *, threshold: float = DEFAULT_THRESHOLD) -> Com
 
 
 def judge(row: pd.Series, *, threshold: float = DEFAULT_THRESHOLD) -> tuple[str, str]:
-    """The verdict for one matched cell (columns suffixed _a and _b) and the reasons, joined by '; '."""
+    """The verdict for one matched cell (columns suffixed _a and _b) and the reasons, joined by '; '.
+
+    "regression" | "improvement" | "same", or "noisy": latency moved beyond the threshold and the
+    intervals while either row was measured under load or flagged noisy (not counted as either).
+    """
     sa, sb = row["status_a"], row["status_b"]
     if sa != "ok" or sb != "ok":
         if sa == "ok":
@@ -93,16 +103,11 @@ def judge(row: pd.Series, *, threshold: float = DEFAULT_THRESHOLD) -> tuple[str,
             return "improvement", f"status {sa} -> ok"
         return "same", "" if sa == sb else f"status {sa} -> {sb}"
     worse, better = [], []
-    ta, tb = row["latency_s_a"], row["latency_s_b"]
-    if _finite(ta, tb) and ta > 0:
-        ratio = tb / ta
-        spread_a = (row["latency_p20_s_a"], row["latency_p80_s_a"])
-        spread_b = (row["latency_p20_s_b"], row["latency_p80_s_b"])
-        has_spread = _finite(*spread_a, *spread_b)
-        if ratio > 1 + threshold and (not has_spread or spread_b[0] > spread_a[1]):
-            worse.append(f"latency {ratio:.2f}x")
-        elif ratio < 1 / (1 + threshold) and (not has_spread or spread_b[1] < spread_a[0]):
-            better.append(f"latency {ratio:.2f}x")
+    latency = _latency_change(row, threshold)
+    if latency and _noisy(row):  # the machine, not the code: said, never counted
+        return "noisy", f"latency {latency[1]:.2f}x, but measured under load or noisy ({_noisy(row)})"
+    if latency:
+        (worse if latency[0] == "worse" else better).append(f"latency {latency[1]:.2f}x")
     ma, mb = row["peak_memory_bytes_a"], row["peak_memory_bytes_b"]
     if _finite(ma, mb) and ma > 0 and abs(mb - ma) > MIN_MEMORY_CHANGE:
         ratio = mb / ma
@@ -120,6 +125,54 @@ def judge(row: pd.Series, *, threshold: float = DEFAULT_THRESHOLD) -> tuple[str,
     return "same", ""
 
 
+def _latency_change(row: pd.Series, threshold: float) -> tuple[str, float] | None:
+    """("worse" | "better", B/A) when latency moved beyond the threshold and beyond both runs' intervals, else None.
+
+    Beyond the intervals: the p20-p80 ranges do not overlap and, where both rows have paired speed-ups
+    (timed in alternation with dense inside the cell), neither do their speed-up intervals.
+    """
+    ta, tb = row["latency_s_a"], row["latency_s_b"]
+    if not (_finite(ta, tb) and ta > 0):
+        return None
+    ratio = tb / ta
+    spread_a = (row["latency_p20_s_a"], row["latency_p80_s_a"])
+    spread_b = (row["latency_p20_s_b"], row["latency_p80_s_b"])
+    has_spread = _finite(*spread_a, *spread_b)
+    paired_a = (row.get("speedup_low_a"), row.get("speedup_high_a"))
+    paired_b = (row.get("speedup_low_b"), row.get("speedup_high_b"))
+    has_paired = _finite(*paired_a, *paired_b)
+    if ratio > 1 + threshold and (not has_spread or spread_b[0] > spread_a[1]) and (not has_paired or paired_b[1] < paired_a[0]):
+        return "worse", ratio
+    if ratio < 1 / (1 + threshold) and (not has_spread or spread_b[1] < spread_a[0]) and (not has_paired or paired_b[0] > paired_a[1]):
+        return "better", ratio
+    return None
+
+
+def _noisy(row: pd.Series) -> str:
+    """Why either run's row of this cell cannot be trusted for time ('' when both are quiet)."""
+    parts = []
+    for side in ("a", "b"):
+        load = row.get(f"load_per_cpu_{side}")
+        if isinstance(row.get(f"noisy_{side}"), (bool, np.bool_)) and row.get(f"noisy_{side}") or (_finite(load) and float(load) >= HIGH_LOAD_PER_CPU):
+            parts.append(f"{side.upper()}: {row.get(f'noise_reason_{side}') or f'load {float(load):.2f} per CPU'}")
+    return "; ".join(parts)
+
+
+def load_notes(run: Run) -> list[str]:
+    """A note when a run was measured under load or has noisy rows: its latency changes are the machine's."""
+    rows = run.rows
+    if not len(rows) or "noisy" not in rows:
+        return []
+    noisy = int((rows["noisy"] == True).sum())  # noqa: E712 - None and NaN are not noisy
+    load = pd.to_numeric(rows["load_per_cpu"], errors="coerce")
+    high = load.max() if load.notna().any() else None
+    if not noisy and not (high is not None and high >= HIGH_LOAD_PER_CPU):
+        return []
+    where = f"load up to {high:.2f} per CPU" if high is not None else "no load recorded"
+    return [f"{run.name} was measured under load or noisily ({noisy} of {len(rows)} rows noisy, {where}): its latency "
+            f"changes are the machine's, not the code's, and are not counted (docs/timing.md: quiet numbers)"]
+
+
 def _keyed(run: Run, notes: list[str]) -> pd.DataFrame:
     frame = run.rows.copy()
     if not len(frame):
@@ -131,7 +184,11 @@ def _keyed(run: Run, notes: list[str]) -> pd.DataFrame:
     if duplicated.any():
         notes.append(f"{run.name}: {int(duplicated.sum())} cell(s) measured twice; the last row of each is used")
     columns = list(MATCH_KEYS) + ["series", "status", "reason", "backend", "seed", "latency_s", "latency_p20_s",
-                                  "latency_p80_s", "peak_memory_bytes", "rel_l2_error"]
+                                  "latency_p80_s", "peak_memory_bytes", "rel_l2_error", "speedup", "speedup_low", "speedup_high",
+                                  "load_per_cpu", "noisy", "noise_reason"]
+    for column in columns:
+        if column not in frame:
+            frame[column] = None
     return frame[~duplicated][columns]
 
 
@@ -149,7 +206,8 @@ def summary_lines(comparison: Comparison, a: Run, b: Run, *, limit: int | None =
     lines = [
         f"A: {a.path}  ({_machine(a)})",
         f"B: {b.path}  ({_machine(b)})",
-        f"{len(cells)} matched cells: {len(comparison.regressions)} regressions, {len(comparison.improvements)} improvements; "
+        f"{len(cells)} matched cells: {len(comparison.regressions)} regressions, {len(comparison.improvements)} improvements, "
+        f"{len(comparison.noisy)} latency changes under load or noise (not counted); "
         f"{len(comparison.only_a)} only in A, {len(comparison.only_b)} only in B",
     ]
     lines += [f"note: {n}" for n in comparison.notes]
@@ -179,7 +237,8 @@ def write_outputs(comparison: Comparison, a: Run, b: Run, out: Path) -> list[Pat
     columns = list(MATCH_KEYS) + [
         "series_a", "status_a", "status_b", "backend_a", "backend_b", "latency_s_a", "latency_s_b", "latency_ratio",
         "latency_p20_s_a", "latency_p80_s_a", "latency_p20_s_b", "latency_p80_s_b", "peak_memory_bytes_a",
-        "peak_memory_bytes_b", "memory_ratio", "rel_l2_error_a", "rel_l2_error_b", "error_change", "verdict", "why",
+        "peak_memory_bytes_b", "memory_ratio", "rel_l2_error_a", "rel_l2_error_b", "error_change", "speedup_a", "speedup_low_a", "speedup_high_a", "speedup_b",
+        "speedup_low_b", "speedup_high_b", "load_per_cpu_a", "load_per_cpu_b", "noisy_a", "noisy_b", "verdict", "why",
     ]
     csv_path = out / "compare.csv"
     comparison.cells[columns].rename(columns={"series_a": "series"}).to_csv(csv_path, index=False)

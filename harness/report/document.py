@@ -51,6 +51,7 @@ def write_report(
     title = f"attnsuite report: {run.name}"
     frame = analysis.with_dense_ratios(run.rows)
     blocks: list[Block] = [Heading(1, title)]
+    blocks += [Paragraph(f"**{n}**") for n in overview.load_warning(frame)]
     blocks += [Paragraph(f"Note: {n}") for n in run.notes]
     blocks += overview.environment(run.env, frame) + overview.devices(frame) + overview.spec(run.spec_text)
     written: list[Path] = []

@@ -5,7 +5,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from harness.report import analysis
+from harness.report import analysis, choice
 from harness.report.formatting import format_number
 from harness.report.page import Block, Heading, Paragraph, Table
 
@@ -13,7 +13,7 @@ from harness.report.page import Block, Heading, Paragraph, Table
 def recommendation(frame: pd.DataFrame, budgets: Sequence[float]) -> list[Block]:
     """'Which one should I use': the fastest series within each budget, worst over the input distributions,
     then for each distribution alone when several were measured."""
-    text = analysis.recommend(frame, budgets)
+    text = choice.recommend(frame, budgets)
     intro = ("The fastest series whose relative L2 error (worst over the input distributions measured) stays "
              "within each budget, per range of N; computed from the rows below. Approximate variants that "
              "win here may still be wrong for your inputs: check the error table for your distribution.")
@@ -22,7 +22,7 @@ def recommendation(frame: pd.DataFrame, budgets: Sequence[float]) -> list[Block]
     if len(distributions) > 1:  # the worst case hides what suits inputs like one of them: say that too
         blocks.append(Paragraph("If your attention looks like one of the input distributions measured, the answer for it alone:"))
         for dist in distributions:
-            blocks += [Paragraph(f"Inputs {dist}: {t}") for t in analysis.recommend(frame[frame["inputs"] == dist], budgets)]
+            blocks += [Paragraph(f"Inputs {dist}: {t}") for t in choice.recommend(frame[frame["inputs"] == dist], budgets)]
     return blocks
 
 

@@ -37,6 +37,24 @@ def environment(env: dict[str, Any], frame: pd.DataFrame) -> list[Block]:
     return [Heading(2, "Environment"), Table(["", ""], rows)]
 
 
+def load_warning(frame: pd.DataFrame) -> list[str]:
+    """The report's first line when the run was measured under load or some rows are noisy (else nothing)."""
+    from harness.measure.noise import HIGH_LOAD_PER_CPU
+
+    if not len(frame) or "noisy" not in frame:
+        return []
+    ok = frame[frame["status"] == "ok"]
+    noisy = int(ok["noisy"].eq(True).sum())
+    load = pd.to_numeric(frame["load_per_cpu"], errors="coerce")
+    high = float(load.max()) if load.notna().any() else None
+    if not noisy and (high is None or high < HIGH_LOAD_PER_CPU):
+        return []
+    under = f"measured under load (up to {high:.2f} per CPU; {HIGH_LOAD_PER_CPU} counts as loaded)" if high is not None and high >= HIGH_LOAD_PER_CPU else "measured with noisy timings"
+    return [f"This run was {under}: {noisy} of {len(ok)} timed cells are marked noisy († in the tables, hollow markers "
+            "in the figures). Trust the paired speed-ups with their intervals over raw latencies; docs/timing.md says how to "
+            "get quiet numbers."]
+
+
 def devices(frame: pd.DataFrame) -> list[Block]:
     """Only when the run spans several devices (a Ray or Slurm sweep over mixed GPUs): cells per device and host."""
     if not len(frame) or frame["device_name"].nunique() < 2:

@@ -34,6 +34,10 @@ def plot_metric_vs_n(frame: pd.DataFrame, metric: str, path: Path, *, ylabel: st
             ok = group[(group["status"] == "ok") & group[metric].notna()].groupby("seq_len")[metric].median()
             if len(ok):
                 ax.plot(ok.index, ok.values, label=label, **styles[label], linewidth=1.6, markersize=4)
+                noisy = group[(group["noisy"] == True) & group["seq_len"].isin(ok.index)]["seq_len"].unique()  # noqa: E712
+                if len(noisy):  # hollow markers: timed under load or noisily (docs/timing.md)
+                    ax.plot(noisy, ok.loc[noisy].values, linestyle="none", marker=styles[label].get("marker", "o"),
+                            markersize=8, markerfacecolor="white", markeredgecolor=styles[label].get("color"), zorder=3)
             plotting.mark_oom(ax, group, styles[label])
         if hline is not None:
             ax.axhline(hline, color="gray", linewidth=0.8, linestyle="--")

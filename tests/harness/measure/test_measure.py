@@ -205,3 +205,25 @@ def test_the_timer_makes_at_least_repeats_calls_even_past_its_budget(slow):
     assert len(calls) >= 12  # timed calls really happened
     if slow:  # one call per block: every one of the `repeats` calls has its own time
         assert n == len(times) == 12
+
+
+@pytest.mark.parametrize("mode", ["forward", "train"])
+def test_cells_are_paired_with_dense_auto_but_dense_auto_is_not(mode):
+    context = MeasureContext()
+    dense = measure_cell(cell(N=64, mode=mode), FAST, RUN, context).to_dict()
+    assert dense["status"] == "ok" and dense["speedup"] is None and dense["baseline_latency_s"] is None
+    assert list(context.baseline_call_s.values()) == [dense["latency_s"]]  # its warm time spares the next cell a warm-up
+    assert dense["noisy"] in (True, False) and (dense["load_per_cpu"] is None or dense["load_per_cpu"] >= 0)
+    for row in (measure_cell(cell("sliding_window", N=64, mode=mode), FAST, RUN, context).to_dict(),
+                measure_cell(cell(N=64, mode=mode, config={"backend": "reference"}), FAST, RUN, context).to_dict()):
+        assert row["status"] == "ok", row["reason"]
+        assert 0 < row["speedup_low"] <= row["speedup"] <= row["speedup_high"]
+        assert row["baseline_latency_s"] > 0 and row["repeats"] >= FAST.repeats
+    failed = measure_cell(cell(N=64, inputs="nope"), FAST, RUN)  # not timed: no noise verdict
+    assert failed.status == "error" and failed.noisy is None
+
+
+def test_a_failed_cell_keeps_what_its_earlier_stages_measured():
+    row = measure_cell(cell("t_oneheaded", N=32), FAST, RUN)  # fails in the accuracy stage (its output has one head)
+    assert row.status == "error" and row.reason.startswith("during accuracy:")
+    assert row.backend is not None  # from the build stage, which finished

@@ -14,10 +14,10 @@ from harness.report.analysis import (
     memory_limits,
     pareto_front,
     pareto_length,
-    recommend,
     scaling_exponents,
     with_dense_ratios,
 )
+from harness.report.choice import recommend
 from harness.store import rows_frame
 from tests.helpers.synthetic_run import make_rows
 
@@ -131,7 +131,7 @@ def test_recommendation_calls_out_a_win_within_the_timing_spread():
             r["latency_s"] = 0.98e-9 * r["seq_len"] ** 2
         r["latency_p20_s"], r["latency_p80_s"] = r["latency_s"] * 0.9, r["latency_s"] * 1.1
     text = recommend(with_dense_ratios(rows_frame(rows)), budgets=(1e-3,))[0]
-    assert "**chunked** (speed-up over dense 1.02x at N=256 to 1.02x at N=8192; within the timing spread of dense at N=256" in text
+    assert "**chunked** (speed-up over dense 1.02x at N=256 to 1.02x at N=8192; a tie: within the timing spread of dense at N=256" in text
     # With tight spreads the same 2% is a plain win.
     for r in rows:
         r["latency_p20_s"], r["latency_p80_s"] = r["latency_s"] * 0.999, r["latency_s"] * 1.001

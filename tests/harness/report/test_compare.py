@@ -173,3 +173,44 @@ def test_latency_verdict_without_quantiles_is_the_threshold_alone_in_the_right_d
     got, why = judge(row, threshold=0.05)
     assert got == verdict, why
     assert (why == "") == (verdict == "same") and (verdict == "same" or f"latency {ratio:.2f}x" in why)
+
+
+def _paired(rows, variant, interval, *, load=0.1, noisy=False, slow=1.0):
+    """Give every ok row paired speed-up fields and load; `variant`'s rows get `interval` and `slow` x latency."""
+    for r in rows:
+        if r["status"] != "ok":
+            continue
+        r.update(load_per_cpu=load, noisy=noisy, noise_reason=f"load {load:.2f} per CPU >= 0.6" if noisy else None)
+        if r["variant"] == variant:
+            r["speedup"], r["speedup_low"], r["speedup_high"] = interval
+            for key in ("latency_s", "latency_p20_s", "latency_p80_s"):
+                r[key] *= slow
+    return rows
+
+
+def test_latency_change_within_the_paired_intervals_is_no_regression(tmp_path):
+    # chunked 20% slower with tight p20-p80 spreads, but its paired speed-up intervals overlap: the machine drifted.
+    a = load_run(write_run(tmp_path / "pa", _paired(make_rows(), "chunked", (0.7, 0.6, 0.8))))
+    b = load_run(write_run(tmp_path / "pb", _paired(make_rows(), "chunked", (0.65, 0.55, 0.75), slow=1.2)))
+    result = compare_runs(a, b)
+    assert len(result.regressions) == 0 and len(result.noisy) == 0
+    assert main(["compare", str(a.path), str(b.path), "--fail-on-regression"]) == 0
+    # Beyond both intervals: a regression.
+    b = load_run(write_run(tmp_path / "pc", _paired(make_rows(), "chunked", (0.5, 0.45, 0.55), slow=1.4)))
+    result = compare_runs(a, b)
+    assert set(result.regressions["variant"]) == {"chunked"} and set(result.regressions["why"]) == {"latency 1.40x"}
+
+
+def test_a_run_under_load_is_said_not_blamed(tmp_path, capsys):
+    a = load_run(write_run(tmp_path / "qa", _paired(make_rows(), "chunked", (0.7, 0.6, 0.8))))
+    b = load_run(write_run(tmp_path / "qb", _paired(make_rows(slow={"dense": 2.0, "chunked": 2.0}), "chunked",
+                                                    (0.7, 0.6, 0.8), load=1.5, noisy=True)))
+    result = compare_runs(a, b)
+    # dense is 2x slower under load: said, not counted; chunked's paired speed-up did not move, so it is the same.
+    assert len(result.regressions) == 0 and set(result.noisy["variant"]) == {"dense"}
+    assert set(result.cells[result.cells["variant"] == "chunked"]["verdict"]) == {"same"}
+    assert "measured under load" in result.noisy["why"].iloc[0] and "B: load 1.50 per CPU" in result.noisy["why"].iloc[0]
+    assert any("qb was measured under load" in n for n in result.notes)
+    assert main(["compare", str(a.path), str(b.path), "--fail-on-regression"]) == 0
+    out = capsys.readouterr().out
+    assert "latency changes under load or noise (not counted)" in out and "NOISY" in out

@@ -129,3 +129,17 @@ def test_a_single_distribution_gets_no_per_distribution_answer(tmp_path):
     run = write_run(tmp_path / "run", inputs=("gaussian",))
     write_report(run, maps=False)
     assert "the answer for it alone" not in (run / "report.md").read_text()
+
+
+def test_noisy_rows_are_marked_and_a_loaded_run_says_so_first(tmp_path):
+    from harness.report.document import write_report
+    from tests.helpers.synthetic_run import make_rows, write_run
+
+    rows = make_rows(variants=("dense", "chunked"), inputs=("gaussian",), with_failures=False)
+    for r in rows:
+        r.update(load_per_cpu=1.4, noisy=r["variant"] == "chunked", noise_reason="load 1.40 per CPU >= 0.6")
+    run = write_run(tmp_path / "loaded", rows)
+    write_report(run, maps=False)
+    text = (run / "report.md").read_text(encoding="utf-8")
+    assert text.splitlines()[2].startswith("**This run was measured under load (up to 1.40 per CPU")
+    assert "\u2020 |" in text and "\u2020 timed under load or noisily" in text

@@ -1,0 +1,99 @@
+"""Paired timing: a variant and its baseline timed in alternating blocks (ABBA...), so drifting load hits both.
+
+Pure over its inputs: the steps and the block timer are arguments, so tests drive them with a fake
+clock. A *block* is `number` back-to-back calls of one step, timed as a whole; its per-call
+seconds are one sample. Pair i is (variant block i, baseline block i), run next to each other, in
+the order AB, BA, AB, ... so neither step always runs second. The speed-up of a pair is
+baseline / variant; the cell's speed-up is the median over pairs, with a bootstrap interval over
+pairs (fixed seed, so a run is reproducible).
+"""
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from harness.measure.timing import quantile
+
+Step = Callable[[], Any]
+BlockTimer = Callable[[Step, int], float]  # (step, number) -> seconds per call over `number` back-to-back calls
+BOOTSTRAP_RESAMPLES = 1000
+BOOTSTRAP_SEED = 0
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class PairedTimes:
+    """Per-call seconds of each block: variant[i] and baseline[i] ran next to each other (baseline empty when unpaired)."""
+
+    variant: list[float]
+    baseline: list[float]
+    variant_calls: int  # timed calls of the variant over all blocks
+
+    @property
+    def ratios(self) -> list[float]:
+        """baseline / variant per pair: the speed-up each pair measured."""
+        return [b / a for a, b in zip(self.variant, self.baseline) if a > 0]
+
+
+def perf_counter_timer(step: Step, number: int) -> float:
+    """The CPU block timer: wall seconds per call of `number` back-to-back calls (time.perf_counter)."""
+    start = time.perf_counter()
+    for _ in range(number):
+        step()
+    return (time.perf_counter() - start) / number
+
+
+def time_pairs(variant: Step, baseline: Step | None, timer: BlockTimer, *, pairs: int,
+               number_variant: int = 1, number_baseline: int = 1) -> PairedTimes:
+    """Time `pairs` blocks of each step in alternation (AB, BA, AB, ...); `baseline` None times the variant alone.
+
+    Args:
+        variant, baseline: the two steps (already warm).
+        timer: seconds per call of a block (perf_counter_timer on CPU, CUDA events on CUDA).
+        pairs: blocks of each step.
+        number_variant, number_baseline: calls per block of each, so both blocks take about as long.
+    """
+    a_times: list[float] = []
+    b_times: list[float] = []
+    for i in range(pairs):
+        order = ((variant, number_variant, a_times), (baseline, number_baseline, b_times))
+        for step, number, out in order if i % 2 == 0 else order[::-1]:
+            if step is not None:
+                out.append(timer(step, number))
+    return PairedTimes(a_times, b_times, pairs * number_variant)
+
+
+def calls_per_block(call_s: float, block_s: float) -> int:
+    """Back-to-back calls that fill a block of `block_s` seconds, given one call's seconds (at least one)."""
+    return max(1, int(block_s / call_s)) if call_s > 0 else 1
+
+
+def bootstrap_interval(ratios: Sequence[float], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED,
+                       confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """(median, low, high): the median of the ratios and its percentile-bootstrap interval over pairs.
+
+    With a single pair the interval is that one value (nothing to resample: the row's noise flag says so).
+    """
+    if not ratios:
+        raise ValueError("bootstrap_interval: no ratios (no pair was timed)")
+    median = statistics.median(ratios)
+    if len(ratios) == 1:
+        return median, median, median
+    rng = random.Random(seed)
+    n = len(ratios)
+    medians = sorted(statistics.median(rng.choices(ratios, k=n)) for _ in range(resamples))
+    tail = (1 - confidence) / 2
+    low = medians[int(tail * (resamples - 1))]
+    high = medians[int(round((1 - tail) * (resamples - 1)))]
+    return median, low, high
+
+
+def spread(values: Sequence[float]) -> float:
+    """p80 / p20 of positive values (1.0 for fewer than two): how much the repeated blocks disagree."""
+    if len(values) < 2:
+        return 1.0
+    low = quantile(list(values), 0.2)
+    return quantile(list(values), 0.8) / low if low > 0 else float("inf")

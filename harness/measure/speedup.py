@@ -1,0 +1,136 @@
+"""A cell's timed fields: the variant paired with its setting's baseline (dense, backend auto) in alternating blocks.
+
+The baseline's own cells (dense with its default config) are timed alone, as before (timing.time_step),
+and get speedup None: a ratio to itself would be 1 by construction. Every other cell times its step
+and the baseline's step on the same q, k, v in alternation (harness.measure.pairing), so the paired
+speed-up survives a load that drifts during the cell. A baseline that is unsupported or fails leaves
+the speed-up fields None, the variant timed alone, and says why in noise_reason; it never fails the row.
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import Any, Callable
+
+import torch
+
+from harness.measure.context import MeasureContext
+from harness.measure.noise import RETIME_SPREAD
+from harness.measure.outcome import CellTimeout, classify_exception, release_memory
+from harness.measure.pairing import BlockTimer, PairedTimes, bootstrap_interval, calls_per_block, perf_counter_timer, spread, time_pairs
+from harness.measure.settings import MeasureSettings
+from harness.measure.timing import cuda_block_timer, quantile, time_step
+from harness.schema import Cell
+
+Step = Callable[[], Any]
+TARGET_PAIRS = 10  # pairs a cell aims for within its time budget (at least settings.repeats, at most this when calls are fast)
+SLOW_PAIRS = 3  # pairs when one call of either step already exceeds the budget...
+SLOWEST_PAIRS = 2  # ... and when one pair takes longer than SLOW_PAIR_S
+SLOW_PAIR_S = 1.0  # seconds
+BASELINE = "dense"  # the baseline variant, with its default config (backend "auto")
+
+
+class BaselineFailed(Exception):
+    """The baseline's step raised: the variant's row goes on without a paired speed-up."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    """The paired baseline of a cell: its step (None when there is none) and why not."""
+
+    step: Step | None
+    note: str | None = None  # why there is no pairing (None for the baseline's own cells: nothing to say)
+    cache_key: tuple | None = None  # where MeasureContext keeps the baseline's warm per-call seconds on these inputs
+    known_call_s: dict[tuple, float] = dataclasses.field(default_factory=dict)
+
+
+def baseline_for(cell: Cell, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, context: MeasureContext,
+                 device: torch.device, make_step: Callable[..., Step], kv_mask: torch.Tensor | None = None) -> Baseline:
+    """The cell's paired baseline: none for the baseline's own cells, a note when it cannot run here.
+
+    `make_step(module, q, k, v, causal, training, kv_mask)` builds the timed call, the same one the variant
+    gets (the same inputs and padding mask).
+    """
+    training = cell.mode == "train"
+    try:
+        base = context.baseline(device, cell.dtype)
+    except Exception as exc:  # noqa: BLE001 - a baseline that cannot be built leaves the speed-up None, not the row failed
+        return Baseline(None, note=f"no paired speed-up: baseline {BASELINE} not built: {type(exc).__name__}: {exc}")
+    key = (context.inputs_key, cell.causal, cell.mode, cell.padding)
+    if cell.variant == BASELINE and cell.config == dataclasses.asdict(base.config):  # timed alone; its time warms the cache
+        return Baseline(None, cache_key=key, known_call_s=context.baseline_call_s)
+    reasons = base.not_supported_reasons(q, k, v, causal=cell.causal, kv_mask=kv_mask, training=training)
+    if reasons:
+        return Baseline(None, note=f"no paired speed-up: baseline {BASELINE} unsupported: " + "; ".join(reasons))
+    return Baseline(make_step(base, q, k, v, cell.causal, training, kv_mask), cache_key=key, known_call_s=context.baseline_call_s)
+
+
+def guarded(step: Step) -> Step:
+    """The baseline's step, its failures raised as BaselineFailed (a timeout or Ctrl-C pass through)."""
+    def call() -> Any:
+        try:
+            return step()
+        except (KeyboardInterrupt, SystemExit, CellTimeout):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the baseline's failure must not become the variant's
+            raise BaselineFailed(exc) from exc
+
+    return call
+
+
+def timed_fields(step: Step, baseline: Baseline, settings: MeasureSettings, device: torch.device, *,
+                 first_call_s: float, timer: BlockTimer | None = None) -> dict[str, Any]:
+    """latency_s/p20/p80, repeats and (paired) speedup, speedup_low/high, baseline_latency_s, noise_reason of one cell.
+
+    `timer` times the paired blocks (default: perf_counter on CPU, CUDA events on CUDA; tests pass a fake clock).
+    """
+    note = baseline.note
+    if baseline.step is not None:
+        timer = timer or (cuda_block_timer(device) if device.type == "cuda" else perf_counter_timer)
+        try:
+            return _paired(step, baseline, settings, timer, first_call_s=first_call_s)
+        except BaselineFailed as exc:
+            status, reason = classify_exception(exc.__cause__ or exc, settings.cell_timeout_s)
+            note = f"no paired speed-up: baseline {BASELINE} {status}: {reason}"
+            if status == "oom":
+                release_memory(settings.device)
+    times, repeats = time_step(step, settings, device, first_call_s=first_call_s)
+    fields = {**_latency(times), "repeats": repeats, "noise_reason": note}
+    if baseline.step is None and baseline.note is None and baseline.cache_key:  # the baseline's own cell: its warm call time
+        baseline.known_call_s[baseline.cache_key] = fields["latency_s"]
+    return fields
+
+
+def _paired(step: Step, baseline: Baseline, settings: MeasureSettings, timer: BlockTimer, *, first_call_s: float) -> dict[str, Any]:
+    base_step = guarded(baseline.step)  # type: ignore[arg-type]
+    base_call_s = baseline.known_call_s.get(baseline.cache_key) if baseline.cache_key else None
+    if base_call_s is None:  # first pairing on these inputs: warm the baseline up and estimate its call
+        base_step()
+        base_call_s = timer(base_step, 1)
+        if baseline.cache_key:
+            baseline.known_call_s[baseline.cache_key] = base_call_s
+    budget = settings.time_budget_s
+    if first_call_s < 4 * budget:  # the accuracy check's call was the first: re-estimate the now warm variant
+        first_call_s = timer(step, 1)
+    slow = max(first_call_s, base_call_s) >= budget
+    block_s = budget / (2 * TARGET_PAIRS)
+    na, nb = (1, 1) if slow else (calls_per_block(first_call_s, block_s), calls_per_block(base_call_s, block_s))
+    pair_s = na * first_call_s + nb * base_call_s
+    fewest = (SLOWEST_PAIRS if pair_s > SLOW_PAIR_S else SLOW_PAIRS) if slow else settings.repeats
+    pairs = max(fewest, min(TARGET_PAIRS, int(budget / pair_s) if pair_s > 0 else TARGET_PAIRS))
+    times = time_pairs(step, base_step, timer, pairs=pairs, number_variant=na, number_baseline=nb)
+    retimed = False
+    if not slow and max(spread(times.variant), spread(times.ratios)) > RETIME_SPREAD:  # the blocks disagree badly: once more
+        times, retimed = time_pairs(step, base_step, timer, pairs=pairs, number_variant=na, number_baseline=nb), True
+    return {**_latency(times.variant), **paired_speedup(times), "repeats": times.variant_calls,
+            "noise_reason": "re-timed once: the first blocks disagreed" if retimed else None}
+
+
+def paired_speedup(times: PairedTimes) -> dict[str, Any]:
+    """speedup (median of baseline/variant over pairs), its interval and the baseline's median per-call seconds."""
+    speedup, low, high = bootstrap_interval(times.ratios)
+    return {"speedup": speedup, "speedup_low": low, "speedup_high": high, "baseline_latency_s": statistics.median(times.baseline)}
+
+
+def _latency(times: list[float]) -> dict[str, float]:
+    return {"latency_s": statistics.median(times), "latency_p20_s": quantile(times, 0.2), "latency_p80_s": quantile(times, 0.8)}
