@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-HIGH_LOAD_PER_CPU = 0.6  # 1-minute load average per usable CPU from which timings follow the machine, not the code
+HIGH_LOAD_PER_CPU = 0.6  # other processes' load per usable CPU from which timings follow the machine, not the code
 WIDE_INTERVAL = 1.3  # speedup_high / speedup_low beyond this: the pairs disagree
 WIDE_SPREAD = 1.3  # p80 / p20 of the variant's timed blocks beyond this: the repeated blocks disagree
 RETIME_SPREAD = 1.6  # blocks disagreeing this badly are timed once more (the second timing is kept)
@@ -18,12 +18,22 @@ def usable_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def load_per_cpu() -> float | None:
-    """os.getloadavg()[0] / usable CPUs, or None where the OS has no load average (Windows)."""
+def load_per_cpu(own_threads: int | None = None) -> float | None:
+    """The load of *other* processes per usable CPU: (1-minute load average - this sweep's compute threads) / CPUs.
+
+    The sweep's own threads (torch's intra-op threads, `own_threads`) are runnable while it measures
+    and count in the load average; left in, a quiet 2-core machine would read as loaded by the
+    measurement itself. None where the OS has no load average (Windows).
+    """
     try:
-        return os.getloadavg()[0] / usable_cpus()
+        average = os.getloadavg()[0]
     except (AttributeError, OSError):
         return None
+    if own_threads is None:
+        import torch
+
+        own_threads = torch.get_num_threads()
+    return max(0.0, average - own_threads) / usable_cpus()
 
 
 def larger(a: float | None, b: float | None) -> float | None:

@@ -114,7 +114,9 @@ def test_timed_fields_pairs_and_keeps_a_failing_baseline_out_of_the_row():
 def test_load_per_cpu_from_a_monkeypatched_loadavg(monkeypatch):
     monkeypatch.setattr(noise.os, "getloadavg", lambda: (3.0, 0.0, 0.0))
     monkeypatch.setattr(noise, "usable_cpus", lambda: 4)
-    assert noise.load_per_cpu() == pytest.approx(0.75)
+    assert noise.load_per_cpu(own_threads=0) == pytest.approx(0.75)
+    assert noise.load_per_cpu(own_threads=1) == pytest.approx(0.5)  # the sweep's own busy threads are not load
+    assert noise.load_per_cpu(own_threads=4) == 0.0  # never negative
     assert noise.larger(0.2, None) == 0.2 and noise.larger(None, None) is None and noise.larger(0.2, 0.9) == 0.9
 
 
