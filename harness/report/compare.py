@@ -7,8 +7,11 @@ from other inputs), threads, or the resolved backend (shown when it differs: "au
 another kernel on another machine).
 
 A cell is flagged:
-- latency: B/A beyond 1 +/- threshold AND outside both runs' spread (B.p20 > A.p80 for slower,
-  B.p80 < A.p20 for faster; without recorded quantiles the threshold alone decides);
+- latency: B/A, taken relative to the run-wide drift (the median B/A over every matched cell), beyond
+  the noise floor (1 +/- threshold, or NOISE_SIGMAS times the robust spread of the cells' ratios
+  around the drift, whichever is wider) AND outside both runs' intervals (p20-p80 ranges; paired
+  speed-up intervals where both rows have them); a row measured under load or flagged noisy gets
+  the verdict "noisy" instead, never counted;
 - memory: B/A beyond 1 +/- threshold and the change larger than MIN_MEMORY_CHANGE bytes;
 - error: changed by more than max(ERROR_ABS, ERROR_REL x the smaller one);
 - status: ok in one run only (e.g. ok -> oom is a regression).
@@ -31,6 +34,35 @@ DEFAULT_THRESHOLD = 0.05  # minimum relative change of latency or memory that ca
 MIN_MEMORY_CHANGE = 64 * 1024  # bytes: smaller memory changes are never flagged (allocator granularity)
 ERROR_ABS = 1e-4  # relative-L2 error changes below this are rounding, never flagged
 ERROR_REL = 0.25  # ... nor changes below 25% of the smaller error
+NOISE_SIGMAS = 3.0  # a latency change must exceed this many robust standard deviations of the cells' ratios
+MIN_CELLS_FOR_FLOOR = 8  # fewer matched cells give no usable spread: then the threshold alone is the floor
+NOISY_SHARE = 0.1  # a run with at least this share of noisy rows (or loaded) gets a note as a whole
+
+
+@dataclass(frozen=True)
+class NoiseFloor:
+    """How much two runs' latencies move for no reason of the code: the run-wide drift and the cells' scatter around it."""
+
+    drift: float = 1.0  # median B/A over the matched ok cells (a machine that got slower or faster as a whole)
+    spread: float = 0.0  # robust standard deviation (1.4826 x MAD) of log(B/A) around log(drift)
+    cells: int = 0  # cells it was estimated from
+
+    def limit(self, threshold: float) -> float:
+        """The smallest |log(B/A / drift)| that counts as a change."""
+        return max(math.log1p(threshold), NOISE_SIGMAS * self.spread)
+
+
+def noise_floor(cells: pd.DataFrame) -> NoiseFloor:
+    """The drift and scatter of B/A over matched cells that are ok in both runs (identity with too few cells)."""
+    if not len(cells):
+        return NoiseFloor()
+    ok = cells[(cells["status_a"] == "ok") & (cells["status_b"] == "ok")]
+    ratios = pd.to_numeric(ok["latency_s_b"], errors="coerce") / pd.to_numeric(ok["latency_s_a"], errors="coerce")
+    logs = np.log(ratios[np.isfinite(ratios) & (ratios > 0)].to_numpy(dtype=float))
+    if len(logs) < MIN_CELLS_FOR_FLOOR:
+        return NoiseFloor(cells=len(logs))
+    center = float(np.median(logs))
+    return NoiseFloor(drift=math.exp(center), spread=1.4826 * float(np.median(np.abs(logs - center))), cells=len(logs))
 
 
 @dataclass
@@ -71,9 +103,11 @@ def compare_runs(a: Run, b: Run, *, threshold: float = DEFAULT_THRESHOLD) -> Com
     only_a = merged[merged["_merge"] == "left_only"]
     only_b = merged[merged["_merge"] == "right_only"]
     cells = merged[merged["_merge"] == "both"].copy()
+    floor = noise_floor(cells)
+    notes += floor_notes(floor, threshold, a, b)
     verdicts, whys = [], []
     for _, row in cells.iterrows():
-        verdict, why = judge(row, threshold=threshold)
+        verdict, why = judge(row, threshold=threshold, floor=floor)
         verdicts.append(verdict)
         whys.append(why)
     cells["latency_ratio"] = cells["latency_s_b"] / cells["latency_s_a"]
@@ -89,7 +123,7 @@ def compare_runs(a: Run, b: Run, *, threshold: float = DEFAULT_THRESHOLD) -> Com
     return Comparison(cells.reset_index(drop=True), only_a.reset_index(drop=True), only_b.reset_index(drop=True), notes)
 
 
-def judge(row: pd.Series, *, threshold: float = DEFAULT_THRESHOLD) -> tuple[str, str]:
+def judge(row: pd.Series, *, threshold: float = DEFAULT_THRESHOLD, floor: NoiseFloor = NoiseFloor()) -> tuple[str, str]:
     """The verdict for one matched cell (columns suffixed _a and _b) and the reasons, joined by '; '.
 
     "regression" | "improvement" | "same", or "noisy": latency moved beyond the threshold and the
@@ -103,7 +137,7 @@ def judge(row: pd.Series, *, threshold: float = DEFAULT_THRESHOLD) -> tuple[str,
             return "improvement", f"status {sa} -> ok"
         return "same", "" if sa == sb else f"status {sa} -> {sb}"
     worse, better = [], []
-    latency = _latency_change(row, threshold)
+    latency = _latency_change(row, threshold, floor)
     if latency and _noisy(row):  # the machine, not the code: said, never counted
         return "noisy", f"latency {latency[1]:.2f}x, but measured under load or noisy ({_noisy(row)})"
     if latency:
@@ -125,27 +159,46 @@ def judge(row: pd.Series, *, threshold: float = DEFAULT_THRESHOLD) -> tuple[str,
     return "same", ""
 
 
-def _latency_change(row: pd.Series, threshold: float) -> tuple[str, float] | None:
-    """("worse" | "better", B/A) when latency moved beyond the threshold and beyond both runs' intervals, else None.
+def _latency_change(row: pd.Series, threshold: float, floor: NoiseFloor = NoiseFloor()) -> tuple[str, float] | None:
+    """("worse" | "better", B/A) when latency moved beyond the noise floor and both runs' intervals, else None.
 
-    Beyond the intervals: the p20-p80 ranges do not overlap and, where both rows have paired speed-ups
-    (timed in alternation with dense inside the cell), neither do their speed-up intervals.
+    Beyond the floor: B/A relative to the run-wide drift exceeds floor.limit(threshold). Beyond the
+    intervals: the p20-p80 ranges do not overlap and, where both rows have paired speed-ups (timed in
+    alternation with dense inside the cell), neither do their speed-up intervals.
     """
     ta, tb = row["latency_s_a"], row["latency_s_b"]
-    if not (_finite(ta, tb) and ta > 0):
+    if not (_finite(ta, tb) and ta > 0 and tb > 0):
         return None
     ratio = tb / ta
+    shift = math.log(ratio / floor.drift)
+    if abs(shift) <= floor.limit(threshold):
+        return None
     spread_a = (row["latency_p20_s_a"], row["latency_p80_s_a"])
     spread_b = (row["latency_p20_s_b"], row["latency_p80_s_b"])
     has_spread = _finite(*spread_a, *spread_b)
     paired_a = (row.get("speedup_low_a"), row.get("speedup_high_a"))
     paired_b = (row.get("speedup_low_b"), row.get("speedup_high_b"))
     has_paired = _finite(*paired_a, *paired_b)
-    if ratio > 1 + threshold and (not has_spread or spread_b[0] > spread_a[1]) and (not has_paired or paired_b[1] < paired_a[0]):
+    if shift > 0 and (not has_spread or spread_b[0] > spread_a[1]) and (not has_paired or paired_b[1] < paired_a[0]):
         return "worse", ratio
-    if ratio < 1 / (1 + threshold) and (not has_spread or spread_b[1] < spread_a[0]) and (not has_paired or paired_b[0] > paired_a[1]):
+    if shift < 0 and (not has_spread or spread_b[1] < spread_a[0]) and (not has_paired or paired_b[0] > paired_a[1]):
         return "better", ratio
     return None
+
+
+def floor_notes(floor: NoiseFloor, threshold: float, a: Run, b: Run) -> list[str]:
+    """What the two runs' noise floor means for the verdicts, when it is wider than the threshold or B drifted."""
+    if floor.cells < MIN_CELLS_FOR_FLOOR:
+        return []
+    out = []
+    if abs(math.log(floor.drift)) > math.log1p(threshold):
+        out.append(f"{b.name} runs {floor.drift:.2f}x {a.name} across all {floor.cells} matched cells: a drift of the machine "
+                   "(or of every cell alike), taken out of each cell's ratio before judging it; see the per-series means")
+    limit = math.expm1(floor.limit(threshold))
+    if limit > threshold:
+        out.append(f"the cells' ratios scatter by {math.expm1(floor.spread):.0%} (robust s.d.) around that: only changes beyond "
+                   f"{limit:.0%} count; quieter machines, pinned threads or more repeats lower this floor (docs/timing.md)")
+    return out
 
 
 def _noisy(row: pd.Series) -> str:
@@ -166,8 +219,8 @@ def load_notes(run: Run) -> list[str]:
     noisy = int((rows["noisy"] == True).sum())  # noqa: E712 - None and NaN are not noisy
     load = pd.to_numeric(rows["load_per_cpu"], errors="coerce")
     high = load.max() if load.notna().any() else None
-    if not noisy and not (high is not None and high >= HIGH_LOAD_PER_CPU):
-        return []
+    if noisy < NOISY_SHARE * len(rows) and not (high is not None and high >= HIGH_LOAD_PER_CPU):
+        return []  # a few noisy rows: their cells say so, the run as a whole is not in question
     where = f"load up to {high:.2f} per CPU" if high is not None else "no load recorded"
     return [f"{run.name} was measured under load or noisily ({noisy} of {len(rows)} rows noisy, {where}): its latency "
             f"changes are the machine's, not the code's, and are not counted (docs/timing.md: quiet numbers)"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import json
 
 import pytest
@@ -214,3 +215,37 @@ def test_a_run_under_load_is_said_not_blamed(tmp_path, capsys):
     assert main(["compare", str(a.path), str(b.path), "--fail-on-regression"]) == 0
     out = capsys.readouterr().out
     assert "latency changes under load or noise (not counted)" in out and "NOISY" in out
+
+
+def _scattered(rows, *, spread: float, drift: float = 1.0, seed: int = 0, slow: dict | None = None):
+    """Every ok row's latencies times drift x a seeded log-normal factor (a noisy machine); `slow` multiplies series."""
+    import random
+
+    rng = random.Random(seed)
+    for r in rows:
+        if r["status"] != "ok":
+            continue
+        factor = drift * math.exp(rng.gauss(0.0, spread)) * (slow or {}).get(r["variant"], 1.0)
+        for key in ("latency_s", "latency_p20_s", "latency_p80_s"):
+            r[key] *= factor
+        r["latency_p20_s"], r["latency_p80_s"] = r["latency_s"] * 0.999, r["latency_s"] * 1.001  # tight in-run spreads
+    return rows
+
+
+def test_scatter_between_two_runs_of_one_commit_is_not_a_regression(tmp_path):
+    # Two runs whose cells move +-20% at random and 20% as a whole: the noise floor, not the 5% threshold, decides.
+    a = load_run(write_run(tmp_path / "a", _scattered(make_rows(), spread=0.2, seed=1)))
+    b = load_run(write_run(tmp_path / "b", _scattered(make_rows(), spread=0.2, drift=0.8, seed=2)))
+    result = compare_runs(a, b)
+    assert len(result.regressions) == 0 and len(result.improvements) == 0
+    assert any(" runs 0.7" in n or " runs 0.8" in n for n in result.notes) and any("only changes beyond" in n for n in result.notes)
+    assert main(["compare", str(a.path), str(b.path), "--fail-on-regression"]) == 0
+
+
+def test_a_real_slowdown_stands_out_of_the_noise_floor(tmp_path):
+    a = load_run(write_run(tmp_path / "a", _scattered(make_rows(), spread=0.05, seed=1)))
+    b = load_run(write_run(tmp_path / "b", _scattered(make_rows(), spread=0.05, seed=2, slow={"chunked": 3.0})))
+    result = compare_runs(a, b)
+    assert set(result.regressions["variant"]) == {"chunked"} and len(result.regressions) == len(
+        result.cells[(result.cells["variant"] == "chunked") & (result.cells["status_a"] == "ok")])
+    assert main(["compare", str(a.path), str(b.path), "--fail-on-regression"]) == 1
