@@ -7,6 +7,7 @@ from typing import Any
 HIGH_LOAD_PER_CPU = 0.6  # other processes' load per usable CPU from which timings follow the machine, not the code
 WIDE_INTERVAL = 1.3  # speedup_high / speedup_low beyond this: the pairs disagree
 WIDE_SPREAD = 1.3  # p80 / p20 of the variant's timed blocks beyond this: the repeated blocks disagree
+NOISY_SHARE = 0.1  # a run with at least this share of noisy rows is called noisy as a whole (fewer: only those cells)
 RETIME_SPREAD = 1.6  # blocks disagreeing this badly are timed once more (the second timing is kept)
 
 

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import UsageError
-from harness.measure.noise import HIGH_LOAD_PER_CPU
+from harness.measure.noise import HIGH_LOAD_PER_CPU, NOISY_SHARE
 from harness.store import Run, config_key
 
 MATCH_KEYS = ("variant", "config_key", "seq_len", "kv_len", "batch", "heads", "kv_heads", "head_dim", "dtype", "causal", "mode", "phase", "scope", "padding", "inputs")
@@ -36,7 +36,6 @@ ERROR_ABS = 1e-4  # relative-L2 error changes below this are rounding, never fla
 ERROR_REL = 0.25  # ... nor changes below 25% of the smaller error
 NOISE_SIGMAS = 3.0  # a latency change must exceed this many robust standard deviations of the cells' ratios
 MIN_CELLS_FOR_FLOOR = 8  # fewer matched cells give no usable spread: then the threshold alone is the floor
-NOISY_SHARE = 0.1  # a run with at least this share of noisy rows (or loaded) gets a note as a whole
 
 
 @dataclass(frozen=True)

@@ -38,8 +38,9 @@ def environment(env: dict[str, Any], frame: pd.DataFrame) -> list[Block]:
 
 
 def load_warning(frame: pd.DataFrame) -> list[str]:
-    """The report's first line when the run was measured under load or some rows are noisy (else nothing)."""
-    from harness.measure.noise import HIGH_LOAD_PER_CPU
+    """The report's first line when the run was measured under load or many rows are noisy (else nothing: a few
+    noisy cells are marked where they are shown)."""
+    from harness.measure.noise import HIGH_LOAD_PER_CPU, NOISY_SHARE
 
     if not len(frame) or "noisy" not in frame:
         return []
@@ -47,7 +48,7 @@ def load_warning(frame: pd.DataFrame) -> list[str]:
     noisy = int(ok["noisy"].eq(True).sum())
     load = pd.to_numeric(frame["load_per_cpu"], errors="coerce")
     high = float(load.max()) if load.notna().any() else None
-    if not noisy and (high is None or high < HIGH_LOAD_PER_CPU):
+    if noisy < NOISY_SHARE * len(ok) and (high is None or high < HIGH_LOAD_PER_CPU):
         return []
     under = f"measured under load (up to {high:.2f} per CPU; {HIGH_LOAD_PER_CPU} counts as loaded)" if high is not None and high >= HIGH_LOAD_PER_CPU else "measured with noisy timings"
     return [f"This run was {under}: {noisy} of {len(ok)} timed cells are marked noisy († in the tables, hollow markers "
