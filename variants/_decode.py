@@ -170,3 +170,18 @@ def kv_cache_step(variant: "AttentionVariant", q_t: Tensor, k_t: Tensor, v_t: Te
     state.append(k_t, v_t)
     k, v, mask = state.live()  # (B, H_kv, L, D), (B, L) or None
     return variant.forward(q_t, k, v, causal=False, kv_mask=mask), state
+
+
+class KVCacheDecoding:
+    """Decoding for an exact variant by a KV cache (mixed into dense and chunked): the context kept, each step
+    appended, and the new query run through the variant's own forward over the whole cache."""
+
+    def init_state(self, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> KVCache:
+        """A KV cache holding the context (B, H_kv, N, D), with room for N more tokens."""
+        check_context(k, v, kv_mask)
+        self.check_decode(k, k, v, kv_mask=kv_mask)  # type: ignore[attr-defined]
+        return KVCache.from_context(k, v, kv_mask)
+
+    def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: KVCache) -> tuple[Tensor, KVCache]:
+        """Append (k_t, v_t) to the cache; the new query attends to every cached real key (all are <= it)."""
+        return kv_cache_step(self, q_t, k_t, v_t, state)  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from variants._checks import check_int
-from variants._decode import KVCache, check_context, kv_cache_step
+from variants._decode import KVCacheDecoding
 from variants._gqa import group
 from variants._registry import register_variant
 from variants.base import AttentionVariant, Capabilities, VariantConfig, softmax_scale
@@ -37,7 +37,7 @@ class ChunkedConfig(VariantConfig):
 
 
 @register_variant("chunked", config=ChunkedConfig)
-class ChunkedAttention(AttentionVariant):
+class ChunkedAttention(KVCacheDecoding, AttentionVariant):
     """Exact softmax attention in query x key chunks with an online softmax: O(N*c) memory, forward and backward."""
 
     capabilities = Capabilities(exact=True, decode=True)
@@ -50,16 +50,6 @@ class ChunkedAttention(AttentionVariant):
                                       self.config.query_chunk, self.config.key_chunk)
         return out.to(q.dtype)
 
-    # ---- decoding: a KV cache -------------------------------------------------------------
-    def init_state(self, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> KVCache:
-        """A KV cache holding the context (B, H_kv, N, D), with room for N more tokens."""
-        check_context(k, v, kv_mask)
-        self.check_decode(k, k, v, kv_mask=kv_mask)
-        return KVCache.from_context(k, v, kv_mask)
-
-    def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: KVCache) -> tuple[Tensor, KVCache]:
-        """Append (k_t, v_t) to the cache; the new query runs the chunked online softmax over all of it."""
-        return kv_cache_step(self, q_t, k_t, v_t, state)
 
 
 class _ChunkedAttention(torch.autograd.Function):

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from variants._checks import check_choice
-from variants._decode import KVCache, check_context, kv_cache_step
+from variants._decode import KVCacheDecoding
 from variants._gqa import from_xformers_layout, group, sdpa, ungroup, xformers_layout
 from variants._registry import register_variant
 from variants.base import AttentionVariant, Capabilities, VariantConfig, softmax_scale
@@ -31,7 +31,7 @@ class DenseConfig(VariantConfig):
 
 
 @register_variant("dense", config=DenseConfig)
-class DenseAttention(AttentionVariant):
+class DenseAttention(KVCacheDecoding, AttentionVariant):
     """Exact softmax attention, O(N*M) memory for the scores (the fused backends avoid storing them)."""
 
     capabilities = Capabilities(exact=True, decode=True)
@@ -53,21 +53,11 @@ class DenseAttention(AttentionVariant):
             return _xformers(q, k, v, causal=causal, kv_mask=kv_mask)
         return _textbook(q, k, v, causal=causal, kv_mask=kv_mask)
 
-    # ---- decoding: a KV cache -------------------------------------------------------------
+    # ---- decoding: a KV cache (init_state, step: KVCacheDecoding) -------------------------
     def extra_decode_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None) -> list[str]:
         """A step runs the configured backend, so its refusals (e.g. xformers off CUDA) apply too."""
         backend = self.resolve_backend(q, training=False)
         return [f"backend {backend!r} {r}" for r in self.backend_reasons(backend, q, training=False)]
-
-    def init_state(self, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> KVCache:
-        """A KV cache holding the context (B, H_kv, N, D), with room for N more tokens."""
-        check_context(k, v, kv_mask)
-        self.check_decode(k, k, v, kv_mask=kv_mask)
-        return KVCache.from_context(k, v, kv_mask)
-
-    def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: KVCache) -> tuple[Tensor, KVCache]:
-        """Append (k_t, v_t) to the cache; the new query attends to every cached real key (all are <= it)."""
-        return kv_cache_step(self, q_t, k_t, v_t, state)
 
 
 def _textbook(q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor | None) -> Tensor:
