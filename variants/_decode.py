@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from variants._checks import check_kv_heads
 
-if TYPE_CHECKING:  # annotations only: base imports this module
-    from variants.base import AttentionVariant
 
 _MIN_CAPACITY = 16  # smallest KV-cache allocation, in tokens
 
@@ -157,9 +155,10 @@ class KVCache:
         self.k, self.v = k, v
 
 
-def kv_cache_step(variant: "AttentionVariant", q_t: Tensor, k_t: Tensor, v_t: Tensor, state: KVCache
+def kv_cache_step(variant: Any, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: KVCache
                   ) -> tuple[Tensor, KVCache]:
-    """One decode step of an exact variant over a KV cache: append, then the variant's own forward.
+    """One decode step of an exact variant (an AttentionVariant; not imported, base imports this module) over a KV
+    cache: append, then the variant's own forward.
 
     The new token is the last position, so its causal attention is non-causal attention over the
     whole cache (the context's padding still masked).
