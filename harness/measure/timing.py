@@ -68,15 +68,7 @@ def time_cuda_events(step: Callable[[], Any], settings: MeasureSettings, device:
     n = max(settings.repeats, min(10_000, int(settings.time_budget_s * 1000 / estimate_ms)))
     for _ in range(max(1, n // 4)):
         step()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    for i in range(n):
-        flush.zero_()
-        starts[i].record()
-        step()
-        ends[i].record()
-    torch.cuda.synchronize(device)
-    return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)], n
+    return _cuda_call_seconds(step, n, flush, device), n
 
 
 def cuda_block_timer(device: torch.device) -> Callable[[Callable[[], Any], int], float]:
@@ -84,17 +76,22 @@ def cuda_block_timer(device: torch.device) -> Callable[[Callable[[], Any], int],
     flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device)
 
     def timer(step: Callable[[], Any], number: int) -> float:
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(number)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(number)]
-        for i in range(number):
-            flush.zero_()
-            starts[i].record()
-            step()
-            ends[i].record()
-        torch.cuda.synchronize(device)
-        return sum(s.elapsed_time(e) for s, e in zip(starts, ends)) / number / 1e3
+        return sum(_cuda_call_seconds(step, number, flush, device)) / number
 
     return timer
+
+
+def _cuda_call_seconds(step: Callable[[], Any], number: int, flush: torch.Tensor, device: torch.device) -> list[float]:
+    """Seconds of each of `number` calls, from CUDA events around each, the L2 cache flushed (zeroed) before each."""
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(number)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(number)]
+    for i in range(number):
+        flush.zero_()
+        starts[i].record()
+        step()
+        ends[i].record()
+    torch.cuda.synchronize(device)
+    return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)]
 
 
 def quantile(values: list[float], q: float) -> float:
