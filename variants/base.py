@@ -333,8 +333,3 @@ def _wants_grad(module: nn.Module, *tensors: Tensor) -> bool:
     if not torch.is_grad_enabled():
         return False
     return any(t.requires_grad for t in tensors) or any(p.requires_grad for p in module.parameters())
-
-
-def iter_config_fields(config_class: type[VariantConfig]) -> Iterable[dataclasses.Field]:
-    """The dataclass fields of a config class, in declaration order."""
-    return dataclasses.fields(config_class)
