@@ -20,12 +20,17 @@ def usable_cpus() -> int:
 
 
 def load_per_cpu(own_threads: int | None = None) -> float | None:
-    """The load of *other* processes per usable CPU: (1-minute load average - this sweep's compute threads) / CPUs.
+    """Other processes' demand for CPU per usable CPU, now.
 
-    The sweep's own threads (torch's intra-op threads, `own_threads`) are runnable while it measures
-    and count in the load average; left in, a quiet 2-core machine would read as loaded by the
-    measurement itself. None where the OS has no load average (Windows).
+    On Linux: the runnable threads the kernel counts right now (/proc/loadavg's fourth field) less
+    this process's own runnable threads (/proc/self/task/*/stat), the mean of a few samples a few ms
+    apart. Elsewhere: the 1-minute load average less `own_threads` (default: torch's thread count).
+    Either way the sweep's own threads are not load: left in, a quiet 2-core machine read as loaded.
+    None where the OS tells neither.
     """
+    samples = [n for n in (_others_running() for _ in range(SAMPLES)) if n is not None]
+    if samples:
+        return sum(samples) / len(samples) / usable_cpus()
     try:
         average = os.getloadavg()[0]
     except (AttributeError, OSError):
@@ -35,6 +40,29 @@ def load_per_cpu(own_threads: int | None = None) -> float | None:
 
         own_threads = torch.get_num_threads()
     return max(0.0, average - own_threads) / usable_cpus()
+
+
+SAMPLES = 3  # instantaneous runnable counts averaged per reading
+
+
+def _others_running() -> float | None:
+    """Runnable threads of other processes now (Linux /proc), or None."""
+    import time
+
+    try:
+        with open("/proc/loadavg", encoding="ascii") as f:
+            running = int(f.read().split()[3].split("/")[0])
+        own = 0
+        for task in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{task}/stat", encoding="ascii") as f:
+                    own += f.read().rpartition(")")[2].split()[0] == "R"
+            except OSError:
+                continue  # a thread that just ended
+    except (OSError, ValueError, IndexError):
+        return None
+    time.sleep(0.002)
+    return float(max(0, running - own))
 
 
 def larger(a: float | None, b: float | None) -> float | None:

@@ -1,6 +1,8 @@
 """Paired timing with a fake clock: steps whose cost the test sets, slowdowns injected in alternate blocks."""
 from __future__ import annotations
 
+import os
+
 import statistics
 
 import pytest
@@ -111,7 +113,16 @@ def test_timed_fields_pairs_and_keeps_a_failing_baseline_out_of_the_row():
     assert fields["latency_s"] is not None
 
 
+def test_load_per_cpu_counts_other_processes_running_now(monkeypatch):
+    monkeypatch.setattr(noise, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(noise, "_others_running", lambda: 3.0)
+    assert noise.load_per_cpu() == pytest.approx(1.5)
+    if os.path.exists("/proc/loadavg"):  # this test's own running thread is not counted: a real reading is small here
+        assert noise._others_running() is not None
+
+
 def test_load_per_cpu_from_a_monkeypatched_loadavg(monkeypatch):
+    monkeypatch.setattr(noise, "_others_running", lambda: None)  # no /proc: the load average, less our own threads
     monkeypatch.setattr(noise.os, "getloadavg", lambda: (3.0, 0.0, 0.0))
     monkeypatch.setattr(noise, "usable_cpus", lambda: 4)
     assert noise.load_per_cpu(own_threads=0) == pytest.approx(0.75)
@@ -152,3 +163,29 @@ def test_blocks_that_disagree_badly_are_timed_once_more():
     assert fields["noise_reason"] == "re-timed once: the first blocks disagreed"
     assert len(calls) == 42 and fields["speedup"] == pytest.approx(2.0)
     assert fields["latency_p80_s"] == pytest.approx(fields["latency_p20_s"])  # the quiet second timing was kept
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/loadavg"), reason="needs Linux /proc")
+def test_this_process_own_running_threads_are_not_load():
+    import threading
+
+    import torch
+
+    stop = threading.Event()
+    a = torch.randn(256, 256)
+
+    def spin() -> None:
+        while not stop.is_set():
+            a @ a  # releases the GIL: the thread stays runnable
+
+    threads = [threading.Thread(target=spin) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        readings = [noise._others_running() for _ in range(10)]
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    # Our two busy threads and the reader are subtracted: counted, the minimum would be 3 or more.
+    assert min(readings) < 2, readings
