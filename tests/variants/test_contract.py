@@ -59,6 +59,19 @@ def _runnable_or_skip(attn, q, k, v, **kwargs) -> None:
         pytest.skip("declared unsupported: " + "; ".join(reasons))
 
 
+def _assert_padded_keys_change_nothing(attn, q, k, v, mask) -> None:
+    """Large random keys and values at the padded positions leave every real row's output as it was."""
+    k2, v2 = k.clone(), v.clone()
+    pad = ~mask[:, None, :, None].expand_as(k)
+    k2[pad] = torch.randn(int(pad.sum())) * 10
+    v2[pad] = torch.randn(int(pad.sum())) * 10
+    with torch.no_grad():
+        before = attn(q, k, v, kv_mask=mask)
+        after = attn(q, k2, v2, kv_mask=mask)
+    real = mask[:, None, :, None].expand_as(before)
+    torch.testing.assert_close(after[real], before[real], rtol=1e-5, atol=1e-5)
+
+
 def _rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
     out, ref = out.double(), ref.double()
     return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
@@ -142,15 +155,7 @@ def test_masked_keys_change_nothing(name, backend):
     q, k, v = _inputs(4)
     mask = _padding_mask()
     _runnable_or_skip(attn, q, k, v, kv_mask=mask, training=False)
-    k2, v2 = k.clone(), v.clone()
-    pad = ~mask[:, None, :, None].expand_as(k)
-    k2[pad] = torch.randn(int(pad.sum())) * 10
-    v2[pad] = torch.randn(int(pad.sum())) * 10
-    with torch.no_grad():
-        before = attn(q, k, v, kv_mask=mask)
-        after = attn(q, k2, v2, kv_mask=mask)
-    real = mask[:, None, :, None].expand_as(before)
-    torch.testing.assert_close(after[real], before[real], rtol=1e-5, atol=1e-5)
+    _assert_padded_keys_change_nothing(attn, q, k, v, mask)
 
 
 @pytest.mark.parametrize("name,backend", _cases())
@@ -331,15 +336,7 @@ def test_gqa_shape_causality_and_padding(name, backend, kv_heads):
         torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
     mask = _padding_mask()
     if not attn.not_supported_reasons(q, k, v, kv_mask=mask, training=False):
-        k2, v2 = k.clone(), v.clone()
-        pad = ~mask[:, None, :, None].expand_as(k)
-        k2[pad] = torch.randn(int(pad.sum())) * 10
-        v2[pad] = torch.randn(int(pad.sum())) * 10
-        with torch.no_grad():
-            before = attn(q, k, v, kv_mask=mask)
-            after = attn(q, k2, v2, kv_mask=mask)
-        real = mask[:, None, :, None].expand_as(before)
-        torch.testing.assert_close(after[real], before[real], rtol=1e-5, atol=1e-5)
+        _assert_padded_keys_change_nothing(attn, q, k, v, mask)
 
 
 @pytest.mark.parametrize("name,backend", _cases())
