@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import ast
-from typing import Any
+from typing import Any, Iterable
 
 
 def split_entries(text: str) -> list[str]:
@@ -91,14 +91,16 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def config_label(variant: str, config: dict[str, Any] | None) -> str:
-    """'variant' or 'variant(field=value,...)' naming only the fields that differ from the variant's defaults.
+def config_label(variant: str, config: dict[str, Any] | None, *, show: Iterable[str] = ()) -> str:
+    """'variant' or 'variant(field=value,...)' naming only the fields that differ from the variant's defaults
+    and those in `show` (a searched quality knob is named even at its default).
 
     Length fields (they follow N, e.g. Linformer's max_seq_len) are left out: they say nothing a reader needs.
     """
     defaults, length_fields = _defaults(variant)
+    show = set(show)
     changed = ",".join(f"{k}={v}" for k, v in sorted((config or {}).items())
-                       if k not in length_fields and defaults.get(k, object()) != v)
+                       if k not in length_fields and (k in show or defaults.get(k, object()) != v))
     return f"{variant}({changed})" if changed else variant
 
 

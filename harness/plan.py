@@ -18,7 +18,8 @@ def plan(spec: SweepSpec) -> list[Cell]:
     """Every cell of the spec, in measuring order, without duplicates.
 
     A variant's length fields (AttentionVariant.length_fields, e.g. Linformer's max_seq_len) follow
-    each cell's N unless the user set them, so no default is sized for another length.
+    each cell's N unless the user set them, so no default is sized for another length. With error
+    budgets, a variant with a quality knob gets one cell per budget (matched_budget; see _budgets).
     """
     from variants import get_variant
 
@@ -28,10 +29,21 @@ def plan(spec: SweepSpec) -> list[Cell]:
         for seq_len in sorted(spec.seq_lens):
             for entry in spec.variants:
                 config = classes[entry.name].config_for_length(dict(entry.config), seq_len, fixed=entry.overrides)
-                cell = Cell(variant=entry.name, config=config, seq_len=seq_len, kv_len=seq_len,
-                            batch=spec.batch, heads=spec.heads, device=spec.device_type, seed=spec.seed, **setting)
-                cells.setdefault(cell.cell_id, cell)
+                for budget in _budgets(spec, classes[entry.name], entry):
+                    matched = dict(matched_budget=budget, error_metric=spec.error_metric) if budget is not None else {}
+                    cell = Cell(variant=entry.name, config=config, seq_len=seq_len, kv_len=seq_len,
+                                batch=spec.batch, heads=spec.heads, device=spec.device_type, seed=spec.seed, **setting, **matched)
+                    cells.setdefault(cell.cell_id, cell)
     return list(cells.values())
+
+
+def _budgets(spec: SweepSpec, cls: Any, entry: Any) -> tuple[float | None, ...]:
+    """The budgets a variant is matched to: each of spec.error_budgets when it declares a quality knob the user
+    left free (its config as given is then not measured: the search chooses it); else (None,), the config as given."""
+    knob = cls.quality_knob
+    if not spec.error_budgets or knob is None or knob.field in entry.overrides:
+        return (None,)
+    return spec.error_budgets
 
 
 def _settings(spec: SweepSpec) -> Iterator[dict[str, Any]]:

@@ -15,13 +15,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SCHEMA_VERSION = 1
-STATUSES = ("ok", "oom", "unsupported", "error", "nonfinite", "timeout")
+STATUSES = ("ok", "oom", "unsupported", "error", "nonfinite", "timeout", "unreachable")  # unreachable: no knob value meets the budget
 NOT_RUN_PREFIX = "not run"  # reason of a cell skipped after an oom/timeout at a shorter N of its series
 
 
 # Cell fields added after schema_version 1's first rows, with the value every older row means. A cell
 # leaves such a field out of its id payload while it holds that value, so older cell ids (and resumes) stay valid.
-CELL_FIELD_DEFAULTS = {"kv_heads": None, "phase": "prefill", "scope": "attention", "padding": 0.0}
+CELL_FIELD_DEFAULTS = {"kv_heads": None, "phase": "prefill", "scope": "attention", "padding": 0.0, "matched_budget": None,
+                       "error_metric": "rel_l2"}
+ERROR_METRICS = ("rel_l2", "cosine")  # what an error budget bounds: relative L2 error, or 1 - cosine similarity
 PHASES = ("prefill", "decode")
 SCOPES = ("attention", "layer")
 
@@ -47,6 +49,10 @@ class Cell:
     padding: float = 0.0  # mean fraction of key positions that are padding (ragged over the batch)
     inputs: str  # input distribution, "name" or "name:knob=value"
     seed: int  # evaluation seed
+    # An error-budget cell: the variant's quality knob is searched (on calibration seeds) for the cheapest
+    # value whose error_metric meets this budget, and that config is measured. None: config as given.
+    matched_budget: float | None = None
+    error_metric: str = "rel_l2"  # the metric matched_budget bounds (ERROR_METRICS); ignored without a budget
 
     def __post_init__(self) -> None:
         if self.kv_heads is None:
@@ -66,7 +72,7 @@ class Cell:
         fields = self.fields()
         if fields["kv_heads"] == self.heads:
             del fields["kv_heads"]
-        for name in ("phase", "scope", "padding"):
+        for name in ("phase", "scope", "padding", "matched_budget", "error_metric"):
             if fields[name] == CELL_FIELD_DEFAULTS[name]:
                 del fields[name]
         return fields
@@ -95,6 +101,7 @@ class Cell:
             f" {self.phase}" if self.phase != "prefill" else "",
             f" {self.scope}" if self.scope != "attention" else "",
             f" pad={self.padding:g}" if self.padding else "",
+            f" {budget_label(self.matched_budget, self.error_metric)}" if self.matched_budget is not None else "",
         ])
         return (f"{config_label(self.variant, self.config)} N={self.seq_len} {self.mode} {self.dtype} D={self.head_dim}"
                 f"{causal}{extra} {self.inputs}")
@@ -105,6 +112,11 @@ class Cell:
         values = {name: data[name] for name in CELL_FIELDS if name not in CELL_FIELD_DEFAULTS}
         values.update({name: data[name] for name in CELL_FIELD_DEFAULTS if data.get(name) is not None})
         return cls(**values)
+
+
+def budget_label(budget: float, metric: str = "rel_l2") -> str:
+    """How a budget reads in labels: 'rel_l2<=0.05', 'cosine<=0.01' (1 - cosine similarity)."""
+    return f"{'1-cos' if metric == 'cosine' else metric}<={budget:g}"
 
 
 def _measured(default: Any = None) -> Any:
@@ -142,6 +154,8 @@ class Row:
     padding: float | None = None  # mean padded fraction of key positions
     inputs: str | None = None
     seed: int | None = None
+    matched_budget: float | None = None  # the error budget the config was searched for (None: the config as given)
+    error_metric: str | None = None  # what matched_budget bounds: "rel_l2" or "cosine" (1 - cosine similarity)
     threads: int | None = None
     status: str | None = None  # one of STATUSES
     reason: str | None = None
@@ -173,6 +187,8 @@ class Row:
     setup_s: float | None = _measured()  # compilation, block masks: outside the timed region
     calibration_s: float | None = _measured()
     calibration: dict[str, Any] | None = None  # the calibration report
+    tuning_s: float | None = _measured()  # seconds of the error-budget search (calibrations and scoring included)
+    tuning: dict[str, Any] | None = None  # the search: knob, range, seeds, {value: error} tried
     started_at: str | None = None  # ISO time
     wall_s: float | None = _measured()  # the whole cell
     schema_version: int = SCHEMA_VERSION

@@ -92,10 +92,16 @@ class QualityKnob:
     field: str  # an int field of the variant's config
     low: int  # the cheapest value worth trying
     high: int  # the most accurate value worth trying (the search gives up above it)
+    at_most_length: bool = False  # values above the key length M change nothing (a window, a projection of M rows)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.low, int) and isinstance(self.high, int) and 1 <= self.low < self.high):
             raise ValueError(f"QualityKnob({self.field!r}): needs integers 1 <= low < high, got low={self.low!r}, high={self.high!r}")
+
+    def range_for(self, M: int) -> tuple[int, int]:
+        """(low, high) worth searching at key length M: high capped at M where larger values change nothing."""
+        high = min(self.high, M) if self.at_most_length else self.high
+        return min(self.low, high), high
 
 
 class AttentionVariant(nn.Module):

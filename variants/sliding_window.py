@@ -65,7 +65,7 @@ class SlidingWindowAttention(AttentionVariant):
     capabilities = Capabilities(exact=True, decode=True)
     backends = SLIDING_BACKENDS
     small_config = {"window": 8}
-    quality_knob = QualityKnob("window", 16, 8192)  # more is more accurate and slower
+    quality_knob = QualityKnob("window", 16, 8192, at_most_length=True)  # more is more accurate and slower
 
     def resolve_backend(self, q: Tensor, *, training: bool = False) -> str:
         """config.backend, or for "auto" the fastest available here (the order differs on CPU and CUDA)."""

@@ -23,10 +23,11 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from harness.report.budgets import DEFAULT_BUDGETS  # noqa: F401 - re-exported (choice, document, commands.report)
+
 SETTING_KEYS = ("device", "dtype", "mode", "causal", "batch", "heads", "head_dim", "kv_heads", "phase", "scope", "padding")
 CELL_KEYS = SETTING_KEYS + ("inputs", "seq_len", "kv_len")
 BASELINE = "dense"
-DEFAULT_BUDGETS = (1e-2, 1e-1)  # relative L2 error budgets for the recommendation (choice.py): near-exact and approximate
 
 
 # ---- ratios to dense ---------------------------------------------------------------------------

@@ -13,6 +13,7 @@ DTYPE_ALIASES = {"fp32": "float32", "f32": "float32", "bf16": "bfloat16", "fp16"
 MODES = ("forward", "train")
 MODE_ALIASES = {"fwd": "forward", "training": "train", "backward": "train", "bwd": "train"}
 ACCURACY_REFERENCES = ("full", "pattern")
+ERROR_METRICS = ("rel_l2", "cosine")  # harness.schema's, repeated here like PHASES
 PHASES = ("prefill", "decode")  # harness.schema's, repeated here: the spec sits below nothing that imports it
 SCOPES = ("attention", "layer")
 VARIANT_CONFIG_KEY = "variant_config"  # TOML-only table: variant -> {field = value}, applied to every entry of that variant
@@ -75,6 +76,12 @@ class SweepSpec:
                                   parse=lambda v, w: c.to_int(v, w, minimum=0), help="optimizer steps for learnable variants")
     calibration_batches: int = knob(group="how", parse=c.positive_int, help="calibration batches (seeds other than the evaluation's)")
     calibration_max_seq_len: int = knob(group="how", parse=c.positive_int, help="calibration length is min(N, this)")
+    error_budgets: tuple[float, ...] = knob(
+        (), flag="--error-budgets", metavar="LIST", parse=c.budgets,
+        help="error budgets, e.g. '0.01,0.05,0.1': each variant with a quality knob (window, k, features) is searched on "
+             "calibration seeds for the cheapest value within each budget, and that config is measured (none: configs as given)")
+    error_metric: str = knob("rel_l2", flag="--error-metric", metavar="METRIC", parse=c.choices(ERROR_METRICS, single=True),
+                             help="what a budget bounds: rel_l2 (relative L2 error of the output) or cosine (1 - cosine similarity)")
     accuracy_reference: str = knob(group="how", parse=c.choices(ACCURACY_REFERENCES, single=True),
                                    help="full: error vs exact softmax attention | pattern: vs the variant's own sparsity pattern")
     # Where cells run: the executor's name here; its own options (validated by harness.executors) beside it.

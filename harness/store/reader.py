@@ -7,6 +7,7 @@ fields an older writer did not record become missing values; a folder that is no
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,22 +138,31 @@ def series_labels(frame: pd.DataFrame) -> list[str]:
     """One label per row naming its (variant, config): the variant, plus the config fields that vary within it.
 
     "dense" when a variant ran with one config; "sliding_window(window=128)" when several windows ran.
-    A variant's length fields (they follow N: Linformer's max_seq_len) never split a series.
+    A variant's length fields (they follow N: Linformer's max_seq_len) never split a series. Rows
+    matched to an error budget form one series per budget, "sliding_window@0.05" (the knob's value
+    varies with N; the row's config says which), "sliding_window@cos0.05" for a cosine budget.
     """
     from harness.entries import length_fields
 
     if not len(frame):
         return []
     keys = [config_key(c) for c in frame["config"]]
+    budgets = frame["matched_budget"] if "matched_budget" in frame else pd.Series([None] * len(frame), index=frame.index)
+    metrics = frame["error_metric"] if "error_metric" in frame else pd.Series([None] * len(frame), index=frame.index)
+    matched = [b is not None and not (isinstance(b, float) and math.isnan(b)) for b in budgets]
     configs_by_variant: dict[str, dict[str, dict]] = {}
-    for variant, key in zip(frame["variant"], keys):
-        configs_by_variant.setdefault(variant, {})[key] = json.loads(key)
+    for variant, key, is_matched in zip(frame["variant"], keys, matched):
+        if not is_matched:
+            configs_by_variant.setdefault(variant, {})[key] = json.loads(key)
     varying: dict[str, list[str]] = {}
     for variant, configs in configs_by_variant.items():
         fields = sorted({f for c in configs.values() for f in c} - set(length_fields(variant)))
         varying[variant] = [f for f in fields if len({json.dumps(c.get(f), sort_keys=True, default=str) for c in configs.values()}) > 1]
     labels = []
-    for variant, key in zip(frame["variant"], keys):
+    for variant, key, is_matched, budget, metric in zip(frame["variant"], keys, matched, budgets, metrics):
+        if is_matched:
+            labels.append(f"{variant}@{'cos' if metric == 'cosine' else ''}{float(budget):g}")
+            continue
         fields = varying[variant]
         if not fields:
             labels.append(str(variant))
