@@ -66,7 +66,7 @@ class DistilledAttention(AttentionVariant):
         approximates="softmax attention by linear attention phi(q).phi(k) with a learned softmax feature map (Hedgehog)",
     )
     small_config = {"features": 16, "chunk": 8}
-    quality_knob = QualityKnob("features", 16, 1024)  # more is more accurate and slower
+    quality_knob = QualityKnob("features", 16, 512)  # more is more accurate and slower
 
     def __init__(self, config: DistilledConfig | None = None):
         super().__init__(config)

@@ -1,6 +1,7 @@
 """One cell -> one row: the order of the stages. The measure package is the only code that touches the device.
 
-The order inside a cell: inputs -> build -> refuse (unsupported, with reasons) -> calibrate
+The order inside a cell: inputs -> build -> refuse (unsupported, with reasons) -> for a cell matched to an
+error budget, the search for its config (harness.measure.tuning; none found: "unreachable") and a rebuild -> calibrate
 (learnable variants, on other seeds) -> prepare (set-up hook) -> one checked call (accuracy
 against the float64 reference on sampled rows, gradients in train mode; this is also the
 warm-up) -> peak memory of one call (and the SDPA kernel it ran) -> timing (paired with the dense baseline in
@@ -33,6 +34,7 @@ from harness.measure.outcome import base_row, classify_exception, deadline, now,
 from harness.measure.settings import DTYPES, MeasureSettings, RunInfo
 from harness.measure.speedup import baseline_for, timed_fields
 from harness.measure.stages import StageFailed as _StageFailed, stage as _stage
+from harness.measure.tuning import tune
 from harness.schema import Cell, Row
 
 
@@ -75,7 +77,7 @@ def _measure(cell: Cell, settings: MeasureSettings, context: MeasureContext) -> 
 
 def _stages(cell: Cell, settings: MeasureSettings, context: MeasureContext, fields: dict[str, Any]) -> dict[str, Any]:
     """The stages in order; each adds its fields to `fields` as it finishes (what a later failure keeps)."""
-    from variants import build_variant, train_flops
+    from variants import train_flops
 
     device = torch.device(settings.device)
     training = cell.mode == "train"
@@ -89,12 +91,20 @@ def _stages(cell: Cell, settings: MeasureSettings, context: MeasureContext, fiel
         q, k, v = context.get_inputs(cell, device, (name, knobs), extra=extra)
         kv_mask = padding_mask(cell.batch, M, cell.padding, seed=cell.seed, device=device)  # None without padding
     with _stage("build"):
-        torch.manual_seed(cell.seed)  # parameter initialisation is part of the cell
-        attn = build_variant(cell.variant, **cell.config).to(device)
-        fields["backend"] = attn.resolve_backend(q, training=training)
-        reasons = _reasons(attn, q, k, v, kv_mask, cell, training)
+        attn, reasons = _build(cell, q, k, v, kv_mask, training, device, fields)
         if reasons:
             return {**fields, "status": "unsupported", "reason": "; ".join(reasons)}
+    if cell.matched_budget is not None:
+        with _stage("tuning"):  # the config meeting the budget on calibration seeds: harness.measure.tuning
+            tuned = tune(cell, settings, context, device, (name, knobs))
+            fields.update(tuned.fields)
+            if tuned.cell is None:
+                return {**fields, "status": "unreachable", "reason": tuned.reason}
+            cell = tuned.cell
+        with _stage("build"):
+            attn, reasons = _build(cell, q, k, v, kv_mask, training, device, fields)
+            if reasons:
+                return {**fields, "status": "unsupported", "reason": "; ".join(reasons)}
     if attn.capabilities.learnable:
         with _stage("calibration"):
             attn, calibration = calibrated(attn, cell, (name, knobs), settings, context, device)
@@ -130,6 +140,17 @@ def _stages(cell: Cell, settings: MeasureSettings, context: MeasureContext, fiel
         **fields, "status": "ok", "flops": flops,
         "tflops": flops / latency / 1e12 if latency > 0 else None,
     }
+
+
+def _build(cell: Cell, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None, training: bool, device: torch.device,
+           fields: dict[str, Any]) -> tuple[Any, list[str]]:
+    """(the variant built from the cell's config, why it cannot run the cell); the backend it resolves goes into `fields`."""
+    from variants import build_variant
+
+    torch.manual_seed(cell.seed)  # parameter initialisation is part of the cell
+    attn = build_variant(cell.variant, **cell.config).to(device)
+    fields["backend"] = attn.resolve_backend(q, training=training)
+    return attn, _reasons(attn, q, k, v, kv_mask, cell, training)
 
 
 def _reasons(attn: Any, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None, cell: Cell, training: bool) -> list[str]:

@@ -13,13 +13,15 @@ from harness.schema import Cell
 
 @dataclass
 class MeasureContext:
-    """Inputs of the last cell (made once, reused by the next cell with the same shape) and calibrated variants by key."""
+    """Inputs of the last cell (made once, reused by the next cell with the same shape), calibrated variants by key and
+    the errors of error-budget searches (harness.measure.tuning)."""
 
     inputs_key: tuple | None = None
     inputs: QKV | None = None
     calibrated: dict[str, tuple[torch.nn.Module, float, dict]] = field(default_factory=dict)
     baselines: dict[tuple, torch.nn.Module] = field(default_factory=dict)  # the built baseline per (device, dtype)
     baseline_call_s: dict[tuple, float] = field(default_factory=dict)  # its per-call seconds per (inputs key, mode): warm, no re-estimate
+    tuned: dict[str, dict[int, float]] = field(default_factory=dict)  # error-budget searches: knob value -> error, per search key
 
     def baseline(self, device: torch.device, dtype: str) -> torch.nn.Module:
         """The paired timing's baseline (dense, default config: backend auto), built once per device and dtype."""

@@ -85,6 +85,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
     from harness.env import collect_env
     from harness.executors import CellJob, executor_class, make_executor, run_cells
     from harness.measure import CALIBRATION_SEED_OFFSET, MeasureSettings, RunInfo, outcome_row
+    from harness.measure.tuning import unreachable_carries_over
     from harness.plan import plan
     from harness.runner.progress import Progress
     from harness.schema import NOT_RUN_PREFIX
@@ -130,6 +131,9 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
         if block is None or cell.seq_len <= block[1]:
             return None
         status, at = block
+        if status == "unreachable":
+            same_range = unreachable_carries_over(cell, at)
+            return outcome_row(cell, info, status, f"{NOT_RUN_PREFIX}: {same_range}") if same_range else None
         return outcome_row(cell, info, status, f"{NOT_RUN_PREFIX}: {status} at N={at} for the same variant, config and setting")
 
     try:
@@ -137,7 +141,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
             def on_row(cell, row: dict[str, Any], measured: bool) -> None:
                 writer.append(row)
                 done.add(cell.cell_id)
-                if measured and row["status"] in ("oom", "timeout"):
+                if measured and row["status"] in BLOCKING:
                     current = blocked.get(cell.series_key)
                     if current is None or cell.seq_len < current[1]:
                         blocked[cell.series_key] = (row["status"], cell.seq_len)
@@ -157,15 +161,20 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
 
 
 
+# Statuses at N that spare a series its longer N: out of memory, the time limit, and an error budget no value of the
+# knob met (skipped only where the knob's range is the one searched: harness.measure.tuning.unreachable_carries_over).
+BLOCKING = ("oom", "timeout", "unreachable")
+
+
 def _blocked_series(rows: list[dict], cells: list) -> dict[str, tuple[str, int]]:
-    """Series (a cell minus its length) that hit OOM or the time limit in earlier rows, and at which N."""
+    """Series (a cell minus its length) that hit OOM, the time limit or an unreachable budget in earlier rows, and at which N."""
     from harness.schema import NOT_RUN_PREFIX
 
     by_id = {cell.cell_id: cell for cell in cells}
     blocked: dict[str, tuple[str, int]] = {}
     for row in rows:
         cell = by_id.get(row.get("cell_id"))
-        if cell is None or row.get("status") not in ("oom", "timeout") or str(row.get("reason", "")).startswith(NOT_RUN_PREFIX):
+        if cell is None or row.get("status") not in BLOCKING or str(row.get("reason", "")).startswith(NOT_RUN_PREFIX):
             continue
         current = blocked.get(cell.series_key)
         if current is None or cell.seq_len < current[1]:

@@ -1,4 +1,5 @@
-"""The compact table a sweep prints at the end: variant x N per setting (latency, speed-up, memory ratio, error)."""
+"""The compact table a sweep prints at the end: variant x N per setting (latency, speed-up, memory ratio, error,
+and for a series matched to an error budget the knob value found at each N)."""
 from __future__ import annotations
 
 import warnings
@@ -27,7 +28,9 @@ def summary_table(rows: list[dict]) -> str:
         lines = [header]
         for series, part in group.groupby("series", sort=False):
             by_n = {int(r["seq_len"]): r for _, r in part.iterrows()}
-            for i, (metric, fmt) in enumerate(_METRICS):
+            knob = next((r["tuning"]["knob"] for r in by_n.values() if isinstance(r["tuning"], dict)), None)
+            metrics = _METRICS + ((knob, lambda r, knob=knob: str(r["config"].get(knob, "-"))),) if knob else _METRICS
+            for i, (metric, fmt) in enumerate(metrics):
                 cells = []
                 for n in lengths:
                     r = by_n.get(int(n))

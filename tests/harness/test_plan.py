@@ -73,7 +73,7 @@ def test_label_shows_only_non_default_config():
 
 def test_linformer_projections_follow_each_n_unless_the_user_sets_them():
     spec = build_spec(cli={"device": "cpu", "variants": "linformer,linformer:max_seq_len=8192,k=32", "seq_lens": "32,256,1024",
-                           "inputs": "gaussian"})
+                           "inputs": "gaussian", "error_budgets": ""})
     cells = plan(spec)
     followed = [c for c in cells if c.config["k"] == 64]
     fixed = [c for c in cells if c.config["k"] == 32]
@@ -81,3 +81,25 @@ def test_linformer_projections_follow_each_n_unless_the_user_sets_them():
     assert {c.config["max_seq_len"] for c in fixed} == {8192}
     assert len({c.series_key for c in followed}) == 1  # one series across N: an OOM at N still stops the longer ones
     assert {c.label.split(" ")[0] for c in followed} == {"linformer"}
+
+
+def test_error_budgets_plan_one_cell_per_budget_for_a_free_quality_knob():
+    spec = build_spec(cli={"device": "cpu", "variants": "dense,sliding_window,sliding_window:window=64,distilled", "seq_lens": "128",
+                           "inputs": "gaussian", "error_budgets": "0.1,0.01"})
+    cells = plan(spec)
+    by = {(c.variant, c.matched_budget, c.config.get("window")) for c in cells}
+    assert by == {("dense", None, None), ("sliding_window", 0.01, 256), ("sliding_window", 0.1, 256),
+                  ("sliding_window", None, 64), ("distilled", 0.01, None), ("distilled", 0.1, None)}
+    assert [c.matched_budget for c in cells if c.variant == "distilled"] == [0.01, 0.1]  # budgets ascending
+    assert all(c.error_metric == "rel_l2" for c in cells)
+    assert len({c.cell_id for c in cells}) == len(cells) == 6
+
+
+def test_without_budgets_cell_ids_are_those_of_earlier_versions():
+    """matched_budget and error_metric stay out of a cell's id at their defaults, so older runs resume."""
+    base = dict(device="cpu", variants="dense,sliding_window", seq_lens="128", inputs="gaussian")
+    plain = plan(build_spec(cli={**base, "error_budgets": ""}))
+    with_budgets = plan(build_spec(cli={**base, "error_budgets": "0.1", "error_metric": "cosine"}))
+    assert plain[0].cell_id == with_budgets[0].cell_id  # dense: not matched
+    assert "matched_budget" not in plain[1]._id_fields() and "error_metric" not in plain[1]._id_fields()
+    assert with_budgets[1].error_metric == "cosine" and with_budgets[1].cell_id != plain[1].cell_id

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from harness.commands import main
+from harness.store import read_rows
 
 TINY = ["--device", "cpu", "--variants", "dense", "--seq-lens", "16", "--heads", "1", "--head-dim", "8", "--inputs", "gaussian",
         "--time-budget", "0.005", "--repeats", "1", "--error-rows", "8", "--quiet"]
@@ -124,3 +125,18 @@ def test_report_on_a_run_without_readable_rows_exits_1(tmp_path, capsys):
     (tmp_path / "rows.jsonl").write_text("")
     assert main(["report", str(tmp_path)]) == 1
     assert "no readable row in rows.jsonl; nothing to report" in capsys.readouterr().err
+
+
+def test_an_unreachable_budget_spares_longer_n_over_the_same_range_and_says_so(tmp_path, no_report):
+    """distilled's features range is the same at every N: unreachable at the first N, the longer N are not searched."""
+    from harness.runner import run_sweep, sweep_spec
+
+    spec = sweep_spec(cli={"device": "cpu", "variants": "distilled", "seq_lens": "32,64", "inputs": "gaussian", "heads": "2",
+                           "head_dims": "16", "error_budgets": "1e-6", "calibration_steps": "1", "calibration_batches": "2",
+                           "time_budget_s": "0.01", "error_rows": "16"})
+    rows = read_rows(run_sweep(spec, out=tmp_path))
+    first, second = sorted(rows, key=lambda r: r["seq_len"])
+    assert first["status"] == second["status"] == "unreachable"
+    assert first["tuning"]["evaluated"] == 1 and "at features 512, the largest declared" in first["reason"]
+    assert second["reason"] == "not run: unreachable at N=32 over the same features range 16-512, and a longer N at a fixed value is no easier"
+    assert second["tuning"] is None

@@ -69,7 +69,9 @@ def test_glob_expands_to_registered_variants():
 
 def test_effective_spec_round_trips_through_toml(tmp_path):
     spec = build_spec(cli={"device": "cpu", "variants": "dense:backend=reference,dense", "seq_lens": "64,128",
-                           "causal": "both", "modes": "forward,train", "inputs": "gaussian:scale=4,local", "cell_timeout_s": "0"})
+                           "causal": "both", "modes": "forward,train", "inputs": "gaussian:scale=4,local", "cell_timeout_s": "0",
+                           "error_budgets": "0.1,0.02", "error_metric": "cosine"})
+    assert spec.error_budgets == (0.02, 0.1)
     path = tmp_path / "spec.toml"
     path.write_text(spec_to_toml(spec))
     assert build_spec(toml_path=path) == spec
@@ -96,6 +98,9 @@ def test_effective_spec_round_trips_through_toml(tmp_path):
     ({"inputs": "gaussian:scale=big"}, r"knob 'scale': expected float"),
     ({"time_budget_s": "-1"}, r"--time-budget: must be > 0"),
     ({"device": "tpu"}, r"--device: device must be 'cpu', 'cuda'"),
+    ({"error_budgets": "0.1,0"}, r"--error-budgets: an error budget must be in \(0, 2\].*got '0'; e.g. --error-budgets 0.01,0.05,0.1"),
+    ({"error_budgets": "tenth"}, r"--error-budgets: .*'tenth'"),
+    ({"error_metric": "l1"}, r"--error-metric: unknown value 'l1'; expected one of rel_l2, cosine"),
     ({"plugins": ["/nonexistent/plugin.py"]}, r"--plugin /nonexistent/plugin.py: ImportError"),
 ])
 def test_bad_values_are_one_line_usage_errors(cli, match):

@@ -1,0 +1,196 @@
+"""Error-budget search: the cheapest value of a variant's quality knob whose error meets a budget, on calibration seeds.
+
+Range (knob_range): the knob's declared range at the cell's key length, its top lowered to the largest
+value doing at most MAX_FLOPS_FRACTION of dense attention's analytic FLOPs (more is dense attention done
+the slow way, not worth finding).
+
+Search (search_knob): the largest value first (if even it misses the budget, the budget is unreachable
+after one evaluation), then doubling from the smallest until a value meets it, then geometric bisection
+between the last value that missed and the first that met until they are within TOLERANCE of each
+other. Errors are taken to fall as the knob grows (a wider window, a longer projection, more features).
+Each value is scored once per cell setting: MeasureContext.tuned keeps the errors across a run's
+budgets, so a second budget mostly reuses the first one's evaluations.
+
+Scoring (score_value): the candidate built, calibrated when learnable (with the run's calibration
+budget: the same fit the matched cell then uses, cached by harness.measure.calibration), cast to the
+cell's dtype and called on TUNING_SEEDS input batches drawn with calibration seeds at the cell's N
+(padding masks with those seeds too); its error on the sampled query rows is the worst over those
+batches. The evaluation seed is never scored here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from harness.inputs import make_inputs
+from harness.inputs.padding import padding_mask
+from harness.measure.accuracy import check_accuracy
+from harness.measure.calibration import calibrated, calibration_seeds
+from harness.measure.context import MeasureContext
+from harness.measure.settings import DTYPES, MeasureSettings
+from harness.schema import Cell
+
+# The top of a searched range: values doing at most this fraction of dense attention's analytic FLOPs. The
+# structured variants run at a lower FLOP rate than a fused dense kernel (a window covering 55% of the pairs
+# measured 0.91x dense on CPU), so a config doing more than half the work cannot be what a budget is met with.
+MAX_FLOPS_FRACTION = 0.5
+TOLERANCE = 1.25  # bisection stops when the passing value is within 25% of the largest value known to miss
+TUNING_SEEDS = 2  # calibration seeds scored per value (the worst of them counts)
+METRIC_TEXT = {"rel_l2": "relative L2 error", "cosine": "1 - cosine"}
+
+
+@dataclass
+class Tuned:
+    """The outcome of a cell's search: the found cell (None: unreachable, `reason` says why) and its row fields."""
+
+    cell: Cell | None
+    reason: str | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+def search_knob(evaluate: Callable[[int], float], budget: float, low: int, high: int, *,
+                tried: dict[int, float] | None = None, tolerance: float = TOLERANCE) -> int | None:
+    """The smallest value in [low, high] found to meet `budget` (evaluate(value) <= budget), or None when high misses.
+
+    `tried` holds errors already known (value -> error) and receives the new ones; a NaN error misses.
+    """
+    tried = {} if tried is None else tried
+
+    def meets(value: int) -> bool:
+        if value not in tried:
+            tried[value] = float(evaluate(value))
+        return tried[value] <= budget
+
+    if not meets(high):
+        return None
+    value = low
+    while not meets(value):
+        value = min(2 * value, high)
+    misses = [v for v, e in tried.items() if v < value and not e <= budget]
+    miss = max(misses) if misses else None
+    while miss is not None and value > miss * tolerance and value - miss > 1:
+        middle = min(max(round(math.sqrt(miss * value)), miss + 1), value - 1)
+        if meets(middle):
+            value = middle
+        else:
+            miss = middle
+    return value
+
+
+def tune(cell: Cell, settings: MeasureSettings, context: MeasureContext, device: torch.device,
+         inputs: tuple[str, dict[str, Any]]) -> Tuned:
+    """Search the cell's variant's quality knob for cell.matched_budget (see the module doc)."""
+    field_name, low, high, bound = knob_range(cell)
+    budget, metric = float(cell.matched_budget), cell.error_metric
+    seeds = calibration_seeds(cell, settings)[:TUNING_SEEDS]
+    tried = context.tuned.setdefault(search_key(cell), {})
+    known = len(tried)
+    batches: list = []
+
+    def evaluate(value: int) -> float:
+        if not batches:
+            batches.extend(_batches(cell, seeds, inputs, device))
+        return score_value(cell, field_name, value, batches, settings, context, device, inputs)
+
+    start = time.perf_counter()
+    value = search_knob(evaluate, budget, low, high, tried=tried)
+    fields = {
+        "tuning_s": time.perf_counter() - start,
+        "tuning": {"knob": field_name, "low": low, "high": high, "bound": bound, "budget": budget, "metric": metric,
+                   "seeds": seeds, "tried": {str(v): tried[v] for v in sorted(tried)}, "evaluated": len(tried) - known},
+        "config": {**cell.config, field_name: high if value is None else value},
+    }
+    if value is None:
+        reason = (f"{METRIC_TEXT[metric]} {tried[high]:.3g} at {field_name} {high}, {bound} (searched {low}-{high} on "
+                  f"calibration seeds), is above the budget {budget:g}")
+        return Tuned(None, reason, fields)
+    return Tuned(dataclasses.replace(cell, config=fields["config"]), None, fields)
+
+
+def knob_range(cell: Cell) -> tuple[str, int, int, str]:
+    """(the knob's field, low, high, what bounds high) searched for the cell: the knob's declared range at the cell's M,
+    with high lowered to the largest value doing at most MAX_FLOPS_FRACTION of dense attention's analytic FLOPs.
+    A variant whose FLOPs do not fall with the knob (the base class counts dense FLOPs) keeps its declared range."""
+    from variants import build_variant, dense_flops, get_variant
+
+    knob = get_variant(cell.variant).quality_knob
+    low, high = knob.range_for(cell.kv_len)
+    shape = (cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal)
+
+    def flops(value: int) -> int:
+        return build_variant(cell.variant, **{**cell.config, knob.field: value}).flops(*shape)
+
+    limit = MAX_FLOPS_FRACTION * dense_flops(*shape)
+    if flops(high) <= limit or not flops(low) <= limit:
+        return knob.field, low, high, "the largest declared"
+    cheap, costly = low, high  # flops(cheap) <= limit < flops(costly)
+    while costly - cheap > 1:
+        middle = (cheap + costly) // 2
+        cheap, costly = (middle, costly) if flops(middle) <= limit else (cheap, middle)
+    return knob.field, low, cheap, f"the largest doing at most {MAX_FLOPS_FRACTION:g}x dense's FLOPs"
+
+
+def unreachable_carries_over(cell: Cell, unreachable_at: int) -> str | None:
+    """Why the cell need not be searched, its budget being unreachable at the shorter N `unreachable_at` over the same
+    knob range (at a fixed knob value a longer sequence is no easier to approximate); None when its range is wider."""
+    from variants import get_variant
+
+    shorter = dataclasses.replace(cell, seq_len=unreachable_at, kv_len=unreachable_at,
+                                  config=get_variant(cell.variant).cls.config_for_length(dict(cell.config), unreachable_at))
+    field_name, low, high, _ = knob_range(cell)
+    if (low, high) != knob_range(shorter)[1:3]:
+        return None
+    return (f"unreachable at N={unreachable_at} over the same {field_name} range {low}-{high}, "
+            "and a longer N at a fixed value is no easier")
+
+
+def search_key(cell: Cell) -> str:
+    """What a search's errors depend on: the cell without its budget, with the knob's own value left out."""
+    from variants import get_variant
+
+    knob = get_variant(cell.variant).quality_knob
+    data = {**cell.fields(), "matched_budget": None, "config": {k: v for k, v in cell.config.items() if k != knob.field}}
+    return json.dumps(data, sort_keys=True, default=str)
+
+
+def score_value(cell: Cell, knob_field: str, value: int, batches: list, settings: MeasureSettings, context: MeasureContext,
+                device: torch.device, inputs: tuple[str, dict[str, Any]]) -> float:
+    """The worst error over `batches` of the cell's variant with knob_field = value (inf when the output is not finite)."""
+    from variants import NotSupportedError, build_variant
+
+    candidate = dataclasses.replace(cell, config={**cell.config, knob_field: value})
+    torch.manual_seed(cell.seed)  # the same initialisation the measured cell gets
+    attn = build_variant(cell.variant, **candidate.config).to(device)
+    q, k, v, kv_mask, _ = batches[0]
+    reasons = attn.not_supported_reasons(q, k, v, causal=cell.causal, kv_mask=kv_mask, training=False)
+    if reasons:
+        raise NotSupportedError(cell.variant, reasons)
+    if attn.capabilities.learnable:
+        attn, _ = calibrated(attn, candidate, inputs, settings, context, device)
+    attn = attn.to(dtype=DTYPES[cell.dtype]).eval()
+    worst = 0.0
+    for q, k, v, kv_mask, seed in batches:
+        accuracy = check_accuracy(attn, q, k, v, causal=cell.causal, training=False, error_rows=settings.error_rows, seed=seed,
+                                  reference=settings.accuracy_reference, kv_mask=kv_mask)
+        if accuracy.nonfinite:
+            return math.inf
+        error = accuracy.fields["rel_l2_error"] if cell.error_metric == "rel_l2" else 1.0 - accuracy.fields["cosine"]
+        worst = max(worst, error if math.isfinite(error) else math.inf)
+    return worst
+
+
+def _batches(cell: Cell, seeds: list[int], inputs: tuple[str, dict[str, Any]], device: torch.device) -> list[tuple]:
+    """(q, k, v, kv_mask, seed) per scoring seed, at the cell's shape and dtype."""
+    name, knobs = inputs
+    out = []
+    for seed in seeds:
+        q, k, v = make_inputs(name, knobs, B=cell.batch, H=cell.heads, N=cell.seq_len, M=cell.kv_len, D=cell.head_dim,
+                              dtype=DTYPES[cell.dtype], device=device, seed=seed, H_kv=cell.kv_heads)
+        out.append((q, k, v, padding_mask(cell.batch, cell.kv_len, cell.padding, seed=seed, device=device), seed))
+    return out

@@ -1,0 +1,138 @@
+"""Error-budget search: counted evaluations of the search, and matched cells measured end to end on CPU."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from harness.measure import MeasureContext, MeasureSettings, RunInfo, measure_cell
+from harness.measure.tuning import TOLERANCE, knob_range, search_knob, unreachable_carries_over
+from harness.schema import Cell
+
+RUN = RunInfo(run_id="test", device_name="cpu", host="h", threads=torch.get_num_threads())
+FAST = MeasureSettings(time_budget_s=0.01, repeats=2, error_rows=32, calibration_steps=2, calibration_batches=2,
+                       calibration_max_seq_len=64)
+
+
+def counting(error):
+    calls = []
+
+    def evaluate(value):
+        calls.append(value)
+        return error(value)
+
+    return evaluate, calls
+
+
+@pytest.mark.parametrize("threshold", [16, 17, 100, 333, 4000])
+def test_the_search_finds_a_value_within_tolerance_of_the_cheapest_that_meets(threshold):
+    evaluate, calls = counting(lambda v: 0.0 if v >= threshold else 1.0)
+    found = search_knob(evaluate, 0.5, 16, 4096)
+    assert threshold <= found <= max(threshold * TOLERANCE, threshold + 1)
+    doubling = math.ceil(math.log2(max(threshold, 16) / 16)) + 1
+    assert len(calls) == len(set(calls)) <= 1 + doubling + math.ceil(math.log2(math.log(2) / math.log(TOLERANCE))) + 1
+
+
+def test_a_budget_the_largest_value_misses_is_unreachable_after_one_evaluation():
+    evaluate, calls = counting(lambda v: 0.9)
+    assert search_knob(evaluate, 0.1, 16, 512) is None
+    assert calls == [512]
+
+
+def test_a_nan_error_misses_the_budget():
+    assert search_knob(lambda v: float("nan"), 0.1, 16, 64) is None
+
+
+def test_a_second_budget_reuses_the_errors_of_the_first():
+    evaluate, calls = counting(lambda v: 1.0 / v)
+    tried: dict[int, float] = {}
+    first = search_knob(evaluate, 0.01, 16, 1024, tried=tried)
+    assert 100 <= first <= 125
+    count = len(calls)
+    second = search_knob(evaluate, 0.02, 16, 1024, tried=tried)
+    assert 50 <= second <= 63
+    assert len(calls) - count <= 2  # the doubling points are known: only bisection between 32 and 64 is new
+
+
+def matched(variant, budget, *, N=128, inputs="local", config=None, metric="rel_l2") -> Cell:
+    from variants import build_config
+
+    return Cell(variant=variant, config=build_config(variant, **(config or {})).to_dict(), seq_len=N, kv_len=N, batch=1, heads=2,
+                head_dim=16, dtype="float32", device="cpu", causal=False, mode="forward", inputs=inputs, seed=0,
+                matched_budget=budget, error_metric=metric)
+
+
+def test_a_matched_sliding_window_is_searched_on_calibration_seeds_and_measured_at_the_window_found(monkeypatch):
+    import harness.measure.tuning as tuning
+
+    seeds = []
+    original = tuning.make_inputs
+    monkeypatch.setattr(tuning, "make_inputs", lambda *a, **k: seeds.append(k["seed"]) or original(*a, **k))
+    row = measure_cell(matched("sliding_window", 0.05), FAST, RUN).to_dict()
+    assert row["status"] == "ok", row["reason"]
+    assert row["matched_budget"] == 0.05 and row["error_metric"] == "rel_l2"
+    window = row["config"]["window"]
+    tried = {int(v): e for v, e in row["tuning"]["tried"].items()}
+    assert tried[window] <= 0.05 and window < 128
+    assert all(e > 0.05 for v, e in tried.items() if v < window)  # nothing cheaper met the budget
+    assert row["tuning"]["high"] < 128 // 2  # at most half of dense's FLOPs: a window well below N
+    assert row["rel_l2_error"] <= 0.05 * 1.1  # the evaluation seed's error, within the generalisation margin
+    assert seeds and 0 not in seeds  # the evaluation seed (0) is never scored by the search
+    assert row["tuning_s"] > 0
+
+
+def test_a_cosine_budget_is_searched_on_one_minus_cosine():
+    row = measure_cell(matched("sliding_window", 0.002, metric="cosine"), FAST, RUN).to_dict()
+    assert row["status"] == "ok", row["reason"]
+    tried = {int(v): e for v, e in row["tuning"]["tried"].items()}
+    assert tried[row["config"]["window"]] <= 0.002
+    assert 1 - row["cosine"] <= 0.002 * 1.1
+
+
+def test_an_unreachable_budget_is_a_row_with_the_error_at_the_largest_value():
+    row = measure_cell(matched("distilled", 1e-6, N=64), FAST, RUN).to_dict()
+    assert row["status"] == "unreachable"
+    assert row["reason"].startswith("relative L2 error ") and "at features 512, the largest declared" in row["reason"]
+    assert row["config"]["features"] == 512 and list(row["tuning"]["tried"]) == ["512"]
+    assert row["latency_s"] is None and row["rel_l2_error"] is None  # nothing was measured on the evaluation seed
+
+
+def test_a_learnable_variant_is_calibrated_at_each_value_tried_and_the_match_reuses_that_fit():
+    context = MeasureContext()
+    row = measure_cell(matched("distilled", 0.9, N=64, inputs="gaussian"), FAST, RUN, context).to_dict()
+    assert row["status"] == "ok", row["reason"]
+    fitted = {__import__("json").loads(key)[1]["features"] for key in context.calibrated}
+    assert fitted == {int(v) for v in row["tuning"]["tried"]}
+    assert row["calibration"]["steps"] == FAST.calibration_steps  # the run's calibration budget, recorded
+
+
+def test_a_refused_setting_is_unsupported_before_any_search():
+    cell = dataclasses.replace(matched("linformer", 0.1, N=64, inputs="gaussian"), causal=True)
+    row = measure_cell(cell, FAST, RUN).to_dict()
+    assert row["status"] == "unsupported" and "causal" in row["reason"]
+    assert row["tuning"] is None
+
+
+@pytest.mark.parametrize("variant,N,high", [("sliding_window", 1024, 300), ("sliding_window", 8192, 2399), ("linformer", 256, 64),
+                                             ("linformer", 4096, 256), ("distilled", 1024, 170), ("distilled", 8192, 512)])
+def test_the_range_ends_where_a_value_would_do_more_than_half_of_dense_flops(variant, N, high):
+    from variants import build_variant, dense_flops, get_variant
+
+    cell = matched(variant, 0.1, N=N)
+    cell = dataclasses.replace(cell, heads=8, head_dim=64, config=get_variant(variant).cls.config_for_length(cell.config, N))
+    field, low, top, bound = knob_range(cell)
+    assert (low, top) == (16, high)
+
+    def flops(value):
+        return build_variant(variant, **{**cell.config, field: value}).flops(1, 8, N, N, 64, False)
+
+    limit = dense_flops(1, 8, N, N, 64, False) / 2
+    assert flops(top) <= limit and (bound == "the largest declared" or flops(top + 1) > limit)
+
+
+def test_unreachable_carries_over_only_where_the_range_is_the_one_searched():
+    assert unreachable_carries_over(matched("distilled", 0.1, N=8192), 4096)  # features 16-512 at both
+    assert unreachable_carries_over(matched("linformer", 0.1, N=4096), 2048)  # k 16-256 at both
+    assert unreachable_carries_over(matched("sliding_window", 0.1, N=256), 128) is None  # a wider window range at 256
