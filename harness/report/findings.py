@@ -43,7 +43,8 @@ def _intro(tables: list[choice.AnswerTable], metric: str, *, searched: bool) -> 
     metric_name = METRIC_NAMES.get(metric, metric)
     margin = f"{GENERALISATION_MARGIN:.0%}"
     text = (f"Each cell names the fastest variant whose {metric_name} stays within the budget, with its paired speed-up "
-            "over dense and its 95% interval; a variant beats dense only when the whole interval is above 1.")
+            "over dense and its 95% interval (its latency where dense did not run); a variant beats dense only when the "
+            "whole interval is above 1, and overlapping intervals of the top two are a tie.")
     if searched:
         text += (" Variants with a quality knob were searched per budget on calibration seeds and scored on the evaluation "
                  f"seed, where a searched config may exceed its budget by up to {margin}.")
