@@ -1,5 +1,6 @@
-"""Which one should I use: per setting and input distribution, a table of N x error budget whose cells name the
-fastest candidate within the budget, trusting only what the intervals show.
+"""Which one should I use: per setting and inputs, a table N x error budget of the fastest candidate within budget.
+
+Each cell names the winner at that N and budget, trusting only what the intervals show.
 
 Pure numbers over a frame with dense ratios (analysis.with_dense_ratios) and budgets (budgets.with_budgets);
 the conventions (settings, the dense baseline, paired speed-ups) are analysis.py's, the candidates at a

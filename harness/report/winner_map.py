@@ -1,12 +1,13 @@
-"""The winner map (winner_map.png): per setting and input distribution, N x error budget, each cell coloured
-by the variant that wins there (harness.report.choice) and labelled with its speed-up over dense."""
+"""The winner map (winner_map.png): a grid N x error budget per setting and inputs, coloured by the winning variant.
+
+Each cell is the winner of harness.report.choice, labelled with its speed-up over dense and its config."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from harness.report.choice import AnswerTable, budget_label
 from harness.report.formatting import format_n, format_seconds, format_times
-from harness.report.plotting import DPI, pyplot, save, variant_colors
+from harness.report.plotting import pyplot, save, variant_colors
 
 FILE = "winner_map.png"
 NONE_COLOR = "#e6e6e6"  # no candidate ran within the budget
@@ -56,7 +57,6 @@ def winner_map(tables: list[AnswerTable], titles: list[str], path: Path) -> Path
         handles.append(Patch(color=NONE_COLOR, label="none within budget ran"))
     fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False, title="winner", title_fontsize=8)
     fig.suptitle("Which one should I use: the fastest within each error budget (speed-up over dense)", fontsize=10)
-    fig.set_dpi(DPI)
     save(plt, fig, path)
     return path
 
