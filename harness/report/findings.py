@@ -34,7 +34,9 @@ def recommendation(frame: pd.DataFrame, env: dict[str, Any], folder: Path) -> tu
         common = analysis.setting_title(tables[0].setting) + ("" if "inputs" in varying else f", inputs {tables[0].inputs}")
         path = winner_map(tables, titles if len(tables) > 1 else [common], folder / WINNER_MAP)
         written.append(path)
-        blocks.append(Image(path.name, "The winner per N and error budget (a tie marked ~; grey: none within budget ran)."))
+        empty = any(p.label is None for t in tables for p in t.picks.values())
+        blocks.append(Image(path.name, "The winner per N and error budget: its speed-up over dense (~ a tie) and config"
+                                       + ("; grey: none within budget ran." if empty else ".")))
     blocks.append(Paragraph(conditions(env, frame)))
     return written, blocks
 
