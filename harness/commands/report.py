@@ -9,7 +9,7 @@ from harness.errors import UsageError
 from harness.inputs import parse_inputs
 from harness.plugins import load_plugins
 from harness.report import write_report
-from harness.report.analysis import DEFAULT_BUDGETS
+from harness.report.budgets import DEFAULT_BUDGETS
 from harness.store import load_run
 
 
@@ -21,7 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--maps-uncalibrated", action="store_true",
                         help="draw learnable variants as built instead of fitting them at the maps' N first (faster, less telling)")
     parser.add_argument("--budget", type=float, action="append", default=None, metavar="ERR",
-                        help=f"relative L2 error budget of the recommendation, repeatable (default {' and '.join(map(str, DEFAULT_BUDGETS))})")
+                        help="error budget of the answer in the run's metric, repeatable (default: the run's error_budgets, "
+                             f"else {' and '.join(map(str, DEFAULT_BUDGETS))})")
     parser.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_FILE", help="import a user's variants first (for the maps)")
 
 
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     start = time.perf_counter()
     paths = write_report(args.run_dir, maps=not args.no_maps, maps_n=args.maps_n, maps_inputs=args.maps_inputs,
-                         maps_calibrate=not args.maps_uncalibrated, budgets=tuple(args.budget or DEFAULT_BUDGETS),
+                         maps_calibrate=not args.maps_uncalibrated, budgets=tuple(args.budget) if args.budget else None,
                          plugins=tuple(args.plugin))
     for path in paths:
         print(path)

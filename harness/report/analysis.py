@@ -1,7 +1,7 @@
 """Numbers the report derives from the rows: ratios to dense, scaling exponents, crossovers, Pareto fronts (the recommendation: choice.py).
 
 Pure functions over the DataFrame of harness.store.load_run (one row per cell). Nothing here is typed by
-hand: every sentence of the "which one should I use" paragraph comes from the rows.
+hand: every cell of the "which one should I use" tables comes from the rows.
 
 Conventions (documented here once):
 - A *setting* is what the variants compete in: device, dtype, mode, causal, batch, heads, head_dim.
@@ -22,8 +22,6 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
-
-from harness.report.budgets import DEFAULT_BUDGETS  # noqa: F401 - re-exported (choice, document, commands.report)
 
 SETTING_KEYS = ("device", "dtype", "mode", "causal", "batch", "heads", "head_dim", "kv_heads", "phase", "scope", "padding")
 CELL_KEYS = SETTING_KEYS + ("inputs", "seq_len", "kv_len")

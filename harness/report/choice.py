@@ -1,104 +1,241 @@
-"""Which one should I use: the fastest series within each error budget per N, trusting only what the intervals show.
+"""Which one should I use: per setting and inputs, a table N x error budget of the fastest candidate within budget.
 
-Pure numbers over a frame with dense ratios (harness.report.analysis.with_dense_ratios); the
-conventions (settings, the dense baseline, paired speed-ups) are analysis.py's.
+Each cell names the winner at that N and budget, trusting only what the intervals show.
+
+Pure numbers over a frame with dense ratios (analysis.with_dense_ratios) and budgets (budgets.with_budgets);
+the conventions (settings, the dense baseline, paired speed-ups) are analysis.py's, the candidates at a
+budget budgets.py's (`within`).
+
+A cell's winner (pick):
+- candidates rank by their paired speed-up over dense (by latency where no row has one: dense did not run);
+- a variant beats dense only when it is reliably faster: its paired interval's low end is above 1 (rows
+  without an interval: its p20-p80 latency range lies below dense's); when none is, the answer is dense;
+- a winner whose interval (or latency range) overlaps the runner-up's is a tie, and the runner-up is named.
 """
 from __future__ import annotations
 
-from typing import Iterable
+import math
+from dataclasses import dataclass
+from typing import Sequence
 
-import numpy as np
 import pandas as pd
 
-from harness.report.analysis import BASELINE, DEFAULT_BUDGETS, SETTING_KEYS, _key, select, setting_title
+from harness.report import analysis, budgets as budgets_mod
+from harness.report.analysis import BASELINE, SETTING_KEYS
+from harness.report.formatting import format_seconds, format_times
+
+NONE_RAN = "none within budget ran"
 
 
-def recommend(frame: pd.DataFrame, budgets: Iterable[float] = DEFAULT_BUDGETS) -> list[str]:
-    """One short paragraph per setting and error budget: the fastest series within the budget, per N range.
+@dataclass(frozen=True)
+class Pick:
+    """The answer of one cell: the winner at one N and budget (label None: no candidate ran)."""
 
-    A series is within budget at N when its relative L2 error is at most the budget on every input
-    distribution measured there (a missing error disqualifies it); its speed-up (and interval) and
-    time are the medians over the distributions. Series rank by speed-up over dense (by latency where
-    one has none). A variant beats dense only when its paired interval lies above 1 (speedup_low > 1),
-    else dense is named with the variant as a tie; a winner whose interval overlaps the runner-up's
-    (p20-p80 latency ranges for rows without an interval) is called a tie too. `frame` must carry
-    dense ratios (with_dense_ratios).
-    """
-    paragraphs = []
-    ok = frame[frame["status"] == "ok"] if len(frame) else frame
-    for key, setting in ok.groupby(list(SETTING_KEYS), dropna=False, sort=True):
-        title = setting_title(dict(zip(SETTING_KEYS, _key(key))))
-        has_dense = bool((select(frame, dict(zip(SETTING_KEYS, _key(key))))["variant"] == BASELINE).any())  # failed rows too
-        per = setting.groupby(["series", "seq_len"]).agg(
-            error=("rel_l2_error", lambda e: e.max() if e.notna().all() else np.nan),
-            latency=("latency_s", "median"),
-            p20=("latency_p20_s", "median"),
-            p80=("latency_p80_s", "median"),
-            speedup=("speedup", "median"),
-            low=("speedup_low", "median"),
-            high=("speedup_high", "median"),
-        ).reset_index()
-        for budget in budgets:
-            spans: list[list] = []  # [winner, [(N, speed-up, the series it ties with or None), ...]]
-            for n, at_n in per.groupby("seq_len", sort=True):
-                winner, speedup, tie = _pick(at_n[at_n["error"] <= budget])
-                point = (int(n), speedup, tie)
-                if spans and spans[-1][0] == winner:
-                    spans[-1][1].append(point)
-                else:
-                    spans.append([winner, [point]])
-            parts = [_span_text(winner, points, has_dense=has_dense) for winner, points in spans]
-            paragraphs.append(f"{title}, error budget {budget:g}: " + "; ".join(parts) + ".")
-    return paragraphs
+    label: str | None  # the winner's variant and config, its quality knob named: "sliding_window(window=512)"
+    variant: str | None  # the winner's variant (its colour in the winner map)
+    speedup: float = math.nan  # paired median speed-up over dense (1 for dense itself; NaN where dense did not run)
+    low: float = math.nan  # the paired 95% interval (NaN for rows without one)
+    high: float = math.nan
+    latency_s: float = math.nan  # the winner's median latency
+    tie: str | None = None  # the runner-up whose interval overlaps the winner's
+    dense_status: str | None = None  # where dense did not run at this N: its status ("oom"...); None where it was not in the run
+
+    def text(self) -> str:
+        """'sliding_window(window=512) 3.1x [2.9-3.3] (tie: chunked)', 'dense', or NONE_RAN."""
+        if self.label is None:
+            return NONE_RAN
+        tie = f" (tie: {self.tie})" if self.tie else ""
+        if self.variant == BASELINE and self.speedup == 1:
+            return f"{self.label}{tie}"
+        return f"{self.label} {self.figure()}{tie}"
+
+    def figure(self) -> str:
+        """The winner's number alone: '3.1x [2.9-3.3]', '3.1x', or its latency where dense did not run."""
+        if not math.isfinite(self.speedup):
+            dense = f", dense {self.dense_status}" if self.dense_status else ""
+            return f"{format_seconds(self.latency_s)}{dense}"
+        interval = f" [{format_times(self.low)}-{format_times(self.high)}]" if math.isfinite(self.low) and math.isfinite(self.high) else ""
+        return f"{format_times(self.speedup)}x{interval}"
 
 
-def _pick(fit: pd.DataFrame) -> tuple[str | None, float, str | None]:
-    """(winner, its speed-up, the series it ties with) among the series within budget at one N (see recommend)."""
-    if not len(fit):
-        return None, float("nan"), None
-    fit = fit.sort_values("speedup", ascending=False) if fit["speedup"].notna().all() else fit.sort_values("latency")
-    first = fit.iloc[0]
-    dense = fit[fit["series"] == BASELINE]
-    first_interval = _interval(first)
-    if first["series"] != BASELINE and len(dense) and first_interval and first_interval[0] <= 1:
-        return BASELINE, float(dense["speedup"].iloc[0]), str(first["series"])  # not shown to beat dense
-    if len(fit) < 2:
-        return str(first["series"]), float(first["speedup"]), None
-    second = fit.iloc[1]
-    second_interval = _interval(second)
-    if first_interval and second_interval:
-        tied = first_interval[0] <= second_interval[1]
+@dataclass(frozen=True)
+class AnswerTable:
+    """One setting and input distribution: a Pick per (N, budget)."""
+
+    setting: dict  # the SETTING_KEYS values
+    inputs: str
+    budgets: tuple[float, ...]
+    metric: str  # "rel_l2" or "cosine"
+    lengths: tuple[int, ...]  # every N with a row in this setting and inputs, ascending
+    picks: dict[tuple[int, float], Pick]  # (N, budget) -> its winner
+
+
+def answer_frame(rows: pd.DataFrame, spec_text: str | None, budgets: Sequence[float] | None = None) -> pd.DataFrame:
+    """The rows with dense ratios and budgets: the run's own (its spec.toml's) unless `budgets` is given."""
+    run_budgets, metric = budgets_mod.run_budgets(spec_text)
+    chosen = tuple(sorted(set(budgets))) if budgets else run_budgets
+    return budgets_mod.with_budgets(analysis.with_dense_ratios(rows), chosen, metric)
+
+
+def answer_tables(frame: pd.DataFrame) -> list[AnswerTable]:
+    """One table per setting and input distribution with at least one ok row; budgets and metric from the frame."""
+    budgets, metric = budgets_mod.budgets_of(frame)
+    tables = []
+    for setting in analysis.settings(frame):
+        rows = analysis.select(frame, setting)
+        for inputs, part in rows.groupby("inputs", sort=True):
+            if not (part["status"] == "ok").any():
+                continue
+            lengths = tuple(sorted(int(n) for n in set(part["seq_len"])))
+            ok = part[part["status"] == "ok"]
+            picks = {}
+            for n in lengths:
+                at_n = ok[ok["seq_len"] == n]
+                dense_status = _dense_status(part[part["seq_len"] == n])
+                for budget in budgets:
+                    picks[(n, budget)] = pick(at_n[budgets_mod.within(at_n, budget, metric)], dense_status=dense_status)
+            tables.append(AnswerTable(setting, str(inputs), tuple(budgets), metric, lengths, picks))
+    return tables
+
+
+def pick(candidates: pd.DataFrame, *, dense_status: str | None = None) -> Pick:
+    """The winner among the ok candidate rows of one N and budget (see the module doc)."""
+    if not len(candidates):
+        return Pick(None, None)
+    rows = [r for _, r in candidates.iterrows()]
+    if any(_finite(r["speedup"]) for r in rows):
+        rows.sort(key=lambda r: -r["speedup"] if _finite(r["speedup"]) else math.inf)
     else:
-        tied = first["p80"] >= second["p20"]  # their p20-p80 latency ranges overlap
-    return str(first["series"]), float(first["speedup"]), str(second["series"]) if tied else None
+        rows.sort(key=lambda r: r["latency_s"] if _finite(r["latency_s"]) else math.inf)
+        return _pick_of(rows[0], tie=rows[1] if len(rows) > 1 and _overlap(rows[0], rows[1]) else None, dense_status=dense_status)
+    dense = next((r for r in rows if r["variant"] == BASELINE and r["speedup"] == 1), None)
+    dense = dense if dense is not None else next((r for r in rows if r["variant"] == BASELINE), None)
+    faster = [r for r in rows if r is not dense and _beats_dense(r, dense)]
+    if faster:
+        winner = faster[0]
+        after = rows[rows.index(winner) + 1:]
+        runner_up = after[0] if after else None
+        return _pick_of(winner, tie=runner_up if runner_up is not None and _overlap(winner, runner_up) else None)
+    if dense is None:
+        return _pick_of(rows[0])
+    rival = next((r for r in rows if r is not dense), None)
+    return _pick_of(dense, tie=rival if rival is not None and _overlap(dense, rival) else None)
+
+
+def answer_lines(tables: list[AnswerTable]) -> list[str]:
+    """One line per setting and input distribution at its largest N, for the end of a sweep:
+    'answer at N=8192 (local): rel_l2<=0.05: sliding_window(window=512) 3.1x [2.9-3.3]; rel_l2<=0.1: dense'."""
+    varying = varying_keys(tables)
+    lines = []
+    for table in tables:
+        n = table.lengths[-1]
+        where = ", ".join(describe(table, [k for k in varying if k != "inputs"]) + [table.inputs])
+        answers = "; ".join(f"{budget_label(b, table.metric, ascii=True)}: {table.picks[(n, b)].text()}" for b in table.budgets)
+        lines.append(f"answer at N={n} ({where}): {answers}")
+    return lines
+
+
+def budget_label(budget: float, metric: str, *, ascii: bool = False) -> str:
+    """'rel_l2 ≤ 0.05' ('rel_l2<=0.05' with ascii), '1-cos ≤ 0.05' for the cosine metric."""
+    name = "rel_l2" if metric == "rel_l2" else "1-cos"
+    return f"{name}<={budget:g}" if ascii else f"{name} ≤ {budget:g}"
+
+
+def varying_keys(tables: list[AnswerTable]) -> list[str]:
+    """The setting keys (and "inputs") whose value differs between the tables: all a caption needs to name."""
+    keys = list(SETTING_KEYS) + ["inputs"]
+    values = [{**t.setting, "inputs": t.inputs} for t in tables]
+    return [k for k in keys if len({str(v.get(k)) for v in values}) > 1]
+
+
+def describe(table: AnswerTable, keys: Sequence[str], *, skip_defaults: bool = False) -> list[str]:
+    """The table's value of each key, for people: 'float32', 'causal', 'H=8', 'inputs local'...; skip_defaults leaves
+    out the axes at their default (H_kv = H, prefill, attention, no padding)."""
+    values = {**table.setting, "inputs": table.inputs}
+    defaults = {"kv_heads": values.get("heads"), "phase": "prefill", "scope": "attention", "padding": 0.0}
+    short = {"batch": "B", "heads": "H", "head_dim": "D", "kv_heads": "H_kv", "padding": "pad"}
+    parts = []
+    for k in keys:
+        v = values.get(k)
+        if skip_defaults and k in defaults and v in (None, defaults[k]):
+            continue
+        if k == "causal":
+            parts.append("causal" if v else "non-causal")
+        elif k in short:
+            parts.append(f"{short[k]}={v:g}" if isinstance(v, float) else f"{short[k]}={v}")
+        elif k == "inputs":
+            parts.append(f"inputs {v}")
+        else:
+            parts.append(str(v))
+    return parts
+
+
+# ---- helpers -----------------------------------------------------------------------------------------
+def _pick_of(r: pd.Series, *, tie: pd.Series | None = None, dense_status: str | None = None) -> Pick:
+    return Pick(_label(r), str(r["variant"]), float(r["speedup"]), float(r["speedup_low"]), float(r["speedup_high"]),
+                float(r["latency_s"]), _label(tie) if tie is not None else None, dense_status)
+
+
+def _label(r: pd.Series) -> str:
+    """The row's variant and config with its quality knob named even at its default ('sliding_window(window=512)')."""
+    from harness.entries import config_label
+
+    field = _knob_field(str(r["variant"]))
+    return config_label(str(r["variant"]), r["config"] if isinstance(r["config"], dict) else {}, show=(field,) if field else ())
+
+
+def _knob_field(variant: str) -> str | None:
+    from variants import get_variant
+
+    try:
+        knob = get_variant(variant).quality_knob
+    except (ValueError, TypeError, KeyError):
+        return None  # a plugin variant not registered here
+    return knob.field if knob is not None else None
+
+
+def _dense_status(at_n: pd.DataFrame) -> str | None:
+    """Dense's status at one N where it did not run ok (None when it ran, or was not in the run)."""
+    dense = at_n[at_n["variant"] == BASELINE]
+    if not len(dense) or (dense["status"] == "ok").any():
+        return None
+    return str(dense["status"].iloc[0])
+
+
+def _finite(x) -> bool:
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
 
 
 def _interval(r: pd.Series) -> tuple[float, float] | None:
-    """A series' paired speed-up interval; the dense baseline's is exactly 1 (it is the reference)."""
-    if np.isfinite(r["low"]) and np.isfinite(r["high"]):
-        return float(r["low"]), float(r["high"])
-    if r["series"] == BASELINE and r["speedup"] == 1:
+    """A row's paired speed-up interval; the dense baseline's is exactly 1 (it is the reference)."""
+    if _finite(r["speedup_low"]) and _finite(r["speedup_high"]):
+        return float(r["speedup_low"]), float(r["speedup_high"])
+    if r["variant"] == BASELINE and r["speedup"] == 1:
         return 1.0, 1.0
     return None
 
 
-def _span_text(winner: str | None, points: list[tuple[int, float, str | None]], *, has_dense: bool = True) -> str:
-    first, last = points[0][0], points[-1][0]
-    where = f"N={first}" if first == last else f"N={first}-{last}"
-    if winner is None:
-        return f"{where}: none within budget ran"
-    ties = [f"{t} at N={n}" for n, _, t in points if t]
-    tie_note = "a tie: within the timing spread of " + ", ".join(ties) if ties else ""
-    if winner == BASELINE:
-        return f"{where}: **{winner}**" + (f" ({tie_note})" if tie_note else "")
-    notes = []
-    measured = [(n, s) for n, s, _ in points if np.isfinite(s)]
-    if measured:
-        (n0, s0), (n1, s1) = measured[0], measured[-1]
-        notes.append(f"speed-up over dense {s0:.3g}x at N={n0}" + (f" to {s1:.3g}x at N={n1}" if n1 != n0 else ""))
-    missing = [n for n, s, _ in points if not np.isfinite(s)]
-    if missing and has_dense:
-        notes.append("dense did not run at N=" + ",".join(map(str, missing)))
-    if tie_note:
-        notes.append(tie_note)
-    return f"{where}: **{winner}**" + (" (" + "; ".join(notes) + ")" if notes else "")
+def _latency_range(r: pd.Series) -> tuple[float, float] | None:
+    low, high = r.get("latency_p20_s"), r.get("latency_p80_s")
+    return (float(low), float(high)) if _finite(low) and _finite(high) else None
+
+
+def _overlap(a: pd.Series, b: pd.Series) -> bool:
+    """Whether two rows cannot be told apart: paired intervals that intersect, else p20-p80 latency ranges that do."""
+    for ranges in ((_interval(a), _interval(b)), (_latency_range(a), _latency_range(b))):
+        if ranges[0] and ranges[1]:
+            return max(ranges[0][0], ranges[1][0]) <= min(ranges[0][1], ranges[1][1])
+    return False
+
+
+def _beats_dense(r: pd.Series, dense: pd.Series | None) -> bool:
+    """Reliably faster than dense: a paired interval above 1; without one, a latency range below dense's."""
+    if not (_finite(r["speedup"]) and r["speedup"] > 1):
+        return False
+    interval = _interval(r)
+    if interval:
+        return interval[0] > 1
+    return dense is None or not _overlap(r, dense)

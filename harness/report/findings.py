@@ -1,29 +1,92 @@
 """The report's answers: which variant to use per error budget and N, and how each one scales."""
 from __future__ import annotations
 
-from typing import Sequence
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from harness.report import analysis, choice
-from harness.report.formatting import format_number
-from harness.report.page import Block, Heading, Paragraph, Table
+from harness.report.budgets import GENERALISATION_MARGIN, METRIC_NAMES, budgets_of
+from harness.report.formatting import format_n, format_number, format_text, short_reason
+from harness.report.page import Block, Heading, Image, Paragraph, Table
+from harness.report.winner_map import FILE as WINNER_MAP, winner_map
 
 
-def recommendation(frame: pd.DataFrame, budgets: Sequence[float]) -> list[Block]:
-    """'Which one should I use': the fastest series within each budget, worst over the input distributions,
-    then for each distribution alone when several were measured."""
-    text = choice.recommend(frame, budgets)
-    intro = ("The fastest series whose relative L2 error (worst over the input distributions measured) stays "
-             "within each budget, per range of N; computed from the rows below. Approximate variants that "
-             "win here may still be wrong for your inputs: check the error table for your distribution.")
-    blocks: list[Block] = [Heading(2, "Which one should I use"), Paragraph(intro)] + [Paragraph(t) for t in text]
-    distributions = sorted({str(v) for v in frame["inputs"]})
-    if len(distributions) > 1:  # the worst case hides what suits inputs like one of them: say that too
-        blocks.append(Paragraph("If your attention looks like one of the input distributions measured, the answer for it alone:"))
-        for dist in distributions:
-            blocks += [Paragraph(f"Inputs {dist}: {t}") for t in choice.recommend(frame[frame["inputs"] == dist], budgets)]
-    return blocks
+def recommendation(frame: pd.DataFrame, env: dict[str, Any], folder: Path) -> tuple[list[Path], list[Block]]:
+    """'Which one should I use': an intro, a table N x budget per setting and input distribution (choice.py), the
+    winner map (winner_map.png in `folder`) and the run's conditions. `frame` from choice.answer_frame."""
+    tables = choice.answer_tables(frame)
+    metric = budgets_of(frame)[1]
+    searched = bool(pd.to_numeric(frame["matched_budget"], errors="coerce").notna().any()) if "matched_budget" in frame else False
+    blocks: list[Block] = [Heading(2, "Which one should I use"), Paragraph(_intro(tables, metric, searched=searched))]
+    varying = choice.varying_keys(tables)
+    titles = [", ".join(choice.describe(t, varying)) for t in tables] if len(tables) > 1 else [""] * len(tables)
+    for table, title in zip(tables, titles):
+        headers = ["N"] + [choice.budget_label(b, metric) for b in table.budgets]
+        rows = [[format_n(n)] + [table.picks[(n, b)].text() for b in table.budgets] for n in table.lengths]
+        if title:
+            blocks.append(Paragraph(f"**{title}**"))
+        blocks.append(Table(headers, rows))
+    blocks += _unreachable(frame, metric)
+    written = []
+    if tables:
+        common = analysis.setting_title(tables[0].setting) + ("" if "inputs" in varying else f", inputs {tables[0].inputs}")
+        path = winner_map(tables, titles if len(tables) > 1 else [common], folder / WINNER_MAP)
+        written.append(path)
+        empty = any(p.label is None for t in tables for p in t.picks.values())
+        blocks.append(Image(path.name, "The winner per N and error budget: its speed-up over dense (~ a tie) and config"
+                                       + ("; grey: none within budget ran." if empty else ".")))
+    blocks.append(Paragraph(conditions(env, frame)))
+    return written, blocks
+
+
+def _intro(tables: list[choice.AnswerTable], metric: str, *, searched: bool) -> str:
+    metric_name = METRIC_NAMES.get(metric, metric)
+    margin = f"{GENERALISATION_MARGIN:.0%}"
+    text = (f"Each cell names the fastest variant whose {metric_name} stays within the budget, with its paired speed-up "
+            "over dense and its 95% interval (its latency where dense did not run); a variant beats dense only when the "
+            "whole interval is above 1, and overlapping intervals of the top two are a tie.")
+    if searched:
+        text += (" Variants with a quality knob were searched per budget on calibration seeds and scored on the evaluation "
+                 f"seed, where a searched config may exceed its budget by up to {margin}.")
+    else:
+        text += " This run searched no configs (no error_budgets in its spec): each variant counts at the config it ran."
+    if not tables:
+        return text + " No setting has a row that ran."
+    varying = choice.varying_keys(tables)
+    shared = [k for k in list(analysis.SETTING_KEYS) + ["inputs"] if k not in varying]
+    if len(tables) > 1 and set(varying) <= {"inputs"}:
+        text += f" Setting: {analysis.setting_title(tables[0].setting)}; one table per input distribution."
+    elif len(tables) > 1:
+        text += " All tables: " + ", ".join(choice.describe(tables[0], shared, skip_defaults=True)) + "."
+    else:
+        text += f" Setting: {analysis.setting_title(tables[0].setting)}, inputs {tables[0].inputs}."
+    return text
+
+
+def _unreachable(frame: pd.DataFrame, metric: str) -> list[Block]:
+    """One line naming the variants whose search found no config within a budget, with the first reason."""
+    if not len(frame):
+        return []
+    rows = frame[frame["status"] == "unreachable"]
+    parts = []
+    for (variant, budget), part in rows.groupby(["variant", "matched_budget"], sort=True, dropna=False):
+        lengths = sorted(set(int(n) for n in part["seq_len"]))
+        where = f"N={format_n(lengths[0])}" + (f"-{format_n(lengths[-1])}" if len(lengths) > 1 else "")
+        parts.append(f"{variant} for {choice.budget_label(float(budget), metric)} at {where}: {short_reason(part['reason'].iloc[0])}")
+    return [Paragraph("No config within the budget: " + "; ".join(parts) + ".")] if parts else []
+
+
+def conditions(env: dict[str, Any], frame: pd.DataFrame) -> str:
+    """'Measured on <device>, float32; load per CPU 0.12 max, 0.05 median; torch 2 threads of 2 CPUs; torch 2.3.0.'"""
+    device = ", ".join(sorted({str(v) for v in frame["device_name"] if v is not None})) if len(frame) else ""
+    device = device or env.get("gpu") or env.get("cpu") or "an unknown device"
+    dtypes = ", ".join(sorted({str(v) for v in frame["dtype"] if v is not None})) if len(frame) else "-"
+    load = pd.to_numeric(frame["load_per_cpu"], errors="coerce").dropna() if "load_per_cpu" in frame else pd.Series(dtype=float)
+    load_text = f"load per CPU {load.max():.2f} max, {load.median():.2f} median" if len(load) else "load per CPU not recorded"
+    threads = f"torch {format_text(env.get('torch_threads'))} threads of {format_text(env.get('cpu_count'))} CPUs"
+    return f"Measured on {device}, {dtypes}; {load_text}; {threads}; torch {format_text(env.get('torch'))}."
 
 
 def scaling(frame: pd.DataFrame) -> list[Block]:

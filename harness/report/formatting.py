@@ -74,6 +74,17 @@ def format_ratio(value: Any, digits: int = 2) -> str:
     return format_number(value, f".{digits}f", "x")
 
 
+def format_times(value: Any) -> str:
+    """A speed-up without its 'x', short for a table cell: '3.1', '0.95', '12.8', '256' (two significant digits
+    below 10, three from there, whole numbers from 100)."""
+    number = _finite(value)
+    if number is None:
+        return "-"
+    if abs(number) >= 100:
+        return f"{number:.0f}"
+    return f"{number:.3g}" if abs(number) >= 10 else f"{number:.2g}"
+
+
 def format_error(value: Any, digits: int = 1) -> str:
     """An error in scientific notation: '1.2e-03' (digits after the point); '-' when missing or not finite."""
     return format_number(value, f".{digits}e")

@@ -69,8 +69,8 @@ def devices(frame: pd.DataFrame) -> list[Block]:
 
 
 def spec(spec_text: str | None) -> list[Block]:
-    """The run's spec.toml as recorded (nothing when the folder has none)."""
-    return [Heading(2, "Spec"), Code(spec_text.strip())] if spec_text else []
+    """The report's appendix: the run's spec.toml as recorded (nothing when the folder has none)."""
+    return [Heading(2, "Appendix: the spec"), Code(spec_text.strip())] if spec_text else []
 
 
 def outcome(frame: pd.DataFrame) -> list[Block]:

@@ -183,20 +183,30 @@ def _blocked_series(rows: list[dict], cells: list) -> dict[str, tuple[str, int]]
 
 
 def finish_run(run_dir: Path, *, plugins: tuple[str, ...] = ()) -> None:
-    """rows.csv/Parquet, the report (a failure there is a warning), the table and the folder on stdout.
+    """rows.csv/Parquet, the report (a failure there is a warning); on stdout the table, the report's path, its answer
+    at the largest N (harness.runner.summary.answer_lines) and the folder.
 
     `plugins`: the run's plugin targets, which the report's maps child imports too.
     """
-    from harness.runner.summary import summary_table
+    from harness.runner.summary import answer_lines, summary_table
     from harness.store import read_rows, write_tables
 
     write_tables(run_dir)
+    reported = False
     try:
         from harness.report import write_report  # inside the try: a broken plotting install is this same warning
 
         write_report(run_dir, plugins=plugins)
+        reported = True
     except Exception as exc:  # the rows are safe on disk; a report failure is a warning, never silent
         print(f"warning: the report failed ({type(exc).__name__}: {exc}); "
               f"the rows are in {run_dir}; retry with python -m harness report {run_dir}", file=sys.stderr)
     print(summary_table(read_rows(run_dir)))
+    if reported and (run_dir / "report.html").is_file():
+        print(f"report: {run_dir / 'report.html'}")
+    try:
+        for line in answer_lines(run_dir):
+            print(line)
+    except Exception as exc:  # like the report's: the rows are safe, the answer is in the report or a retry away
+        print(f"warning: the answer failed ({type(exc).__name__}: {exc}); see python -m harness report {run_dir}", file=sys.stderr)
     print(f"run folder: {run_dir}")

@@ -1,8 +1,9 @@
-"""The compact table a sweep prints at the end: variant x N per setting (latency, speed-up, memory ratio, error,
-and for a series matched to an error budget the knob value found at each N)."""
+"""What a sweep prints at the end: variant x N per setting (latency, speed-up, memory ratio, error, and for a
+series matched to an error budget the knob value found at each N), and the answer."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 from harness.report.analysis import SETTING_KEYS, axes_title, with_dense_ratios
 from harness.report.formatting import format_error, format_n, format_ratio, format_seconds_compact
@@ -53,3 +54,16 @@ _METRICS = (
     ("memory", lambda r: format_ratio(r["memory_ratio"])),
     ("rel err", lambda r: format_error(r["rel_l2_error"])),
 )
+
+
+def answer_lines(run_dir: Path) -> list[str]:
+    """The report's answer at the largest N, one line per setting and input distribution (harness.report.choice)."""
+    from harness.report import choice
+    from harness.store import load_run
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the report and the table have said what was skipped
+        run = load_run(run_dir)
+    if not len(run.rows):
+        return []
+    return choice.answer_lines(choice.answer_tables(choice.answer_frame(run.rows, run.spec_text)))

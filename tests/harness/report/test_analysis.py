@@ -1,4 +1,4 @@
-"""harness.report.analysis: exponent fit, crossover finder, dense ratios, Pareto front, recommendation."""
+"""harness.report.analysis: exponent fit, crossover finder, dense ratios, Pareto front (the answer: test_choice.py)."""
 from __future__ import annotations
 
 import math
@@ -17,7 +17,6 @@ from harness.report.analysis import (
     scaling_exponents,
     with_dense_ratios,
 )
-from harness.report.choice import recommend
 from harness.store import rows_frame
 from tests.helpers.synthetic_run import make_rows
 
@@ -110,29 +109,3 @@ def test_pareto_length_and_memory_limits():
     limits = memory_limits(frame[~frame["causal"]]).set_index("series")
     assert limits.loc["dense", "longest_ok"] == 4096 and limits.loc["dense", "first_oom"] == 8192
     assert limits.loc["chunked", "longest_ok"] == 8192 and pd.isna(limits.loc["chunked", "first_oom"])
-
-
-def test_recommendation_is_derived_from_the_numbers():
-    frame = with_dense_ratios(rows_frame(make_rows()))
-    text = recommend(frame, budgets=(1e-3, 0.1))
-    tight = next(p for p in text if "budget 0.001" in p)
-    loose = next(p for p in text if "budget 0.1" in p)
-    # Within 1e-3 only the exact ones qualify: dense while it fits, then chunked.
-    assert "N=256-4096: **dense**" in tight and "N=8192: **chunked** (dense did not run at N=8192)" in tight
-    # Within 0.1 linformer (error 0.05, the fastest at every length) wins everywhere: 2e-7 N vs 1e-9 N^2.
-    assert "N=256-8192: **linformer** (speed-up over dense 1.28x at N=256 to 20.5x at N=4096; dense did not run at N=8192)" in loose
-    assert "sliding_window" not in loose  # error 0.3: over budget
-
-
-def test_recommendation_calls_out_a_win_within_the_timing_spread():
-    rows = make_rows(variants=("dense", "chunked"), inputs=("gaussian",), with_failures=False)
-    for r in rows:  # chunked 2% faster than dense, both spread +/- 10%: a tie, not a win
-        if r["variant"] == "chunked":
-            r["latency_s"] = 0.98e-9 * r["seq_len"] ** 2
-        r["latency_p20_s"], r["latency_p80_s"] = r["latency_s"] * 0.9, r["latency_s"] * 1.1
-    text = recommend(with_dense_ratios(rows_frame(rows)), budgets=(1e-3,))[0]
-    assert "**chunked** (speed-up over dense 1.02x at N=256 to 1.02x at N=8192; a tie: within the timing spread of dense at N=256" in text
-    # With tight spreads the same 2% is a plain win.
-    for r in rows:
-        r["latency_p20_s"], r["latency_p80_s"] = r["latency_s"] * 0.999, r["latency_s"] * 1.001
-    assert "timing spread" not in recommend(with_dense_ratios(rows_frame(rows)), budgets=(1e-3,))[0]

@@ -9,8 +9,9 @@ from harness.commands import main
 from harness.errors import UsageError
 from harness.report import write_report
 from harness.report.plotting import FIGURE_FILES
+from harness.report.winner_map import FILE as WINNER_MAP
 from harness.store import load_run
-from tests.helpers.synthetic_run import make_rows, write_run
+from tests.helpers.synthetic_run import BUDGET_SPEC, UNREACHABLE, make_budget_rows, make_rows, write_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -19,8 +20,8 @@ def test_report_from_a_run_with_failures_writes_every_file(tmp_path):
     run = write_run(tmp_path / "run", modes=("forward", "train"))
     written = write_report(run)
     names = {p.name for p in written}
-    assert names == {"report.md", "report.html"} | set(FIGURE_FILES.values())
-    for name in FIGURE_FILES.values():
+    assert names == {"report.md", "report.html", WINNER_MAP} | set(FIGURE_FILES.values())
+    for name in list(FIGURE_FILES.values()) + [WINNER_MAP]:
         assert (run / name).read_bytes()[:8] == PNG_MAGIC
     md = (run / "report.md").read_text()
     # Failed cells are shown with their status and reason, never dropped.
@@ -30,13 +31,13 @@ def test_report_from_a_run_with_failures_writes_every_file(tmp_path):
     # The analysis is computed: the planted exponents and the crossover at N = 400 appear.
     assert "| float32 forward, non-causal, B=1 H=8 D=64 (cpu) | dense | 2.00 | 2.00 | 1024-4096 |" in md
     assert "| sliding_window | 1.00 | 1.00 | 2048-8192 | from N ~ 400;" in md
-    assert "N=256-4096: **dense**; N=8192: **chunked**" in md
+    assert "| 4K | dense | linformer(k=128) 20.5x |" in md and "| 8K | chunked(chunk_size=256) 101 ms, dense oom |" in md
     # Published numbers beside ours, with the hardware named.
     assert "paper (NVIDIA V100)" in md and "| linformer | 2048 | 128 | 10.24x | 2.6x |" in md
     assert "ours (Synthetic CPU)" in md
     html = (run / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == len(FIGURE_FILES)  # self-contained
-    for name in FIGURE_FILES.values():
+    assert html.count("data:image/png;base64,") == len(FIGURE_FILES) + 1  # self-contained, the winner map too
+    for name in list(FIGURE_FILES.values()) + [WINNER_MAP]:
         assert f"![{name}]({name})" in md
 
 
@@ -61,7 +62,9 @@ def test_report_of_a_run_without_dense(tmp_path):
     names = {p.name for p in write_report(run, maps=False)}
     assert FIGURE_FILES["speedup"] not in names and FIGURE_FILES["latency"] in names  # no baseline, no speed-up figure
     md = (run / "report.md").read_text()
-    assert "error budget 0.1: N=256-8192: **linformer**." in md and "dense did not run" not in md
+    section = _answer(md)
+    assert "| 256 | chunked(chunk_size=256) 98.3 us | linformer(k=128) 51.2 us |" in section  # no dense: latencies
+    assert "dense oom" not in section and "x [" not in section
 
 
 def test_truncated_last_line_is_skipped_with_a_warning(tmp_path):
@@ -105,7 +108,7 @@ def test_cli_report(tmp_path, capsys):
     run = write_run(tmp_path / "run")
     assert main(["report", str(run), "--no-maps", "--budget", "0.5"]) == 0
     out = capsys.readouterr().out
-    assert str(run / "report.html") in out and "error budget 0.5" in (run / "report.md").read_text()
+    assert str(run / "report.html") in out and "| N | rel_l2 ≤ 0.5 |" in (run / "report.md").read_text()
     assert main(["report", str(run), "--maps-n", "1"]) == 2
     assert "--maps-n 1" in capsys.readouterr().err
     assert main(["report", str(run), "--maps-inputs", "gausian"]) == 2
@@ -116,24 +119,44 @@ def test_cli_report(tmp_path, capsys):
     assert "error budgets must be > 0" in capsys.readouterr().err
 
 
-def test_recommendation_also_answers_per_input_distribution(tmp_path):
-    run = write_run(tmp_path / "run")  # gaussian and local rows
-    write_report(run, maps=False)
+def _answer(md: str) -> str:
+    return md.split("## Which one should I use\n")[1].split("\n## ")[0]
+
+
+def test_the_answer_is_the_first_section_and_the_spec_an_appendix(tmp_path):
+    run = write_run(tmp_path / "run", make_budget_rows(inputs=("gaussian", "local")), spec_text=BUDGET_SPEC)
+    written = {p.name for p in write_report(run, maps=False)}
     md = (run / "report.md").read_text()
-    section = md.split("## Which one should I use")[1].split("\n## ")[0]
-    assert "the answer for it alone" in section
-    assert "Inputs gaussian: float32 forward" in section and "Inputs local: float32 forward" in section
+    headings = [line for line in md.splitlines() if line.startswith("## ")]
+    assert headings[0] == "## Which one should I use" and headings[-1] == "## Appendix: the spec"
+    assert md.index("error_budgets = [0.05, 0.1]") > md.index("## Appendix: the spec")
+    section = _answer(md)
+    assert WINNER_MAP in written and (run / WINNER_MAP).read_bytes()[:8] == PNG_MAGIC
+    assert f"![{WINNER_MAP}]({WINNER_MAP})" in section
+    # One table per input distribution, captioned by what differs; the shared setting said once.
+    assert section.count("| N | rel_l2 ≤ 0.05 | rel_l2 ≤ 0.1 |") == 2 and "**inputs gaussian**" in section and "**inputs local**" in section
+    assert section.count("float32 forward, non-causal, B=1 H=8 D=64 (cpu)") == 1
+    assert "searched per budget on calibration seeds and scored on the evaluation seed" in section and "10%" in section
+    assert "| 1K | dense (tie: sliding_window(window=512)) | linformer(k=256) 3.2x [3.1-3.3] |" in section
+    assert "| 8K | sliding_window(window=512) 8.4x [7.6-9.2] | linformer(k=256) 25.6x [12.8-38.4] (tie: sliding_window(window=256)) |" in section
+    assert f"No config within the budget: linformer for rel_l2 ≤ 0.05 at N=1K-8K: {UNREACHABLE}." in section
+    assert "Measured on Synthetic CPU, float32; load per CPU 0.10 max, 0.10 median; torch 2 threads of 2 CPUs; torch 2.13.0." in section
+    # --budget overrides the run's budgets.
+    write_report(run, maps=False, budgets=(0.2,))
+    assert "| N | rel_l2 ≤ 0.2 |" in _answer((run / "report.md").read_text())
 
 
-def test_a_single_distribution_gets_no_per_distribution_answer(tmp_path):
+def test_a_run_without_budgets_says_it_searched_nothing_and_one_table_has_no_caption(tmp_path):
     run = write_run(tmp_path / "run", inputs=("gaussian",))
     write_report(run, maps=False)
-    assert "the answer for it alone" not in (run / "report.md").read_text()
+    section = _answer((run / "report.md").read_text())
+    assert "This run searched no configs" in section and "| N | rel_l2 ≤ 0.01 | rel_l2 ≤ 0.1 |" in section
+    assert "**inputs" not in section and "Setting: float32 forward, non-causal, B=1 H=8 D=64 (cpu), inputs gaussian." in section
 
 
 def test_noisy_rows_are_marked_and_a_loaded_run_says_so_first(tmp_path):
     from harness.report.document import write_report
-    from tests.helpers.synthetic_run import make_rows, write_run
+    from tests.helpers.synthetic_run import BUDGET_SPEC, UNREACHABLE, make_budget_rows, make_rows, write_run
 
     rows = make_rows(variants=("dense", "chunked"), inputs=("gaussian",), with_failures=False)
     for r in rows:
@@ -141,5 +164,7 @@ def test_noisy_rows_are_marked_and_a_loaded_run_says_so_first(tmp_path):
     run = write_run(tmp_path / "loaded", rows)
     write_report(run, maps=False)
     text = (run / "report.md").read_text(encoding="utf-8")
-    assert text.splitlines()[2].startswith("**This run was measured under load (up to 1.40 per CPU")
+    # Right after the answer (its last line: the run's conditions), before the environment.
+    warning = text.index("**This run was measured under load (up to 1.40 per CPU")
+    assert text.index("Measured on Synthetic CPU, float32; load per CPU 1.40 max") < warning < text.index("## Environment")
     assert "\u2020 |" in text and "\u2020 timed under load or noisily" in text

@@ -1,0 +1,48 @@
+"""The end of a sweep: after the table, the report's path and the answer at the largest N (harness.report.choice)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import harness.report
+from harness.commands import main
+from harness.runner.run import finish_run
+from tests.helpers.synthetic_run import BUDGET_SPEC, make_budget_rows, write_run
+
+
+def _fake_report(run_dir, **options):
+    (Path(run_dir) / "report.html").write_text("<html></html>")
+
+
+def test_the_sweep_ends_with_the_report_path_and_one_answer_line_per_inputs(tmp_path, capsys, monkeypatch):
+    run = write_run(tmp_path / "run", make_budget_rows(inputs=("gaussian", "local")), spec_text=BUDGET_SPEC)
+    monkeypatch.setattr(harness.report, "write_report", _fake_report)
+    finish_run(run)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == f"run folder: {run}"
+    assert lines[-4] == f"report: {run / 'report.html'}"
+    assert lines[-3:-1] == [
+        f"answer at N=8192 ({d}): rel_l2<=0.05: sliding_window(window=512) 8.4x [7.6-9.2]; "
+        "rel_l2<=0.1: linformer(k=256) 25.6x [12.8-38.4] (tie: sliding_window(window=256))" for d in ("gaussian", "local")]
+
+
+def test_a_failed_report_prints_no_path_but_still_the_answer(tmp_path, capsys, monkeypatch):
+    run = write_run(tmp_path / "run", make_budget_rows(), spec_text=BUDGET_SPEC)
+    (run / "report.html").write_text("stale")
+
+    def broken(run_dir, **options):
+        raise RuntimeError("no matplotlib")
+
+    monkeypatch.setattr(harness.report, "write_report", broken)
+    finish_run(run)
+    captured = capsys.readouterr()
+    assert "report: " not in captured.out and "warning: the report failed (RuntimeError: no matplotlib)" in captured.err
+    assert "answer at N=8192 (local): rel_l2<=0.05: sliding_window(window=512)" in captured.out
+
+
+def test_a_real_sweep_answers_at_its_largest_n(tmp_path, capsys, no_report):
+    args = ["sweep", "--device", "cpu", "--variants", "dense", "--seq-lens", "16,32", "--heads", "1", "--head-dim", "8",
+            "--inputs", "gaussian", "--time-budget", "0.005", "--repeats", "1", "--error-rows", "8", "--quiet",
+            "--out", str(tmp_path), "--run-id", "r"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "answer at N=32 (gaussian): rel_l2<=0.01: dense; rel_l2<=0.1: dense\n" in out
