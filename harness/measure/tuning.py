@@ -115,8 +115,9 @@ def tune(cell: Cell, settings: MeasureSettings, context: MeasureContext, device:
 
 def knob_range(cell: Cell) -> tuple[str, int, int, str]:
     """(the knob's field, low, high, what bounds high) searched for the cell: the knob's declared range at the cell's M,
-    with high lowered to the largest value doing at most MAX_FLOPS_FRACTION of dense attention's analytic FLOPs.
-    A variant whose FLOPs do not fall with the knob (the base class counts dense FLOPs) keeps its declared range."""
+    with high lowered to the largest value doing at most MAX_FLOPS_FRACTION of dense attention's analytic FLOPs (to
+    low itself when even low does more). A variant whose FLOPs do not change with the knob (the base class counts
+    dense FLOPs) keeps its declared range."""
     from variants import build_variant, dense_flops, get_variant
 
     knob = get_variant(cell.variant).quality_knob
@@ -127,8 +128,10 @@ def knob_range(cell: Cell) -> tuple[str, int, int, str]:
         return build_variant(cell.variant, **{**cell.config, knob.field: value}).flops(*shape)
 
     limit = MAX_FLOPS_FRACTION * dense_flops(*shape)
-    if flops(high) <= limit or not flops(low) <= limit:
+    if flops(high) <= limit or flops(low) == flops(high):
         return knob.field, low, high, "the largest declared"
+    if flops(low) > limit:
+        return knob.field, low, low, f"the smallest declared, which already does over {MAX_FLOPS_FRACTION:g}x dense's FLOPs"
     cheap, costly = low, high  # flops(cheap) <= limit < flops(costly)
     while costly - cheap > 1:
         middle = (cheap + costly) // 2

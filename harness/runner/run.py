@@ -142,9 +142,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
                 writer.append(row)
                 done.add(cell.cell_id)
                 if measured and row["status"] in BLOCKING:
-                    current = blocked.get(cell.series_key)
-                    if current is None or cell.seq_len < current[1]:
-                        blocked[cell.series_key] = (row["status"], cell.seq_len)
+                    _block(blocked, cell, row["status"])
                 progress.finish(cell, row, measured=measured)
 
             todo = (cell for cell in cells if cell.cell_id not in done)
@@ -176,10 +174,16 @@ def _blocked_series(rows: list[dict], cells: list) -> dict[str, tuple[str, int]]
         cell = by_id.get(row.get("cell_id"))
         if cell is None or row.get("status") not in BLOCKING or str(row.get("reason", "")).startswith(NOT_RUN_PREFIX):
             continue
-        current = blocked.get(cell.series_key)
-        if current is None or cell.seq_len < current[1]:
-            blocked[cell.series_key] = (row["status"], cell.seq_len)
+        _block(blocked, cell, row["status"])
     return blocked
+
+
+def _block(blocked: dict[str, tuple[str, int]], cell, status: str) -> None:
+    """Record that the cell's series stopped at its N: the shortest N for oom and timeout (nothing longer runs); the
+    longest searched N for unreachable (its knob range is the one a longer N is compared with)."""
+    current = blocked.get(cell.series_key)
+    if current is None or (cell.seq_len > current[1] if status == "unreachable" else cell.seq_len < current[1]):
+        blocked[cell.series_key] = (status, cell.seq_len)
 
 
 def finish_run(run_dir: Path, *, plugins: tuple[str, ...] = ()) -> None:

@@ -91,11 +91,11 @@ def test_a_cosine_budget_is_searched_on_one_minus_cosine():
     assert 1 - row["cosine"] <= 0.002 * 1.1
 
 
-def test_an_unreachable_budget_is_a_row_with_the_error_at_the_largest_value():
-    row = measure_cell(matched("distilled", 1e-6, N=64), FAST, RUN).to_dict()
+def test_an_unreachable_budget_is_a_row_with_the_error_at_the_top_of_the_range():
+    row = measure_cell(matched("linformer", 1e-6, N=256, inputs="gaussian"), FAST, RUN).to_dict()  # H=2, D=16: k 16-64
     assert row["status"] == "unreachable"
-    assert row["reason"].startswith("relative L2 error ") and "at features 512, the largest declared" in row["reason"]
-    assert row["config"]["features"] == 512 and list(row["tuning"]["tried"]) == ["512"]
+    assert row["reason"].startswith("relative L2 error ") and "at k 64, the largest doing at most 0.5x dense's FLOPs" in row["reason"]
+    assert row["config"]["k"] == 64 and list(row["tuning"]["tried"]) == ["64"]
     assert row["latency_s"] is None and row["rel_l2_error"] is None  # nothing was measured on the evaluation seed
 
 
@@ -130,6 +130,11 @@ def test_the_range_ends_where_a_value_would_do_more_than_half_of_dense_flops(var
 
     limit = dense_flops(1, 8, N, N, 64, False) / 2
     assert flops(top) <= limit and (bound == "the largest declared" or flops(top + 1) > limit)
+
+
+def test_where_even_the_smallest_value_does_over_half_of_dense_flops_only_it_is_searched():
+    field, low, high, bound = knob_range(matched("distilled", 0.1, N=32))  # H=2, D=16: 16 features cost more than dense/2
+    assert (field, low, high) == ("features", 16, 16) and bound.startswith("the smallest declared")
 
 
 def test_unreachable_carries_over_only_where_the_range_is_the_one_searched():

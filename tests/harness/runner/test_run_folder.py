@@ -128,15 +128,15 @@ def test_report_on_a_run_without_readable_rows_exits_1(tmp_path, capsys):
 
 
 def test_an_unreachable_budget_spares_longer_n_over_the_same_range_and_says_so(tmp_path, no_report):
-    """distilled's features range is the same at every N: unreachable at the first N, the longer N are not searched."""
+    """distilled (H=2, D=16): features 16-341 at N=2048 (half of dense's FLOPs), 16-512 from N=4096 on. Unreachable at
+    2048 and 4096, searched at both (the range grew); 8192 has 4096's range, so it is not searched."""
     from harness.runner import run_sweep, sweep_spec
 
-    spec = sweep_spec(cli={"device": "cpu", "variants": "distilled", "seq_lens": "32,64", "inputs": "gaussian", "heads": "2",
-                           "head_dims": "16", "error_budgets": "1e-6", "calibration_steps": "1", "calibration_batches": "2",
-                           "time_budget_s": "0.01", "error_rows": "16"})
-    rows = read_rows(run_sweep(spec, out=tmp_path))
-    first, second = sorted(rows, key=lambda r: r["seq_len"])
-    assert first["status"] == second["status"] == "unreachable"
-    assert first["tuning"]["evaluated"] == 1 and "at features 512, the largest declared" in first["reason"]
-    assert second["reason"] == "not run: unreachable at N=32 over the same features range 16-512, and a longer N at a fixed value is no easier"
-    assert second["tuning"] is None
+    spec = sweep_spec(cli={"device": "cpu", "variants": "distilled", "seq_lens": "2048,4096,8192", "inputs": "gaussian",
+                           "heads": "2", "head_dims": "16", "error_budgets": "1e-6", "calibration_steps": "1",
+                           "calibration_batches": "2", "calibration_max_seq_len": "32", "time_budget_s": "0.01", "error_rows": "16"})
+    rows = sorted(read_rows(run_sweep(spec, out=tmp_path)), key=lambda r: r["seq_len"])
+    assert [r["status"] for r in rows] == ["unreachable"] * 3
+    assert [r["tuning"] and (r["tuning"]["low"], r["tuning"]["high"]) for r in rows] == [(16, 341), (16, 512), None]
+    assert "at features 512, the largest declared" in rows[1]["reason"]
+    assert rows[2]["reason"] == "not run: unreachable at N=4096 over the same features range 16-512, and a longer N at a fixed value is no easier"
