@@ -154,11 +154,13 @@ def unreachable_carries_over(cell: Cell, unreachable_at: int) -> str | None:
 
 
 def search_key(cell: Cell) -> str:
-    """What a search's errors depend on: the cell without its budget, with the knob's own value left out."""
+    """What a search's errors depend on: the cell without its budget and the knob's own value, and without its mode,
+    phase and scope (every value is scored by a forward call on the attention alone), so those cells share one search."""
     from variants import get_variant
 
     knob = get_variant(cell.variant).quality_knob
-    data = {**cell.fields(), "matched_budget": None, "config": {k: v for k, v in cell.config.items() if k != knob.field}}
+    data = {**cell.fields(), "matched_budget": None, "mode": None, "phase": None, "scope": None,
+            "config": {k: v for k, v in cell.config.items() if k != knob.field}}
     return json.dumps(data, sort_keys=True, default=str)
 
 

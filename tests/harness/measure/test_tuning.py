@@ -141,3 +141,14 @@ def test_unreachable_carries_over_only_where_the_range_is_the_one_searched():
     assert unreachable_carries_over(matched("distilled", 0.1, N=8192), 4096)  # features 16-512 at both
     assert unreachable_carries_over(matched("linformer", 0.1, N=4096), 2048)  # k 16-256 at both
     assert unreachable_carries_over(matched("sliding_window", 0.1, N=256), 128) is None  # a wider window range at 256
+
+
+def test_train_and_decode_cells_reuse_the_forward_search_of_their_shape():
+    context = MeasureContext()
+    forward = dataclasses.replace(matched("sliding_window", 0.05), causal=True)
+    first = measure_cell(forward, FAST, RUN, context).to_dict()
+    assert first["status"] == "ok" and first["tuning"]["evaluated"] >= 2
+    for other in (dataclasses.replace(forward, mode="train"), dataclasses.replace(forward, phase="decode")):
+        row = measure_cell(other, FAST, RUN, context).to_dict()
+        assert row["status"] == "ok", row["reason"]
+        assert row["tuning"]["evaluated"] == 0 and row["config"] == first["config"]
