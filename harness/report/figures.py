@@ -34,7 +34,7 @@ def figures(frame: pd.DataFrame, folder: Path) -> tuple[list[Path], list[Block]]
         (plots.plot_pareto(frame, folder / FIGURE_FILES["pareto"]),
          "Worst error over the input distributions against latency, at the longest N every series ran."),
         (plots.plot_memory_limits(analysis.memory_limits(frame), frame, folder / FIGURE_FILES["limits"]),
-         "The longest N each series ran, and the first N where it ran out of memory."),
+         "The longest N each series ran, and the first N where it ran out of memory or timed out (drawn only when some cell did)."),
     ]
     paths = [p for p, _ in made if p is not None]
     blocks: list[Block] = [Heading(2, "Figures")]

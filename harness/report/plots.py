@@ -16,6 +16,8 @@ from harness.report.formatting import format_n
 from harness.report.maps import MapSet
 from harness.report import plotting
 
+LIMIT_STATUSES = ("oom", "timeout")  # the failures that make a length limit worth a figure
+
 
 def plot_metric_vs_n(frame: pd.DataFrame, metric: str, path: Path, *, ylabel: str, title: str,
                      logy: bool = True, hline: float | None = None, bytes_axis: bool = False,
@@ -117,13 +119,16 @@ def plot_pareto(frame: pd.DataFrame, path: Path) -> Path | None:
         ax.set_ylabel("worst relative L2 error")
         ax.set_title(setting_title(setting), fontsize=9)
         ax.grid(True, which="major", alpha=0.3)
-    plotting.finish(plt, fig, axes, styles, "Error vs latency (outlined: the Pareto front, better is lower-left)", path, oom_note=False)
+    plotting.finish(plt, fig, axes, styles, "Error vs latency (outlined: the Pareto front, better is lower-left)", path)
     return path
 
 
 def plot_memory_limits(limits: pd.DataFrame, frame: pd.DataFrame, path: Path) -> Path | None:
-    """Per setting: a bar per series to the longest N that ran, annotated with the first OOM (or none)."""
-    if not len(limits) or limits["longest_ok"].isna().all():
+    """Per setting: a bar per series to the longest N that ran, annotated with the first OOM (or none).
+
+    None (no file) unless some cell ran out of memory or timed out: without a limit hit, every bar would read "ran every N tried".
+    """
+    if not frame["status"].isin(LIMIT_STATUSES).any() or not len(limits) or limits["longest_ok"].isna().all():
         return None
     found = plotting.with_data(limits, "longest_ok")
     plt, fig, axes = plotting.grid(len(found), height=0.35 * limits["series"].nunique() + 1.2)

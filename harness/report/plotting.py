@@ -21,6 +21,7 @@ OTHER_COLORS = ("tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", 
 LINESTYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 DPI = 110
+OOM_GID = "oom"  # the gid of mark_oom's crosses: finish adds the legend's "out of memory" entry only when one is drawn
 FIGURE_FILES = {  # stable names, so README can link a committed run's figures
     "latency": "latency_vs_n.png",
     "memory": "memory_vs_n.png",
@@ -78,13 +79,14 @@ def grid(count: int, *, ncols: int | None = None, height: float = 3.6):
     return plt, fig, list(axes.ravel())
 
 
-def finish(plt, fig, axes, styles: dict, title: str, path: Path, *, oom_note: bool = True) -> None:
-    """One legend for the figure (plus the out-of-memory cross), empty panels hidden, title, save, close."""
+def finish(plt, fig, axes, styles: dict, title: str, path: Path) -> None:
+    """One legend for the figure (the out-of-memory cross only where mark_oom drew one), empty panels hidden, title,
+    save, close."""
     from matplotlib.lines import Line2D
 
     used = sorted({label for ax in axes for label in ax.get_legend_handles_labels()[1] if not label.startswith("_")})
     handles = [Line2D([], [], **styles[label], label=label) for label in used if label in styles]
-    if oom_note:
+    if any(line.get_gid() == OOM_GID for ax in axes for line in ax.get_lines()):
         handles.append(Line2D([], [], color="dimgray", marker="x", linestyle="none", markersize=7, label="out of memory"))
     if handles:
         fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
@@ -106,7 +108,7 @@ def mark_oom(ax, group: pd.DataFrame, style: dict) -> None:
     oom = sorted(set(group[group["status"] == "oom"]["seq_len"]))
     if oom:
         ax.plot(oom, [0.96] * len(oom), transform=ax.get_xaxis_transform(), linestyle="none", marker="x",
-                color=style["color"], markersize=8, markeredgewidth=2, clip_on=False)
+                color=style["color"], markersize=8, markeredgewidth=2, clip_on=False, gid=OOM_GID)
 
 
 def log_axis(axis, set_scale) -> None:
