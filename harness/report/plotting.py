@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
-from typing import Sequence
+from typing import Collection, Sequence
 
 import numpy as np
 import pandas as pd
 
 from harness.report.analysis import select, settings
+from harness.report.budgets import budget_text, budgets_of, with_budgets
 from harness.report.formatting import format_bytes, format_n, format_seconds
 
 FIXED_COLORS = {"dense": "black", "chunked": "tab:blue", "sliding_window": "tab:orange", "linformer": "tab:green", "distilled": "tab:red"}
@@ -21,6 +22,10 @@ OTHER_COLORS = ("tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", 
 LINESTYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 DPI = 110
+OUTSIDE_LABEL = " (outside every budget)"  # legend suffix of a series none of whose rows is within the largest budget
+OUTSIDE_ALPHA = 0.45  # how faded such a series is drawn
+BAND_ALPHA = 0.2  # the p20-p80 band around a median line
+BUDGET_GID = "budget"  # the gid of budget_lines' lines
 OOM_GID = "oom"  # the gid of mark_oom's crosses: finish adds the legend's "out of memory" entry only when one is drawn
 FIGURE_FILES = {  # stable names, so README can link a committed run's figures
     "latency": "latency_vs_n.png",
@@ -51,8 +56,12 @@ def variant_colors(variants: Sequence[str]) -> dict[str, str]:
     return {v: colors[v] for v in set(variants)}
 
 
-def series_styles(frame: pd.DataFrame) -> dict[str, dict]:
-    """matplotlib style per series label: the variant's colour, and a line style and marker per config."""
+def series_styles(frame: pd.DataFrame, *, outside: Collection[str] = ()) -> dict[str, dict]:
+    """matplotlib style per series label: the variant's colour, a line style and marker per config, and the legend label.
+
+    A series in `outside` (see outside_budget) is faded and dotted, and its label says "(outside every budget)",
+    so it never reads as a winner while its rows stay drawn.
+    """
     if not len(frame):
         return {}
     colors = variant_colors(list(frame["variant"]))
@@ -61,8 +70,23 @@ def series_styles(frame: pd.DataFrame) -> dict[str, dict]:
     for variant in sorted({v for v, _ in pairs}):
         labels = [s for v, s in pairs if v == variant]
         for i, label in enumerate(labels):
-            styles[label] = dict(color=colors[variant], linestyle=LINESTYLES[i % len(LINESTYLES)], marker=MARKERS[i % len(MARKERS)])
+            styles[label] = dict(color=colors[variant], linestyle=LINESTYLES[i % len(LINESTYLES)], marker=MARKERS[i % len(MARKERS)],
+                                 label=label)
+            if label in outside:
+                styles[label].update(linestyle=":", alpha=OUTSIDE_ALPHA, label=label + OUTSIDE_LABEL)
     return styles
+
+
+def budget_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """frame with the "error" and "in_budget" columns of budgets.with_budgets (added at budgets_of(frame) when missing)."""
+    return frame if "in_budget" in frame else with_budgets(frame, *budgets_of(frame))
+
+
+def outside_budget(rows: pd.DataFrame) -> set[str]:
+    """The series of `rows` with a measured error of which no ok row is a candidate within the largest budget."""
+    rows = budget_columns(rows)
+    ok = rows[(rows["status"] == "ok") & rows["error"].notna()]
+    return {str(s) for s, group in ok.groupby("series") if not group["in_budget"].astype(bool).any()}
 
 
 def with_data(frame: pd.DataFrame, column: str) -> list[dict]:
@@ -70,12 +94,12 @@ def with_data(frame: pd.DataFrame, column: str) -> list[dict]:
     return [s for s in settings(frame) if select(frame, s)[column].notna().any()]
 
 
-def grid(count: int, *, ncols: int | None = None, height: float = 3.6):
-    """(pyplot, figure, flat list of axes) for `count` panels, two per row unless `ncols`."""
+def grid(count: int, *, ncols: int | None = None, width: float = 5.2, height: float = 3.6):
+    """(pyplot, figure, flat list of axes) for `count` panels of width x height inches, two per row unless `ncols`."""
     plt = pyplot()
     ncols = ncols or min(2, max(1, count))
     nrows = max(1, -(-count // ncols))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols + 2.2, height * nrows + 0.7), squeeze=False, constrained_layout=True)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols + 2.2, height * nrows + 0.7), squeeze=False, constrained_layout=True)
     return plt, fig, list(axes.ravel())
 
 
@@ -84,8 +108,9 @@ def finish(plt, fig, axes, styles: dict, title: str, path: Path) -> None:
     save, close."""
     from matplotlib.lines import Line2D
 
+    by_label = {style["label"]: style for style in styles.values()}
     used = sorted({label for ax in axes for label in ax.get_legend_handles_labels()[1] if not label.startswith("_")})
-    handles = [Line2D([], [], **styles[label], label=label) for label in used if label in styles]
+    handles = [Line2D([], [], **by_label[label]) for label in used if label in by_label]
     if any(line.get_gid() == OOM_GID for ax in axes for line in ax.get_lines()):
         handles.append(Line2D([], [], color="dimgray", marker="x", linestyle="none", markersize=7, label="out of memory"))
     if handles:
@@ -94,8 +119,16 @@ def finish(plt, fig, axes, styles: dict, title: str, path: Path) -> None:
         if not ax.has_data():
             ax.set_visible(False)
         _tidy_log(ax)
-    fig.suptitle(title, fontsize=11)
+    fig.suptitle(title, fontsize=11, x=0.02, ha="left")  # left: clear of the legend at the upper right
     save(plt, fig, path)
+
+
+def budget_lines(ax, budgets: Sequence[float], metric: str) -> None:
+    """A dashed horizontal line per error budget, its value written at the right edge."""
+    for budget in budgets:
+        ax.axhline(budget, color="dimgray", linestyle="--", linewidth=0.9, label="_budget", gid=BUDGET_GID)
+        ax.text(0.99, budget, f"budget {budget_text(budget, metric)}", transform=ax.get_yaxis_transform(), ha="right",
+                va="bottom", fontsize=7, color="dimgray")
 
 
 def save(plt, fig, path: Path) -> None:
