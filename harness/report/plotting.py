@@ -25,6 +25,7 @@ DPI = 110
 OUTSIDE_LABEL = " (outside every budget)"  # legend suffix of a series none of whose rows is within the largest budget
 OUTSIDE_ALPHA = 0.45  # how faded such a series is drawn
 BAND_ALPHA = 0.2  # the p20-p80 band around a median line
+MAX_BYTE_TICKS = 8  # labelled ticks on a bytes axis
 BUDGET_GID = "budget"  # the gid of budget_lines' lines
 OOM_GID = "oom"  # the gid of mark_oom's crosses: finish adds the legend's "out of memory" entry only when one is drawn
 FIGURE_FILES = {  # stable names, so README can link a committed run's figures
@@ -188,15 +189,22 @@ def n_formatter():
 
 
 def bytes_axis(ax) -> None:
-    """Ticks at powers of two (1 KiB, 4 KiB, ...) labelled in binary units, at most about 7 of them."""
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+    """Labelled ticks at powers of two in binary units, every `step`-th one for the smallest step of 1, 2, 5, 10... that
+    keeps at most MAX_BYTE_TICKS in view (so 1 KiB, 1 MiB and 1 GiB are labelled whenever in view, up to 50 decades of
+    two); unlabelled minor ticks at the other powers of two."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
     low, high = ax.get_ylim()
-    first, last = int(np.floor(np.log2(max(low, 1.0)))), int(np.ceil(np.log2(max(high, 2.0))))
-    step = max(1, -(-(last - first) // 7))
-    ax.yaxis.set_major_locator(FixedLocator([2.0**e for e in range(first, last + 1, step)]))
-    ax.yaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: format_bytes(y)))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    first, last = int(np.ceil(np.log2(max(low, 1.0)))), int(np.floor(np.log2(max(high, 2.0))))
+    if first > last:  # no power of two in view: one labelled tick in the middle
+        ax.yaxis.set_major_locator(FixedLocator([float(np.sqrt(max(low, 1.0) * high))]))
+        return
+    step = next(s for s in (1, 2, 5, 10, 20, 50) if (last - first) // s + 1 <= MAX_BYTE_TICKS)
+    start = -(-first // step) * step  # the first multiple of step in view
+    ax.yaxis.set_major_locator(FixedLocator([2.0**e for e in range(start, last + 1, step)]))
+    ax.yaxis.set_minor_locator(FixedLocator([2.0**e for e in range(first, last + 1) if (e - start) % step]))
     ax.set_ylim(low, high)
 
 

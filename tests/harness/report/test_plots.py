@@ -130,3 +130,22 @@ def test_error_figure_draws_the_run_metric_and_its_budgets(tmp_path, drawn):
     assert ax.get_ylabel() == "1 - cosine similarity"
     assert sorted(line.get_ydata()[0] for line in ax.get_lines() if line.get_gid() == plotting.BUDGET_GID) == [1e-3, 0.2]
     assert {t.get_text() for t in ax.texts} == {"budget 1-cos 0.001", "budget 1-cos 0.2"}
+
+
+@pytest.mark.parametrize("low, high, expected", [
+    (200e3, 150 * 2**20, ["256 KiB", "1 MiB", "4 MiB", "16 MiB", "64 MiB"]),  # 10 powers of two: every second, 1 MiB among them
+    (3000, 3 * 2**20, ["4 KiB", "16 KiB", "64 KiB", "256 KiB", "1 MiB"]),  # 2^12..2^21: every second from 2^12
+    (2**30 / 3, 40 * 2**30, ["512 MiB", "1 GiB", "2 GiB", "4 GiB", "8 GiB", "16 GiB", "32 GiB"]),  # 7: all labelled
+    (5 * 2**20, 7 * 2**20, ["5.92 MiB"]),  # no power of two in view: one label
+])
+def test_bytes_axis_labels_powers_of_two_with_the_unit_boundaries(low, high, expected):
+    plt = plotting.pyplot()
+    fig, ax = plt.subplots()
+    ax.set_yscale("log")
+    ax.set_ylim(low, high)
+    plotting.bytes_axis(ax)
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_yticklabels() if low <= t.get_position()[1] <= high]
+    assert labels == expected
+    assert all(t.get_text() == "" for t in ax.yaxis.get_minorticklabels())
+    plt.close(fig)
