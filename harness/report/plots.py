@@ -224,8 +224,7 @@ def plot_attention_maps(maps: MapSet, path: Path, *, colors: dict[str, str] | No
     """Heatmaps side by side: the exact softmax weights, then each series' effective map on the same colour scale."""
     plt = plotting.pyplot()
     panels = [("exact (float64)", maps.exact, "", None)] + [(p.label, p.weights, p.note, p.rel_error) for p in maps.panels]
-    ncols = min(4, len(panels))
-    nrows = -(-len(panels) // ncols)
+    nrows, ncols = map_grid(len(panels))
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.1 * ncols + 0.8, 3.2 * nrows + 0.6), squeeze=False, constrained_layout=True)
     axes = axes.ravel()
     vmax = float(np.max(maps.exact)) * (1 + 1e-3) or 1.0  # headroom: rounding-level excess is not "over"
@@ -257,3 +256,10 @@ def plot_attention_maps(maps: MapSet, path: Path, *, colors: dict[str, str] | No
                  f"row = query, column = key; {how}", fontsize=9)
     plotting.save(plt, fig, path)
     return path
+
+
+def map_grid(count: int, *, most: int = 4) -> tuple[int, int]:
+    """(rows, columns) for `count` map panels: the fewest rows of at most `most`, filled evenly (6 panels: 2 x 3, not
+    2 x 4 with two empty), so fewer than `rows` slots are left empty."""
+    nrows = max(1, -(-count // most))
+    return nrows, max(1, -(-count // nrows))
