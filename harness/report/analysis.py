@@ -198,19 +198,6 @@ def pareto_front(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
     return points.loc[keep]
 
 
-def pareto_length(frame: pd.DataFrame) -> int | None:
-    """The longest N at which every series with an ok row has one; else the N with the most ok series."""
-    ok = frame[frame["status"] == "ok"]
-    if not len(ok):
-        return None
-    series = set(ok["series"])
-    counts = ok.groupby("seq_len")["series"].agg(lambda s: len(set(s)))
-    full = [n for n, c in counts.items() if c == len(series)]
-    if full:
-        return int(max(full))
-    return int(max(counts.index, key=lambda n: (counts[n], n)))
-
-
 def memory_limits(frame: pd.DataFrame) -> pd.DataFrame:
     """Per setting and series: the longest N that ran ok, the shortest N that ran out of memory, the longest N
     tried, and the first failure above the longest ok N (its N and status: oom, error, timeout...)."""

@@ -11,7 +11,7 @@ from harness.report.page import Block, Heading, Paragraph, Table
 NOISY_MARK = "†"
 NOISY_FOOTNOTE = (f"{NOISY_MARK} timed under load or noisily (the row's noise_reason says why): its latency and speed-up "
                   "may be the machine's, not the variant's; docs/timing.md says how to get quiet numbers.")
-HEADERS = ["series", "N", "status", "latency", "speed-up", "peak memory", "vs dense", "TFLOP/s", "rel. error", "reason"]
+HEADERS = ["series", "N", "status", "latency", "speed-up", "peak memory", "vs dense", "TFLOP/s", "rel. error", "1 - cosine", "reason"]
 
 
 def cell_tables(frame: pd.DataFrame) -> list[Block]:
@@ -37,7 +37,7 @@ def cell_row(r: pd.Series) -> list[str]:
     """One cell's line: numbers when it ran, its status and reason when not (OOM in capitals, to stand out)."""
     if r["status"] != "ok":
         status = "OOM" if r["status"] == "oom" else str(r["status"])
-        return [str(r["series"]), str(r["seq_len"]), status] + ["-"] * 6 + [short_reason(r["reason"])]
+        return [str(r["series"]), str(r["seq_len"]), status] + ["-"] * 7 + [short_reason(r["reason"])]
     speed = format_ratio(r["speedup"])
     if not np.isfinite(r["speedup"]) and r.get("dense_status"):
         speed = f"(dense {r['dense_status']})"
@@ -47,5 +47,10 @@ def cell_row(r: pd.Series) -> list[str]:
     return [
         str(r["series"]), str(r["seq_len"]), str(r["status"]), format_seconds(r["latency_s"]) + mark, speed,
         format_bytes(r["peak_memory_bytes"]), format_ratio(r["memory_ratio"]), format_number(r["tflops"], ".3g"),
-        format_error(r["rel_l2_error"], digits=2), "",
+        format_error(r["rel_l2_error"], digits=2), format_error(_one_minus(r.get("cosine")), digits=2), "",
     ]
+
+
+def _one_minus(cosine) -> float | None:
+    """1 - cosine similarity, the error beside relative L2 (a cosine of 0.9999998 would print as 1.00); None if unmeasured."""
+    return 1.0 - cosine if isinstance(cosine, (int, float)) else None

@@ -8,33 +8,47 @@ import pandas as pd
 
 from harness.entries import parse_entry
 from harness.report import analysis, plots
+from harness.report.budgets import METRIC_NAMES, budget_text, budgets_of
 from harness.report.formatting import format_number
 from harness.report.maps_isolated import isolated_maps
 from harness.report.page import Block, Heading, Image, Table
 from harness.report.plotting import FIGURE_FILES, variant_colors
 
+OUTSIDE_CAPTION = ("Faded dotted lines, labelled '(outside every budget)': series none of whose cells on these inputs is within "
+                   "the largest error budget; drawn for honesty, never a candidate.")
 MAPS_INPUTS_PREFERENCE = ("local", "global", "lowrank", "gaussian")  # structured inputs make the maps readable
 
 
 def figures(frame: pd.DataFrame, folder: Path) -> tuple[list[Path], list[Block]]:
-    """Draw the measured figures into `folder`; returns (the PNGs written, the section)."""
+    """Draw the measured figures into `folder`; returns (the PNGs written, the section).
+
+    The error budgets and metric are frame's (budgets.with_budgets; the defaults when it was not called).
+    """
+    budgets, metric = budgets_of(frame)
+    budget_list = ", ".join(budget_text(b, metric) for b in budgets)
     made = [
         (plots.plot_metric_vs_n(frame, "latency_s", folder / FIGURE_FILES["latency"], ylabel="time per call (median)", title="Latency vs N",
-                                seconds_axis=True),
-         "Latency (median of the repeats) against N, log-log. Crosses: out of memory."),
+                                seconds_axis=True, band=("latency_p20_s", "latency_p80_s")),
+         "Latency (median of the repeats) against N, log-log; the shaded band spans the 20th to 80th percentile of the "
+         "repeats. Crosses: out of memory. " + OUTSIDE_CAPTION),
         (plots.plot_metric_vs_n(frame, "peak_memory_bytes", folder / FIGURE_FILES["memory"], ylabel="peak memory beyond the inputs",
                                 title="Peak memory vs N", bytes_axis=True),
-         "Peak memory beyond the inputs against N, log-log. Crosses: out of memory."),
+         "Peak memory beyond the inputs against N, log-log. Crosses: out of memory. " + OUTSIDE_CAPTION),
         (plots.plot_metric_vs_n(frame, "speedup", folder / FIGURE_FILES["speedup"], ylabel="speed-up over dense (x)",
                                 title="Speed-up over dense vs N", hline=1.0, ratio_axis=True),
          "Dense latency divided by the variant's at the same cell; above the dashed line is faster than dense. "
-         "The dense baseline is the dense row whose config asks for backend 'auto', else the fastest dense row."),
+         "The dense baseline is the dense row whose config asks for backend 'auto', else the fastest dense row. " + OUTSIDE_CAPTION),
         (plots.plot_error_vs_n(frame, folder / FIGURE_FILES["error"]),
-         "Relative L2 error of the output against exact float64 attention, per input distribution."),
+         f"The output's {METRIC_NAMES[metric]} against exact float64 attention, per input distribution; dashed lines: "
+         f"the error budgets ({budget_list}). " + OUTSIDE_CAPTION),
         (plots.plot_pareto(frame, folder / FIGURE_FILES["pareto"]),
-         "Worst error over the input distributions against latency, at the longest N every series ran."),
+         f"{METRIC_NAMES[metric].capitalize()} against latency at each N (one row of panels per setting), on the "
+         f"'{analysis.primary_inputs(frame)}' inputs (the other distributions' errors are in {FIGURE_FILES['error']}). "
+         "Filled points are within the largest budget; the Pareto front (outlined and joined) is computed over those "
+         "only, so a fast but inaccurate series is never on it. Hollow points are outside every budget. Dashed lines: "
+         f"the budgets ({budget_list})."),
         (plots.plot_memory_limits(analysis.memory_limits(frame), frame, folder / FIGURE_FILES["limits"]),
-         "The longest N each series ran, and the first N where it ran out of memory."),
+         "The longest N each series ran, and the first N where it ran out of memory or timed out (drawn only when some cell did)."),
     ]
     paths = [p for p, _ in made if p is not None]
     blocks: list[Block] = [Heading(2, "Figures")]

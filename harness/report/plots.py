@@ -11,29 +11,42 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.report.analysis import pareto_front, pareto_length, primary_inputs, select, setting_title
+from harness.report.analysis import pareto_front, primary_inputs, select, setting_title, settings
+from harness.report.budgets import METRIC_NAMES, budgets_of
 from harness.report.formatting import format_n
 from harness.report.maps import MapSet
 from harness.report import plotting
 
+LIMIT_STATUSES = ("oom", "timeout")  # the failures that make a length limit worth a figure
+PARETO_COLUMNS = 3  # panels (lengths) per line of the Pareto figure; a setting with more lengths takes several lines
+MIN_ERROR = 1e-12  # errors are drawn on log axes: an exact 0 is drawn here
+FRONT_GID, OUTSIDE_GID = "pareto-front", "outside-budget"  # gids of the Pareto points (the tests find them by these)
+
 
 def plot_metric_vs_n(frame: pd.DataFrame, metric: str, path: Path, *, ylabel: str, title: str,
                      logy: bool = True, hline: float | None = None, bytes_axis: bool = False,
-                     ratio_axis: bool = False, seconds_axis: bool = False) -> Path | None:
-    """One subplot per setting: `metric` of every series against N, one input distribution, OOM marked."""
+                     ratio_axis: bool = False, seconds_axis: bool = False, band: tuple[str, str] | None = None) -> Path | None:
+    """One subplot per setting: `metric` of every series against N, one input distribution, OOM marked.
+
+    `band` (low, high columns, e.g. the p20 and p80 latency) shades the spread around each median line where both are
+    measured. A series outside every error budget (plotting.outside_budget) is drawn faded and labelled so.
+    """
     inputs = primary_inputs(frame)
     rows = frame[frame["inputs"] == inputs] if len(frame) else frame
     if not len(rows) or not rows[metric].notna().any():
         return None
     found = plotting.with_data(rows, metric)
     plt, fig, axes = plotting.grid(len(found))
-    styles = plotting.series_styles(frame)
+    styles = plotting.series_styles(frame, outside=plotting.outside_budget(rows))
     for ax, setting in zip(axes, found):
         part = select(rows, setting)
         for label, group in part.groupby("series", sort=True):
-            ok = group[(group["status"] == "ok") & group[metric].notna()].groupby("seq_len")[metric].median()
+            ok_rows = group[(group["status"] == "ok") & group[metric].notna()]
+            ok = ok_rows.groupby("seq_len")[metric].median()
             if len(ok):
-                ax.plot(ok.index, ok.values, label=label, **styles[label], linewidth=1.6, markersize=4)
+                ax.plot(ok.index, ok.values, **styles[label], linewidth=1.6, markersize=4)
+                if band is not None:
+                    _band(ax, ok_rows, band, styles[label])
                 noisy = group[(group["noisy"] == True) & group["seq_len"].isin(ok.index)]["seq_len"].unique()  # noqa: E712
                 if len(noisy):  # hollow markers: timed under load or noisily (docs/timing.md)
                     ax.plot(noisy, ok.loc[noisy].values, linestyle="none", marker=styles[label].get("marker", "o"),
@@ -57,73 +70,124 @@ def plot_metric_vs_n(frame: pd.DataFrame, metric: str, path: Path, *, ylabel: st
     return path
 
 
+def _band(ax, ok_rows: pd.DataFrame, band: tuple[str, str], style: dict) -> None:
+    """Shade between the `band` columns (medians per N) where both are measured."""
+    spread = ok_rows.dropna(subset=list(band)).groupby("seq_len")[list(band)].median()
+    if len(spread):
+        ax.fill_between(spread.index, spread[band[0]], spread[band[1]], color=style["color"], linewidth=0,
+                        alpha=plotting.BAND_ALPHA * style.get("alpha", 1.0))
+
+
 def plot_error_vs_n(frame: pd.DataFrame, path: Path) -> Path | None:
-    """Relative L2 error against N: a row of subplots per setting, one column per input distribution."""
-    if not len(frame) or not frame["rel_l2_error"].notna().any():
+    """The run's error metric against N: a row of subplots per setting, one column per input distribution; each error
+    budget a dashed line."""
+    frame = plotting.budget_columns(frame)
+    if not len(frame) or not frame["error"].notna().any():
         return None
-    found = plotting.with_data(frame, "rel_l2_error")
+    budgets, metric = budgets_of(frame)
+    found = plotting.with_data(frame, "error")
     dists = sorted({str(v) for v in frame["inputs"]})
     plt, fig, axes = plotting.grid(len(found) * len(dists), ncols=len(dists))
-    styles = plotting.series_styles(frame)
+    styles = plotting.series_styles(frame, outside=plotting.outside_budget(frame))
     for i, setting in enumerate(found):
         part = select(frame, setting)
         for j, dist in enumerate(dists):
             ax = axes[i * len(dists) + j]
             sub = part[part["inputs"] == dist]
             for label, group in sub.groupby("series", sort=True):
-                ok = group[(group["status"] == "ok") & group["rel_l2_error"].notna()].groupby("seq_len")["rel_l2_error"].median()
+                ok = group[(group["status"] == "ok") & group["error"].notna()].groupby("seq_len")["error"].median()
                 if len(ok):
-                    ax.plot(ok.index, np.maximum(ok.values, 1e-12), label=label, **styles[label], linewidth=1.6, markersize=4)
+                    ax.plot(ok.index, np.maximum(ok.values, MIN_ERROR), **styles[label], linewidth=1.6, markersize=4)
                 plotting.mark_oom(ax, group, styles[label])
+            if ax.has_data():
+                plotting.budget_lines(ax, budgets, metric)
             plotting.log_n_axis(ax, part)
             plotting.log_axis(ax.yaxis, ax.set_yscale)
             ax.set_title(f"inputs: {dist}\n{setting_title(setting)}", fontsize=8)
-            ax.set_ylabel("relative L2 error")
+            ax.set_ylabel(METRIC_NAMES[metric])
             ax.grid(True, which="major", alpha=0.3)
-    plotting.finish(plt, fig, axes, styles, "Error against exact float64 attention", path)
+    plotting.finish(plt, fig, axes, styles, "Error against exact float64 attention (dashed: the error budgets)", path)
     return path
 
 
 def plot_pareto(frame: pd.DataFrame, path: Path) -> Path | None:
-    """Per setting: worst error over input distributions vs latency at the longest N every series ran; front joined."""
-    ok = frame[frame["status"] == "ok"] if len(frame) else frame
-    if not len(ok) or not ok["rel_l2_error"].notna().any():
-        return None
+    """Error (the run's metric) against latency on the primary inputs: a row of panels per setting, one panel per N.
+
+    Filled: within the largest budget; the Pareto front (outlined, joined) is computed over those only. Hollow:
+    outside every budget, drawn but never on the front. Each budget is a dashed line.
+    """
+    frame = plotting.budget_columns(frame)
     inputs = primary_inputs(frame)
-    found = plotting.with_data(ok, "rel_l2_error")
-    plt, fig, axes = plotting.grid(len(found))
-    styles = plotting.series_styles(frame)
-    for ax, setting in zip(axes, found):
+    ok = frame[(frame["status"] == "ok") & (frame["inputs"] == inputs) & frame["error"].notna() & frame["latency_s"].notna()] \
+        if len(frame) else frame
+    if not len(ok):
+        return None
+    budgets, metric = budgets_of(frame)
+    blocks = [(setting, sorted(set(select(ok, setting)["seq_len"]))) for setting in settings(ok)]
+    ncols = min(PARETO_COLUMNS, max(len(lengths) for _, lengths in blocks))
+    lines = [(setting, lengths[k: k + ncols]) for setting, lengths in blocks for k in range(0, len(lengths), ncols)]
+    plt, fig, axes = plotting.grid(len(lines) * ncols, ncols=ncols, width=3.6, height=3.0)
+    styles = plotting.series_styles(frame, outside=plotting.outside_budget(ok))
+    shared: dict[int, list] = {}  # a setting's panels share one error range
+    for i, (setting, lengths) in enumerate(lines):
         part = select(ok, setting)
-        n = pareto_length(part)
-        at_n = part[part["seq_len"] == n]
-        points = at_n.groupby("series").agg(error=("rel_l2_error", "max")).join(
-            at_n[at_n["inputs"] == inputs].groupby("series").agg(latency=("latency_s", "median"))
-        ).dropna().reset_index()
-        points["error"] = points["error"].clip(lower=1e-12)
-        front = pareto_front(points, "latency", "error")
-        if len(front) > 1:
-            ax.step(front["latency"], front["error"], where="post", color="gray", linewidth=1, alpha=0.7, label="_front")
-        for _, p in points.iterrows():
-            on_front = p["series"] in set(front["series"])
-            style = styles[p["series"]]
-            ax.scatter(p["latency"], p["error"], color=style["color"], marker=style["marker"], s=70 if on_front else 35,
-                       edgecolors="black" if on_front else "none", zorder=3, label=p["series"])
-            ax.annotate(p["series"], (p["latency"], p["error"]), textcoords="offset points", xytext=(5, 4), fontsize=7)
-        plotting.log_axis(ax.xaxis, ax.set_xscale)
-        plotting.log_axis(ax.yaxis, ax.set_yscale)
-        plotting.seconds_axis(ax.xaxis)
-        ax.set_xlabel(f"latency at N={n} (inputs: {inputs})")
-        ax.set_ylabel("worst relative L2 error")
-        ax.set_title(setting_title(setting), fontsize=9)
-        ax.grid(True, which="major", alpha=0.3)
-    plotting.finish(plt, fig, axes, styles, "Error vs latency (outlined: the Pareto front, better is lower-left)", path, oom_note=False)
+        for j, (ax, n) in enumerate(zip(axes[i * ncols: i * ncols + len(lengths)], lengths)):
+            _pareto_panel(ax, part[part["seq_len"] == n], styles, budgets, metric)
+            first = n == min(part["seq_len"])
+            ax.set_title(f"{setting_title(setting)}\nN = {format_n(n)}" if first else f"N = {format_n(n)}", fontsize=8,
+                         loc="left" if first else "center")
+            ax.set_xlabel(f"latency (inputs: {inputs})", fontsize=8)
+            if j == 0:
+                ax.set_ylabel(METRIC_NAMES[metric], fontsize=8)
+            shared.setdefault(id(setting), [part["error"]]).append(ax)
+    for errors, *panels in shared.values():
+        _share_y(panels, errors, budgets)
+    plotting.finish(plt, fig, axes, styles, "Error vs latency at each N, better is lower-left\nfilled: within the largest budget; "
+                    "outlined: the Pareto front among them; hollow: outside every budget; dashed: the budgets", path)
     return path
 
 
+def _pareto_panel(ax, at_n: pd.DataFrame, styles: dict, budgets: tuple[float, ...], metric: str) -> None:
+    """One N's points (a series' median latency and error), the front over the in-budget ones, the budget lines."""
+    points = at_n.groupby("series").agg(latency=("latency_s", "median"), error=("error", "median"),
+                                        in_budget=("in_budget", "all")).reset_index()
+    points["error"] = points["error"].clip(lower=MIN_ERROR)
+    front = pareto_front(points[points["in_budget"].astype(bool)], "latency", "error")
+    if len(front) > 1:
+        ax.step(front["latency"], front["error"], where="post", color="gray", linewidth=1, alpha=0.7, label="_front",
+                gid=FRONT_GID)
+    on_front = set(front["series"])
+    for _, p in points.iterrows():
+        style = styles[p["series"]]
+        if p["in_budget"]:
+            big = p["series"] in on_front
+            ax.scatter(p["latency"], p["error"], color=style["color"], marker=style["marker"], s=70 if big else 35,
+                       edgecolors="black" if big else "none", zorder=3, label=style["label"], gid=FRONT_GID if big else None)
+        else:
+            ax.scatter(p["latency"], p["error"], facecolors="none", edgecolors=style["color"], marker=style["marker"], s=40,
+                       linewidths=1.2, zorder=3, label=style["label"], gid=OUTSIDE_GID)
+    plotting.budget_lines(ax, budgets, metric)
+    plotting.log_axis(ax.xaxis, ax.set_xscale)
+    plotting.seconds_axis(ax.xaxis)
+    ax.tick_params(labelsize=7)
+    ax.margins(x=0.15)  # room for the markers and the budget labels at the edges
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def _share_y(axes, errors: pd.Series, budgets: tuple[float, ...]) -> None:
+    """One log error range for a row of panels (its points and budgets), so the panels of one setting line up."""
+    values = [float(e) for e in errors.clip(lower=MIN_ERROR)] + list(budgets)
+    for ax in axes:
+        plotting.log_axis(ax.yaxis, ax.set_yscale)
+        ax.set_ylim(min(values) / 3, max(values) * 3)
+
+
 def plot_memory_limits(limits: pd.DataFrame, frame: pd.DataFrame, path: Path) -> Path | None:
-    """Per setting: a bar per series to the longest N that ran, annotated with the first OOM (or none)."""
-    if not len(limits) or limits["longest_ok"].isna().all():
+    """Per setting: a bar per series to the longest N that ran, annotated with the first OOM (or none).
+
+    None (no file) unless some cell ran out of memory or timed out: without a limit hit, every bar would read "ran every N tried".
+    """
+    if not frame["status"].isin(LIMIT_STATUSES).any() or not len(limits) or limits["longest_ok"].isna().all():
         return None
     found = plotting.with_data(limits, "longest_ok")
     plt, fig, axes = plotting.grid(len(found), height=0.35 * limits["series"].nunique() + 1.2)
@@ -160,8 +224,7 @@ def plot_attention_maps(maps: MapSet, path: Path, *, colors: dict[str, str] | No
     """Heatmaps side by side: the exact softmax weights, then each series' effective map on the same colour scale."""
     plt = plotting.pyplot()
     panels = [("exact (float64)", maps.exact, "", None)] + [(p.label, p.weights, p.note, p.rel_error) for p in maps.panels]
-    ncols = min(4, len(panels))
-    nrows = -(-len(panels) // ncols)
+    nrows, ncols = map_grid(len(panels))
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.1 * ncols + 0.8, 3.2 * nrows + 0.6), squeeze=False, constrained_layout=True)
     axes = axes.ravel()
     vmax = float(np.max(maps.exact)) * (1 + 1e-3) or 1.0  # headroom: rounding-level excess is not "over"
@@ -193,3 +256,10 @@ def plot_attention_maps(maps: MapSet, path: Path, *, colors: dict[str, str] | No
                  f"row = query, column = key; {how}", fontsize=9)
     plotting.save(plt, fig, path)
     return path
+
+
+def map_grid(count: int, *, most: int = 4) -> tuple[int, int]:
+    """(rows, columns) for `count` map panels: the fewest rows of at most `most`, filled evenly (6 panels: 2 x 3, not
+    2 x 4 with two empty), so fewer than `rows` slots are left empty."""
+    nrows = max(1, -(-count // most))
+    return nrows, max(1, -(-count // nrows))

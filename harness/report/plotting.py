@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
-from typing import Sequence
+from typing import Collection, Sequence
 
 import numpy as np
 import pandas as pd
 
 from harness.report.analysis import select, settings
+from harness.report.budgets import budget_text, budgets_of, with_budgets
 from harness.report.formatting import format_bytes, format_n, format_seconds
 
 FIXED_COLORS = {"dense": "black", "chunked": "tab:blue", "sliding_window": "tab:orange", "linformer": "tab:green", "distilled": "tab:red"}
@@ -21,6 +22,12 @@ OTHER_COLORS = ("tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", 
 LINESTYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 DPI = 110
+OUTSIDE_LABEL = " (outside every budget)"  # legend suffix of a series none of whose rows is within the largest budget
+OUTSIDE_ALPHA = 0.45  # how faded such a series is drawn
+BAND_ALPHA = 0.2  # the p20-p80 band around a median line
+MAX_BYTE_TICKS = 8  # labelled ticks on a bytes axis
+BUDGET_GID = "budget"  # the gid of budget_lines' lines
+OOM_GID = "oom"  # the gid of mark_oom's crosses: finish adds the legend's "out of memory" entry only when one is drawn
 FIGURE_FILES = {  # stable names, so README can link a committed run's figures
     "latency": "latency_vs_n.png",
     "memory": "memory_vs_n.png",
@@ -50,8 +57,12 @@ def variant_colors(variants: Sequence[str]) -> dict[str, str]:
     return {v: colors[v] for v in set(variants)}
 
 
-def series_styles(frame: pd.DataFrame) -> dict[str, dict]:
-    """matplotlib style per series label: the variant's colour, and a line style and marker per config."""
+def series_styles(frame: pd.DataFrame, *, outside: Collection[str] = ()) -> dict[str, dict]:
+    """matplotlib style per series label: the variant's colour, a line style and marker per config, and the legend label.
+
+    A series in `outside` (see outside_budget) is faded and dotted, and its label says "(outside every budget)",
+    so it never reads as a winner while its rows stay drawn.
+    """
     if not len(frame):
         return {}
     colors = variant_colors(list(frame["variant"]))
@@ -60,8 +71,23 @@ def series_styles(frame: pd.DataFrame) -> dict[str, dict]:
     for variant in sorted({v for v, _ in pairs}):
         labels = [s for v, s in pairs if v == variant]
         for i, label in enumerate(labels):
-            styles[label] = dict(color=colors[variant], linestyle=LINESTYLES[i % len(LINESTYLES)], marker=MARKERS[i % len(MARKERS)])
+            styles[label] = dict(color=colors[variant], linestyle=LINESTYLES[i % len(LINESTYLES)], marker=MARKERS[i % len(MARKERS)],
+                                 label=label)
+            if label in outside:
+                styles[label].update(linestyle=":", alpha=OUTSIDE_ALPHA, label=label + OUTSIDE_LABEL)
     return styles
+
+
+def budget_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """frame with the "error" and "in_budget" columns of budgets.with_budgets (added at budgets_of(frame) when missing)."""
+    return frame if "in_budget" in frame else with_budgets(frame, *budgets_of(frame))
+
+
+def outside_budget(rows: pd.DataFrame) -> set[str]:
+    """The series of `rows` with a measured error of which no ok row is a candidate within the largest budget."""
+    rows = budget_columns(rows)
+    ok = rows[(rows["status"] == "ok") & rows["error"].notna()]
+    return {str(s) for s, group in ok.groupby("series") if not group["in_budget"].astype(bool).any()}
 
 
 def with_data(frame: pd.DataFrame, column: str) -> list[dict]:
@@ -69,22 +95,24 @@ def with_data(frame: pd.DataFrame, column: str) -> list[dict]:
     return [s for s in settings(frame) if select(frame, s)[column].notna().any()]
 
 
-def grid(count: int, *, ncols: int | None = None, height: float = 3.6):
-    """(pyplot, figure, flat list of axes) for `count` panels, two per row unless `ncols`."""
+def grid(count: int, *, ncols: int | None = None, width: float = 5.2, height: float = 3.6):
+    """(pyplot, figure, flat list of axes) for `count` panels of width x height inches, two per row unless `ncols`."""
     plt = pyplot()
     ncols = ncols or min(2, max(1, count))
     nrows = max(1, -(-count // ncols))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols + 2.2, height * nrows + 0.7), squeeze=False, constrained_layout=True)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols + 2.2, height * nrows + 0.7), squeeze=False, constrained_layout=True)
     return plt, fig, list(axes.ravel())
 
 
-def finish(plt, fig, axes, styles: dict, title: str, path: Path, *, oom_note: bool = True) -> None:
-    """One legend for the figure (plus the out-of-memory cross), empty panels hidden, title, save, close."""
+def finish(plt, fig, axes, styles: dict, title: str, path: Path) -> None:
+    """One legend for the figure (the out-of-memory cross only where mark_oom drew one), empty panels hidden, title,
+    save, close."""
     from matplotlib.lines import Line2D
 
+    by_label = {style["label"]: style for style in styles.values()}
     used = sorted({label for ax in axes for label in ax.get_legend_handles_labels()[1] if not label.startswith("_")})
-    handles = [Line2D([], [], **styles[label], label=label) for label in used if label in styles]
-    if oom_note:
+    handles = [Line2D([], [], **by_label[label]) for label in used if label in by_label]
+    if any(line.get_gid() == OOM_GID for ax in axes for line in ax.get_lines()):
         handles.append(Line2D([], [], color="dimgray", marker="x", linestyle="none", markersize=7, label="out of memory"))
     if handles:
         fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
@@ -92,8 +120,16 @@ def finish(plt, fig, axes, styles: dict, title: str, path: Path, *, oom_note: bo
         if not ax.has_data():
             ax.set_visible(False)
         _tidy_log(ax)
-    fig.suptitle(title, fontsize=11)
+    fig.suptitle(title, fontsize=11, x=0.02, ha="left")  # left: clear of the legend at the upper right
     save(plt, fig, path)
+
+
+def budget_lines(ax, budgets: Sequence[float], metric: str) -> None:
+    """A dashed horizontal line per error budget, its value written at the right edge."""
+    for budget in budgets:
+        ax.axhline(budget, color="dimgray", linestyle="--", linewidth=0.9, label="_budget", gid=BUDGET_GID)
+        ax.text(0.99, budget, f"budget {budget_text(budget, metric)}", transform=ax.get_yaxis_transform(), ha="right",
+                va="bottom", fontsize=7, color="dimgray")
 
 
 def save(plt, fig, path: Path) -> None:
@@ -106,7 +142,7 @@ def mark_oom(ax, group: pd.DataFrame, style: dict) -> None:
     oom = sorted(set(group[group["status"] == "oom"]["seq_len"]))
     if oom:
         ax.plot(oom, [0.96] * len(oom), transform=ax.get_xaxis_transform(), linestyle="none", marker="x",
-                color=style["color"], markersize=8, markeredgewidth=2, clip_on=False)
+                color=style["color"], markersize=8, markeredgewidth=2, clip_on=False, gid=OOM_GID)
 
 
 def log_axis(axis, set_scale) -> None:
@@ -153,15 +189,22 @@ def n_formatter():
 
 
 def bytes_axis(ax) -> None:
-    """Ticks at powers of two (1 KiB, 4 KiB, ...) labelled in binary units, at most about 7 of them."""
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+    """Labelled ticks at powers of two in binary units, every `step`-th one for the smallest step of 1, 2, 5, 10... that
+    keeps at most MAX_BYTE_TICKS in view (so 1 KiB, 1 MiB and 1 GiB are labelled whenever in view, up to 50 decades of
+    two); unlabelled minor ticks at the other powers of two."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
     low, high = ax.get_ylim()
-    first, last = int(np.floor(np.log2(max(low, 1.0)))), int(np.ceil(np.log2(max(high, 2.0))))
-    step = max(1, -(-(last - first) // 7))
-    ax.yaxis.set_major_locator(FixedLocator([2.0**e for e in range(first, last + 1, step)]))
-    ax.yaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: format_bytes(y)))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    first, last = int(np.ceil(np.log2(max(low, 1.0)))), int(np.floor(np.log2(max(high, 2.0))))
+    if first > last:  # no power of two in view: one labelled tick in the middle
+        ax.yaxis.set_major_locator(FixedLocator([float(np.sqrt(max(low, 1.0) * high))]))
+        return
+    step = next(s for s in (1, 2, 5, 10, 20, 50) if (last - first) // s + 1 <= MAX_BYTE_TICKS)
+    start = -(-first // step) * step  # the first multiple of step in view
+    ax.yaxis.set_major_locator(FixedLocator([2.0**e for e in range(start, last + 1, step)]))
+    ax.yaxis.set_minor_locator(FixedLocator([2.0**e for e in range(first, last + 1) if (e - start) % step]))
     ax.set_ylim(low, high)
 
 
