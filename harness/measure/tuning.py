@@ -41,7 +41,7 @@ from harness.schema import Cell
 # measured 0.91x dense on CPU), so a config doing more than half the work cannot be what a budget is met with.
 MAX_FLOPS_FRACTION = 0.5
 TOLERANCE = 1.25  # bisection stops when the passing value is within 25% of the largest value known to miss
-TUNING_SEEDS = 2  # calibration seeds scored per value (the worst of them counts)
+TUNING_SEEDS = 4  # calibration seeds scored per value, the worst counting (2 left the evaluation seed 15% above at N=8192)
 METRIC_TEXT = {"rel_l2": "relative L2 error", "cosine": "1 - cosine"}
 
 

@@ -156,7 +156,7 @@ def test_a_run_without_budgets_says_it_searched_nothing_and_one_table_has_no_cap
 
 def test_noisy_rows_are_marked_and_a_loaded_run_says_so_first(tmp_path):
     from harness.report.document import write_report
-    from tests.helpers.synthetic_run import BUDGET_SPEC, UNREACHABLE, make_budget_rows, make_rows, write_run
+    from tests.helpers.synthetic_run import make_rows, write_run
 
     rows = make_rows(variants=("dense", "chunked"), inputs=("gaussian",), with_failures=False)
     for r in rows:
