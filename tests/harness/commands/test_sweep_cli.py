@@ -12,7 +12,8 @@ from harness.runner import run_sweep
 from variants import get_variant, list_variants
 
 TINY = ["--device", "cpu", "--seq-lens", "64,128", "--batch", "1", "--heads", "2", "--head-dim", "16",
-        "--time-budget", "0.005", "--repeats", "1", "--error-rows", "16", "--calibration-steps", "3", "--quiet", "--inputs", "gaussian"]
+        "--time-budget", "0.005", "--repeats", "1", "--error-rows", "16", "--calibration-steps", "3", "--quiet", "--inputs", "gaussian",
+        "--error-budgets", ""]  # every variant at its config as given (budget searches: tests/harness/measure/test_tuning.py)
 BUILTINS = [n for n in ("dense", "sliding_window", "chunked", "linformer", "distilled") if n in list_variants()]
 
 

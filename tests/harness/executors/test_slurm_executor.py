@@ -30,10 +30,10 @@ def test_submitit_local_mode_yields_the_same_cells_and_statuses_as_local(tmp_pat
     local = run_sweep(build_spec(cli=local_cli), out=tmp_path, run_id="local")
     spec = build_spec(cli={**cli, "executor": "slurm", "slurm_cluster": "local", "max_parallel": "4"})
     remote = run_sweep(spec, out=tmp_path, run_id="slurm")
-    rows = {r["variant"]: r for r in read_rows(remote)}
-    crashed = rows.pop("t_crash")
+    rows = read_rows(remote)
+    [crashed] = [r for r in rows if r["variant"] == "t_crash"]
     assert crashed["status"] == "error" and "without a row" in crashed["reason"]
-    assert {r["cell_id"]: r["status"] for r in rows.values()} == _statuses(local)
+    assert {r["cell_id"]: r["status"] for r in rows if r is not crashed} == _statuses(local)  # linformer: a row per budget
     assert {r["cell_id"] for r in read_rows(remote)} == {c.cell_id for c in plan(spec)}
     assert (remote / "slurm").is_dir() and any((remote / "slurm").glob("*_log.out"))  # submitit's files in the run folder
 

@@ -45,4 +45,4 @@ def test_a_real_sweep_answers_at_its_largest_n(tmp_path, capsys, no_report):
             "--out", str(tmp_path), "--run-id", "r"]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "answer at N=32 (gaussian): rel_l2<=0.01: dense; rel_l2<=0.1: dense\n" in out
+    assert "answer at N=32 (gaussian): rel_l2<=0.05: dense; rel_l2<=0.1: dense\n" in out  # the CPU default's budgets
