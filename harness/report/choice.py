@@ -93,7 +93,8 @@ def answer_tables(frame: pd.DataFrame) -> list[AnswerTable]:
                 at_n = ok[ok["seq_len"] == n]
                 dense_status = _dense_status(part[part["seq_len"] == n])
                 for budget in budgets:
-                    picks[(n, budget)] = pick(at_n[budgets_mod.within(at_n, budget, metric)], dense_status=dense_status)
+                    candidates = _one_per_config(at_n[budgets_mod.within(at_n, budget, metric)], budget)
+                    picks[(n, budget)] = pick(candidates, dense_status=dense_status)
             tables.append(AnswerTable(setting, str(inputs), tuple(budgets), metric, lengths, picks))
     return tables
 
@@ -192,6 +193,17 @@ def _knob_field(variant: str) -> str | None:
     except (ValueError, TypeError, KeyError):
         return None  # a plugin variant not registered here
     return knob.field if knob is not None else None
+
+
+def _one_per_config(candidates: pd.DataFrame, budget: float) -> pd.DataFrame:
+    """One row per (variant, config): the same config found for two budgets is one candidate, not a tie with itself;
+    the row matched to this budget is kept."""
+    if not len(candidates):
+        return candidates
+    matched_here = pd.to_numeric(candidates["matched_budget"], errors="coerce").eq(budget) if "matched_budget" in candidates else False
+    order = candidates.assign(_here=matched_here).sort_values("_here", ascending=False, kind="stable")
+    labels = [_label(r) for _, r in order.iterrows()]
+    return order[~pd.Series(labels, index=order.index).duplicated()].drop(columns="_here")
 
 
 def _dense_status(at_n: pd.DataFrame) -> str | None:

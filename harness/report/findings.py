@@ -8,7 +8,7 @@ import pandas as pd
 
 from harness.report import analysis, choice
 from harness.report.budgets import GENERALISATION_MARGIN, METRIC_NAMES, budgets_of
-from harness.report.formatting import format_n, format_number, format_text, short_reason
+from harness.report.formatting import format_n, format_number, format_text
 from harness.report.page import Block, Heading, Image, Paragraph, Table
 from harness.report.winner_map import FILE as WINNER_MAP, winner_map
 
@@ -28,7 +28,7 @@ def recommendation(frame: pd.DataFrame, env: dict[str, Any], folder: Path) -> tu
         if title:
             blocks.append(Paragraph(f"**{title}**"))
         blocks.append(Table(headers, rows))
-    blocks += _unreachable(frame, metric)
+        blocks += _out_of_reach(frame, table)
     written = []
     if tables:
         common = analysis.setting_title(tables[0].setting) + ("" if "inputs" in varying else f", inputs {tables[0].inputs}")
@@ -65,17 +65,33 @@ def _intro(tables: list[choice.AnswerTable], metric: str, *, searched: bool) -> 
     return text
 
 
-def _unreachable(frame: pd.DataFrame, metric: str) -> list[Block]:
-    """One line naming the variants whose search found no config within a budget, with the first reason."""
-    if not len(frame):
-        return []
-    rows = frame[frame["status"] == "unreachable"]
+def _out_of_reach(frame: pd.DataFrame, table: choice.AnswerTable) -> list[Block]:
+    """One line under a table: each variant whose search met no budget somewhere, where, and the best error its
+    range reached ('linformer at every N and budget (best 0.77: k=64 at N=256)')."""
+    rows = analysis.select(frame, table.setting)
+    rows = rows[(rows["inputs"] == table.inputs) & (rows["status"] == "unreachable")]
     parts = []
-    for (variant, budget), part in rows.groupby(["variant", "matched_budget"], sort=True, dropna=False):
-        lengths = sorted(set(int(n) for n in part["seq_len"]))
-        where = f"N={format_n(lengths[0])}" + (f"-{format_n(lengths[-1])}" if len(lengths) > 1 else "")
-        parts.append(f"{variant} for {choice.budget_label(float(budget), metric)} at {where}: {short_reason(part['reason'].iloc[0])}")
-    return [Paragraph("No config within the budget: " + "; ".join(parts) + ".")] if parts else []
+    for variant, part in rows.groupby("variant", sort=True):
+        missed = {(int(r["seq_len"]), float(r["matched_budget"])) for _, r in part.iterrows()}
+        if missed >= {(n, b) for n in table.lengths for b in table.budgets}:
+            where = "at every N and budget"
+        else:
+            where = "; ".join(
+                f"for {choice.budget_label(b, table.metric)} at {_lengths_text(sorted(n for n, bb in missed if bb == b))}"
+                for b in table.budgets if any(bb == b for _, bb in missed))
+        searched = [r["tuning"] for _, r in part.iterrows() if isinstance(r["tuning"], dict) and r["tuning"].get("tried")]
+        best = min(((float(t["tried"][str(t["high"])]), t["knob"], t["high"], n)
+                    for t, n in zip(searched, part["seq_len"]) if str(t["high"]) in t["tried"]), default=None)
+        best_text = f" (best {best[0]:.2g}: {best[1]}={best[2]} at N={format_n(int(best[3]))})" if best else ""
+        parts.append(f"{variant} {where}{best_text}")
+    return [Paragraph("Out of reach on calibration seeds: " + "; ".join(parts) + ".")] if parts else []
+
+
+def _lengths_text(lengths: list[int]) -> str:
+    """'N=4K-8K' for a run of lengths, 'N=1K, 4K' otherwise (the table's own N)."""
+    if len(lengths) > 1:
+        return f"N={format_n(lengths[0])}-{format_n(lengths[-1])}"
+    return f"N={format_n(lengths[0])}"
 
 
 def conditions(env: dict[str, Any], frame: pd.DataFrame) -> str:

@@ -114,3 +114,27 @@ def test_paired_speedup_overrides_the_latency_ratio_and_old_rows_fall_back():
     assert np.allclose(sw["speedup"], [2.1, 3.2])  # the rows' paired medians
     old = frame[(frame["variant"] == "chunked") & frame["speedup_low"].isna()]  # no paired fields: dense latency / latency
     assert len(old) == 1 and np.allclose(old["speedup"], old["dense_latency_s"] / old["latency_s"])
+
+
+def test_the_same_config_found_for_two_budgets_is_one_candidate_not_a_tie_with_itself():
+    rows = make_rows(variants=("dense", "sliding_window"), inputs=("gaussian",), with_failures=False)
+    matched = []
+    for r in rows:
+        r["rel_l2_error"] = 1e-7 if r["variant"] == "dense" else 0.03
+        if r["variant"] == "sliding_window":
+            for budget, speedup in ((0.05, (2.0, 1.8, 2.2)), (0.1, (2.1, 1.9, 2.3))):  # one window, measured twice
+                matched.append(dict(r, cell_id=f"{r['cell_id']}-{budget}", matched_budget=budget, error_metric="rel_l2",
+                                    speedup=speedup[0], speedup_low=speedup[1], speedup_high=speedup[2]))
+    rows = [r for r in rows if r["variant"] == "dense"] + matched
+    table = _table(rows, spec_text=BUDGET_SPEC)
+    for budget, text in ((0.05, "sliding_window(window=128) 2x [1.8-2.2]"), (0.1, "sliding_window(window=128) 2.1x [1.9-2.3]")):
+        assert table.picks[(256, budget)].text() == text  # the row matched to this budget, and no "(tie: itself)"
+
+
+def test_the_figures_inputs_are_those_where_the_most_series_ran():
+    from harness.report.analysis import primary_inputs
+
+    rows = make_budget_rows(inputs=("gaussian", "local"))
+    frame = rows_frame([r for r in rows if not (r["inputs"] == "gaussian" and r["variant"] == "sliding_window")])
+    assert primary_inputs(frame) == "local"
+    assert primary_inputs(rows_frame(rows)) == "gaussian"  # a tie: gaussian
