@@ -24,6 +24,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Callable
 
 import torch
@@ -118,14 +119,19 @@ def knob_range(cell: Cell) -> tuple[str, int, int, str]:
     with high lowered to the largest value doing at most MAX_FLOPS_FRACTION of dense attention's analytic FLOPs (to
     low itself when even low does more). A variant whose FLOPs do not change with the knob (the base class counts
     dense FLOPs) keeps its declared range."""
-    from variants import build_variant, dense_flops, get_variant
+    from variants import build_config, build_variant, dense_flops, get_variant
 
-    knob = get_variant(cell.variant).quality_knob
+    cls = get_variant(cell.variant).cls
+    knob = cls.quality_knob
     low, high = knob.range_for(cell.kv_len)
     shape = (cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal)
 
     def flops(value: int) -> int:
-        return build_variant(cell.variant, **{**cell.config, knob.field: value}).flops(*shape)
+        config = {**cell.config, knob.field: value}
+        try:  # the analytic count reads the config only: no parameters allocated (Linformer's E, F are k x M)
+            return cls.flops(SimpleNamespace(config=build_config(cell.variant, **config)), *shape)
+        except AttributeError:  # a plugin's count that reads more of the built variant
+            return build_variant(cell.variant, **config).flops(*shape)
 
     limit = MAX_FLOPS_FRACTION * dense_flops(*shape)
     if flops(high) <= limit or flops(low) == flops(high):

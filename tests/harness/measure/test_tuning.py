@@ -152,3 +152,30 @@ def test_train_and_decode_cells_reuse_the_forward_search_of_their_shape():
         row = measure_cell(other, FAST, RUN, context).to_dict()
         assert row["status"] == "ok", row["reason"]
         assert row["tuning"]["evaluated"] == 0 and row["config"] == first["config"]
+
+
+def test_a_plugins_flops_that_read_its_built_state_still_bound_the_range(monkeypatch):
+    """knob_range counts FLOPs from the config alone; a count reading more of the variant builds it instead."""
+    from dataclasses import dataclass
+
+    from variants import AttentionVariant, QualityKnob, VariantConfig, _registry, register_variant
+
+    @dataclass(frozen=True, kw_only=True)
+    class Cfg(VariantConfig):
+        rank: int = 8
+
+    class Stateful(AttentionVariant):
+        quality_knob = QualityKnob("rank", 1, 64)
+
+        def __init__(self, config=None):
+            super().__init__(config)
+            self.per_key = 4 * self.config.rank  # FLOPs per (query, key-row) pair, set when built
+
+        def flops(self, B, H, N, M, D, causal):
+            return B * H * N * self.per_key * D
+
+    monkeypatch.setattr(_registry, "_REGISTRY", dict(_registry._REGISTRY))
+    register_variant("t_stateful_flops", config=Cfg)(Stateful)
+    cell = dataclasses.replace(matched("dense", 0.1, N=64), variant="t_stateful_flops", config={"rank": 8})
+    # 4 * rank * D * N <= half of 4 * N * N * D: rank <= N / 2
+    assert knob_range(cell)[1:3] == (1, 32)
