@@ -171,6 +171,7 @@ def _pareto_panel(ax, at_n: pd.DataFrame, styles: dict, budgets: tuple[float, ..
     plotting.seconds_axis(ax.xaxis)
     ax.tick_params(labelsize=7)
     ax.margins(x=0.15)  # room for the markers and the budget labels at the edges
+    plotting.few_log_ticks(ax.xaxis, ax.get_xlim())
     ax.grid(True, which="major", alpha=0.3)
 
 

@@ -168,6 +168,22 @@ def _tidy_log(ax) -> None:
             axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
 
 
+def few_log_ticks(axis, limits: tuple[float, float], *, most: int = 6) -> None:
+    """Fixed labelled ticks on a log axis: 1, 2, 5 x 10^k, or on a narrow span 1, 1.5, 2, 3, 5, 7 x 10^k, at most
+    `most` of them (matplotlib's own locator falls back to crowded linear steps on spans under a decade)."""
+    from matplotlib.ticker import FixedLocator
+
+    low, high = sorted(limits)
+    if low <= 0:
+        return
+    decades = range(int(np.floor(np.log10(low))), int(np.ceil(np.log10(high))) + 1)
+    for subs in ((1.0, 1.5, 2.0, 3.0, 5.0, 7.0), (1.0, 2.0, 5.0), (1.0,)):
+        ticks = [m * 10.0**d for d in decades for m in subs if low <= m * 10.0**d <= high]
+        if len(ticks) <= most:
+            break
+    axis.set_major_locator(FixedLocator(ticks))
+
+
 def log_n_axis(ax, part: pd.DataFrame) -> None:
     """A base-2 N axis with a tick (4K, 8K...) at each measured length."""
     from matplotlib.ticker import NullLocator
