@@ -173,12 +173,13 @@ def describe(table: AnswerTable, keys: Sequence[str], *, skip_defaults: bool = F
 
 # ---- helpers -----------------------------------------------------------------------------------------
 def _pick_of(r: pd.Series, *, tie: pd.Series | None = None, dense_status: str | None = None) -> Pick:
-    return Pick(_label(r), str(r["variant"]), float(r["speedup"]), float(r["speedup_low"]), float(r["speedup_high"]),
-                float(r["latency_s"]), _label(tie) if tie is not None else None, dense_status)
+    return Pick(config_text(r), str(r["variant"]), float(r["speedup"]), float(r["speedup_low"]), float(r["speedup_high"]),
+                float(r["latency_s"]), config_text(tie) if tie is not None else None, dense_status)
 
 
-def _label(r: pd.Series) -> str:
-    """The row's variant and config with its quality knob named even at its default ('sliding_window(window=512)')."""
+def config_text(r: pd.Series) -> str:
+    """A row's variant and config as the answer names it, its quality knob named even at its default:
+    'sliding_window(window=512)'."""
     from harness.entries import config_label
 
     field = _knob_field(str(r["variant"]))
@@ -202,7 +203,7 @@ def _one_per_config(candidates: pd.DataFrame, budget: float) -> pd.DataFrame:
         return candidates
     matched_here = pd.to_numeric(candidates["matched_budget"], errors="coerce").eq(budget) if "matched_budget" in candidates else False
     order = candidates.assign(_here=matched_here).sort_values("_here", ascending=False, kind="stable")
-    labels = [_label(r) for _, r in order.iterrows()]
+    labels = [config_text(r) for _, r in order.iterrows()]
     return order[~pd.Series(labels, index=order.index).duplicated()].drop(columns="_here")
 
 

@@ -1,6 +1,7 @@
 """The report's figure sections: the six measured figures, and the effective attention maps (which run each variant once)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Sequence
 
@@ -56,6 +57,29 @@ def figures(frame: pd.DataFrame, folder: Path) -> tuple[list[Path], list[Block]]
     return paths, blocks
 
 
+def _map_series(frame: pd.DataFrame, inputs: str) -> list[tuple[str, str, dict]]:
+    """(label, variant, config) per distinct config to draw: each series' config at its shortest ok N (on the maps'
+    inputs where it ran on them), so a series matched to a budget is drawn with a window it really ran; configs found
+    for several budgets are drawn once, labelled by their config. A series whose search met no budget is drawn at
+    the top of the range it searched at its shortest N, labelled so: its map shows what the budget missed."""
+    from harness.report.choice import config_text
+
+    found: dict[str, tuple[str, str, dict]] = {}
+    for label, group in frame.groupby("series", sort=True):
+        ran = group[group["status"] == "ok"]
+        searched = group[(group["status"] == "unreachable") & group["tuning"].map(lambda t: isinstance(t, dict))]
+        pool, suffix = (ran, "") if len(ran) else (searched, " (out of budget)")
+        if not len(pool):
+            continue
+        on_inputs = pool[pool["inputs"] == inputs]
+        first = (on_inputs if len(on_inputs) else pool).sort_values("seq_len").iloc[0]
+        config = first["config"] if isinstance(first["config"], dict) else {}
+        matched = pd.notna(pd.to_numeric(first.get("matched_budget"), errors="coerce"))
+        key = json.dumps([first["variant"], config], sort_keys=True, default=str)
+        found.setdefault(key, ((config_text(first) if matched else str(label)) + suffix, str(first["variant"]), config))
+    return sorted(found.values())
+
+
 def maps(frame: pd.DataFrame, folder: Path, *, n: int, inputs: str | None, calibrate: bool, timeout_s: float | None = None,
          plugins: Sequence[str] = ()) -> tuple[list[Path], list[Block]]:
     """Draw each series' effective attention map (harness.report.maps) at N = n; returns (the PNG, the section).
@@ -68,9 +92,7 @@ def maps(frame: pd.DataFrame, folder: Path, *, n: int, inputs: str | None, calib
         names = {parse_entry(m)[0]: m for m in measured}  # the name only: a plugin's distribution may not be registered here
         inputs = next((names[p] for p in MAPS_INPUTS_PREFERENCE if p in names), measured[0] if measured else "gaussian")
     causal = bool(len(frame)) and not (~frame["causal"].astype(bool)).any()
-    series = []
-    for label, group in frame.groupby("series", sort=True):
-        series.append((label, str(group["variant"].iloc[0]), group["config"].iloc[0]))
+    series = _map_series(frame, inputs)
     options = dict(n=n, causal=causal, calibrate=calibrate, timeout_s=timeout_s, plugins=plugins)
     try:
         found = isolated_maps(series, inputs=inputs, **options)

@@ -59,3 +59,20 @@ def test_probe_uses_the_registered_distribution_and_its_knobs():
         make_probe(8, "gaussian:rank=8")  # no silent fallback to other inputs
     with pytest.raises(ValueError, match=r"Unknown inputs 'gausian'.*Did you mean 'gaussian'"):
         make_probe(8, "gausian")
+
+
+def test_maps_draw_each_config_a_run_really_ran_once_and_an_out_of_budget_search_labelled():
+    from harness.report.figures import _map_series
+    from harness.store import rows_frame
+    from tests.helpers.synthetic_run import make_budget_rows
+
+    rows = make_budget_rows(inputs=("local",))
+    rows += [dict(r, cell_id=r["cell_id"] + "-same", matched_budget=0.1, config={"backend": "auto", "window": 512})
+             for r in rows if r["variant"] == "sliding_window" and r["matched_budget"] == 0.05]  # 512 found for 0.1 too
+    series = _map_series(rows_frame(rows), "local")
+    labels = [label for label, _, _ in series]
+    assert labels.count("sliding_window(window=512)") == 1 and "sliding_window(window=256)" in labels
+    assert "linformer(k=256)" in labels  # ran ok for 0.1: drawn with the k it ran
+    unreachable_only = [dict(r, status="unreachable") if r["variant"] == "linformer" else r for r in make_budget_rows()]
+    labels = [label for label, _, _ in _map_series(rows_frame(unreachable_only), "local")]
+    assert "linformer(k=1024) (out of budget)" in labels  # the top of the range its search tried
