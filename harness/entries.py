@@ -97,7 +97,7 @@ def config_label(variant: str, config: dict[str, Any] | None, *, show: Iterable[
 
     Length fields (they follow N, e.g. Linformer's max_seq_len) are left out: they say nothing a reader needs.
     """
-    defaults, length_fields = _defaults(variant)
+    defaults, length_fields, _ = _defaults(variant)
     show = set(show)
     changed = ",".join(f"{k}={v}" for k, v in sorted((config or {}).items())
                        if k not in length_fields and (k in show or defaults.get(k, object()) != v))
@@ -109,8 +109,14 @@ def length_fields(variant: str) -> tuple[str, ...]:
     return _defaults(variant)[1]
 
 
-def _defaults(variant: str) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """The variant's default config and length fields; ({}, ()) for a name the registry does not know (a missing plugin).
+def knob_field(variant: str) -> str | None:
+    """The variant's quality knob field (AttentionVariant.quality_knob), None for exact variants or if unknown here."""
+    return _defaults(variant)[2]
+
+
+def _defaults(variant: str) -> tuple[dict[str, Any], tuple[str, ...], str | None]:
+    """The variant's default config, length fields and quality knob field; ({}, (), None) for a name the registry
+    does not know (a missing plugin).
 
     Known names are cached (labels and series keys ask for every cell); an unknown one is asked again,
     since a plugin may register it later.
@@ -121,9 +127,10 @@ def _defaults(variant: str) -> tuple[dict[str, Any], tuple[str, ...]]:
         try:
             spec = get_variant(variant)
         except (ValueError, TypeError):
-            return {}, ()
-        _DEFAULTS[variant] = (spec.config().to_dict(), tuple(spec.cls.length_fields))
+            return {}, (), None
+        knob = spec.cls.quality_knob
+        _DEFAULTS[variant] = (spec.config().to_dict(), tuple(spec.cls.length_fields), knob.field if knob else None)
     return _DEFAULTS[variant]
 
 
-_DEFAULTS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {}
+_DEFAULTS: dict[str, tuple[dict[str, Any], tuple[str, ...], str | None]] = {}

@@ -63,13 +63,19 @@ class Cell:
         """A stable hash of every field: the same cell in any run, any order, gets the same id.
 
         Fields of CELL_FIELD_DEFAULTS at their default (kv_heads equal to heads) are left out, so a
-        cell that older versions could describe keeps the id they gave it.
+        cell that older versions could describe keeps the id they gave it. A cell matched to an error
+        budget leaves its quality knob out of its config: its row (with the config found) has its id.
         """
         payload = json.dumps(self._id_fields(), sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def _id_fields(self) -> dict[str, Any]:
         fields = self.fields()
+        if self.matched_budget is not None:  # the search chooses the knob: its value is an outcome, not the cell's identity
+            from harness.entries import knob_field
+
+            knob = knob_field(self.variant)
+            fields["config"] = {k: v for k, v in self.config.items() if k != knob}
         if fields["kv_heads"] == self.heads:
             del fields["kv_heads"]
         for name in ("phase", "scope", "padding", "matched_budget", "error_metric"):
@@ -86,8 +92,8 @@ class Cell:
         """Everything but the lengths: cells of one series differ only in N (and M, and the config's length fields)."""
         from harness.entries import length_fields
 
-        data = {k: v for k, v in self.fields().items() if k not in ("seq_len", "kv_len")}
-        data["config"] = {k: v for k, v in self.config.items() if k not in length_fields(self.variant)}
+        data = {k: v for k, v in self._id_fields().items() if k not in ("seq_len", "kv_len")}
+        data["config"] = {k: v for k, v in data["config"].items() if k not in length_fields(self.variant)}
         return json.dumps(data, sort_keys=True, default=str)
 
     @property
