@@ -24,6 +24,7 @@ NOT_RUN_PREFIX = "not run"  # reason of a cell skipped after an oom/timeout at a
 CELL_FIELD_DEFAULTS = {"kv_heads": None, "phase": "prefill", "scope": "attention", "padding": 0.0, "matched_budget": None,
                        "error_metric": "rel_l2"}
 ERROR_METRICS = ("rel_l2", "cosine")  # what an error budget bounds: relative L2 error, or 1 - cosine similarity
+METRIC_NAMES = {"rel_l2": "relative L2 error", "cosine": "1 - cosine similarity"}
 PHASES = ("prefill", "decode")
 SCOPES = ("attention", "layer")
 
@@ -120,9 +121,10 @@ class Cell:
         return cls(**values)
 
 
-def budget_label(budget: float, metric: str = "rel_l2") -> str:
-    """How a budget reads in labels: 'rel_l2<=0.05', 'cosine<=0.01' (1 - cosine similarity)."""
-    return f"{'1-cos' if metric == 'cosine' else metric}<={budget:g}"
+def budget_label(budget: float, metric: str = "rel_l2", *, ascii: bool = True) -> str:
+    """How a budget reads: 'rel_l2<=0.05', '1-cos<=0.01' (1 - cosine similarity); 'rel_l2 ≤ 0.05' for people (ascii False)."""
+    name = "1-cos" if metric == "cosine" else "rel_l2"
+    return f"{name}<={budget:g}" if ascii else f"{name} ≤ {budget:g}"
 
 
 def _measured(default: Any = None) -> Any:

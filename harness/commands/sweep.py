@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from harness.executors import option_knobs
     from harness.runner import plan_lines, run_sweep, sweep_spec
-    from harness.spec import load_toml
+    from harness.spec import RESUMED_SPEC_DEFAULTS, load_toml
 
     settings = _setting_knobs()
     cli = {k.key: _flag_value(getattr(args, k.key)) for k in settings}
@@ -72,11 +72,14 @@ def run(args: argparse.Namespace) -> int:
         if not (run_dir / "spec.toml").is_file():
             raise UsageError(f"--resume {run_dir}: not a run folder (no spec.toml); pass a folder made by `python -m harness sweep`")
         overrides = {k: v for k, v in cli.items() if v is not None}
+        stored = load_toml(run_dir / "spec.toml")
+        older = {k: v for k, v in RESUMED_SPEC_DEFAULTS.items() if k not in stored}  # keys the run predates
         if cli["executor"] is None:
-            spec = sweep_spec(toml_path=run_dir / "spec.toml", cli=overrides, plan_only=args.dry_run, trust_plugins=args.trust_plugins)
+            spec = sweep_spec(toml_path=run_dir / "spec.toml", toml=older, cli=overrides, plan_only=args.dry_run,
+                              trust_plugins=args.trust_plugins)
         else:  # another executor: the stored executor settings do not carry over
-            stored = {k: v for k, v in load_toml(run_dir / "spec.toml").items() if k not in where_keys - {"plugins"}}
-            spec = sweep_spec(toml=stored, cli=overrides, plan_only=args.dry_run,
+            stored = {k: v for k, v in stored.items() if k not in where_keys - {"plugins"}}
+            spec = sweep_spec(toml={**stored, **older}, cli=overrides, plan_only=args.dry_run,
                               trust_plugins=args.trust_plugins)
     else:
         spec = sweep_spec(toml_path=args.config, cli=cli, plan_only=args.dry_run, trust_plugins=args.trust_plugins)

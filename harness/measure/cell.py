@@ -96,8 +96,7 @@ def _stages(cell: Cell, settings: MeasureSettings, context: MeasureContext, fiel
             return {**fields, "status": "unsupported", "reason": "; ".join(reasons)}
     if cell.matched_budget is not None:
         with _stage("tuning"):  # the config meeting the budget on calibration seeds: harness.measure.tuning
-            tuned = tune(cell, settings, context, device, (name, knobs))
-            fields.update(tuned.fields)
+            tuned = tune(cell, settings, context, device, (name, knobs), fields)
             if tuned.cell is None:
                 return {**fields, "status": "unreachable", "reason": tuned.reason}
             cell = tuned.cell

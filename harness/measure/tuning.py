@@ -8,8 +8,9 @@ Search (search_knob): the largest value first (if even it misses the budget, the
 after one evaluation), then doubling from the smallest until a value meets it, then geometric bisection
 between the last value that missed and the first that met until they are within TOLERANCE of each
 other. Errors are taken to fall as the knob grows (a wider window, a longer projection, more features).
-Each value is scored once per cell setting: MeasureContext.tuned keeps the errors across a run's
-budgets, so a second budget mostly reuses the first one's evaluations.
+Each value is scored once per cell setting in one process: MeasureContext.tuned keeps the errors across a
+run's budgets, so with the local executor a second budget mostly reuses the first one's evaluations (the
+subprocess, Ray and Slurm executors give each cell a fresh process, which searches afresh).
 
 Scoring (score_value): the candidate built, calibrated when learnable (with the run's calibration
 budget: the same fit the matched cell then uses, cached by harness.measure.calibration), cast to the
@@ -23,7 +24,7 @@ import dataclasses
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Callable
 
@@ -32,27 +33,25 @@ import torch
 from harness.inputs import make_inputs
 from harness.inputs.padding import padding_mask
 from harness.measure.accuracy import check_accuracy
-from harness.measure.calibration import calibrated, calibration_seeds
+from harness.measure.calibration import calibrated
 from harness.measure.context import MeasureContext
-from harness.measure.settings import DTYPES, MeasureSettings
-from harness.schema import Cell
+from harness.measure.settings import CALIBRATION_SEED_OFFSET, DTYPES, MeasureSettings
+from harness.schema import METRIC_NAMES, Cell
 
 # The top of a searched range: values doing at most this fraction of dense attention's analytic FLOPs. The
 # structured variants run at a lower FLOP rate than a fused dense kernel (a window covering 55% of the pairs
 # measured 0.91x dense on CPU), so a config doing more than half the work cannot be what a budget is met with.
 MAX_FLOPS_FRACTION = 0.5
 TOLERANCE = 1.25  # bisection stops when the passing value is within 25% of the largest value known to miss
-TUNING_SEEDS = 4  # calibration seeds scored per value, the worst counting (2 left the evaluation seed 15% above at N=8192)
-METRIC_TEXT = {"rel_l2": "relative L2 error", "cosine": "1 - cosine"}
+TUNING_SEEDS = 4  # seeds scored per value, the worst counting (2 left the evaluation seed 15% above at N=8192)
 
 
 @dataclass
 class Tuned:
-    """The outcome of a cell's search: the found cell (None: unreachable, `reason` says why) and its row fields."""
+    """The outcome of a cell's search: the found cell (None: unreachable, `reason` says why)."""
 
     cell: Cell | None
     reason: str | None = None
-    fields: dict[str, Any] = field(default_factory=dict)
 
 
 def search_knob(evaluate: Callable[[int], float], budget: float, low: int, high: int, *,
@@ -84,41 +83,57 @@ def search_knob(evaluate: Callable[[int], float], budget: float, low: int, high:
     return value
 
 
+def scoring_seeds(seed: int, calibration_batches: int) -> list[int]:
+    """The seeds a search scores on: after the calibration batches' (a fitted variant is scored on inputs it was not
+    fitted on), never the evaluation seed `seed`."""
+    return [seed + CALIBRATION_SEED_OFFSET + calibration_batches + i for i in range(TUNING_SEEDS)]
+
+
 def tune(cell: Cell, settings: MeasureSettings, context: MeasureContext, device: torch.device,
-         inputs: tuple[str, dict[str, Any]]) -> Tuned:
-    """Search the cell's variant's quality knob for cell.matched_budget (see the module doc)."""
+         inputs: tuple[str, dict[str, Any]], fields: dict[str, Any]) -> Tuned:
+    """Search the cell's variant's quality knob for cell.matched_budget (see the module doc).
+
+    The row fields tuning, tuning_s and config go into `fields` as the search goes: a search that fails (out of
+    memory, the cell's time limit) leaves a row with the values tried so far and no knob value it never chose.
+    """
     field_name, low, high, bound = knob_range(cell)
     budget, metric = float(cell.matched_budget), cell.error_metric
-    seeds = calibration_seeds(cell, settings)[:TUNING_SEEDS]
+    seeds = scoring_seeds(cell.seed, settings.calibration_batches)
     tried = context.tuned.setdefault(search_key(cell), {})
-    known = len(tried)
+    fields["config"] = {**cell.config, field_name: None}
+    fields["tuning"] = record = {"knob": field_name, "low": low, "high": high, "bound": bound, "budget": budget,
+                                 "metric": metric, "seeds": seeds, "tried": tried, "evaluated": 0}
     batches: list = []
 
     def evaluate(value: int) -> float:
         if not batches:
             batches.extend(_batches(cell, seeds, inputs, device))
+        record["evaluated"] += 1
         return score_value(cell, field_name, value, batches, settings, context, device, inputs)
 
+    if high is None:
+        fields["config"][field_name], fields["tuning_s"] = low, 0.0
+        return Tuned(None, f"{field_name} {low}, {bound} (nothing cheaper to search), for the budget {budget:g}")
     start = time.perf_counter()
-    value = search_knob(evaluate, budget, low, high, tried=tried)
-    fields = {
-        "tuning_s": time.perf_counter() - start,
-        "tuning": {"knob": field_name, "low": low, "high": high, "bound": bound, "budget": budget, "metric": metric,
-                   "seeds": seeds, "tried": {str(v): tried[v] for v in sorted(tried)}, "evaluated": len(tried) - known},
-        "config": {**cell.config, field_name: high if value is None else value},
-    }
+    try:
+        value = search_knob(evaluate, budget, low, high, tried=tried)
+    finally:
+        fields["tuning_s"] = time.perf_counter() - start
+        record["tried"] = {str(v): tried[v] for v in sorted(tried)}  # a copy: the context's dict grows with later budgets
     if value is None:
-        reason = (f"{METRIC_TEXT[metric]} {tried[high]:.3g} at {field_name} {high}, {bound} (searched {low}-{high} on "
-                  f"calibration seeds), is above the budget {budget:g}")
-        return Tuned(None, reason, fields)
-    return Tuned(dataclasses.replace(cell, config=fields["config"]), None, fields)
+        fields["config"][field_name] = high
+        reason = (f"{METRIC_NAMES[metric]} {tried[high]:.3g} at {field_name} {high}, {bound} (searched {low}-{high} on "
+                  f"held-out calibration seeds), is above the budget {budget:g}")
+        return Tuned(None, reason)
+    fields["config"][field_name] = value
+    return Tuned(dataclasses.replace(cell, config=fields["config"]), None)
 
 
-def knob_range(cell: Cell) -> tuple[str, int, int, str]:
+def knob_range(cell: Cell) -> tuple[str, int, int | None, str]:
     """(the knob's field, low, high, what bounds high) searched for the cell: the knob's declared range at the cell's M,
-    with high lowered to the largest value doing at most MAX_FLOPS_FRACTION of dense attention's analytic FLOPs (to
-    low itself when even low does more). A variant whose FLOPs do not change with the knob (the base class counts
-    dense FLOPs) keeps its declared range."""
+    with high lowered to the largest value doing at most MAX_FLOPS_FRACTION of dense attention's analytic FLOPs (None:
+    even low does more, nothing is worth searching). A variant whose FLOPs do not change with the knob (the base class
+    counts dense FLOPs) keeps its declared range."""
     from variants import build_config, build_variant, dense_flops, get_variant
 
     cls = get_variant(cell.variant).cls
@@ -137,7 +152,7 @@ def knob_range(cell: Cell) -> tuple[str, int, int, str]:
     if flops(high) <= limit or flops(low) == flops(high):
         return knob.field, low, high, "the largest declared"
     if flops(low) > limit:
-        return knob.field, low, low, f"the smallest declared, which already does over {MAX_FLOPS_FRACTION:g}x dense's FLOPs"
+        return knob.field, low, None, f"the smallest declared, already does over {MAX_FLOPS_FRACTION:g}x dense's FLOPs"
     cheap, costly = low, high  # flops(cheap) <= limit < flops(costly)
     while costly - cheap > 1:
         middle = (cheap + costly) // 2

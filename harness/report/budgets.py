@@ -18,9 +18,10 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from harness.schema import METRIC_NAMES
+
 DEFAULT_BUDGETS = (1e-2, 1e-1)  # relative L2 error budgets for a run that asked for none: near-exact and approximate
 GENERALISATION_MARGIN = 0.1  # a matched row may exceed its budget by 10% on the evaluation seed (see the module doc)
-METRIC_NAMES = {"rel_l2": "relative L2 error", "cosine": "1 - cosine similarity"}
 
 
 def run_budgets(spec_text: str | None) -> tuple[tuple[float, ...], str]:

@@ -14,6 +14,7 @@ A cell's winner (pick):
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -23,6 +24,7 @@ import pandas as pd
 from harness.report import analysis, budgets as budgets_mod
 from harness.report.analysis import BASELINE, SETTING_KEYS
 from harness.report.formatting import format_seconds, format_times
+from harness.schema import budget_label
 
 NONE_RAN = "none within budget ran"
 
@@ -39,15 +41,19 @@ class Pick:
     latency_s: float = math.nan  # the winner's median latency
     tie: str | None = None  # the runner-up whose interval overlaps the winner's
     dense_status: str | None = None  # where dense did not run at this N: its status ("oom"...); None where it was not in the run
+    over_budget: float | None = None  # the winner's error where it is above the budget (a matched row within the margin)
 
     def text(self) -> str:
-        """'sliding_window(window=512) 3.1x [2.9-3.3] (tie: chunked)', 'dense', or NONE_RAN."""
+        """'sliding_window(window=512) 3.1x [2.9-3.3] (tie: chunked)', '... (error 0.052)' above the budget, 'dense',
+        or NONE_RAN."""
         if self.label is None:
             return NONE_RAN
-        tie = f" (tie: {self.tie})" if self.tie else ""
+        notes = [f"error {self.over_budget:.3g}"] if self.over_budget is not None else []
+        notes += [f"tie: {self.tie}"] if self.tie else []
+        note = f" ({'; '.join(notes)})" if notes else ""
         if self.variant == BASELINE and self.speedup == 1:
-            return f"{self.label}{tie}"
-        return f"{self.label} {self.figure()}{tie}"
+            return f"{self.label}{note}"
+        return f"{self.label} {self.figure()}{note}"
 
     def figure(self) -> str:
         """The winner's number alone: '3.1x [2.9-3.3]', '3.1x', or its latency where dense did not run."""
@@ -94,7 +100,7 @@ def answer_tables(frame: pd.DataFrame) -> list[AnswerTable]:
                 dense_status = _dense_status(part[part["seq_len"] == n])
                 for budget in budgets:
                     candidates = _one_per_config(at_n[budgets_mod.within(at_n, budget, metric)], budget)
-                    picks[(n, budget)] = pick(candidates, dense_status=dense_status)
+                    picks[(n, budget)] = _over_budget(pick(candidates, dense_status=dense_status), candidates, budget)
             tables.append(AnswerTable(setting, str(inputs), tuple(budgets), metric, lengths, picks))
     return tables
 
@@ -131,15 +137,9 @@ def answer_lines(tables: list[AnswerTable]) -> list[str]:
     for table in tables:
         n = table.lengths[-1]
         where = ", ".join(describe(table, [k for k in varying if k != "inputs"]) + [table.inputs])
-        answers = "; ".join(f"{budget_label(b, table.metric, ascii=True)}: {table.picks[(n, b)].text()}" for b in table.budgets)
+        answers = "; ".join(f"{budget_label(b, table.metric)}: {table.picks[(n, b)].text()}" for b in table.budgets)
         lines.append(f"answer at N={n} ({where}): {answers}")
     return lines
-
-
-def budget_label(budget: float, metric: str, *, ascii: bool = False) -> str:
-    """'rel_l2 ≤ 0.05' ('rel_l2<=0.05' with ascii), '1-cos ≤ 0.05' for the cosine metric."""
-    name = "rel_l2" if metric == "rel_l2" else "1-cos"
-    return f"{name}<={budget:g}" if ascii else f"{name} ≤ {budget:g}"
 
 
 def varying_keys(tables: list[AnswerTable]) -> list[str]:
@@ -180,20 +180,19 @@ def _pick_of(r: pd.Series, *, tie: pd.Series | None = None, dense_status: str | 
 def config_text(r: pd.Series) -> str:
     """A row's variant and config as the answer names it, its quality knob named even at its default:
     'sliding_window(window=512)'."""
-    from harness.entries import config_label
+    from harness.entries import config_label, knob_field
 
-    field = _knob_field(str(r["variant"]))
+    field = knob_field(str(r["variant"]))
     return config_label(str(r["variant"]), r["config"] if isinstance(r["config"], dict) else {}, show=(field,) if field else ())
 
 
-def _knob_field(variant: str) -> str | None:
-    from variants import get_variant
-
-    try:
-        knob = get_variant(variant).quality_knob
-    except (ValueError, TypeError, KeyError):
-        return None  # a plugin variant not registered here
-    return knob.field if knob is not None else None
+def _over_budget(winner: Pick, candidates: pd.DataFrame, budget: float) -> Pick:
+    """The pick with its error noted where the winning row is above the budget (within the margin it was matched to)."""
+    if winner.label is None:
+        return winner
+    row = next((r for _, r in candidates.iterrows() if config_text(r) == winner.label), None)
+    error = float(row["error"]) if row is not None and _finite(row.get("error")) else math.nan
+    return dataclasses.replace(winner, over_budget=error) if error > budget else winner
 
 
 def _one_per_config(candidates: pd.DataFrame, budget: float) -> pd.DataFrame:

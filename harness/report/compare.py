@@ -29,7 +29,8 @@ from harness.errors import UsageError
 from harness.measure.noise import HIGH_LOAD_PER_CPU, NOISY_SHARE
 from harness.store import Run, config_key
 
-MATCH_KEYS = ("variant", "config_key", "seq_len", "kv_len", "batch", "heads", "kv_heads", "head_dim", "dtype", "causal", "mode", "phase", "scope", "padding", "inputs")
+MATCH_KEYS = ("variant", "config_key", "seq_len", "kv_len", "batch", "heads", "kv_heads", "head_dim", "dtype", "causal", "mode",
+              "phase", "scope", "padding", "inputs", "matched_budget", "error_metric")  # a matched row's key leaves its knob out
 DEFAULT_THRESHOLD = 0.05  # minimum relative change of latency or memory that can be flagged
 MIN_MEMORY_CHANGE = 64 * 1024  # bytes: smaller memory changes are never flagged (allocator granularity)
 ERROR_ABS = 1e-4  # relative-L2 error changes below this are rounding, never flagged
@@ -225,12 +226,25 @@ def load_notes(run: Run) -> list[str]:
             f"changes are the machine's, not the code's, and are not counted (docs/timing.md: quiet numbers)"]
 
 
+def _match_config(variant: str, config, budget) -> str:
+    """The config a row is matched on: a row matched to an error budget without its quality knob (the value found
+    may differ between runs; the budget, in MATCH_KEYS, is what names the cell)."""
+    from harness.entries import knob_field
+
+    if budget is None or (isinstance(budget, float) and math.isnan(budget)) or not isinstance(config, dict):
+        return config_key(config)
+    return config_key({k: v for k, v in config.items() if k != knob_field(variant)})
+
+
 def _keyed(run: Run, notes: list[str]) -> pd.DataFrame:
     frame = run.rows.copy()
     if not len(frame):
         return pd.DataFrame(columns=list(MATCH_KEYS) + ["series", "status", "latency_s"])
-    frame["config_key"] = [config_key(c) for c in frame["config"]]
-    for column in ("batch", "heads", "head_dim"):
+    for column in ("matched_budget", "error_metric"):
+        if column not in frame:
+            frame[column] = None  # rows from before error budgets
+    frame["config_key"] = [_match_config(v, c, b) for v, c, b in zip(frame["variant"], frame["config"], frame["matched_budget"])]
+    for column in ("batch", "heads", "head_dim", "matched_budget", "error_metric"):
         frame[column] = frame[column].astype(str)  # None and ints alike, so merge keys compare
     duplicated = frame.duplicated(list(MATCH_KEYS), keep="last")
     if duplicated.any():

@@ -10,6 +10,7 @@ from harness.report import analysis, choice
 from harness.report.budgets import GENERALISATION_MARGIN, METRIC_NAMES, budgets_of
 from harness.report.formatting import format_n, format_number, format_text
 from harness.report.page import Block, Heading, Image, Paragraph, Table
+from harness.schema import budget_label
 from harness.report.winner_map import FILE as WINNER_MAP, winner_map
 
 
@@ -23,7 +24,7 @@ def recommendation(frame: pd.DataFrame, env: dict[str, Any], folder: Path) -> tu
     varying = choice.varying_keys(tables)
     titles = [", ".join(choice.describe(t, varying)) for t in tables] if len(tables) > 1 else [""] * len(tables)
     for table, title in zip(tables, titles):
-        headers = ["N"] + [choice.budget_label(b, metric) for b in table.budgets]
+        headers = ["N"] + [budget_label(b, metric, ascii=False) for b in table.budgets]
         rows = [[format_n(n)] + [table.picks[(n, b)].text() for b in table.budgets] for n in table.lengths]
         if title:
             blocks.append(Paragraph(f"**{title}**"))
@@ -48,8 +49,8 @@ def _intro(tables: list[choice.AnswerTable], metric: str, *, searched: bool) -> 
             "over dense and its 95% interval (its latency where dense did not run); a variant beats dense only when the "
             "whole interval is above 1, and overlapping intervals of the top two are a tie.")
     if searched:
-        text += (" Variants with a quality knob were searched per budget on calibration seeds and scored on the evaluation "
-                 f"seed, where a searched config may exceed its budget by up to {margin}.")
+        text += (" Variants with a quality knob were searched per budget on held-out calibration seeds and scored on the "
+                 f"evaluation seed, where a searched config may exceed its budget by up to {margin} (such a cell shows its error).")
     else:
         text += " This run searched no configs (no error_budgets in its spec): each variant counts at the config it ran."
     if not tables:
@@ -77,11 +78,11 @@ def _out_of_reach(frame: pd.DataFrame, table: choice.AnswerTable) -> list[Block]
             where = "at every N and budget"
         else:
             where = "; ".join(
-                f"for {choice.budget_label(b, table.metric)} at {_lengths_text(sorted(n for n, bb in missed if bb == b))}"
+                f"for {budget_label(b, table.metric, ascii=False)} at {_lengths_text(sorted(n for n, bb in missed if bb == b))}"
                 for b in table.budgets if any(bb == b for _, bb in missed))
-        searched = [r["tuning"] for _, r in part.iterrows() if isinstance(r["tuning"], dict) and r["tuning"].get("tried")]
-        best = min(((float(t["tried"][str(t["high"])]), t["knob"], t["high"], n)
-                    for t, n in zip(searched, part["seq_len"]) if str(t["high"]) in t["tried"]), default=None)
+        searched = [(r["tuning"], r["seq_len"]) for _, r in part.iterrows() if isinstance(r["tuning"], dict) and r["tuning"].get("tried")]
+        tops = [(t["tried"].get(str(t["high"])), t["knob"], t["high"], n) for t, n in searched]
+        best = min(((float(e), *rest) for e, *rest in tops if isinstance(e, (int, float))), default=None)  # None: not finite
         best_text = f" (best {best[0]:.2g}: {best[1]}={best[2]} at N={format_n(int(best[3]))})" if best else ""
         parts.append(f"{variant} {where}{best_text}")
     return [Paragraph("Out of reach on calibration seeds: " + "; ".join(parts) + ".")] if parts else []

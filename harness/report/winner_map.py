@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.report.choice import AnswerTable, budget_label
+from harness.report.choice import AnswerTable
+from harness.schema import budget_label
 from harness.report.formatting import format_n, format_seconds, format_times
 from harness.report.plotting import pyplot, save, variant_colors
 
@@ -44,7 +45,7 @@ def winner_map(tables: list[AnswerTable], titles: list[str], path: Path) -> Path
         for y in range(1, len(table.budgets)):
             ax.axhline(y - 0.5, color="white", linewidth=1.5)
         ax.set_xticks(range(len(table.lengths)), [format_n(n) for n in table.lengths])
-        ax.set_yticks(range(len(table.budgets)), [budget_label(b, table.metric) for b in table.budgets])
+        ax.set_yticks(range(len(table.budgets)), [budget_label(b, table.metric, ascii=False) for b in table.budgets])
         ax.set_xlabel("sequence length N")
         ax.set_title(title, fontsize=9)
         ax.tick_params(length=0)

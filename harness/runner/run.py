@@ -85,7 +85,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
     from harness.env import collect_env
     from harness.executors import CellJob, executor_class, make_executor, run_cells
     from harness.measure import CALIBRATION_SEED_OFFSET, MeasureSettings, RunInfo, outcome_row
-    from harness.measure.tuning import unreachable_carries_over
+    from harness.measure.tuning import scoring_seeds, unreachable_carries_over
     from harness.plan import plan
     from harness.runner.progress import Progress
     from harness.schema import NOT_RUN_PREFIX
@@ -98,6 +98,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
     env["seeds"] = {
         "evaluation": spec.seed,
         "calibration": [spec.seed + CALIBRATION_SEED_OFFSET + i for i in range(spec.calibration_batches)],
+        "tuning": scoring_seeds(spec.seed, spec.calibration_batches) if spec.error_budgets else [],
     }
     env["measure_settings"] = settings.to_dict()
     env["executor"] = spec.executor  # of the first part; each row's host and device_name say where it ran
@@ -127,14 +128,15 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
     progress = Progress(cells, done, enabled=not quiet)
 
     def skip(cell) -> dict | None:
-        block = blocked.get(cell.series_key)
-        if block is None or cell.seq_len <= block[1]:
-            return None
-        status, at = block
-        if status == "unreachable":
-            same_range = unreachable_carries_over(cell, at)
-            return outcome_row(cell, info, status, f"{NOT_RUN_PREFIX}: {same_range}") if same_range else None
-        return outcome_row(cell, info, status, f"{NOT_RUN_PREFIX}: {status} at N={at} for the same variant, config and setting")
+        stop = blocked.get((cell.series_key, "stop"))
+        if stop is not None and cell.seq_len > stop[1]:
+            status, at = stop
+            return outcome_row(cell, info, status, f"{NOT_RUN_PREFIX}: {status} at N={at} for the same variant, config and setting")
+        missed = blocked.get((cell.series_key, "unreachable"))
+        if missed is not None and cell.seq_len > missed[1]:
+            same_range = unreachable_carries_over(cell, missed[1])
+            return outcome_row(cell, info, "unreachable", f"{NOT_RUN_PREFIX}: {same_range}") if same_range else None
+        return None
 
     try:
         with make_executor(spec, job) as executor, RowWriter(run_dir) as writer:  # an engine that fails to start leaves no rows.jsonl
@@ -164,12 +166,12 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
 BLOCKING = ("oom", "timeout", "unreachable")
 
 
-def _blocked_series(rows: list[dict], cells: list) -> dict[str, tuple[str, int]]:
+def _blocked_series(rows: list[dict], cells: list) -> dict[tuple[str, str], tuple[str, int]]:
     """Series (a cell minus its length) that hit OOM, the time limit or an unreachable budget in earlier rows, and at which N."""
     from harness.schema import NOT_RUN_PREFIX
 
     by_id = {cell.cell_id: cell for cell in cells}
-    blocked: dict[str, tuple[str, int]] = {}
+    blocked: dict[tuple[str, str], tuple[str, int]] = {}
     for row in rows:
         cell = by_id.get(row.get("cell_id"))
         if cell is None or row.get("status") not in BLOCKING or str(row.get("reason", "")).startswith(NOT_RUN_PREFIX):
@@ -178,12 +180,14 @@ def _blocked_series(rows: list[dict], cells: list) -> dict[str, tuple[str, int]]
     return blocked
 
 
-def _block(blocked: dict[str, tuple[str, int]], cell, status: str) -> None:
-    """Record that the cell's series stopped at its N: the shortest N for oom and timeout (nothing longer runs); the
-    longest searched N for unreachable (its knob range is the one a longer N is compared with)."""
-    current = blocked.get(cell.series_key)
-    if current is None or (cell.seq_len > current[1] if status == "unreachable" else cell.seq_len < current[1]):
-        blocked[cell.series_key] = (status, cell.seq_len)
+def _block(blocked: dict[tuple[str, str], tuple[str, int]], cell, status: str) -> None:
+    """Record where the cell's series stopped, under (series, "stop") for oom and timeout at the shortest N (nothing
+    longer runs) and under (series, "unreachable") at the longest searched N (its knob range is what a longer N is
+    compared with): one does not hide the other."""
+    kind = "unreachable" if status == "unreachable" else "stop"
+    current = blocked.get((cell.series_key, kind))
+    if current is None or (cell.seq_len > current[1] if kind == "unreachable" else cell.seq_len < current[1]):
+        blocked[(cell.series_key, kind)] = (status, cell.seq_len)
 
 
 def finish_run(run_dir: Path, *, plugins: tuple[str, ...] = ()) -> None:

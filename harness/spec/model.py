@@ -6,6 +6,7 @@ from typing import Any
 
 from harness.entries import format_entry
 from harness.knobs import knob
+from harness.schema import ERROR_METRICS
 import harness.spec.convert as c
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -13,9 +14,11 @@ DTYPE_ALIASES = {"fp32": "float32", "f32": "float32", "bf16": "bfloat16", "fp16"
 MODES = ("forward", "train")
 MODE_ALIASES = {"fwd": "forward", "training": "train", "backward": "train", "bwd": "train"}
 ACCURACY_REFERENCES = ("full", "pattern")
-ERROR_METRICS = ("rel_l2", "cosine")  # harness.schema's, repeated here like PHASES
 PHASES = ("prefill", "decode")  # harness.schema's, repeated here: the spec sits below nothing that imports it
 SCOPES = ("attention", "layer")
+# Keys added after the first spec.toml files were written, with the value a run's spec.toml without them means
+# (the run predates them): a resumed run replays what it measured, not today's defaults.
+RESUMED_SPEC_DEFAULTS = {"error_budgets": []}  # a run from before error budgets searched no configs
 VARIANT_CONFIG_KEY = "variant_config"  # TOML-only table: variant -> {field = value}, applied to every entry of that variant
 
 

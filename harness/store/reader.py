@@ -140,9 +140,10 @@ def series_labels(frame: pd.DataFrame) -> list[str]:
     "dense" when a variant ran with one config; "sliding_window(window=128)" when several windows ran.
     A variant's length fields (they follow N: Linformer's max_seq_len) never split a series. Rows
     matched to an error budget form one series per budget, "sliding_window@0.05" (the knob's value
-    varies with N; the row's config says which), "sliding_window@cos0.05" for a cosine budget.
+    varies with N; the row's config says which), "sliding_window@cos0.05" for a cosine budget, and
+    "sliding_window(sinks=4)@0.05" when another field varies among the variant's matched rows.
     """
-    from harness.entries import length_fields
+    from harness.entries import knob_field, length_fields
 
     if not len(frame):
         return []
@@ -150,25 +151,20 @@ def series_labels(frame: pd.DataFrame) -> list[str]:
     budgets = frame["matched_budget"] if "matched_budget" in frame else pd.Series([None] * len(frame), index=frame.index)
     metrics = frame["error_metric"] if "error_metric" in frame else pd.Series([None] * len(frame), index=frame.index)
     matched = [b is not None and not (isinstance(b, float) and math.isnan(b)) for b in budgets]
-    configs_by_variant: dict[str, dict[str, dict]] = {}
+    configs: dict[tuple[str, bool], dict[str, dict]] = {}  # (variant, matched) -> config key -> config
     for variant, key, is_matched in zip(frame["variant"], keys, matched):
-        if not is_matched:
-            configs_by_variant.setdefault(variant, {})[key] = json.loads(key)
-    varying: dict[str, list[str]] = {}
-    for variant, configs in configs_by_variant.items():
-        fields = sorted({f for c in configs.values() for f in c} - set(length_fields(variant)))
-        varying[variant] = [f for f in fields if len({json.dumps(c.get(f), sort_keys=True, default=str) for c in configs.values()}) > 1]
+        configs.setdefault((variant, is_matched), {})[key] = json.loads(key)
+    varying: dict[tuple[str, bool], list[str]] = {}
+    for (variant, is_matched), found in configs.items():
+        left_out = set(length_fields(variant)) | ({knob_field(variant)} if is_matched else set())  # the search sets the knob
+        fields = sorted({f for c in found.values() for f in c} - left_out)
+        varying[(variant, is_matched)] = [
+            f for f in fields if len({json.dumps(c.get(f), sort_keys=True, default=str) for c in found.values()}) > 1]
     labels = []
     for variant, key, is_matched, budget, metric in zip(frame["variant"], keys, matched, budgets, metrics):
-        if is_matched:
-            labels.append(f"{variant}@{'cos' if metric == 'cosine' else ''}{float(budget):g}")
-            continue
-        fields = varying[variant]
-        if not fields:
-            labels.append(str(variant))
-            continue
-        config = json.loads(key)
-        labels.append(f"{variant}(" + ",".join(f"{f}={config.get(f)}" for f in fields) + ")")
+        fields, config = varying[(variant, is_matched)], json.loads(key)
+        label = f"{variant}(" + ",".join(f"{f}={config.get(f)}" for f in fields) + ")" if fields else str(variant)
+        labels.append(f"{label}@{'cos' if metric == 'cosine' else ''}{float(budget):g}" if is_matched else label)
     return labels
 
 

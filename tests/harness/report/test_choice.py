@@ -32,7 +32,7 @@ def test_the_winner_is_the_fastest_within_the_budget_with_its_knob_and_interval(
     win = table.picks[(2048, 0.05)]
     assert (win.label, win.variant) == ("sliding_window(window=512)", "sliding_window")
     assert win.text() == "sliding_window(window=512) 2.1x [1.9-2.3]"
-    assert table.picks[(4096, 0.1)].text() == "linformer(k=256) 12.8x [12.5-13.1]"
+    assert table.picks[(4096, 0.1)].text() == "linformer(k=256) 12.8x [12.5-13.1] (error 0.105)"
 
 
 def test_dense_wins_when_the_fastest_interval_overlaps_1():
@@ -63,7 +63,7 @@ def test_a_matched_row_within_the_margin_counts_an_unmatched_one_does_not():
 
 
 def test_overlapping_intervals_of_the_top_two_are_a_tie():
-    assert _table(make_budget_rows()).picks[(8192, 0.1)].text() == "linformer(k=256) 25.6x [12.8-38.4] (tie: sliding_window(window=256))"
+    assert _table(make_budget_rows()).picks[(8192, 0.1)].text() == "linformer(k=256) 25.6x [12.8-38.4] (error 0.105; tie: sliding_window(window=256))"
     assert _paired((1.5, 1.3, 1.7), (1.4, 1.2, 1.6)).picks[(256, 1e-3)].tie == "chunked(chunk_size=256)"
     assert _paired((2.0, 1.9, 2.1), (1.4, 1.2, 1.6)).picks[(256, 1e-3)].tie is None
 
@@ -99,7 +99,7 @@ def test_answer_lines_give_the_largest_n_per_input_distribution():
     lines = answer_lines(answer_tables(frame))
     assert lines == [
         f"answer at N=8192 ({d}): rel_l2<=0.05: sliding_window(window=512) 8.4x [7.6-9.2]; "
-        "rel_l2<=0.1: linformer(k=256) 25.6x [12.8-38.4] (tie: sliding_window(window=256))" for d in ("gaussian", "local")]
+        "rel_l2<=0.1: linformer(k=256) 25.6x [12.8-38.4] (error 0.105; tie: sliding_window(window=256))" for d in ("gaussian", "local")]
 
 
 @pytest.mark.parametrize("rows", [[], [dict(r, status="error", reason="boom") for r in make_budget_rows()]])

@@ -249,3 +249,16 @@ def test_a_real_slowdown_stands_out_of_the_noise_floor(tmp_path):
     assert set(result.regressions["variant"]) == {"chunked"} and len(result.regressions) == len(
         result.cells[(result.cells["variant"] == "chunked") & (result.cells["status_a"] == "ok")])
     assert main(["compare", str(a.path), str(b.path), "--fail-on-regression"]) == 1
+
+
+def test_cells_matched_to_a_budget_match_across_runs_whatever_knob_value_each_found(tmp_path):
+    from tests.helpers.synthetic_run import BUDGET_SPEC, make_budget_rows
+
+    rows_a = make_budget_rows()
+    rows_b = [dict(r, config={**r["config"], "window": r["config"]["window"] * 2}) if r["variant"] == "sliding_window" else r
+              for r in rows_a]
+    a = load_run(write_run(tmp_path / "a", rows_a, spec_text=BUDGET_SPEC))
+    b = load_run(write_run(tmp_path / "b", rows_b, spec_text=BUDGET_SPEC))
+    result = compare_runs(a, b)
+    assert len(result.cells) == len(rows_a) and not len(result.only_a) and not len(result.only_b)
+    assert not any("measured twice" in n for n in result.notes)  # window 512 at 0.05 and 256 at 0.1: two cells, not one

@@ -136,9 +136,9 @@ def test_the_answer_is_the_first_section_and_the_spec_an_appendix(tmp_path):
     # One table per input distribution, captioned by what differs; the shared setting said once.
     assert section.count("| N | rel_l2 ≤ 0.05 | rel_l2 ≤ 0.1 |") == 2 and "**inputs gaussian**" in section and "**inputs local**" in section
     assert section.count("float32 forward, non-causal, B=1 H=8 D=64 (cpu)") == 1
-    assert "searched per budget on calibration seeds and scored on the evaluation seed" in section and "10%" in section
-    assert "| 1K | dense (tie: sliding_window(window=512)) | linformer(k=256) 3.2x [3.1-3.3] |" in section
-    assert "| 8K | sliding_window(window=512) 8.4x [7.6-9.2] | linformer(k=256) 25.6x [12.8-38.4] (tie: sliding_window(window=256)) |" in section
+    assert "searched per budget on held-out calibration seeds and scored on the evaluation seed" in section and "10%" in section
+    assert "| 1K | dense (tie: sliding_window(window=512)) | linformer(k=256) 3.2x [3.1-3.3] (error 0.105) |" in section
+    assert "| 8K | sliding_window(window=512) 8.4x [7.6-9.2] | linformer(k=256) 25.6x [12.8-38.4] (error 0.105; tie: sliding_window(window=256)) |" in section
     assert section.count("Out of reach on calibration seeds: linformer for rel_l2 ≤ 0.05 at N=1K-8K (best 0.31: k=1024 at N=1K).") == 2
     assert "Measured on Synthetic CPU, float32; load per CPU 0.10 max, 0.10 median; torch 2 threads of 2 CPUs; torch 2.13.0." in section
     # --budget overrides the run's budgets.
@@ -168,3 +168,15 @@ def test_noisy_rows_are_marked_and_a_loaded_run_says_so_first(tmp_path):
     warning = text.index("**This run was measured under load (up to 1.40 per CPU")
     assert text.index("Measured on Synthetic CPU, float32; load per CPU 1.40 max") < warning < text.index("## Environment")
     assert "\u2020 |" in text and "\u2020 timed under load or noisily" in text
+
+
+def test_an_out_of_reach_line_skips_a_non_finite_error_and_names_the_n_it_was_searched_at(tmp_path):
+    rows = make_budget_rows(inputs=("local",))
+    for r in rows:
+        if r["status"] == "unreachable" and r["seq_len"] == 1024:
+            r["tuning"] = {"knob": "k", "low": 64, "high": 1024, "tried": {"1024": None}}  # inf on disk: None
+        elif r["status"] == "unreachable" and r["seq_len"] == 2048:
+            r.update(tuning=None, reason="not run: unreachable at N=1024 over the same k range 64-1024, ...")
+    run = write_run(tmp_path / "run", rows, spec_text=BUDGET_SPEC)
+    write_report(run, maps=False)
+    assert "linformer for rel_l2 ≤ 0.05 at N=1K-8K (best 0.31: k=1024 at N=4K)." in _answer((run / "report.md").read_text())

@@ -101,3 +101,17 @@ def test_ctrl_c_stops_cleanly_keeps_the_rows_and_says_how_to_resume(tmp_path):
     assert f"continue with python -m harness sweep --resume {run_dir} --plugin {PLUGIN}" in err and "Traceback" not in err
     rows = read_rows(run_dir)
     assert len(rows) >= 2 and len({r["cell_id"] for r in rows}) == len(rows)  # every row whole, none twice
+
+
+def test_a_run_from_before_error_budgets_resumes_without_searching(tmp_path, capsys):
+    """Its spec.toml has no error_budgets: the resumed plan is the run's own, not today's default budgets."""
+    run_dir = tmp_path / "old"
+    run_dir.mkdir()
+    (run_dir / "spec.toml").write_text('device = "cpu"\nvariants = ["dense", "sliding_window"]\nseq_lens = [64]\n'
+                                       'inputs = ["local"]\n', encoding="utf-8")
+    assert main(["sweep", "--resume", str(run_dir), "--dry-run"]) == 0
+    planned = capsys.readouterr().out
+    assert "sliding_window N=64" in planned and "rel_l2<=" not in planned and "2 cells planned" in planned
+    (run_dir / "spec.toml").write_text((run_dir / "spec.toml").read_text() + "error_budgets = [0.1]\n", encoding="utf-8")
+    assert main(["sweep", "--resume", str(run_dir), "--dry-run"]) == 0
+    assert "sliding_window N=64 forward float32 D=64 rel_l2<=0.1 local" in capsys.readouterr().out

@@ -140,3 +140,19 @@ def test_an_unreachable_budget_spares_longer_n_over_the_same_range_and_says_so(t
     assert [r["tuning"] and (r["tuning"]["low"], r["tuning"]["high"]) for r in rows] == [(16, 341), (16, 512), None]
     assert "at features 512, the largest declared" in rows[1]["reason"]
     assert rows[2]["reason"] == "not run: unreachable at N=4096 over the same features range 16-512, and a longer N at a fixed value is no easier"
+
+
+def test_an_oom_after_an_unreachable_budget_still_stops_the_series_and_a_resume_remembers_both():
+    from harness.plan import plan
+    from harness.runner import sweep_spec
+    from harness.runner.run import _blocked_series
+
+    spec = sweep_spec(cli={"device": "cpu", "variants": "distilled", "seq_lens": "256,512,1024,2048", "inputs": "gaussian",
+                           "error_budgets": "0.1"})
+    cells = {c.seq_len: c for c in plan(spec)}
+    rows = [{"cell_id": cells[256].cell_id, "status": "unreachable", "reason": "relative L2 error 0.7 at features 42 ..."},
+            {"cell_id": cells[512].cell_id, "status": "ok"},
+            {"cell_id": cells[1024].cell_id, "status": "oom", "reason": "out of memory"}]
+    blocked = _blocked_series(rows, list(cells.values()))
+    key = cells[256].series_key
+    assert blocked == {(key, "unreachable"): ("unreachable", 256), (key, "stop"): ("oom", 1024)}
