@@ -85,7 +85,7 @@ def _out_of_reach(frame: pd.DataFrame, table: choice.AnswerTable) -> list[Block]
         best = min(((float(e), *rest) for e, *rest in tops if isinstance(e, (int, float))), default=None)  # None: not finite
         best_text = f" (best {best[0]:.2g}: {best[1]}={best[2]} at N={format_n(int(best[3]))})" if best else ""
         parts.append(f"{variant} {where}{best_text}")
-    return [Paragraph("Out of reach on calibration seeds: " + "; ".join(parts) + ".")] if parts else []
+    return [Paragraph("Out of reach (on the search's held-out seeds): " + "; ".join(parts) + ".")] if parts else []
 
 
 def _lengths_text(lengths: list[int]) -> str:
