@@ -85,6 +85,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
     from harness.env import collect_env
     from harness.executors import CellJob, executor_class, make_executor, run_cells
     from harness.measure import CALIBRATION_SEED_OFFSET, MeasureSettings, RunInfo, outcome_row
+    from harness.entries import knob_field
     from harness.measure.tuning import scoring_seeds, unreachable_carries_over
     from harness.plan import plan
     from harness.runner.progress import Progress
@@ -135,7 +136,11 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
         missed = blocked.get((cell.series_key, "unreachable"))
         if missed is not None and cell.seq_len > missed[1]:
             same_range = unreachable_carries_over(cell, missed[1])
-            return outcome_row(cell, info, "unreachable", f"{NOT_RUN_PREFIX}: {same_range}") if same_range else None
+            if not same_range:
+                return None
+            row = outcome_row(cell, info, "unreachable", f"{NOT_RUN_PREFIX}: {same_range}")
+            row["config"] = {**row["config"], knob_field(cell.variant): None}  # no value was chosen (nor tried)
+            return row
         return None
 
     try:

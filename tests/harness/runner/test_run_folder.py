@@ -140,6 +140,7 @@ def test_an_unreachable_budget_spares_longer_n_over_the_same_range_and_says_so(t
     assert [r["tuning"] and (r["tuning"]["low"], r["tuning"]["high"]) for r in rows] == [(16, 341), (16, 512), None]
     assert "at features 512, the largest declared" in rows[1]["reason"]
     assert rows[2]["reason"] == "not run: unreachable at N=4096 over the same features range 16-512, and a longer N at a fixed value is no easier"
+    assert rows[2]["config"]["features"] is None and rows[1]["config"]["features"] == 512  # the top it tried
 
 
 def test_an_oom_after_an_unreachable_budget_still_stops_the_series_and_a_resume_remembers_both():
