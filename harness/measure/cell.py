@@ -95,7 +95,7 @@ def _stages(cell: Cell, settings: MeasureSettings, context: MeasureContext, fiel
         if reasons:
             return {**fields, "status": "unsupported", "reason": "; ".join(reasons)}
     if cell.matched_budget is not None:
-        with _stage("tuning"):  # the config meeting the budget on calibration seeds: harness.measure.tuning
+        with _stage("tuning"):  # the cheapest config meeting the budget on held-out seeds: harness.measure.tuning
             tuned = tune(cell, settings, context, device, (name, knobs), fields)
             if tuned.cell is None:
                 return {**fields, "status": "unreachable", "reason": tuned.reason}
