@@ -149,9 +149,10 @@ def knob_range(cell: Cell) -> tuple[str, int, int | None, str]:
             return build_variant(cell.variant, **config).flops(*shape)
 
     limit = MAX_FLOPS_FRACTION * dense_flops(*shape)
-    if flops(high) <= limit or flops(low) == flops(high):
+    at_low, at_high = flops(low), flops(high)
+    if at_high <= limit or at_low == at_high:
         return knob.field, low, high, "the largest declared"
-    if flops(low) > limit:
+    if at_low > limit:
         return knob.field, low, None, f"the smallest declared, already does over {MAX_FLOPS_FRACTION:g}x dense's FLOPs"
     cheap, costly = low, high  # flops(cheap) <= limit < flops(costly)
     while costly - cheap > 1:

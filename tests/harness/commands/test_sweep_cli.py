@@ -14,6 +14,9 @@ from variants import get_variant, list_variants
 TINY = ["--device", "cpu", "--seq-lens", "64,128", "--batch", "1", "--heads", "2", "--head-dim", "16",
         "--time-budget", "0.005", "--repeats", "1", "--error-rows", "16", "--calibration-steps", "3", "--quiet", "--inputs", "gaussian",
         "--error-budgets", ""]  # every variant at its config as given (budget searches: tests/harness/measure/test_tuning.py)
+# The same, as a spec's cli values, for the tests that build the spec themselves.
+TINY_CLI = {"device": "cpu", "heads": "1", "head_dims": "8", "time_budget_s": "0.005", "repeats": "1", "error_rows": "8",
+            "inputs": "gaussian"}
 BUILTINS = [n for n in ("dense", "sliding_window", "chunked", "linformer", "distilled") if n in list_variants()]
 
 
@@ -100,9 +103,7 @@ def test_oom_marks_longer_lengths_oom_without_trying(tmp_path, test_variants, no
 
 def test_resume_remembers_an_oom_recorded_before_the_interruption(tmp_path, test_variants, no_report):
     """Rows cut back to N <= 128 (as if killed after the OOM): the resumed run skips 256 and 512, never tries them."""
-    spec = build_spec(cli={"device": "cpu", "variants": "t_oom:oom_from=128", "seq_lens": "64,128,256,512",
-                           "heads": "1", "head_dims": "8", "time_budget_s": "0.005", "repeats": "1", "error_rows": "8",
-                           "inputs": "gaussian"})
+    spec = build_spec(cli={**TINY_CLI, "variants": "t_oom:oom_from=128", "seq_lens": "64,128,256,512"})
     run_dir = run_sweep(spec, out=tmp_path, run_id="oom", quiet=True)
     path = run_dir / "rows.jsonl"
     lines = path.read_text().splitlines()
@@ -119,9 +120,7 @@ def test_resume_remembers_an_oom_recorded_before_the_interruption(tmp_path, test
 def test_plan_of_a_resumed_run_marks_the_done_cells_and_counts_the_rest(tmp_path, test_variants, no_report):
     from harness.runner import plan_lines
 
-    spec = build_spec(cli={"device": "cpu", "variants": "dense", "seq_lens": "32,64,128",
-                           "heads": "1", "head_dims": "8", "time_budget_s": "0.005", "repeats": "1", "error_rows": "8",
-                           "inputs": "gaussian"})
+    spec = build_spec(cli={**TINY_CLI, "variants": "dense", "seq_lens": "32,64,128"})
     run_dir = run_sweep(spec, out=tmp_path, run_id="p", quiet=True)
     path = run_dir / "rows.jsonl"
     path.write_text(path.read_text().splitlines()[0] + "\n")  # one of three cells done
