@@ -16,6 +16,7 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "oom", "unsupported", "error", "nonfinite", "timeout", "unreachable")  # unreachable: no knob value meets the budget
+BASELINE = "dense"  # the variant every other one is compared with (paired timing, ratios, the answer), at its default config
 NOT_RUN_PREFIX = "not run"  # reason of a cell skipped after an oom/timeout at a shorter N of its series
 
 
