@@ -1,7 +1,7 @@
 """spec -> cells: the list of measurements a sweep makes, in order. Pure: no device (the registry only for length fields).
 
-Order: for each input distribution, dtype, head dim, causal setting, mode, phase, scope, kv heads
-and padding, lengths ascending, and at each length every variant. Decode cells are planned for
+Order: for each value of the Cell fields that are axes (harness.schema: inputs, dtype, head dim, causal, mode,
+phase, scope, kv heads, padding, outermost first), lengths ascending, and at each length every variant. Decode cells are planned for
 mode forward only (decoding is inference) and are always causal (one per causal setting collapses
 into one cell). So consecutive cells share their q, k, v (generated once),
 and a variant meets its lengths in ascending order (an OOM at N marks longer N as OOM untried).
@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Iterator
 
-from harness.schema import Cell
+from harness.schema import SETTINGS, Cell
 from harness.spec.model import SweepSpec
 
 def plan(spec: SweepSpec) -> list[Cell]:
@@ -47,12 +47,14 @@ def _budgets(spec: SweepSpec, cls: Any, entry: Any) -> tuple[float | None, ...]:
 
 
 def _settings(spec: SweepSpec) -> Iterator[dict[str, Any]]:
-    """The cell fields that make a series' setting, in planning order (decode: forward and causal only)."""
-    for inputs, dtype, head_dim, causal, mode, phase, scope, kv_heads, padding in itertools.product(
-        spec.inputs, spec.dtypes, spec.head_dims, spec.causal, spec.modes, spec.phases, spec.scope,
-        spec.kv_heads or (spec.heads,), spec.padding,
-    ):
-        if phase == "decode" and mode != "forward":
-            continue
-        yield dict(inputs=inputs, dtype=dtype, head_dim=head_dim, causal=causal or phase == "decode", mode=mode,
-                   phase=phase, scope=scope, kv_heads=kv_heads, padding=padding)
+    """The product of the spec's lists of every Cell field that declares one (Setting.axis), in Cell field order (an
+    empty list: the field's default); decode is planned for forward and causal only."""
+    names = [name for name, setting in SETTINGS.items() if setting.axis]
+    lists = [getattr(spec, SETTINGS[name].axis) or (None,) for name in names]
+    for values in itertools.product(*lists):
+        setting = {name: value for name, value in zip(names, values) if value is not None}
+        if setting.get("phase") == "decode":
+            if setting.get("mode") != "forward":
+                continue
+            setting["causal"] = True  # decoding is causal: the causal settings collapse into one cell
+        yield setting

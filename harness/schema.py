@@ -7,12 +7,13 @@ Rows travel between processes and live on disk as plain JSON objects (``Row.to_d
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import MISSING, dataclass, field
+from typing import Any, Callable, Mapping, Sequence
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "oom", "unsupported", "error", "nonfinite", "timeout", "unreachable")  # unreachable: no knob value meets the budget
@@ -20,41 +21,76 @@ BASELINE = "dense"  # the variant every other one is compared with (paired timin
 NOT_RUN_PREFIX = "not run"  # reason of a cell skipped after an oom/timeout at a shorter N of its series
 
 
-# Cell fields added after schema_version 1's first rows, with the value every older row means. A cell
-# leaves such a field out of its id payload while it holds that value, so older cell ids (and resumes) stay valid.
-CELL_FIELD_DEFAULTS = {"kv_heads": None, "phase": "prefill", "scope": "attention", "padding": 0.0, "matched_budget": None,
-                       "error_metric": "rel_l2"}
 ERROR_METRICS = ("rel_l2", "cosine")  # what an error budget bounds: relative L2 error, or 1 - cosine similarity
 METRIC_NAMES = {"rel_l2": "relative L2 error", "cosine": "1 - cosine similarity"}
 PHASES = ("prefill", "decode")
 SCOPES = ("attention", "layer")
+ROLES = ("variant", "length", "setting", "inputs", "seed", "budget")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What a Cell field is, declared on the field itself (``dataclasses.field(metadata={"setting": ...})``).
+
+    Planning, cell ids, the reader's fill-in of old rows, the report's setting keys, every label and compare's
+    matching derive from these, so a new axis is one field of Cell (plus its list in SweepSpec).
+    """
+
+    role: str  # ROLES: "setting" fields are what variants compete in (one report table each, with "inputs" apart)
+    axis: str | None = None  # the SweepSpec list of this field's values (the planning product runs over these)
+    text: Callable[[Any, Mapping[str, Any]], str] | None = None  # (value, the cell's values) -> a short label for people
+    follows: str | None = None  # a field whose value this one takes when unset (kv_heads: heads; kv_len: seq_len)
+    legacy: Any = None  # what a row written without this field means (None: the field's own default, see legacy_value)
+    added: bool = False  # added after schema_version 1's first ids: left out of the id at its default, so old ids hold
+    matched: bool = True  # compare matches two runs' cells on it (not the seed, not the device: those are the point)
+    cast: Callable[[Any], Any] | None = None  # the type a reader coerces a stored value to
+
+
+def _field(default: Any = MISSING, *, role: str, compare: bool = True, **meta: Any) -> Any:
+    """A Cell field with its Setting."""
+    return field(default=default, compare=compare, metadata={"setting": Setting(role=role, **meta)})
+
+
+def _eq(short: str) -> Callable[[Any, Mapping[str, Any]], str]:
+    return lambda v, _: f"{short}={v:g}" if isinstance(v, float) else f"{short}={v}"
 
 
 @dataclass(frozen=True, kw_only=True)
 class Cell:
-    """One measurement: a variant with its config on one shape, dtype, device, causal setting, mode, phase, scope and inputs."""
+    """One measurement: a variant with its config on one shape, dtype, device, causal setting, mode, phase, scope and inputs.
 
-    variant: str  # registry name
-    config: dict[str, Any] = field(compare=False)  # asdict of the validated config (overrides applied)
-    seq_len: int  # N
-    kv_len: int  # M (= N: self-attention)
-    batch: int  # B
-    heads: int  # H (query heads)
-    kv_heads: int | None = None  # H_kv (key/value heads, H % H_kv == 0); None: = heads
-    head_dim: int  # D
-    dtype: str  # "float32" | "bfloat16" | "float16"
-    device: str  # "cpu" | "cuda" (the device type; the index is a run setting)
-    causal: bool  # decode cells are always causal
-    mode: str  # "forward" | "train"
-    phase: str = "prefill"  # "prefill": one call on N tokens | "decode": tokens generated one at a time after N
-    scope: str = "attention"  # "attention": the variant alone | "layer": a pre-norm transformer block around it
-    padding: float = 0.0  # mean fraction of key positions that are padding (ragged over the batch)
-    inputs: str  # input distribution, "name" or "name:knob=value"
-    seed: int  # evaluation seed
+    Field order is the planning order (outermost first) and the column order of rows; each field's Setting
+    (its metadata) says what it is. Decode cells are always causal.
+    """
+
+    variant: str = _field(role="variant")  # registry name
+    config: dict[str, Any] = _field(role="variant", compare=False, legacy={})  # asdict of the validated config (overrides applied)
+    seq_len: int = _field(role="length", text=_eq("N"), cast=int)  # N
+    kv_len: int = _field(role="length", text=_eq("M"), follows="seq_len", cast=int)  # M (= N: self-attention)
+    device: str = _field(role="setting", text=lambda v, _: f"on {v}", legacy="cpu", matched=False)  # "cpu" | "cuda" (the type; the index is a run setting)
+    batch: int = _field(role="setting", text=_eq("B"))  # B
+    heads: int = _field(role="setting", text=_eq("H"))  # H (query heads)
+    inputs: str = _field(role="inputs", axis="inputs", text=lambda v, _: f"inputs {v}", legacy="gaussian")  # "name" or "name:knob=value"
+    dtype: str = _field(role="setting", axis="dtypes", text=lambda v, _: str(v), legacy="float32")  # "float32" | "bfloat16" | "float16"
+    head_dim: int = _field(role="setting", axis="head_dims", text=_eq("D"))  # D
+    causal: bool = _field(role="setting", axis="causals", text=lambda v, _: "causal" if v else "non-causal", legacy=False,
+                          cast=bool)
+    mode: str = _field(role="setting", axis="modes", text=lambda v, _: str(v), legacy="forward")  # "forward" | "train"
+    # "prefill": one call on N tokens | "decode": tokens generated one at a time after N
+    phase: str = _field("prefill", role="setting", axis="phases", text=lambda v, _: str(v), added=True)
+    # "attention": the variant alone | "layer": a pre-norm transformer block around it
+    scope: str = _field("attention", role="setting", axis="scopes", text=lambda v, _: str(v), added=True)
+    # H_kv (key/value heads, H % H_kv == 0); None: = heads
+    kv_heads: int | None = _field(None, role="setting", axis="kv_heads", text=_eq("H_kv"), follows="heads", added=True, cast=int)
+    # mean fraction of key positions that are padding (ragged over the batch)
+    padding: float = _field(0.0, role="setting", axis="paddings", text=_eq("pad"), added=True, cast=float)
+    seed: int = _field(role="seed", text=_eq("seed"), matched=False)  # evaluation seed
     # An error-budget cell: the variant's quality knob is searched (on calibration seeds) for the cheapest
     # value whose error_metric meets this budget, and that config is measured. None: config as given.
-    matched_budget: float | None = None
-    error_metric: str = "rel_l2"  # the metric matched_budget bounds (ERROR_METRICS); ignored without a budget
+    matched_budget: float | None = _field(None, role="budget", added=True,
+                                          text=lambda v, values: budget_label(v, values.get("error_metric") or "rel_l2"))
+    # the metric matched_budget bounds (ERROR_METRICS); ignored without a budget (its text is the budget's)
+    error_metric: str = _field("rel_l2", role="budget", added=True)
 
     def __post_init__(self) -> None:
         if self.kv_heads is None:
@@ -64,29 +100,14 @@ class Cell:
     def cell_id(self) -> str:
         """A stable hash of every field: the same cell in any run, any order, gets the same id.
 
-        Fields of CELL_FIELD_DEFAULTS at their default (kv_heads equal to heads) are left out, so a
-        cell that older versions could describe keeps the id they gave it. A cell matched to an error
-        budget leaves its quality knob out of its config: its row (with the config found) has its id.
+        Fields added later (Setting.added) at their default are left out, so a cell that older versions could
+        describe keeps the id they gave it. A cell matched to an error budget leaves its quality knob out of its
+        config: its row (with the config found) has its id.
         """
-        payload = json.dumps(self._id_fields(), sort_keys=True, default=str)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
-
-    def _id_fields(self) -> dict[str, Any]:
-        fields = self.fields()
-        if self.matched_budget is not None:  # the search chooses the knob: its value is an outcome, not the cell's identity
-            from harness.entries import knob_field
-
-            knob = knob_field(self.variant)
-            fields["config"] = {k: v for k, v in self.config.items() if k != knob}
-        if fields["kv_heads"] == self.heads:
-            del fields["kv_heads"]
-        for name in ("phase", "scope", "padding", "matched_budget", "error_metric"):
-            if fields[name] == CELL_FIELD_DEFAULTS[name]:
-                del fields[name]
-        return fields
+        return hashlib.sha256(_canonical(identity(self.fields())).encode()).hexdigest()[:16]
 
     def fields(self) -> dict[str, Any]:
-        """The cell's identity fields as they go into its row."""
+        """The cell's fields as they go into its row."""
         return {name: getattr(self, name) for name in CELL_FIELDS}
 
     @property
@@ -94,32 +115,105 @@ class Cell:
         """Everything but the lengths: cells of one series differ only in N (and M, and the config's length fields)."""
         from harness.entries import length_fields
 
-        data = {k: v for k, v in self._id_fields().items() if k not in ("seq_len", "kv_len")}
+        data = {k: v for k, v in identity(self.fields()).items() if k not in fields_of("length")}
         data["config"] = {k: v for k, v in data["config"].items() if k not in length_fields(self.variant)}
-        return json.dumps(data, sort_keys=True, default=str)
+        return _canonical(data)
 
     @property
     def label(self) -> str:
-        """A short human label: 'dense N=4096 forward float32 D=64 causal gaussian'."""
+        """A short human label: 'dense N=4096 forward float32 D=64 causal H_kv=2 decode rel_l2<=0.05 gaussian' (causal
+        and the axes named only where they differ from the default)."""
         from harness.entries import config_label
 
-        causal = " causal" if self.causal else ""
-        extra = "".join([
-            f" H_kv={self.kv_heads}" if self.kv_heads != self.heads else "",
-            f" {self.phase}" if self.phase != "prefill" else "",
-            f" {self.scope}" if self.scope != "attention" else "",
-            f" pad={self.padding:g}" if self.padding else "",
-            f" {budget_label(self.matched_budget, self.error_metric)}" if self.matched_budget is not None else "",
-        ])
-        return (f"{config_label(self.variant, self.config)} N={self.seq_len} {self.mode} {self.dtype} D={self.head_dim}"
-                f"{causal}{extra} {self.inputs}")
+        values = self.fields()
+        return " ".join([config_label(self.variant, self.config), *describe(values, ("seq_len", "mode", "dtype", "head_dim")),
+                         *(["causal"] if self.causal else []),
+                         *describe(values, ("kv_heads", "phase", "scope", "padding", "matched_budget")), self.inputs])
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Cell":
-        """A cell from its fields (a row, or the JSON a worker process receives); newer fields an older row lacks take their defaults."""
-        values = {name: data[name] for name in CELL_FIELDS if name not in CELL_FIELD_DEFAULTS}
-        values.update({name: data[name] for name in CELL_FIELD_DEFAULTS if data.get(name) is not None})
-        return cls(**values)
+    def from_dict(cls, data: Mapping[str, Any]) -> "Cell":
+        """A cell from its fields (a row, or the JSON a worker process receives); fields an older row lacks take their defaults."""
+        return cls(**{name: data[name] for name in CELL_FIELDS if data.get(name) is not None or not _has_default(name)})
+
+
+CELL_FIELDS = tuple(f.name for f in dataclasses.fields(Cell))
+SETTINGS: dict[str, Setting] = {f.name: f.metadata["setting"] for f in dataclasses.fields(Cell)}
+
+
+def fields_of(*roles: str) -> tuple[str, ...]:
+    """Cell fields of the given roles, in field order: fields_of("setting") are the report's setting keys."""
+    return tuple(name for name, s in SETTINGS.items() if s.role in roles)
+
+
+def default_of(name: str, values: Mapping[str, Any]) -> Any:
+    """A field's value when unset: the field it follows (kv_heads: heads), else its dataclass default (MISSING if none)."""
+    follows = SETTINGS[name].follows
+    return values.get(follows) if follows else _FIELDS[name].default
+
+
+def legacy_value(name: str, values: Mapping[str, Any]) -> Any:
+    """What a row that did not record `name` means (the reader's fill-in), MISSING when nothing can be assumed."""
+    legacy = SETTINGS[name].legacy
+    if legacy is not None:
+        return copy.copy(legacy)
+    return default_of(name, values)
+
+
+def identity(values: Mapping[str, Any], *, matching: bool = False) -> dict[str, Any]:
+    """The fields that identify a cell (a Cell's fields, or a row's), as they go into its id.
+
+    Fields added later (Setting.added) at their default are left out, so older ids hold; a matched cell's config
+    leaves its quality knob out (the search chooses it: an outcome, not the cell). `matching`: compare's key, which
+    also leaves out what two runs may differ in on purpose (Setting.matched False: the seed, the device).
+    """
+    out = {name: json_safe(values.get(name)) for name in CELL_FIELDS}
+    if values.get("matched_budget") is not None and isinstance(values.get("config"), dict):
+        from harness.entries import knob_field
+
+        knob = knob_field(str(values["variant"]))
+        out["config"] = {k: v for k, v in out["config"].items() if k != knob}
+    for name in CELL_FIELDS:
+        setting = SETTINGS[name]
+        if (setting.added and out[name] == json_safe(default_of(name, values))) or (matching and not setting.matched):
+            del out[name]
+    return out
+
+
+def match_key(values: Mapping[str, Any]) -> str:
+    """What compare matches two runs' cells on: the id's fields but the seed, the device and a searched knob."""
+    return _canonical(identity(values, matching=True))
+
+
+def describe(values: Mapping[str, Any], names: Sequence[str], *, skip_defaults: bool = True) -> list[str]:
+    """The short text of each named field ('float32', 'causal', 'H=8', 'pad=0.25', 'inputs local', 'rel_l2<=0.05'), in
+    the order given; skip_defaults leaves out a field at its default (prefill, attention, H_kv = H, M = N, no padding,
+    no budget). The one renderer of a cell's settings: labels, titles, captions and the terminal summary use it."""
+    parts = []
+    for name in names:
+        setting, value = SETTINGS[name], values.get(name)
+        if setting.text is None or (skip_defaults and _at_default(name, value, values)):
+            continue
+        parts.append(setting.text(value, values))
+    return parts
+
+
+def _at_default(name: str, value: Any, values: Mapping[str, Any]) -> bool:
+    if value is None:
+        return True
+    default = default_of(name, values)
+    return default is not MISSING and (default is None and value is None or value == default)
+
+
+def _has_default(name: str) -> bool:
+    f = _FIELDS[name]
+    return f.default is not MISSING or f.default_factory is not MISSING
+
+
+def _canonical(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, default=str)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Cell)}
 
 
 def budget_label(budget: float, metric: str = "rel_l2", *, ascii: bool = True) -> str:
@@ -135,37 +229,22 @@ def _measured(default: Any = None) -> Any:
 
 @dataclass
 class Row:
-    """One row of rows.jsonl: the cell, the outcome and every measurement (None when not measured).
+    """One row of rows.jsonl: the cell it measured, the outcome and every measurement (None when not measured).
 
-    Field order is the column order on disk (docs/DESIGN.md "Row schema").
+    Composes its Cell (as torch.utils.benchmark's Measurement composes its TaskSpec): the cell's fields are read
+    through the row (``row.seq_len``) and are columns after run_id and cell_id; the row's own fields follow, in
+    column order (docs/DESIGN.md "Row schema").
     """
 
+    cell: Cell  # what was measured (a tuned cell's config holds the value found)
     run_id: str | None = None
-    cell_id: str | None = None
-    variant: str | None = None
-    config: dict[str, Any] | None = None
+    cell_id: str | None = None  # the planned cell's id (Cell.cell_id), kept as planned
     backend: str | None = None  # the backend that ran, resolved from "auto"
     sdpa_kernel: str | None = None  # the SDPA kernel torch ran (flash, efficient, cudnn, math); None: no SDPA op ran
-    seq_len: int | None = None
-    kv_len: int | None = None
-    batch: int | None = None
-    heads: int | None = None
-    kv_heads: int | None = None  # H_kv
-    head_dim: int | None = None
-    dtype: str | None = None
-    device: str | None = None
     device_name: str | None = None
     host: str | None = None
-    causal: bool | None = None
-    mode: str | None = None
-    phase: str | None = None  # "prefill" | "decode"
-    scope: str | None = None  # "attention" | "layer"
-    padding: float | None = None  # mean padded fraction of key positions
-    inputs: str | None = None
-    seed: int | None = None
-    matched_budget: float | None = None  # the error budget the config was searched for (None: the config as given)
-    error_metric: str | None = None  # what matched_budget bounds: "rel_l2" or "cosine" (1 - cosine similarity)
     threads: int | None = None
+    accuracy_reference: str | None = None  # what the errors are against: "full" (exact attention) | "pattern" (its own mask)
     status: str | None = None  # one of STATUSES
     reason: str | None = None
     latency_s: float | None = _measured()  # median seconds per call
@@ -202,41 +281,58 @@ class Row:
     wall_s: float | None = _measured()  # the whole cell
     schema_version: int = SCHEMA_VERSION
 
+    def __getattr__(self, name: str) -> Any:  # only for names that are not the row's own: the cell's fields
+        if name in CELL_FIELDS and "cell" in self.__dict__:
+            return getattr(self.cell, name)
+        raise AttributeError(f"{type(self).__name__} has no field {name!r}")
+
     @classmethod
     def for_cell(cls, cell: Cell, **fields: Any) -> "Row":
-        """A row with the cell's identity (and cell_id) filled in."""
-        return cls(**cell.fields(), cell_id=cell.cell_id, **fields)
+        """A row with the cell (and its cell_id) filled in."""
+        return cls(cell=cell, cell_id=cell.cell_id, **fields)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Row":
-        """A row from a JSON object; keys outside the schema are refused (ValueError names them)."""
-        unknown = set(data) - set(ROW_FIELDS)
-        if unknown:
-            raise ValueError(f"row has fields outside schema {SCHEMA_VERSION}: {sorted(unknown)}")
-        return cls(**data)
+    def from_dict(cls, data: Mapping[str, Any]) -> "Row":
+        """A row from a complete JSON object (its cell's fields present); keys outside the schema are refused."""
+        record = row_record(data)
+        own = {name: record[name] for name in _OWN_FIELDS if name in data}
+        return cls(cell=Cell.from_dict(record), **own)
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field, in column order, JSON-safe (non-finite floats become None)."""
-        return {name: json_safe(getattr(self, name)) for name in ROW_FIELDS}
+        """Every column, in order, JSON-safe (non-finite floats become None)."""
+        values = {**self.cell.fields(), **{name: getattr(self, name) for name in _OWN_FIELDS}}
+        return {name: json_safe(values[name]) for name in ROW_FIELDS}
 
     def update(self, **fields: Any) -> "Row":
-        """Set fields by name (refusing unknown ones) and return the row."""
-        unknown = set(fields) - set(ROW_FIELDS)
-        if unknown:
-            raise ValueError(f"row has fields outside schema {SCHEMA_VERSION}: {sorted(unknown)}")
+        """Set fields by name (a cell field replaces the cell's value; unknown names are refused) and return the row."""
+        _refuse_unknown(fields)
+        cell_fields = {k: v for k, v in fields.items() if k in CELL_FIELDS}
+        if cell_fields:
+            self.cell = dataclasses.replace(self.cell, **cell_fields)
         for name, value in fields.items():
-            setattr(self, name, value)
+            if name not in CELL_FIELDS:
+                setattr(self, name, value)
         return self
 
 
-CELL_FIELDS = tuple(f.name for f in dataclasses.fields(Cell))
-ROW_FIELDS = tuple(f.name for f in dataclasses.fields(Row))
+_OWN_FIELDS = tuple(f.name for f in dataclasses.fields(Row) if f.name != "cell")
+ROW_FIELDS = ("run_id", "cell_id") + CELL_FIELDS + tuple(f for f in _OWN_FIELDS if f not in ("run_id", "cell_id"))
 NUMERIC_FIELDS = tuple(f.name for f in dataclasses.fields(Row) if f.metadata.get("numeric"))
 
 
-def empty_row() -> dict[str, Any]:
-    """A row dict with every schema field None (schema_version set)."""
-    return Row().to_dict()
+def row_record(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A row given as a mapping (complete or not), in column order with every column present (None where absent),
+    JSON-safe; keys outside the schema are refused (ValueError names them)."""
+    _refuse_unknown(data)
+    record = {name: json_safe(data.get(name)) for name in ROW_FIELDS}
+    record["schema_version"] = data.get("schema_version", SCHEMA_VERSION)
+    return record
+
+
+def _refuse_unknown(data: Mapping[str, Any]) -> None:
+    unknown = set(data) - set(ROW_FIELDS)
+    if unknown:
+        raise ValueError(f"row has fields outside schema {SCHEMA_VERSION}: {sorted(unknown)}")
 
 
 def json_safe(value: Any) -> Any:

@@ -5,8 +5,12 @@ import argparse
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.report.compare import DEFAULT_THRESHOLD, MATCH_KEYS, compare_runs, summary_lines, write_outputs
+from harness.report.analysed import analyse
+from harness.report.compare import DEFAULT_THRESHOLD, compare_runs, summary_lines, write_outputs
+from harness.schema import CELL_FIELDS, SETTINGS
 from harness.store import load_run
+
+MATCHED_FIELDS = [name for name in CELL_FIELDS if SETTINGS[name].matched]
 
 PRINT_LIMIT = 25  # flagged cells printed on the terminal (the files hold all)
 
@@ -23,12 +27,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if not (0 <= args.threshold < 10):
         raise UsageError(f"--threshold {args.threshold}: must be a relative change in [0, 10), e.g. 0.05 for 5%")
-    a, b = load_run(args.run_a), load_run(args.run_b)
+    a, b = analyse(load_run(args.run_a)), analyse(load_run(args.run_b))
     comparison = compare_runs(a, b, threshold=args.threshold)
     if not len(comparison.cells):
         raise UsageError(
-            f"no cell of {a.path} matches one of {b.path} ({len(a.rows)} and {len(b.rows)} rows); cells match on "
-            f"{', '.join(k.replace('config_key', 'config') for k in MATCH_KEYS)}"
+            f"no cell of {a.path} matches one of {b.path} ({len(a.frame)} and {len(b.frame)} rows); cells match on "
+            f"every field of a cell but the seed, the device and a searched quality knob: {', '.join(MATCHED_FIELDS)}"
         )
     for line in summary_lines(comparison, a, b, limit=PRINT_LIMIT):
         print(line)

@@ -10,7 +10,7 @@ from harness.inputs import parse_inputs
 from harness.plugins import load_plugins
 from harness.report import write_report
 from harness.report.budgets import DEFAULT_BUDGETS
-from harness.store import load_run
+from harness.report.analysed import analyse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,13 +37,13 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--maps-inputs {args.maps_inputs}: {exc}") from None
     if args.budget and any(not (b > 0) for b in args.budget):
         raise UsageError(f"--budget {args.budget}: error budgets must be > 0, e.g. --budget 0.01")
-    if not len(load_run(args.run_dir).rows):
+    start = time.perf_counter()
+    analysed = analyse(args.run_dir, budgets=tuple(args.budget) if args.budget else None)
+    if not len(analysed.frame):
         print(f"error: {args.run_dir}: no readable row in rows.jsonl; nothing to report (run or resume the sweep first)", file=sys.stderr)
         return 1
-    start = time.perf_counter()
-    paths = write_report(args.run_dir, maps=not args.no_maps, maps_n=args.maps_n, maps_inputs=args.maps_inputs,
-                         maps_calibrate=not args.maps_uncalibrated, budgets=tuple(args.budget) if args.budget else None,
-                         plugins=tuple(args.plugin))
+    paths = write_report(analysed, maps=not args.no_maps, maps_n=args.maps_n, maps_inputs=args.maps_inputs,
+                         maps_calibrate=not args.maps_uncalibrated, plugins=tuple(args.plugin))
     for path in paths:
         print(path)
     print(f"report written in {time.perf_counter() - start:.1f} s", flush=True)

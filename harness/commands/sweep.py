@@ -49,9 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.executors import option_knobs
-    from harness.runner import plan_lines, run_sweep, sweep_spec
-    from harness.spec import RESUMED_SPEC_DEFAULTS, load_toml
+    from harness.runner import check_resume, plan_lines, resume_spec, run_sweep, sweep_spec, where_keys
 
     settings = _setting_knobs()
     cli = {k.key: _flag_value(getattr(args, k.key)) for k in settings}
@@ -60,27 +58,12 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--isolate is --executor subprocess; it cannot go with --executor {cli['executor']}")
         cli["executor"] = "subprocess"
     if args.resume:
-        where_keys = {"executor", "plugins", *option_knobs()}  # they say where cells run, not what they measure
-        given = [k.flag for k in settings if cli[k.key] is not None and k.key not in where_keys]
+        given = [k.flag for k in settings if cli[k.key] is not None and k.key not in where_keys()]
         if given or args.config:
             raise UsageError(f"--resume replays the run's own spec.toml; drop {', '.join(_flags(given, args.config))}")
-        if args.out is not None:
-            raise UsageError(f"--resume {args.resume} continues that folder where it is; drop --out {args.out}")
-        if args.run_id is not None:  # refused here too, so --dry-run says what the real run would
-            raise UsageError(f"--resume {args.resume} continues that folder under its own name; drop --run-id {args.run_id}")
-        run_dir = Path(args.resume)
-        if not (run_dir / "spec.toml").is_file():
-            raise UsageError(f"--resume {run_dir}: not a run folder (no spec.toml); pass a folder made by `python -m harness sweep`")
-        overrides = {k: v for k, v in cli.items() if v is not None}
-        stored = load_toml(run_dir / "spec.toml")
-        older = {k: v for k, v in RESUMED_SPEC_DEFAULTS.items() if k not in stored}  # keys the run predates
-        if cli["executor"] is None:
-            spec = sweep_spec(toml_path=run_dir / "spec.toml", toml=older, cli=overrides, plan_only=args.dry_run,
-                              trust_plugins=args.trust_plugins)
-        else:  # another executor: the stored executor settings do not carry over
-            stored = {k: v for k, v in stored.items() if k not in where_keys - {"plugins"}}
-            spec = sweep_spec(toml={**stored, **older}, cli=overrides, plan_only=args.dry_run,
-                              trust_plugins=args.trust_plugins)
+        check_resume(args.resume, run_id=args.run_id, out=args.out)  # here too, so --dry-run says what the real run would
+        spec = resume_spec(Path(args.resume), overrides={k: v for k, v in cli.items() if v is not None}, plan_only=args.dry_run,
+                           trust_plugins=args.trust_plugins)
     else:
         spec = sweep_spec(toml_path=args.config, cli=cli, plan_only=args.dry_run, trust_plugins=args.trust_plugins)
     if args.dry_run:

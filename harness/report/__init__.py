@@ -1,9 +1,12 @@
 """The report: a run folder's report.md, self-contained report.html and figures, computed from its rows.
 
-Modules, bottom up: analysis (pure numbers), formatting (numbers for people), page (the block
-types) and render (Markdown, HTML); the sections (overview, findings, figures, vs_published, cells,
-study_results); plotting (shared figure helpers) and plots (one PNG each); maps (effective attention
-maps); compare (two runs cell by cell); document (write_report, which puts them together).
+Modules, bottom up: analysis (pure numbers), budgets (error budgets and each row's error), choice (the
+answer tables), formatting (numbers for people), columns (the measured columns, declared once), page (the
+block types) and render (Markdown, HTML); analysed (a run analysed once: what every rendering takes);
+plotting (shared figure helpers), plots (one PNG each), winner_map, maps and maps_isolated (effective
+attention maps) and figures (every figure declared once); the sections (overview, findings, scopes,
+vs_published with published, cells, study_results); summary (what a sweep prints at the end); compare
+(two runs cell by cell); document (write_report, which puts them together).
 
 Importing the package does no work and pulls in neither pandas nor matplotlib: ``write_report``
 is loaded on first use.

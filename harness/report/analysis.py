@@ -9,9 +9,10 @@ Conventions (documented here once):
   among several dense rows (backends, configs) the one whose config asks for backend "auto" (what
   a user gets by default), else the fastest. A cell whose inputs have no dense row uses the dense
   row of another input distribution (dense latency and memory do not depend on the values).
-- A cell's speed-up is its row's paired `speedup` (timed in alternation with dense inside the cell,
-  with a 95% interval speedup_low-speedup_high) where the row has one; rows without (older runs,
-  the baseline itself, a baseline that failed) fall back to the unpaired ratio of latencies.
+- A cell's speed-up over dense (`dense_speedup`) is its row's paired `speedup` (timed in alternation with dense
+  inside the cell, with a 95% interval speedup_low-speedup_high) where the row has one; rows without (older
+  runs, the baseline itself, a baseline that failed) fall back to the unpaired ratio of latencies
+  (`dense_latency_ratio`). The row's `speedup` keeps its one meaning: the paired median.
 - A series is a (variant, config) pair, labelled as in harness.store.series_labels.
 """
 from __future__ import annotations
@@ -23,21 +24,24 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-SETTING_KEYS = ("device", "dtype", "mode", "causal", "batch", "heads", "head_dim", "kv_heads", "phase", "scope", "padding")
-CELL_KEYS = SETTING_KEYS + ("inputs", "seq_len", "kv_len")
-BASELINE = "dense"
+from harness.schema import BASELINE, describe, fields_of
+
+SETTING_KEYS = fields_of("setting")  # what variants compete in: the Cell fields of role "setting"
+CELL_KEYS = SETTING_KEYS + fields_of("inputs", "length")
 
 
 # ---- ratios to dense ---------------------------------------------------------------------------
 def with_dense_ratios(frame: pd.DataFrame) -> pd.DataFrame:
-    """A copy of frame with dense_latency_s, dense_peak_memory_bytes, speedup (dense time / time) and
-    memory_ratio (memory / dense memory), NaN where no ok dense row exists (see module docstring)."""
+    """A copy of frame with dense_latency_s, dense_peak_memory_bytes, dense_latency_ratio (dense time / time, unpaired),
+    dense_speedup (the row's paired `speedup` where it has one, else dense_latency_ratio: the one the report shows)
+    and memory_ratio (memory / dense memory), NaN where no ok dense row exists (see module docstring). The row's own
+    `speedup` stays what was measured: the paired median, or NaN."""
     out = frame.copy()
-    paired = pd.to_numeric(out["speedup"], errors="coerce") if "speedup" in out else pd.Series(np.nan, index=out.index)
-    for column in ("speedup_low", "speedup_high", "noisy", "load_per_cpu"):
+    for column in ("speedup", "speedup_low", "speedup_high", "noisy", "load_per_cpu"):
         if column not in out:
             out[column] = np.nan
-    for column in ("dense_latency_s", "dense_peak_memory_bytes", "speedup", "memory_ratio"):
+    paired = pd.to_numeric(out["speedup"], errors="coerce")
+    for column in ("dense_latency_s", "dense_peak_memory_bytes", "dense_latency_ratio", "dense_speedup", "memory_ratio"):
         out[column] = np.nan
     out["dense_status"] = None
     if not len(out):
@@ -67,8 +71,8 @@ def with_dense_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     out["dense_peak_memory_bytes"] = memories
     out["dense_status"] = statuses
     ok = out["status"] == "ok"
-    out["unpaired_speedup"] = np.where(ok, out["dense_latency_s"] / out["latency_s"], np.nan)
-    out["speedup"] = np.where(ok & paired.notna(), paired, out["unpaired_speedup"])
+    out["dense_latency_ratio"] = np.where(ok, out["dense_latency_s"] / out["latency_s"], np.nan)
+    out["dense_speedup"] = np.where(ok & paired.notna(), paired, out["dense_latency_ratio"])
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = out["peak_memory_bytes"] / out["dense_peak_memory_bytes"].where(out["dense_peak_memory_bytes"] > 0)
     out["memory_ratio"] = np.where(ok, ratio, np.nan)
@@ -247,22 +251,16 @@ def select(frame: pd.DataFrame, setting: dict) -> pd.DataFrame:
 
 
 def setting_title(setting: dict) -> str:
-    """A short readable name of a setting: 'float32 forward, non-causal, B=1 H=8 D=64 (cpu)'."""
-    causal = "causal" if setting.get("causal") else "non-causal"
-    shape = " ".join(f"{a}={setting.get(k)}" for a, k in (("B", "batch"), ("H", "heads"), ("D", "head_dim")) if setting.get(k) is not None)
-    shape += axes_title(setting)
-    return f"{setting.get('dtype')} {setting.get('mode')}, {causal}, {shape} ({setting.get('device')})".replace(", ,", ",")
+    """A short readable name of a setting: 'float32 forward, non-causal, B=1 H=8 D=64 H_kv=2 decode (cpu)'."""
+    text = dict(zip(SETTING_KEYS, describe(setting, SETTING_KEYS, skip_defaults=False)))
+    shape = " ".join(text[k] for k in ("batch", "heads", "head_dim") if setting.get(k) is not None)
+    return f"{text['dtype']} {text['mode']}, {text['causal']}, {shape}{axes_title(setting)} ({setting.get('device')})"
 
 
 def axes_title(setting: dict) -> str:
-    """The GQA, decode, layer and padding axes of a setting where they differ from the default: ' H_kv=2 decode pad=0.25'."""
-    parts = []
-    if setting.get("kv_heads") not in (None, setting.get("heads")):
-        parts.append(f"H_kv={setting['kv_heads']}")
-    parts += [str(setting[k]) for k, default in (("phase", "prefill"), ("scope", "attention")) if setting.get(k) not in (None, default)]
-    if setting.get("padding"):
-        parts.append(f"pad={float(setting['padding']):g}")
-    return "".join(" " + p for p in parts)
+    """The setting's axes beyond dtype, mode, causal and shape, where they differ from the default: ' decode H_kv=2 pad=0.25'."""
+    axes = [k for k in SETTING_KEYS if k not in ("device", "batch", "heads", "head_dim", "dtype", "mode", "causal")]
+    return "".join(" " + p for p in describe(setting, axes))
 
 
 def _ok(frame: pd.DataFrame, inputs: str | None) -> pd.DataFrame:

@@ -12,7 +12,6 @@ Conventions (documented here once):
 from __future__ import annotations
 
 import math
-import tomllib
 from typing import Sequence
 
 import numpy as np
@@ -24,12 +23,8 @@ DEFAULT_BUDGETS = (1e-2, 1e-1)  # relative L2 error budgets for a run that asked
 GENERALISATION_MARGIN = 0.1  # a matched row may exceed its budget by 10% on the evaluation seed (see the module doc)
 
 
-def run_budgets(spec_text: str | None) -> tuple[tuple[float, ...], str]:
-    """(the budgets, the metric) a run answers for, from its spec.toml (DEFAULT_BUDGETS, rel_l2 when it has none)."""
-    try:
-        spec = tomllib.loads(spec_text or "")
-    except tomllib.TOMLDecodeError:
-        spec = {}
+def run_budgets(spec: dict) -> tuple[tuple[float, ...], str]:
+    """(the budgets, the metric) a run answers for, from its spec.toml's values (DEFAULT_BUDGETS, rel_l2 when it has none)."""
     metric = spec.get("error_metric") if spec.get("error_metric") in METRIC_NAMES else "rel_l2"
     raw = spec.get("error_budgets") or []
     budgets = tuple(sorted({float(b) for b in raw if isinstance(b, (int, float)) and not isinstance(b, bool) and b > 0}))
@@ -52,18 +47,11 @@ def within(frame: pd.DataFrame, budget: float, metric: str) -> pd.Series:
 
 
 def with_budgets(frame: pd.DataFrame, budgets: Sequence[float], metric: str) -> pd.DataFrame:
-    """A copy of frame with "error" (in the metric) and "in_budget" (a candidate at the largest budget); its attrs
-    carry the budgets and metric, so every section and figure reads the same ones."""
+    """A copy of frame with "error" (in the metric) and "in_budget" (a candidate at the largest budget)."""
     out = frame.copy()
     out["error"] = metric_error(out, metric) if len(out) else pd.Series(dtype=float)
     out["in_budget"] = within(out, max(budgets), metric) if len(out) else pd.Series(dtype=bool)
-    out.attrs["budgets"], out.attrs["metric"] = tuple(budgets), metric
     return out
-
-
-def budgets_of(frame: pd.DataFrame) -> tuple[tuple[float, ...], str]:
-    """The budgets and metric with_budgets recorded on frame (DEFAULT_BUDGETS, rel_l2 when it was not called)."""
-    return tuple(frame.attrs.get("budgets", DEFAULT_BUDGETS)), str(frame.attrs.get("metric", "rel_l2"))
 
 
 def budget_text(budget: float, metric: str) -> str:

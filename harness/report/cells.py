@@ -1,25 +1,30 @@
 """The report's closing tables: every cell of the run, per setting and input distribution, failures with their reason."""
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
+
 import pandas as pd
 
 from harness.report import analysis
-from harness.report.formatting import format_bytes, format_error, format_number, format_ratio, format_seconds, short_reason
+from harness.report.columns import COLUMNS, NOISY_MARK
+from harness.report.formatting import short_reason
 from harness.report.page import Block, Heading, Paragraph, Table
 
-NOISY_MARK = "†"
+if TYPE_CHECKING:
+    from harness.report.analysed import AnalysedRun
+
 NOISY_FOOTNOTE = (f"{NOISY_MARK} timed under load or noisily (the row's noise_reason says why): its latency and speed-up "
                   "may be the machine's, not the variant's; docs/timing.md says how to get quiet numbers.")
-HEADERS = ["series", "N", "status", "latency", "speed-up", "peak memory", "vs dense", "TFLOP/s", "rel. error", "1 - cosine", "reason"]
+HEADERS = ["series", "N", "status", *(c.header for c in COLUMNS), "reason"]
 
 
-def cell_tables(frame: pd.DataFrame) -> list[Block]:
+def cell_tables(analysed: "AnalysedRun") -> list[Block]:
     """One table per setting and input distribution; a device column when the run spans several devices."""
+    frame = analysed.frame
     blocks: list[Block] = [Heading(2, "Tables"), Paragraph(
         "Every cell of the run, per setting and input distribution. Speed-up and memory ratio are against the dense "
         "baseline of the same cell; a speed-up timed in alternation with dense inside the cell shows its 95% interval "
-        "in brackets. A failed cell shows its status and reason.")]
+        f"in brackets. Errors are against {analysed.errors_against}. A failed cell shows its status and reason.")]
     mixed = frame["device_name"].nunique() > 1  # several devices: name each cell's
     for setting in analysis.settings(frame):
         part = analysis.select(frame, setting)
@@ -37,20 +42,5 @@ def cell_row(r: pd.Series) -> list[str]:
     """One cell's line: numbers when it ran, its status and reason when not (OOM in capitals, to stand out)."""
     if r["status"] != "ok":
         status = "OOM" if r["status"] == "oom" else str(r["status"])
-        return [str(r["series"]), str(r["seq_len"]), status] + ["-"] * 7 + [short_reason(r["reason"])]
-    speed = format_ratio(r["speedup"])
-    if not np.isfinite(r["speedup"]) and r.get("dense_status"):
-        speed = f"(dense {r['dense_status']})"
-    if np.isfinite(r.get("speedup_low", np.nan)) and np.isfinite(r.get("speedup_high", np.nan)):
-        speed += f" [{format_ratio(r['speedup_low'])}-{format_ratio(r['speedup_high'])}]"
-    mark = NOISY_MARK if r.get("noisy") is True or r.get("noisy") == True else ""  # noqa: E712 - NaN/None: not noisy
-    return [
-        str(r["series"]), str(r["seq_len"]), str(r["status"]), format_seconds(r["latency_s"]) + mark, speed,
-        format_bytes(r["peak_memory_bytes"]), format_ratio(r["memory_ratio"]), format_number(r["tflops"], ".3g"),
-        format_error(r["rel_l2_error"], digits=2), format_error(_one_minus(r.get("cosine")), digits=2), "",
-    ]
-
-
-def _one_minus(cosine) -> float | None:
-    """1 - cosine similarity, the error beside relative L2 (a cosine of 0.9999998 would print as 1.00); None if unmeasured."""
-    return 1.0 - cosine if isinstance(cosine, (int, float)) else None
+        return [str(r["series"]), str(r["seq_len"]), status] + ["-"] * len(COLUMNS) + [short_reason(r["reason"])]
+    return [str(r["series"]), str(r["seq_len"]), str(r["status"])] + [c.text(r) for c in COLUMNS] + [""]

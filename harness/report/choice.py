@@ -2,7 +2,7 @@
 
 Each cell names the winner at that N and budget, trusting only what the intervals show.
 
-Pure numbers over a frame with dense ratios (analysis.with_dense_ratios) and budgets (budgets.with_budgets);
+Pure numbers over a frame with dense ratios (analysis.with_dense_ratios) and errors (budgets.with_budgets);
 the conventions (settings, the dense baseline, paired speed-ups) are analysis.py's, the candidates at a
 budget budgets.py's (`within`).
 
@@ -22,9 +22,9 @@ from typing import Sequence
 import pandas as pd
 
 from harness.report import analysis, budgets as budgets_mod
-from harness.report.analysis import BASELINE, SETTING_KEYS
+from harness.report.analysis import SETTING_KEYS
 from harness.report.formatting import format_seconds, format_times
-from harness.schema import budget_label
+from harness.schema import BASELINE, budget_label, describe as describe_cell
 
 NONE_RAN = "none within budget ran"
 
@@ -76,16 +76,8 @@ class AnswerTable:
     picks: dict[tuple[int, float], Pick]  # (N, budget) -> its winner
 
 
-def answer_frame(rows: pd.DataFrame, spec_text: str | None, budgets: Sequence[float] | None = None) -> pd.DataFrame:
-    """The rows with dense ratios and budgets: the run's own (its spec.toml's) unless `budgets` is given."""
-    run_budgets, metric = budgets_mod.run_budgets(spec_text)
-    chosen = tuple(sorted(set(budgets))) if budgets else run_budgets
-    return budgets_mod.with_budgets(analysis.with_dense_ratios(rows), chosen, metric)
-
-
-def answer_tables(frame: pd.DataFrame) -> list[AnswerTable]:
-    """One table per setting and input distribution with at least one ok row; budgets and metric from the frame."""
-    budgets, metric = budgets_mod.budgets_of(frame)
+def answer_tables(frame: pd.DataFrame, budgets: Sequence[float], metric: str) -> list[AnswerTable]:
+    """One table per setting and input distribution with at least one ok row, for these budgets in this metric."""
     tables = []
     for setting in analysis.settings(frame):
         rows = analysis.select(frame, setting)
@@ -110,12 +102,12 @@ def pick(candidates: pd.DataFrame, *, dense_status: str | None = None) -> Pick:
     if not len(candidates):
         return Pick(None, None)
     rows = [r for _, r in candidates.iterrows()]
-    if any(_finite(r["speedup"]) for r in rows):
-        rows.sort(key=lambda r: -r["speedup"] if _finite(r["speedup"]) else math.inf)
+    if any(_finite(r["dense_speedup"]) for r in rows):
+        rows.sort(key=lambda r: -r["dense_speedup"] if _finite(r["dense_speedup"]) else math.inf)
     else:
         rows.sort(key=lambda r: r["latency_s"] if _finite(r["latency_s"]) else math.inf)
         return _pick_of(rows[0], tie=rows[1] if len(rows) > 1 and _overlap(rows[0], rows[1]) else None, dense_status=dense_status)
-    dense = next((r for r in rows if r["variant"] == BASELINE and r["speedup"] == 1), None)
+    dense = next((r for r in rows if r["variant"] == BASELINE and r["dense_speedup"] == 1), None)
     dense = dense if dense is not None else next((r for r in rows if r["variant"] == BASELINE), None)
     faster = [r for r in rows if r is not dense and _beats_dense(r, dense)]
     if faster:
@@ -150,30 +142,14 @@ def varying_keys(tables: list[AnswerTable]) -> list[str]:
 
 
 def describe(table: AnswerTable, keys: Sequence[str], *, skip_defaults: bool = False) -> list[str]:
-    """The table's value of each key, for people: 'float32', 'causal', 'H=8', 'inputs local'...; skip_defaults leaves
-    out the axes at their default (H_kv = H, prefill, attention, no padding)."""
-    values = {**table.setting, "inputs": table.inputs}
-    defaults = {"kv_heads": values.get("heads"), "phase": "prefill", "scope": "attention", "padding": 0.0}
-    short = {"batch": "B", "heads": "H", "head_dim": "D", "kv_heads": "H_kv", "padding": "pad"}
-    parts = []
-    for k in keys:
-        v = values.get(k)
-        if skip_defaults and k in defaults and v in (None, defaults[k]):
-            continue
-        if k == "causal":
-            parts.append("causal" if v else "non-causal")
-        elif k in short:
-            parts.append(f"{short[k]}={v:g}" if isinstance(v, float) else f"{short[k]}={v}")
-        elif k == "inputs":
-            parts.append(f"inputs {v}")
-        else:
-            parts.append(str(v))
-    return parts
+    """The table's value of each key, for people: 'float32', 'causal', 'H=8', 'inputs local'... (harness.schema.describe);
+    skip_defaults leaves out the axes at their default (H_kv = H, prefill, attention, no padding)."""
+    return describe_cell({**table.setting, "inputs": table.inputs}, keys, skip_defaults=skip_defaults)
 
 
 # ---- helpers -----------------------------------------------------------------------------------------
 def _pick_of(r: pd.Series, *, tie: pd.Series | None = None, dense_status: str | None = None) -> Pick:
-    return Pick(config_text(r), str(r["variant"]), float(r["speedup"]), float(r["speedup_low"]), float(r["speedup_high"]),
+    return Pick(config_text(r), str(r["variant"]), float(r["dense_speedup"]), float(r["speedup_low"]), float(r["speedup_high"]),
                 float(r["latency_s"]), config_text(tie) if tie is not None else None, dense_status)
 
 
@@ -225,7 +201,7 @@ def _interval(r: pd.Series) -> tuple[float, float] | None:
     """A row's paired speed-up interval; the dense baseline's is exactly 1 (it is the reference)."""
     if _finite(r["speedup_low"]) and _finite(r["speedup_high"]):
         return float(r["speedup_low"]), float(r["speedup_high"])
-    if r["variant"] == BASELINE and r["speedup"] == 1:
+    if r["variant"] == BASELINE and r["dense_speedup"] == 1:
         return 1.0, 1.0
     return None
 
@@ -245,7 +221,7 @@ def _overlap(a: pd.Series, b: pd.Series) -> bool:
 
 def _beats_dense(r: pd.Series, dense: pd.Series | None) -> bool:
     """Reliably faster than dense: a paired interval above 1; without one, a latency range below dense's."""
-    if not (_finite(r["speedup"]) and r["speedup"] > 1):
+    if not (_finite(r["dense_speedup"]) and r["dense_speedup"] > 1):
         return False
     interval = _interval(r)
     if interval:

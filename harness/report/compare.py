@@ -1,10 +1,10 @@
 """Match the cells of two runs, ratios B/A, regressions flagged (`python -m harness compare RUN_A RUN_B`).
 
-Cells are matched on what was measured, not where: variant, config, seq_len, kv_len, batch, heads,
-head_dim, dtype, causal, mode, inputs. Not on run_id, cell_id, host, device or device_name (two
-GPUs, or CPU vs GPU, are the point of a comparison), seed (noted when it differs: errors then come
-from other inputs), threads, or the resolved backend (shown when it differs: "auto" may pick
-another kernel on another machine).
+Cells are matched on what was measured, not where: harness.schema.match_key, every field of a cell's id but
+the device (two GPUs, or CPU vs GPU, are the point of a comparison), the seed (noted when it differs: errors
+then come from other inputs) and a searched quality knob (the value found may differ; the budget names the
+cell). Not on run_id, host, device_name, threads, or the resolved backend (shown when it differs: "auto" may
+pick another kernel on another machine).
 
 A cell is flagged:
 - latency: B/A, taken relative to the run-wide drift (the median B/A over every matched cell), beyond
@@ -18,6 +18,7 @@ A cell is flagged:
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,10 +28,13 @@ import pandas as pd
 
 from harness.errors import UsageError
 from harness.measure.noise import HIGH_LOAD_PER_CPU, NOISY_SHARE
-from harness.store import Run, config_key
+from harness.schema import CELL_FIELDS, describe, match_key
+from harness.report.analysed import AnalysedRun
+from harness.report.columns import COLUMNS
 
-MATCH_KEYS = ("variant", "config_key", "seq_len", "kv_len", "batch", "heads", "kv_heads", "head_dim", "dtype", "causal", "mode",
-              "phase", "scope", "padding", "inputs", "matched_budget", "error_metric")  # a matched row's key leaves its knob out
+# What judge reads of each side, besides the report's compared columns (harness.report.columns), all in compare.csv.
+MEASURED = tuple(dict.fromkeys([*(c.field for c in COLUMNS if c.compared), "latency_p20_s", "latency_p80_s", "speedup",
+                                "speedup_low", "speedup_high", "load_per_cpu", "noisy", "noise_reason", "cosine", "dense_status"]))
 DEFAULT_THRESHOLD = 0.05  # minimum relative change of latency or memory that can be flagged
 MIN_MEMORY_CHANGE = 64 * 1024  # bytes: smaller memory changes are never flagged (allocator granularity)
 ERROR_ABS = 1e-4  # relative-L2 error changes below this are rounding, never flagged
@@ -88,18 +92,20 @@ class Comparison:
         return self.cells[self.cells["verdict"] == "noisy"]
 
 
-def compare_runs(a: Run, b: Run, *, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
+def compare_runs(a: AnalysedRun, b: AnalysedRun, *, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
     """Match A's and B's cells and judge each: verdict "regression" | "improvement" | "same" | "noisy", with why.
 
     Raises UsageError when either run has no readable row (nothing to compare).
     """
     for run in (a, b):
-        if not len(run.rows):
-            raise UsageError(f"{run.path}: no readable row in rows.jsonl ({'; '.join(run.notes) or 'the file is empty'}); "
+        if not len(run.frame):
+            raise UsageError(f"{run.path}: no readable row in rows.jsonl ({'; '.join(run.run.notes) or 'the file is empty'}); "
                              "nothing to compare: pass a run folder with measured rows")
-    notes = [f"{run.name}: {n}" for run in (a, b) for n in run.notes] + load_notes(a) + load_notes(b)
+    notes = [f"{run.name}: {n}" for run in (a, b) for n in run.run.notes] + load_notes(a) + load_notes(b)
     fa, fb = (_keyed(run, notes) for run in (a, b))
-    merged = fa.merge(fb, on=list(MATCH_KEYS), how="outer", suffixes=("_a", "_b"), indicator=True)
+    merged = fa.merge(fb, on="match_key", how="outer", suffixes=("_a", "_b"), indicator=True)
+    for name in CELL_FIELDS:  # one column per cell field: A's value, B's where only B has the cell
+        merged[name] = merged[f"{name}_a"].where(merged["_merge"] != "right_only", merged[f"{name}_b"])
     only_a = merged[merged["_merge"] == "left_only"]
     only_b = merged[merged["_merge"] == "right_only"]
     cells = merged[merged["_merge"] == "both"].copy()
@@ -186,7 +192,7 @@ def _latency_change(row: pd.Series, threshold: float, floor: NoiseFloor = NoiseF
     return None
 
 
-def floor_notes(floor: NoiseFloor, threshold: float, a: Run, b: Run) -> list[str]:
+def floor_notes(floor: NoiseFloor, threshold: float, a: AnalysedRun, b: AnalysedRun) -> list[str]:
     """What the two runs' noise floor means for the verdicts, when it is wider than the threshold or B drifted."""
     if floor.cells < MIN_CELLS_FOR_FLOOR:
         return []
@@ -211,9 +217,9 @@ def _noisy(row: pd.Series) -> str:
     return "; ".join(parts)
 
 
-def load_notes(run: Run) -> list[str]:
+def load_notes(run: AnalysedRun) -> list[str]:
     """A note when a run was measured under load or has noisy rows: its latency changes are the machine's."""
-    rows = run.rows
+    rows = run.frame
     if not len(rows) or "noisy" not in rows:
         return []
     noisy = int((rows["noisy"] == True).sum())  # noqa: E712 - None and NaN are not noisy
@@ -226,32 +232,16 @@ def load_notes(run: Run) -> list[str]:
             f"changes are the machine's, not the code's, and are not counted (docs/timing.md: quiet numbers)"]
 
 
-def _match_config(variant: str, config, budget) -> str:
-    """The config a row is matched on: a row matched to an error budget without its quality knob (the value found
-    may differ between runs; the budget, in MATCH_KEYS, is what names the cell)."""
-    from harness.entries import knob_field
-
-    if budget is None or (isinstance(budget, float) and math.isnan(budget)) or not isinstance(config, dict):
-        return config_key(config)
-    return config_key({k: v for k, v in config.items() if k != knob_field(variant)})
-
-
-def _keyed(run: Run, notes: list[str]) -> pd.DataFrame:
-    frame = run.rows.copy()
+def _keyed(run: AnalysedRun, notes: list[str]) -> pd.DataFrame:
+    """The run's rows with their match key, one per key (the last row of a cell measured twice)."""
+    frame = run.frame.copy()
+    columns = ["match_key", *CELL_FIELDS, "series", "status", "reason", "backend", *MEASURED]
     if not len(frame):
-        return pd.DataFrame(columns=list(MATCH_KEYS) + ["series", "status", "latency_s"])
-    for column in ("matched_budget", "error_metric"):
-        if column not in frame:
-            frame[column] = None  # rows from before error budgets
-    frame["config_key"] = [_match_config(v, c, b) for v, c, b in zip(frame["variant"], frame["config"], frame["matched_budget"])]
-    for column in ("batch", "heads", "head_dim", "matched_budget", "error_metric"):
-        frame[column] = frame[column].astype(str)  # None and ints alike, so merge keys compare
-    duplicated = frame.duplicated(list(MATCH_KEYS), keep="last")
+        return pd.DataFrame(columns=columns)
+    frame["match_key"] = [match_key(r) for r in frame[list(CELL_FIELDS)].to_dict("records")]
+    duplicated = frame.duplicated("match_key", keep="last")
     if duplicated.any():
         notes.append(f"{run.name}: {int(duplicated.sum())} cell(s) measured twice; the last row of each is used")
-    columns = list(MATCH_KEYS) + ["series", "status", "reason", "backend", "seed", "latency_s", "latency_p20_s",
-                                  "latency_p80_s", "peak_memory_bytes", "rel_l2_error", "speedup", "speedup_low", "speedup_high",
-                                  "load_per_cpu", "noisy", "noise_reason"]
     for column in columns:
         if column not in frame:
             frame[column] = None
@@ -266,7 +256,7 @@ def _finite(*values) -> bool:
 
 
 # ---- output ---------------------------------------------------------------------------------------
-def summary_lines(comparison: Comparison, a: Run, b: Run, *, limit: int | None = None) -> list[str]:
+def summary_lines(comparison: Comparison, a: AnalysedRun, b: AnalysedRun, *, limit: int | None = None) -> list[str]:
     """The printed summary: what was compared, counts, and the flagged cells (the first `limit`, or all)."""
     cells = comparison.cells
     lines = [
@@ -294,32 +284,48 @@ def summary_lines(comparison: Comparison, a: Run, b: Run, *, limit: int | None =
     return lines
 
 
-def write_outputs(comparison: Comparison, a: Run, b: Run, out: Path) -> list[Path]:
-    """compare.csv (every matched cell, raw numbers) and compare.md (summary and flagged cells) in `out`."""
+def write_outputs(comparison: Comparison, a: AnalysedRun, b: AnalysedRun, out: Path) -> list[Path]:
+    """compare.csv (every matched cell, raw numbers) and compare.md (summary, and the flagged cells side by side in the
+    report's columns: harness.report.columns) in `out`."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--out {out}: cannot create that folder ({exc.strerror or exc}); pass a folder path") from None
-    columns = list(MATCH_KEYS) + [
-        "series_a", "status_a", "status_b", "backend_a", "backend_b", "latency_s_a", "latency_s_b", "latency_ratio",
-        "latency_p20_s_a", "latency_p80_s_a", "latency_p20_s_b", "latency_p80_s_b", "peak_memory_bytes_a",
-        "peak_memory_bytes_b", "memory_ratio", "rel_l2_error_a", "rel_l2_error_b", "error_change", "speedup_a", "speedup_low_a", "speedup_high_a", "speedup_b",
-        "speedup_low_b", "speedup_high_b", "load_per_cpu_a", "load_per_cpu_b", "noisy_a", "noisy_b", "verdict", "why",
-    ]
+    sides = [f"{name}_{side}" for name in ("status", "backend", *MEASURED) for side in ("a", "b")]
+    columns = [*CELL_FIELDS, "series_a", *sides, "latency_ratio", "memory_ratio", "error_change", "verdict", "why"]
     csv_path = out / "compare.csv"
-    comparison.cells[columns].rename(columns={"series_a": "series"}).to_csv(csv_path, index=False)
+    frame = comparison.cells[columns].rename(columns={"series_a": "series"})
+    frame["config"] = [json.dumps(c, sort_keys=True, default=str) if isinstance(c, dict) else c for c in frame["config"]]
+    frame.to_csv(csv_path, index=False)
     md_path = out / "compare.md"
     md = [f"# Compare {a.name} (A) with {b.name} (B)", ""] + [f"- {line}" if not line.startswith("  ") else f"    - {line.strip()}"
                                                              for line in summary_lines(comparison, a, b)]
+    md += _flagged_table(comparison.cells[comparison.cells["verdict"] != "same"])
     md_path.write_text("\n".join(md) + "\n", encoding="utf-8")
     return [csv_path, md_path]
 
 
-def _machine(run: Run) -> str:
-    env = run.env
+def _flagged_table(flagged: pd.DataFrame) -> list[str]:
+    """The flagged cells as a Markdown table: each compared column (harness.report.columns) as 'A -> B'."""
+    if not len(flagged):
+        return []
+    shown = [c for c in COLUMNS if c.compared]
+    lines = ["", "| verdict | cell | " + " | ".join(f"{c.header} A -> B" for c in shown) + " |",
+             "|" + "---|" * (2 + len(shown))]
+    for _, r in flagged.iterrows():
+        side = {x: pd.Series({k[:-2]: v for k, v in r.items() if k.endswith(f"_{x}")}) for x in ("a", "b")}
+        texts = [" -> ".join(c.text(side[x]) if side[x].get("status") == "ok" else str(side[x].get("status")) for x in "ab")
+                 for c in shown]
+        lines.append(f"| {r['verdict']} | {_cell_name(r)} | " + " | ".join(texts) + " |")
+    return lines
+
+
+def _machine(run: AnalysedRun) -> str:
+    env = run.run.env
     return ", ".join(str(x) for x in (env.get("gpu") or env.get("cpu"), f"torch {env.get('torch')}", f"commit {env.get('git_commit')}") if x)
 
 
 def _cell_name(r: pd.Series) -> str:
-    causal = " causal" if str(r["causal"]) == "True" else ""
-    return f"{r['series_a']} N={r['seq_len']} {r['dtype']} {r['mode']}{causal} {r['inputs']}"
+    """'sliding_window@0.05 N=4096 float32 D=64 non-causal forward inputs local' (axes at their default left out)."""
+    names = [k for k in CELL_FIELDS if k not in ("variant", "config", "device", "batch", "heads", "seed", "matched_budget")]
+    return " ".join([str(r["series_a"]), *describe(r, names)])

@@ -1,60 +1,156 @@
-"""The report's figure sections: the six measured figures, and the effective attention maps (which run each variant once)."""
+"""Every figure of the report declared once, as data: its file, the section it belongs to, how it is drawn, its
+caption and when it is drawn (FIGURES); `figure_section` draws a section's figures into the run folder."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import pandas as pd
 
 from harness.entries import parse_entry
 from harness.report import analysis, plots
-from harness.report.budgets import METRIC_NAMES, budget_text, budgets_of
+from harness.report.budgets import METRIC_NAMES, budget_text
 from harness.report.formatting import format_number
 from harness.report.maps_isolated import isolated_maps
-from harness.report.page import Block, Heading, Image, Table
-from harness.report.plotting import FIGURE_FILES, variant_colors
+from harness.report.page import Block, Image, Table
+from harness.report.plotting import variant_colors
+from harness.report.winner_map import winner_map
+
+if TYPE_CHECKING:
+    from harness.report.analysed import AnalysedRun
 
 OUTSIDE_CAPTION = ("Faded dotted lines, labelled '(outside every budget)': series none of whose cells on these inputs is within "
                    "the largest error budget; drawn for honesty, never a candidate.")
 MAPS_INPUTS_PREFERENCE = ("local", "global", "lowrank", "gaussian")  # structured inputs make the maps readable
 
 
-def figures(frame: pd.DataFrame, folder: Path) -> tuple[list[Path], list[Block]]:
-    """Draw the measured figures into `folder`; returns (the PNGs written, the section).
+@dataclass(frozen=True)
+class MapOptions:
+    """How the effective attention maps are drawn (harness.report.document.write_report's arguments)."""
 
-    The error budgets and metric are frame's (budgets.with_budgets; the defaults when it was not called).
-    """
-    budgets, metric = budgets_of(frame)
-    budget_list = ", ".join(budget_text(b, metric) for b in budgets)
-    made = [
-        (plots.plot_metric_vs_n(frame, "latency_s", folder / FIGURE_FILES["latency"], ylabel="time per call (median)", title="Latency vs N",
-                                seconds_axis=True, band=("latency_p20_s", "latency_p80_s")),
-         "Latency (median of the repeats) against N, log-log; the shaded band spans the 20th to 80th percentile of the "
-         "repeats. Crosses: out of memory. " + OUTSIDE_CAPTION),
-        (plots.plot_metric_vs_n(frame, "peak_memory_bytes", folder / FIGURE_FILES["memory"], ylabel="peak memory beyond the inputs",
-                                title="Peak memory vs N", bytes_axis=True),
-         "Peak memory beyond the inputs against N, log-log. Crosses: out of memory. " + OUTSIDE_CAPTION),
-        (plots.plot_metric_vs_n(frame, "speedup", folder / FIGURE_FILES["speedup"], ylabel="speed-up over dense (x)",
-                                title="Speed-up over dense vs N", hline=1.0, ratio_axis=True),
-         "Dense latency divided by the variant's at the same cell; above the dashed line is faster than dense. "
-         "The dense baseline is the dense row whose config asks for backend 'auto', else the fastest dense row. " + OUTSIDE_CAPTION),
-        (plots.plot_error_vs_n(frame, folder / FIGURE_FILES["error"]),
-         f"The output's {METRIC_NAMES[metric]} against exact float64 attention, per input distribution; dashed lines: "
-         f"the error budgets ({budget_list}). " + OUTSIDE_CAPTION),
-        (plots.plot_pareto(frame, folder / FIGURE_FILES["pareto"]),
-         f"{METRIC_NAMES[metric].capitalize()} against latency at each N (one row of panels per setting), on the "
-         f"'{analysis.primary_inputs(frame)}' inputs (the other distributions' errors are in {FIGURE_FILES['error']}). "
-         "Filled points are within the largest budget; the Pareto front (outlined and joined) is computed over those "
-         "only, so a fast but inaccurate series is never on it. Hollow points are outside every budget. Dashed lines: "
-         f"the budgets ({budget_list})."),
-        (plots.plot_memory_limits(analysis.memory_limits(frame), frame, folder / FIGURE_FILES["limits"]),
-         "The longest N each series ran, and the first N where it ran out of memory or timed out (drawn only when some cell did)."),
-    ]
-    paths = [p for p, _ in made if p is not None]
-    blocks: list[Block] = [Heading(2, "Figures")]
-    blocks += [Image(p.name, caption) for p, caption in made if p is not None]
+    draw: bool = True  # False: no maps (they run each variant once)
+    n: int = 64  # N = M = D of the maps
+    inputs: str | None = None  # None: the first of MAPS_INPUTS_PREFERENCE the run measured
+    calibrate: bool = True  # fit learnable variants at n first
+    plugins: Sequence[str] = ()  # what the maps' child process imports (the run's plugin variants)
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """What drawing a figure gave: the file, and for a figure whose caption depends on the drawing, that caption and
+    the blocks that follow it."""
+
+    path: Path
+    caption: str | None = None  # None: the Figure's own caption
+    after: list[Block] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One PNG of the report."""
+
+    file: str  # a stable name, so README can link a committed run's figures
+    section: str  # "answer" | "measured" | "decode" | "maps"
+    draw: Callable[["AnalysedRun", Path, MapOptions], "Path | Drawn | None"]  # None: nothing to draw (no file)
+    caption: Callable[["AnalysedRun"], str]
+    when: Callable[["AnalysedRun"], bool] = lambda analysed: True  # drawn at all (e.g. only with decode rows)
+
+
+def figure_section(analysed: "AnalysedRun", folder: Path, section: str, options: MapOptions = MapOptions()
+                   ) -> tuple[list[Path], list[Block]]:
+    """Draw the figures of one section into `folder`: (the PNGs written, an Image block per figure, with what follows it)."""
+    paths, blocks = [], []
+    for figure in FIGURES:
+        if figure.section != section or not figure.when(analysed):
+            continue
+        drawn = figure.draw(analysed, folder / figure.file, options)
+        if drawn is None:
+            continue
+        drawn = drawn if isinstance(drawn, Drawn) else Drawn(drawn)
+        paths.append(drawn.path)
+        blocks += [Image(drawn.path.name, drawn.caption or figure.caption(analysed))] + drawn.after
     return paths, blocks
+
+
+def figure_file(name: str) -> str:
+    """The file of the figure whose file name starts with `name` ('latency' -> 'latency_vs_n.png')."""
+    return next(f.file for f in FIGURES if f.file.startswith(name))
+
+
+def _budget_list(a: "AnalysedRun") -> str:
+    return ", ".join(budget_text(b, a.metric) for b in a.budgets)
+
+
+def _decode(a: "AnalysedRun") -> pd.DataFrame:
+    return a.frame[a.frame["phase"] == "decode"] if len(a.frame) else a.frame
+
+
+def _winner_map(a: "AnalysedRun", path: Path, _: MapOptions) -> Path | None:
+    from harness.report import choice
+
+    tables = list(a.tables)
+    if not tables:
+        return None
+    varying = choice.varying_keys(tables)
+    common = analysis.setting_title(tables[0].setting) + ("" if "inputs" in varying else f", inputs {tables[0].inputs}")
+    titles = [", ".join(choice.describe(t, varying)) for t in tables] if len(tables) > 1 else [common]
+    return winner_map(tables, titles, path)
+
+
+def _winner_caption(a: "AnalysedRun") -> str:
+    empty = any(p.label is None for t in a.tables for p in t.picks.values())
+    return "The winner per N and error budget: its speed-up over dense (~ a tie) and config" + ("; grey: none within budget ran." if empty else ".")
+
+
+FIGURES: tuple[Figure, ...] = (
+    Figure("winner_map.png", "answer", _winner_map, _winner_caption),
+    Figure("latency_vs_n.png", "measured",
+           lambda a, path, _: plots.plot_metric_vs_n(a.frame, "latency_s", path, ylabel="time per call (median)", title="Latency vs N",
+                                                     seconds_axis=True, band=("latency_p20_s", "latency_p80_s")),
+           lambda a: "Latency (median of the repeats) against N, log-log; the shaded band spans the 20th to 80th percentile of "
+                     "the repeats. Crosses: out of memory. " + OUTSIDE_CAPTION),
+    Figure("memory_vs_n.png", "measured",
+           lambda a, path, _: plots.plot_metric_vs_n(a.frame, "peak_memory_bytes", path, ylabel="peak memory beyond the inputs",
+                                                     title="Peak memory vs N", bytes_axis=True),
+           lambda a: "Peak memory beyond the inputs against N, log-log. Crosses: out of memory. " + OUTSIDE_CAPTION),
+    Figure("speedup_vs_n.png", "measured",
+           lambda a, path, _: plots.plot_metric_vs_n(a.frame, "dense_speedup", path, ylabel="speed-up over dense (x)",
+                                                     title="Speed-up over dense vs N", hline=1.0, ratio_axis=True),
+           lambda a: "Dense latency divided by the variant's at the same cell (paired in alternation inside the cell where the "
+                     "row was; else the ratio of the two medians); above the dashed line is faster than dense. The dense "
+                     "baseline is the dense row whose config asks for backend 'auto', else the fastest dense row. " + OUTSIDE_CAPTION),
+    Figure("error_vs_n.png", "measured",
+           lambda a, path, _: plots.plot_error_vs_n(a.frame, path, budgets=a.budgets, metric=a.metric, against=a.errors_against),
+           lambda a: f"The output's {METRIC_NAMES[a.metric]} against {a.errors_against}, per input distribution; dashed "
+                     f"lines: the error budgets ({_budget_list(a)}). " + OUTSIDE_CAPTION),
+    Figure("pareto.png", "measured",
+           lambda a, path, _: plots.plot_pareto(a.frame, path, budgets=a.budgets, metric=a.metric),
+           lambda a: f"{METRIC_NAMES[a.metric].capitalize()} (against {a.errors_against}) against latency at each N (one row "
+                     f"of panels per setting), on the '{analysis.primary_inputs(a.frame)}' inputs (the other distributions' "
+                     "errors are in error_vs_n.png). Filled points are within the largest budget; the Pareto front (outlined "
+                     "and joined) is computed over those only, so a fast but inaccurate series is never on it. Hollow points "
+                     f"are outside every budget. Dashed lines: the budgets ({_budget_list(a)})."),
+    Figure("max_length.png", "measured",
+           lambda a, path, _: plots.plot_memory_limits(analysis.memory_limits(a.frame), a.frame, path),
+           lambda a: "The longest N each series ran, and the first N where it ran out of memory or timed out (drawn only when "
+                     "some cell did)."),
+    Figure("decode_latency_vs_n.png", "decode",
+           lambda a, path, _: plots.plot_metric_vs_n(_decode(a), "latency_s", path, ylabel="time per generated token",
+                                                     title="Decode: per-token latency vs context N", seconds_axis=True),
+           lambda a: "Seconds per generated token (median over timed generations, each from a fresh state) against the "
+                     "context length N.",
+           when=lambda a: bool((_decode(a)["status"] == "ok").any())),
+    Figure("state_bytes_vs_n.png", "decode",
+           lambda a, path, _: plots.plot_metric_vs_n(_decode(a), "state_bytes", path, ylabel="decode state",
+                                                     title="Decode: state bytes vs context N", bytes_axis=True),
+           lambda a: "Bytes held by the decode state right after the N-token context: a KV cache grows with N, a window or a "
+                     "linear-attention state does not.",
+           when=lambda a: bool((_decode(a)["status"] == "ok").any())),
+    Figure("attention_maps.png", "maps", lambda a, path, options: _maps(a, path, options), lambda a: "",
+           when=lambda a: bool(len(a.frame))),
+)
 
 
 def _map_series(frame: pd.DataFrame, inputs: str) -> list[tuple[str, str, dict]]:
@@ -80,32 +176,32 @@ def _map_series(frame: pd.DataFrame, inputs: str) -> list[tuple[str, str, dict]]
     return sorted(found.values())
 
 
-def maps(frame: pd.DataFrame, folder: Path, *, n: int, inputs: str | None, calibrate: bool, timeout_s: float | None = None,
-         plugins: Sequence[str] = ()) -> tuple[list[Path], list[Block]]:
-    """Draw each series' effective attention map (harness.report.maps) at N = n; returns (the PNG, the section).
+def _maps(a: "AnalysedRun", path: Path, options: MapOptions) -> Drawn | None:
+    """Each series' effective attention map (harness.report.maps) at N = options.n, with a table of the panels' errors.
 
-    `inputs` None picks the first of MAPS_INPUTS_PREFERENCE the run measured. The panels run in a
-    child process, each within `timeout_s` (harness.report.maps_isolated).
+    The panels run in a child process, each within the run's per-cell limit (harness.report.maps_isolated).
     """
+    if not options.draw:
+        return None
+    frame, n = a.frame, options.n
     measured = sorted({str(v) for v in frame["inputs"]})
+    inputs = options.inputs
     if inputs is None:
         names = {parse_entry(m)[0]: m for m in measured}  # the name only: a plugin's distribution may not be registered here
         inputs = next((names[p] for p in MAPS_INPUTS_PREFERENCE if p in names), measured[0] if measured else "gaussian")
     causal = bool(len(frame)) and not (~frame["causal"].astype(bool)).any()
     series = _map_series(frame, inputs)
-    options = dict(n=n, causal=causal, calibrate=calibrate, timeout_s=timeout_s, plugins=plugins)
+    kwargs = dict(n=n, causal=causal, calibrate=options.calibrate, timeout_s=a.cell_timeout_s, plugins=options.plugins)
     try:
-        found = isolated_maps(series, inputs=inputs, **options)
+        found = isolated_maps(series, inputs=inputs, **kwargs)
     except ValueError:  # e.g. a plugin input distribution not registered here: draw on gaussian inputs
-        found = isolated_maps(series, inputs="gaussian", **options)
-    path = plots.plot_attention_maps(found, folder / FIGURE_FILES["maps"], colors=variant_colors(list(frame["variant"])))
+        found = isolated_maps(series, inputs="gaussian", **kwargs)
+    path = plots.plot_attention_maps(found, path, colors=variant_colors(list(frame["variant"])))
     how = ("Learnable variants are fitted at this N with the calibration defaults (other seeds of the same distribution)."
-           if calibrate else
-           "Learnable variants are drawn as built (seeded, uncalibrated): the run does not store fitted states, so their "
-           "maps show the untrained starting point, not what the sweep measured after calibration.")
+           if options.calibrate else
+           "Learnable variants are drawn as built (seeded, uncalibrated), not in the fitted state the sweep measured "
+           "(RUN_DIR/fitted/): their maps show the untrained starting point.")
     caption = (f"What each variant actually applies, found by feeding v = identity at N = M = D = {n} on '{found.inputs}' inputs "
                f"(CPU, float32). {how} Each panel's 'weights rel. error' compares its matrix with the exact one.")
     rows = [[p.label, format_number(p.rel_error, ".3g") if p.weights is not None else "-", p.note or ""] for p in found.panels]
-    blocks: list[Block] = [Heading(2, "Effective attention maps"), Image(path.name, caption),
-                           Table(["series", "weights rel. error", "note"], rows)]
-    return [path], blocks
+    return Drawn(path, caption, [Table(["series", "weights rel. error", "note"], rows)])

@@ -7,20 +7,21 @@ from typing import Any
 import pandas as pd
 
 from harness.report import analysis, choice
-from harness.report.budgets import GENERALISATION_MARGIN, METRIC_NAMES, budgets_of
+from harness.report.analysed import AnalysedRun
+from harness.report.budgets import GENERALISATION_MARGIN, METRIC_NAMES
+from harness.report.figures import figure_section
 from harness.report.formatting import format_n, format_number, format_text
-from harness.report.page import Block, Heading, Image, Paragraph, Table
-from harness.schema import budget_label
-from harness.report.winner_map import FILE as WINNER_MAP, winner_map
+from harness.report.page import Block, Heading, Paragraph, Table
+from harness.schema import BASELINE, budget_label
 
 
-def recommendation(frame: pd.DataFrame, env: dict[str, Any], folder: Path) -> tuple[list[Path], list[Block]]:
+def recommendation(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], list[Block]]:
     """'Which one should I use': an intro, a table N x budget per setting and input distribution (choice.py), the
-    winner map (winner_map.png in `folder`) and the run's conditions. `frame` from choice.answer_frame."""
-    tables = choice.answer_tables(frame)
-    metric = budgets_of(frame)[1]
+    winner map (in `folder`) and the run's conditions."""
+    frame, tables, metric = analysed.frame, list(analysed.tables), analysed.metric
     searched = bool(pd.to_numeric(frame["matched_budget"], errors="coerce").notna().any()) if "matched_budget" in frame else False
-    blocks: list[Block] = [Heading(2, "Which one should I use"), Paragraph(_intro(tables, metric, searched=searched))]
+    blocks: list[Block] = [Heading(2, "Which one should I use"),
+                           Paragraph(_intro(tables, metric, searched=searched, against=analysed.errors_against))]
     varying = choice.varying_keys(tables)
     titles = [", ".join(choice.describe(t, varying)) for t in tables] if len(tables) > 1 else [""] * len(tables)
     for table, title in zip(tables, titles):
@@ -30,22 +31,16 @@ def recommendation(frame: pd.DataFrame, env: dict[str, Any], folder: Path) -> tu
             blocks.append(Paragraph(f"**{title}**"))
         blocks.append(Table(headers, rows))
         blocks += _out_of_reach(frame, table)
-    written = []
-    if tables:
-        common = analysis.setting_title(tables[0].setting) + ("" if "inputs" in varying else f", inputs {tables[0].inputs}")
-        path = winner_map(tables, titles if len(tables) > 1 else [common], folder / WINNER_MAP)
-        written.append(path)
-        empty = any(p.label is None for t in tables for p in t.picks.values())
-        blocks.append(Image(path.name, "The winner per N and error budget: its speed-up over dense (~ a tie) and config"
-                                       + ("; grey: none within budget ran." if empty else ".")))
-    blocks.append(Paragraph(conditions(env, frame)))
+    written, figures = figure_section(analysed, folder, "answer")
+    blocks += figures
+    blocks.append(Paragraph(conditions(analysed.run.env, frame)))
     return written, blocks
 
 
-def _intro(tables: list[choice.AnswerTable], metric: str, *, searched: bool) -> str:
+def _intro(tables: list[choice.AnswerTable], metric: str, *, searched: bool, against: str) -> str:
     metric_name = METRIC_NAMES.get(metric, metric)
     margin = f"{GENERALISATION_MARGIN:.0%}"
-    text = (f"Each cell names the fastest variant whose {metric_name} stays within the budget, with its paired speed-up "
+    text = (f"Each cell names the fastest variant whose {metric_name} against {against} stays within the budget, with its paired speed-up "
             "over dense and its 95% interval (its latency where dense did not run); a variant beats dense only when the "
             "whole interval is above 1, and overlapping intervals of the top two are a tie.")
     if searched:
@@ -129,7 +124,7 @@ def scaling(frame: pd.DataFrame) -> list[Block]:
 
 
 def _crossover_text(r: pd.Series) -> str:
-    if r["series"] == analysis.BASELINE or str(r["series"]).startswith(analysis.BASELINE + "("):
+    if r["series"] == BASELINE or str(r["series"]).startswith(BASELINE + "("):
         return "(baseline)"
     kind = r.get("kind")
     text = {

@@ -7,12 +7,13 @@ is nothing to draw.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
 from harness.report.analysis import pareto_front, primary_inputs, select, setting_title, settings
-from harness.report.budgets import METRIC_NAMES, budgets_of
+from harness.report.budgets import METRIC_NAMES
 from harness.report.formatting import format_n
 from harness.report.maps import MapSet
 from harness.report import plotting
@@ -78,13 +79,12 @@ def _band(ax, ok_rows: pd.DataFrame, band: tuple[str, str], style: dict) -> None
                         alpha=plotting.BAND_ALPHA * style.get("alpha", 1.0))
 
 
-def plot_error_vs_n(frame: pd.DataFrame, path: Path) -> Path | None:
-    """The run's error metric against N: a row of subplots per setting, one column per input distribution; each error
-    budget a dashed line."""
-    frame = plotting.budget_columns(frame)
+def plot_error_vs_n(frame: pd.DataFrame, path: Path, *, budgets: Sequence[float], metric: str,
+                    against: str = "exact float64 attention") -> Path | None:
+    """The error metric (frame's "error", harness.report.budgets) against N: a row of subplots per setting, one column
+    per input distribution; each error budget a dashed line. `against`: what the errors are measured against."""
     if not len(frame) or not frame["error"].notna().any():
         return None
-    budgets, metric = budgets_of(frame)
     found = plotting.with_data(frame, "error")
     dists = sorted({str(v) for v in frame["inputs"]})
     plt, fig, axes = plotting.grid(len(found) * len(dists), ncols=len(dists))
@@ -106,23 +106,21 @@ def plot_error_vs_n(frame: pd.DataFrame, path: Path) -> Path | None:
             ax.set_title(f"inputs: {dist}\n{setting_title(setting)}", fontsize=8)
             ax.set_ylabel(METRIC_NAMES[metric])
             ax.grid(True, which="major", alpha=0.3)
-    plotting.finish(plt, fig, axes, styles, "Error against exact float64 attention (dashed: the error budgets)", path)
+    plotting.finish(plt, fig, axes, styles, f"Error against {against.split(' (')[0]} (dashed: the error budgets)", path)
     return path
 
 
-def plot_pareto(frame: pd.DataFrame, path: Path) -> Path | None:
+def plot_pareto(frame: pd.DataFrame, path: Path, *, budgets: Sequence[float], metric: str) -> Path | None:
     """Error (the run's metric) against latency on the primary inputs: a row of panels per setting, one panel per N.
 
     Filled: within the largest budget; the Pareto front (outlined, joined) is computed over those only. Hollow:
     outside every budget, drawn but never on the front. Each budget is a dashed line.
     """
-    frame = plotting.budget_columns(frame)
     inputs = primary_inputs(frame)
     ok = frame[(frame["status"] == "ok") & (frame["inputs"] == inputs) & frame["error"].notna() & frame["latency_s"].notna()] \
         if len(frame) else frame
     if not len(ok):
         return None
-    budgets, metric = budgets_of(frame)
     blocks = [(setting, sorted(set(select(ok, setting)["seq_len"]))) for setting in settings(ok)]
     ncols = min(PARETO_COLUMNS, max(len(lengths) for _, lengths in blocks))
     lines = [(setting, lengths[k: k + ncols]) for setting, lengths in blocks for k in range(0, len(lengths), ncols)]

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from harness.report.analysis import select, settings
-from harness.report.budgets import budget_text, budgets_of, with_budgets
+from harness.report.budgets import budget_text
 from harness.report.formatting import format_bytes, format_n, format_seconds
 
 FIXED_COLORS = {"dense": "black", "chunked": "tab:blue", "sliding_window": "tab:orange", "linformer": "tab:green", "distilled": "tab:red"}
@@ -28,15 +28,6 @@ BAND_ALPHA = 0.2  # the p20-p80 band around a median line
 MAX_BYTE_TICKS = 8  # labelled ticks on a bytes axis
 BUDGET_GID = "budget"  # the gid of budget_lines' lines
 OOM_GID = "oom"  # the gid of mark_oom's crosses: finish adds the legend's "out of memory" entry only when one is drawn
-FIGURE_FILES = {  # stable names, so README can link a committed run's figures
-    "latency": "latency_vs_n.png",
-    "memory": "memory_vs_n.png",
-    "speedup": "speedup_vs_n.png",
-    "error": "error_vs_n.png",
-    "pareto": "pareto.png",
-    "limits": "max_length.png",
-    "maps": "attention_maps.png",
-}
 
 
 def pyplot():
@@ -78,14 +69,10 @@ def series_styles(frame: pd.DataFrame, *, outside: Collection[str] = ()) -> dict
     return styles
 
 
-def budget_columns(frame: pd.DataFrame) -> pd.DataFrame:
-    """frame with the "error" and "in_budget" columns of budgets.with_budgets (added at budgets_of(frame) when missing)."""
-    return frame if "in_budget" in frame else with_budgets(frame, *budgets_of(frame))
-
-
 def outside_budget(rows: pd.DataFrame) -> set[str]:
     """The series of `rows` with a measured error of which no ok row is a candidate within the largest budget."""
-    rows = budget_columns(rows)
+    if "in_budget" not in rows:  # a frame without budgets (harness.report.budgets.with_budgets): nothing is outside
+        return set()
     ok = rows[(rows["status"] == "ok") & rows["error"].notna()]
     return {str(s) for s, group in ok.groupby("series") if not group["in_budget"].astype(bool).any()}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from harness.schema import BASELINE
 from harness.report import analysis, published
 from harness.report.formatting import format_number, format_ratio
 from harness.report.page import Block, Heading, Paragraph, Table
@@ -31,8 +32,8 @@ def _linformer(ok: pd.DataFrame, ours: str) -> list[Block]:
     for _, r in ok[(ok["variant"] == "linformer") & (ok["mode"] == "forward")].sort_values(["series", "seq_len"]).iterrows():
         k = r["config"].get("k") if isinstance(r["config"], dict) else None
         paper = lin["speedup"].get((int(r["seq_len"]), k))
-        if paper and _measured(r["speedup"]):
-            rows.append([r["series"], str(r["seq_len"]), str(k), format_ratio(r["speedup"]), f"{paper:g}x"])
+        if paper and _measured(r["dense_speedup"]):
+            rows.append([r["series"], str(r["seq_len"]), str(k), format_ratio(r["dense_speedup"]), f"{paper:g}x"])
     if not rows:
         return []
     return [Heading(3, f"Linformer speed-up over dense, forward ({lin['source']}, {lin['hardware']})"),
@@ -89,6 +90,6 @@ def _measured(value) -> bool:
 def _dense_backends(ok: pd.DataFrame) -> str:
     """The backends our dense baseline ran (dense rows whose config asks for 'auto'): 'dense, backend auto = sdpa'."""
     auto = np.array([isinstance(c, dict) and c.get("backend", "auto") == "auto" for c in ok["config"]], dtype=bool)
-    dense = ok[(ok["variant"] == analysis.BASELINE).to_numpy() & auto]
+    dense = ok[(ok["variant"] == BASELINE).to_numpy() & auto]
     ran = ", ".join(sorted({str(b) for b in dense["backend"].dropna()}))
     return f"dense, backend auto = {ran}" if ran else "dense"

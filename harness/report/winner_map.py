@@ -1,4 +1,4 @@
-"""The winner map (winner_map.png): a grid N x error budget per setting and inputs, coloured by the winning variant.
+"""The winner map: a grid N x error budget per setting and inputs, coloured by the winning variant.
 
 Each cell is the winner of harness.report.choice, labelled with its speed-up over dense and its config."""
 from __future__ import annotations
@@ -6,11 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.report.choice import AnswerTable
-from harness.schema import budget_label
+from harness.schema import BASELINE, budget_label
 from harness.report.formatting import format_n, format_seconds, format_times
 from harness.report.plotting import pyplot, save, variant_colors
 
-FILE = "winner_map.png"
 NONE_COLOR = "#e6e6e6"  # no candidate ran within the budget
 
 
@@ -67,7 +66,7 @@ def _cell_text(p) -> str:
     dense did not run."""
     if p.label is None:
         return "-"
-    if p.variant == "dense" and p.speedup == 1:
+    if p.variant == BASELINE and p.speedup == 1:
         return "dense" + ("~" if p.tie else "")
     number = f"{format_times(p.speedup)}x" + ("~" if p.tie else "") if p.speedup == p.speedup else format_seconds(p.latency_s)
     config = p.label[len(p.variant) + 1:-1] if p.label.startswith(f"{p.variant}(") else ""

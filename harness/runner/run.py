@@ -26,6 +26,43 @@ def sweep_spec(*, toml_path: str | Path | None = None, toml: dict[str, Any] | No
     return resolve_spec(spec, plan_only=plan_only)
 
 
+def where_keys() -> set[str]:
+    """The keys that say where cells run, not what they measure: the only ones a resumed run takes from the command line."""
+    from harness.executors import option_knobs
+
+    return {"executor", "plugins", *option_knobs()}
+
+
+def check_resume(resume: str | Path, *, run_id: str | None = None, out: str | Path | None = None) -> Path:
+    """The folder a resumed run continues; UsageError when it is not a run folder or a new name or place is given too."""
+    from harness.store import check_run_id
+
+    if run_id is not None:
+        check_run_id(run_id)
+        raise UsageError(f"--resume {resume} continues that folder under its own name; drop --run-id {run_id}")
+    if out is not None:
+        raise UsageError(f"--resume {resume} continues that folder where it is; drop --out {out}")
+    run_dir = Path(resume)
+    if not run_dir.is_dir():
+        raise UsageError(f"--resume {resume}: no such run folder; pass a folder made by `python -m harness sweep`")
+    return run_dir
+
+
+def resume_spec(run_dir: Path, *, overrides: dict[str, Any], plan_only: bool = False, trust_plugins: bool = False) -> SweepSpec:
+    """The spec a resumed run replays: its spec.toml, keys it predates at what they meant then (RESUMED_SPEC_DEFAULTS),
+    and from `overrides` only where cells run (WHERE_KEYS); another executor drops the stored executor settings."""
+    from harness.spec import RESUMED_SPEC_DEFAULTS, load_toml
+
+    if not (run_dir / "spec.toml").is_file():
+        raise UsageError(f"--resume {run_dir}: not a run folder (no spec.toml); pass a folder made by `python -m harness sweep`")
+    stored = load_toml(run_dir / "spec.toml")
+    older = {k: v for k, v in RESUMED_SPEC_DEFAULTS.items() if k not in stored}
+    if overrides.get("executor") is None:
+        return sweep_spec(toml_path=run_dir / "spec.toml", toml=older, cli=overrides, plan_only=plan_only, trust_plugins=trust_plugins)
+    stored = {k: v for k, v in stored.items() if k not in where_keys() - {"plugins"}}
+    return sweep_spec(toml={**stored, **older}, cli=overrides, plan_only=plan_only, trust_plugins=trust_plugins)
+
+
 def plan_lines(spec: SweepSpec, resume: Path | None = None) -> list[str]:
     """The cells a sweep would run, one line each with its id ("done" when a resumed run has its row), and a total."""
     from harness.plan import plan
@@ -59,16 +96,11 @@ def run_sweep(
         quiet: no progress bar (it is also silent when stderr is not a terminal).
     """
     from harness.executors import resolve_spec
-    from harness.store import check_run_id, create_run_dir, lock_run_dir, new_run_id
+    from harness.store import create_run_dir, lock_run_dir, new_run_id
 
     spec = resolve_spec(spec)
     if resume is not None:
-        if run_id is not None:
-            check_run_id(run_id)
-            raise UsageError(f"--resume {resume} continues that folder under its own name; drop --run-id {run_id}")
-        run_dir = Path(resume)
-        if not run_dir.is_dir():
-            raise UsageError(f"--resume {resume}: no such run folder; pass a folder made by `python -m harness sweep`")
+        run_dir = check_resume(resume, run_id=run_id)
     else:
         run_dir = create_run_dir(out, new_run_id(spec.device) if run_id is None else run_id, exact=run_id is not None)
     with lock_run_dir(run_dir):  # one writer per folder, from counting what is done to the last table
@@ -197,28 +229,35 @@ def _block(blocked: dict[tuple[str, str], tuple[str, int]], cell, status: str) -
 
 def finish_run(run_dir: Path, *, plugins: tuple[str, ...] = ()) -> None:
     """rows.csv/Parquet, the report (a failure there is a warning); on stdout the table, the report's path, its answer
-    at the largest N (harness.runner.summary.answer_lines) and the folder.
+    at the largest N (harness.report.summary) and the folder. rows.jsonl is read once, here.
 
     `plugins`: the run's plugin targets, which the report's maps child imports too.
     """
-    from harness.runner.summary import answer_lines, summary_table
-    from harness.store import read_rows, write_tables
+    import warnings
 
-    write_tables(run_dir)
+    from harness.report.analysed import analyse
+    from harness.report.summary import answer_lines, summary_table
+    from harness.store import load_run, write_tables
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # what the reader skipped is in the run's notes, which the report lists
+        run = load_run(run_dir)
+    write_tables(run)
+    analysed = analyse(run)
     reported = False
     try:
         from harness.report import write_report  # inside the try: a broken plotting install is this same warning
 
-        write_report(run_dir, plugins=plugins)
+        write_report(analysed, plugins=plugins)
         reported = True
     except Exception as exc:  # the rows are safe on disk; a report failure is a warning, never silent
         print(f"warning: the report failed ({type(exc).__name__}: {exc}); "
               f"the rows are in {run_dir}; retry with python -m harness report {run_dir}", file=sys.stderr)
-    print(summary_table(read_rows(run_dir)))
+    print(summary_table(analysed))
     if reported and (run_dir / "report.html").is_file():
         print(f"report: {run_dir / 'report.html'}")
     try:
-        for line in answer_lines(run_dir):
+        for line in answer_lines(analysed):
             print(line)
     except Exception as exc:  # like the report's: the rows are safe, the answer is in the report or a retry away
         print(f"warning: the answer failed ({type(exc).__name__}: {exc}); see python -m harness report {run_dir}", file=sys.stderr)

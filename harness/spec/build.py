@@ -7,6 +7,7 @@ it. Keys an executor declares (``executor_flags``: key -> flag) are carried raw 
 """
 from __future__ import annotations
 
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
@@ -17,7 +18,7 @@ from harness.errors import UsageError
 from harness.knobs import knobs
 from harness.plugins import load_plugins
 from harness.spec.convert import SpecError, as_list, choices
-from harness.spec.model import DTYPE_ALIASES, DTYPES, VARIANT_CONFIG_KEY, SweepSpec
+from harness.spec.model import DTYPE_ALIASES, DTYPES, RENAMED_KEYS, VARIANT_CONFIG_KEY, SweepSpec
 from harness.spec.toml_io import load_toml, toml_library
 from harness.spec.variants import expand_variants, variant_config_layers
 from variants._checks import did_you_mean
@@ -52,6 +53,7 @@ def build_spec(
     file_values = dict(toml or {})
     if toml_path is not None:
         file_values = {**load_toml(toml_path), **file_values}
+    file_values, cli = _renamed(file_values, source), _renamed(cli, "cli")
     known = KEYS + tuple(executor_flags)
     for where, keys in ((source, file_values), ("cli", cli)):
         unknown = [k for k in keys if k not in known]
@@ -104,6 +106,19 @@ def build_spec(
         raise UsageError(str(exc)) from None
 
 
+def _renamed(values: dict[str, Any], source: str) -> dict[str, Any]:
+    """The values with renamed keys (RENAMED_KEYS) under their new names, and a one-line note for each old one."""
+    out = {}
+    for key, value in values.items():
+        new = RENAMED_KEYS.get(key)
+        if new is not None:
+            print(f"note: {source}: '{key}' is now called '{new}'; read as '{new}'", file=sys.stderr)
+            if new in values:
+                raise UsageError(f"{source}: both '{key}' and '{new}' are given; '{key}' is the old name of '{new}': keep one")
+        out[new or key] = value
+    return out
+
+
 def _check_file_plugins(source: str, from_file: list, given: list, trust: bool) -> None:
     """Refuse to import plugins named by a spec file unless the user named them too (or trusts the file)."""
     def key(target: Any) -> str:
@@ -127,9 +142,9 @@ def _check_heads_and_padding(values: dict[str, Any], where: Any) -> None:
         if heads is not None and heads % kv:
             raise SpecError(f"{where('kv_heads')}: {kv} key/value heads do not divide {where('heads')} = {heads} query heads; "
                             f"use a divisor of {heads}: {', '.join(str(d) for d in range(1, heads + 1) if heads % d == 0)}")
-    padded = [p for p in values.get("padding", ()) if p > 0]
+    padded = [p for p in values.get("paddings", ()) if p > 0]
     if padded and batch is not None and batch < 2:
-        raise SpecError(f"{where('padding')} = {padded[0]:g} needs {where('batch')} >= 2 (each batch row keeps a different "
+        raise SpecError(f"{where('paddings')} = {padded[0]:g} needs {where('batch')} >= 2 (each batch row keeps a different "
                         f"length), got {batch}; raise the batch or use padding 0")
 
 

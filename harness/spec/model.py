@@ -19,6 +19,8 @@ SCOPES = ("attention", "layer")
 # Keys added after the first spec.toml files were written, with the value a run's spec.toml without them means
 # (the run predates them): a resumed run replays what it measured, not today's defaults.
 RESUMED_SPEC_DEFAULTS = {"error_budgets": []}  # a run from before error budgets searched no configs
+# Keys that were renamed (every list of a cell axis is plural now): the old name is still read, with a one-line note.
+RENAMED_KEYS = {"causal": "causals", "padding": "paddings", "scope": "scopes"}
 VARIANT_CONFIG_KEY = "variant_config"  # TOML-only table: variant -> {field = value}, applied to every entry of that variant
 
 
@@ -52,16 +54,16 @@ class SweepSpec:
                                      help="key/value heads (GQA; each must divide --heads), e.g. '8,2,1' (default: = heads)")
     head_dims: tuple[int, ...] = knob(flag="--head-dim", metavar="LIST", parse=c.positive_ints, help="head dims, e.g. '64,128'")
     dtypes: tuple[str, ...] = knob(flag="--dtypes", metavar="LIST", help="float32, bfloat16 (bf16), float16 (fp16)")
-    causal: tuple[bool, ...] = knob(flag="--causal", metavar="LIST", parse=c.bools, help="false, true or both")
+    causals: tuple[bool, ...] = knob(flag="--causal", metavar="LIST", parse=c.bools, help="false, true or both")
     modes: tuple[str, ...] = knob(flag="--modes", metavar="LIST", parse=c.choices(MODES, MODE_ALIASES),
                                   help="forward (no grad), train (forward + backward)")
     phases: tuple[str, ...] = knob(("prefill",), flag="--phases", metavar="LIST", parse=c.choices(PHASES),
                                    help="prefill (one call on N tokens), decode (tokens generated one at a time after an N-token context; forward, causal)")
     decode_steps: int = knob(32, flag="--decode-steps", metavar="S", parse=c.positive_int,
                              help="tokens generated per timed decode call (latency is per token)")
-    padding: tuple[float, ...] = knob((0.0,), flag="--padding", metavar="LIST", parse=c.fractions,
+    paddings: tuple[float, ...] = knob((0.0,), flag="--padding", metavar="LIST", parse=c.fractions,
                                       help="mean fraction of key positions that are padding, ragged over the batch (needs --batch >= 2), e.g. '0,0.25'")
-    scope: tuple[str, ...] = knob(("attention",), flag="--scope", metavar="LIST", parse=c.choices(SCOPES),
+    scopes: tuple[str, ...] = knob(("attention",), flag="--scope", metavar="LIST", parse=c.choices(SCOPES),
                                   help="attention (the variant alone), layer (a pre-norm transformer block around it)")
     inputs: tuple[str, ...] = knob(flag="--inputs", metavar="LIST",
                                    help="input distributions, e.g. 'gaussian,local,gaussian:scale=4'")
@@ -107,9 +109,9 @@ def describe(spec: SweepSpec) -> str:
     """One line: the sweep's dimensions."""
     return (
         f"{len(spec.variants)} variants x {len(spec.seq_lens)} lengths x {len(spec.head_dims)} head dims x "
-        f"{len(spec.dtypes)} dtypes x {len(spec.causal)} causal x {len(spec.modes)} modes x {len(spec.inputs)} inputs"
+        f"{len(spec.dtypes)} dtypes x {len(spec.causals)} causal x {len(spec.modes)} modes x {len(spec.inputs)} inputs"
         + "".join(f" x {len(values)} {name}" for name, values in (("kv heads", spec.kv_heads), ("phases", spec.phases),
-                                                               ("paddings", spec.padding), ("scopes", spec.scope)) if len(values) > 1)
+                                                               ("paddings", spec.paddings), ("scopes", spec.scopes)) if len(values) > 1)
         + " "
         f"on {spec.device} (B={spec.batch}, H={spec.heads})"
     )

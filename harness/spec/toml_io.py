@@ -30,6 +30,21 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise UsageError(f"{path}: malformed TOML: {exc}") from None
 
 
+def stored_spec_values(text: str | None) -> tuple[dict[str, Any], str | None]:
+    """A run folder's spec.toml text as values (renamed keys under their new names), and what was wrong with it
+    (None when it read cleanly; {} and the problem when it is missing or malformed): a report reads what it can."""
+    from harness.spec.model import RENAMED_KEYS
+
+    if text is None:
+        return {}, "the run folder has no spec.toml"
+    tomllib = toml_library()
+    try:
+        values = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        return {}, f"its spec.toml is malformed ({exc}); the run's settings are taken as the defaults"
+    return {RENAMED_KEYS.get(k, k): v for k, v in values.items()}, None
+
+
 def spec_to_toml(spec: SweepSpec) -> str:
     """The effective spec as TOML (variants expanded, plugins as absolute paths where they are files)."""
     values: dict[str, Any] = {}

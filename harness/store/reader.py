@@ -9,14 +9,14 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 import pandas as pd
 
 from harness.errors import UsageError
-from harness.schema import CELL_FIELD_DEFAULTS, NUMERIC_FIELDS, ROW_FIELDS, SCHEMA_VERSION
+from harness.schema import CELL_FIELDS, NUMERIC_FIELDS, ROW_FIELDS, SCHEMA_VERSION, SETTINGS, legacy_value
 from harness.store.run_dir import ENV_FILE, ROWS_FILE, SPEC_FILE
 
 REQUIRED_FIELDS = ("variant", "seq_len", "status")  # without these a row cannot be placed in any table
@@ -31,6 +31,7 @@ class Run:
     env: dict[str, Any]  # env.json ({} when absent)
     spec_text: str | None  # spec.toml verbatim (None when absent)
     notes: list[str] = field(default_factory=list)  # what was skipped or filled in while reading, for the report
+    records: list[dict[str, Any]] = field(default_factory=list)  # the rows as written (JSON objects), for rows.csv
 
     @property
     def name(self) -> str:
@@ -124,7 +125,8 @@ def load_run(run_dir: str | Path) -> Run:
         except json.JSONDecodeError as exc:
             warn_note(notes, f"{path / ENV_FILE}: not valid JSON ({exc.msg}); environment unknown")
     spec_text = (path / SPEC_FILE).read_text(encoding="utf-8") if (path / SPEC_FILE).is_file() else None
-    return Run(path=path, rows=frame, env=env if isinstance(env, dict) else {}, spec_text=spec_text, notes=notes)
+    return Run(path=path, rows=frame, env=env if isinstance(env, dict) else {}, spec_text=spec_text, notes=notes,
+               records=[row for row in rows if row.get("cell_id")])
 
 
 def config_key(config: Any) -> str:
@@ -169,7 +171,8 @@ def series_labels(frame: pd.DataFrame) -> list[str]:
 
 
 def _fill_defaults(frame: pd.DataFrame) -> None:
-    """Defaults for identity fields an older writer may have left out, so grouping never sees None."""
+    """Each cell field an older writer left out takes what such a row means (harness.schema.legacy_value), typed as
+    the field declares, so grouping never sees None; measurements are floats (NaN where missing)."""
     for column in frame.columns:
         if column not in NUMERIC_FIELDS:
             frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
@@ -177,19 +180,17 @@ def _fill_defaults(frame: pd.DataFrame) -> None:
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(float)
     if not len(frame):
         return
-    defaults = {"dtype": "float32", "mode": "forward", "inputs": "gaussian", "causal": False, "device": "cpu"}
-    for column, default in defaults.items():
-        frame[column] = [default if v is None else v for v in frame[column]]
-    frame["config"] = [c if isinstance(c, dict) else {} for c in frame["config"]]
-    frame["kv_len"] = [n if m is None else m for n, m in zip(frame["seq_len"], frame["kv_len"])]
-    frame["causal"] = [bool(c) for c in frame["causal"]]
-    # Cell fields newer than the first schema_version 1 rows (harness.schema.CELL_FIELD_DEFAULTS).
-    frame["kv_heads"] = [h if kv is None else int(kv) for h, kv in zip(frame["heads"], frame["kv_heads"])]
-    for column in ("phase", "scope"):
-        frame[column] = [CELL_FIELD_DEFAULTS[column] if v is None else v for v in frame[column]]
-    frame["padding"] = [0.0 if v is None else float(v) for v in frame["padding"]]
-    for column in ("seq_len", "kv_len"):
-        frame[column] = [int(v) for v in frame[column]]
+    records = frame[list(CELL_FIELDS)].to_dict("records")
+    for name in CELL_FIELDS:
+        cast = SETTINGS[name].cast or (lambda v: v)
+        filled = [_legacy(name, r) if r[name] is None or (name == "config" and not isinstance(r[name], dict)) else r[name]
+                  for r in records]
+        frame[name] = [None if v is None else cast(v) for v in filled]
+
+
+def _legacy(name: str, record: dict[str, Any]) -> Any:
+    value = legacy_value(name, record)
+    return None if value is MISSING else value
 
 
 # ---- the raw lines ---------------------------------------------------------------------------------

@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from harness.schema import ROW_FIELDS, Row
-from harness.store.reader import read_rows, warn_note
+from harness.schema import ROW_FIELDS, Row, row_record
+from harness.store.reader import Run, read_rows, warn_note
 from harness.store.run_dir import CSV_FILE, PARQUET_FILE, ROWS_FILE
 
 
@@ -28,8 +28,8 @@ class RowWriter:
 
     def append(self, row: Row | dict[str, Any]) -> None:
         """Write one row (a Row, or its dict: unknown fields are refused) as one complete line, durably."""
-        row = row if isinstance(row, Row) else Row.from_dict(row)
-        line = json.dumps(row.to_dict(), allow_nan=False, default=str)
+        record = row.to_dict() if isinstance(row, Row) else row_record(row)
+        line = json.dumps(record, allow_nan=False, default=str)
         self._file.write(line + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
@@ -99,12 +99,17 @@ def rows_dataframe(rows: list[dict[str, Any]]):
     return pd.DataFrame(rows, columns=list(ROW_FIELDS))
 
 
-def write_tables(run_dir: str | Path) -> list[Path]:
-    """rows.csv (dict fields as JSON text) and rows.parquet when pyarrow is installed; returns the paths."""
+def write_tables(run: "str | Path | Run") -> list[Path]:
+    """rows.csv (dict fields as JSON text) and rows.parquet when pyarrow is installed, from a run folder (read here) or
+    a Run already loaded (its rows as written); returns the paths."""
     import importlib.util
 
-    run_dir = Path(run_dir)
-    frame = rows_dataframe(read_rows(run_dir))
+    if isinstance(run, Run):
+        run_dir, rows = run.path, run.records
+    else:
+        run_dir = Path(run)
+        rows = read_rows(run_dir)
+    frame = rows_dataframe(rows)
     for column in ("config", "calibration"):
         frame[column] = [None if v is None else json.dumps(v, sort_keys=True) for v in frame[column]]
     written = [run_dir / CSV_FILE]

@@ -128,3 +128,23 @@ def write_run(folder: Path, rows: list[dict[str, Any]] | None = None, *, truncat
     (folder / "env.json").write_text(json.dumps(env))
     (folder / "spec.toml").write_text(spec_text)
     return folder
+
+
+def analysed_rows(rows: list[dict[str, Any]], spec_text: str | None = None, budgets: tuple[float, ...] | None = None):
+    """Rows analysed as a run folder's would be (harness.report.analysed), without writing the folder."""
+    import warnings
+
+    from harness.report.analysed import analyse
+    from harness.store import Run, rows_frame
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        frame = rows_frame(rows)
+    return analyse(Run(path=Path("synthetic"), rows=frame, env={}, spec_text=spec_text, records=rows), budgets=budgets)
+
+
+def blank_row(**fields: Any) -> dict[str, Any]:
+    """A row with every schema column None but those given (schema_version set): what a test writes or reads."""
+    from harness.schema import ROW_FIELDS, SCHEMA_VERSION
+
+    return {**dict.fromkeys(ROW_FIELDS), "schema_version": SCHEMA_VERSION, **fields}

@@ -61,13 +61,13 @@ def test_crossover_kinds():
 def test_dense_ratios_use_the_dense_row_of_the_same_cell():
     frame = with_dense_ratios(rows_frame(make_rows()))
     sw = frame[(frame["variant"] == "sliding_window") & (frame["seq_len"] == 4096) & (frame["inputs"] == "local")].iloc[0]
-    assert sw["speedup"] == pytest.approx((1e-9 * 4096**2) / (4e-7 * 4096))
+    assert sw["dense_speedup"] == pytest.approx((1e-9 * 4096**2) / (4e-7 * 4096))
     assert sw["memory_ratio"] == pytest.approx(2048 * 4096 / (8 * 4096**2))
     dense = frame[(frame["variant"] == "dense") & (frame["status"] == "ok")]
-    assert np.allclose(dense["speedup"], 1.0)
+    assert np.allclose(dense["dense_speedup"], 1.0)
     # Where dense ran out of memory there is no ratio, and the reason is kept.
     at_oom = frame[(frame["variant"] == "chunked") & (frame["seq_len"] == 8192)]
-    assert at_oom["speedup"].isna().all() and set(at_oom["dense_status"]) == {"oom"}
+    assert at_oom["dense_speedup"].isna().all() and set(at_oom["dense_status"]) == {"oom"}
 
 
 def test_dense_baseline_prefers_backend_auto_over_a_faster_explicit_backend():

@@ -1,15 +1,13 @@
 """harness.report.cells: every cell's line, failures with their reason, both errors side by side."""
 from __future__ import annotations
 
-from harness.report.analysis import with_dense_ratios
 from harness.report.cells import cell_tables
 from harness.report.render import render_markdown
-from harness.store import rows_frame
-from tests.helpers.synthetic_run import make_rows
+from tests.helpers.synthetic_run import analysed_rows, make_rows
 
 
 def test_the_cell_tables_show_one_minus_cosine_beside_relative_l2():
-    md = render_markdown(cell_tables(with_dense_ratios(rows_frame(make_rows(inputs=("gaussian",))))))
+    md = render_markdown(cell_tables(analysed_rows(make_rows(inputs=("gaussian",)))))
     assert "| rel. error | 1 - cosine | reason |" in md
     assert "| linformer | 256 | ok |" in md and "| 5.00e-02 | 5.00e-02 |  |" in md  # cosine 0.95
     assert "| dense | 8192 | OOM | - | - | - | - | - | - | - |" in md

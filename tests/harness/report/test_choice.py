@@ -5,13 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.report.choice import NONE_RAN, answer_frame, answer_lines, answer_tables
-from harness.store import rows_frame
-from tests.helpers.synthetic_run import BUDGET_SPEC, make_budget_rows, make_rows
+from harness.report.choice import NONE_RAN, answer_lines
+from tests.helpers.synthetic_run import BUDGET_SPEC, analysed_rows, make_budget_rows, make_rows
 
 
 def _table(rows, spec_text=BUDGET_SPEC, budgets=None):
-    (table,) = answer_tables(answer_frame(rows_frame(rows), spec_text, budgets))
+    (table,) = analysed_rows(rows, spec_text, budgets).tables
     return table
 
 
@@ -95,8 +94,7 @@ def test_runs_without_budgets_use_the_defaults_and_the_budgets_argument_wins():
 
 
 def test_answer_lines_give_the_largest_n_per_input_distribution():
-    frame = answer_frame(rows_frame(make_budget_rows(inputs=("gaussian", "local"))), BUDGET_SPEC)
-    lines = answer_lines(answer_tables(frame))
+    lines = answer_lines(list(analysed_rows(make_budget_rows(inputs=("gaussian", "local")), BUDGET_SPEC).tables))
     assert lines == [
         f"answer at N=8192 ({d}): rel_l2<=0.05: sliding_window(window=512) 8.4x [7.6-9.2]; "
         "rel_l2<=0.1: linformer(k=256) 25.6x [12.8-38.4] (error 0.105; tie: sliding_window(window=256))" for d in ("gaussian", "local")]
@@ -104,16 +102,17 @@ def test_answer_lines_give_the_largest_n_per_input_distribution():
 
 @pytest.mark.parametrize("rows", [[], [dict(r, status="error", reason="boom") for r in make_budget_rows()]])
 def test_no_table_without_an_ok_row(rows):
-    assert answer_tables(answer_frame(rows_frame(rows), BUDGET_SPEC)) == []
+    assert analysed_rows(rows, BUDGET_SPEC).tables == ()
 
 
 def test_paired_speedup_overrides_the_latency_ratio_and_old_rows_fall_back():
-    frame = answer_frame(rows_frame(make_budget_rows() + make_rows(variants=("chunked",), inputs=("local",), lengths=(1024,),
-                                                                   with_failures=False)), BUDGET_SPEC)
+    frame = analysed_rows(make_budget_rows() + make_rows(variants=("chunked",), inputs=("local",), lengths=(1024,),
+                                                         with_failures=False), BUDGET_SPEC).frame
     sw = frame[(frame["variant"] == "sliding_window") & (frame["seq_len"] == 2048)]
-    assert np.allclose(sw["speedup"], [2.1, 3.2])  # the rows' paired medians
+    assert np.allclose(sw["dense_speedup"], [2.1, 3.2]) and np.allclose(sw["speedup"], [2.1, 3.2])  # the rows' paired medians
     old = frame[(frame["variant"] == "chunked") & frame["speedup_low"].isna()]  # no paired fields: dense latency / latency
-    assert len(old) == 1 and np.allclose(old["speedup"], old["dense_latency_s"] / old["latency_s"])
+    assert len(old) == 1 and np.allclose(old["dense_speedup"], old["dense_latency_s"] / old["latency_s"])
+    assert old["speedup"].isna().all()  # the row's own speedup keeps its meaning: none was paired
 
 
 def test_the_same_config_found_for_two_budgets_is_one_candidate_not_a_tie_with_itself():
@@ -133,6 +132,7 @@ def test_the_same_config_found_for_two_budgets_is_one_candidate_not_a_tie_with_i
 
 def test_the_figures_inputs_are_those_where_the_most_series_ran():
     from harness.report.analysis import primary_inputs
+    from harness.store import rows_frame
 
     rows = make_budget_rows(inputs=("gaussian", "local"))
     frame = rows_frame([r for r in rows if not (r["inputs"] == "gaussian" and r["variant"] == "sliding_window")])

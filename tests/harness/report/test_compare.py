@@ -11,7 +11,7 @@ from harness.commands import main
 from harness.commands.compare import run as compare_command
 from harness.errors import UsageError
 from harness.report.compare import compare_runs
-from harness.store import load_run
+from harness.report.analysed import analyse as load_run  # compare takes runs analysed once
 from tests.helpers.synthetic_run import make_rows, write_run
 
 
@@ -24,7 +24,7 @@ def _runs(tmp_path, rows_b=None, **kwargs_b):
 def test_identical_runs_pass(tmp_path, capsys):
     a, b = _runs(tmp_path)
     result = compare_runs(a, b)
-    assert len(result.cells) == len(a.rows) and set(result.cells["verdict"]) == {"same"}
+    assert len(result.cells) == len(a.frame) and set(result.cells["verdict"]) == {"same"}
     assert main(["compare", str(a.path), str(b.path), "--fail-on-regression"]) == 0
     assert "0 regressions, 0 improvements" in capsys.readouterr().out
 
@@ -35,7 +35,7 @@ def test_planted_2x_regression_is_flagged_and_nothing_else(tmp_path, capsys):
     flagged = result.cells[result.cells["verdict"] != "same"]
     assert set(flagged["variant"]) == {"chunked"}
     assert set(flagged["verdict"]) == {"regression"} and set(flagged["why"]) == {"latency 2.00x"}
-    assert len(flagged) == len(a.rows[(a.rows["variant"] == "chunked") & (a.rows["status"] == "ok")])
+    assert len(flagged) == len(a.frame[(a.frame["variant"] == "chunked") & (a.frame["status"] == "ok")])
     assert main(["compare", str(a.path), str(b.path)]) == 0  # reported, not failed, unless asked
     assert main(["compare", str(a.path), str(b.path), "--fail-on-regression"]) == 1
     out = capsys.readouterr().out
@@ -90,7 +90,7 @@ def test_cells_match_across_machines_not_on_device_host_run_or_seed(tmp_path):
                   cell_id="x" + r["cell_id"]) for r in make_rows()]
     a, b = _runs(tmp_path, other)
     result = compare_runs(a, b)
-    assert len(result.cells) == len(a.rows) and len(result.only_a) == 0
+    assert len(result.cells) == len(a.frame) and len(result.only_a) == 0
     assert any("different seeds" in n for n in result.notes)
 
 
@@ -151,7 +151,7 @@ def test_a_row_with_a_non_integer_seq_len_is_skipped_with_a_note(tmp_path, capsy
     (b / "rows.jsonl").write_text("\n".join([json.dumps(bad)] + rows) + "\n")
     with pytest.warns(UserWarning, match="skipped 1 row.s. whose seq_len or kv_len is not a positive integer"):
         run = load_run(b)
-    assert len(run.rows) == len(rows)
+    assert len(run.frame) == len(rows)
     with pytest.warns(UserWarning, match="not a positive integer"):
         assert main(["compare", str(a), str(b)]) == 0
 

@@ -8,9 +8,9 @@ from harness.report import figures, plots, plotting
 from harness.report.analysis import memory_limits, with_dense_ratios
 from harness.report.budgets import with_budgets
 from harness.report.maps import MapPanel, MapSet
-from harness.report.plotting import FIGURE_FILES, series_styles, variant_colors
+from harness.report.plotting import series_styles, variant_colors
 from harness.store import rows_frame
-from tests.helpers.synthetic_run import SPREAD, make_rows
+from tests.helpers.synthetic_run import SPREAD, analysed_rows, make_rows
 
 
 def test_one_colour_per_variant_in_every_figure():
@@ -65,9 +65,9 @@ def test_max_length_only_when_a_cell_ran_out_of_memory_or_timed_out(tmp_path):
         hit = frame_of([dict(r, status=status) if r["seq_len"] == 8192 and r["variant"] == "dense" else r
                         for r in clean.to_dict("records")])
         assert plots.plot_memory_limits(memory_limits(hit), hit, tmp_path / f"{status}.png") == tmp_path / f"{status}.png"
-    paths, blocks = figures.figures(clean, tmp_path)
-    assert FIGURE_FILES["limits"] not in {p.name for p in paths}
-    assert not any(getattr(b, "file", None) == FIGURE_FILES["limits"] for b in blocks)
+    paths, blocks = figures.figure_section(analysed_rows(make_rows(inputs=("gaussian",), with_failures=False)), tmp_path, "measured")
+    assert "max_length.png" not in {p.name for p in paths} and "latency_vs_n.png" in {p.name for p in paths}
+    assert not any(getattr(b, "file", None) == "max_length.png" for b in blocks)
 
 
 def visible_axes(fig):
@@ -90,21 +90,21 @@ def test_latency_bands_span_p20_to_p80_where_measured(tmp_path, drawn):
 
 def test_a_series_outside_every_budget_is_faded_and_labelled_so(tmp_path, drawn):
     frame = frame_of(make_rows(inputs=("gaussian",)))  # sliding_window's error 0.3 is above the largest budget 0.1
-    plots.plot_metric_vs_n(frame, "speedup", tmp_path / "s.png", ylabel="x", title="x")
+    plots.plot_metric_vs_n(frame, "dense_speedup", tmp_path / "s.png", ylabel="x", title="x")
     labels = legend_labels(drawn["s.png"])
     assert [l for l in labels if l.endswith(plotting.OUTSIDE_LABEL)] == [l for l in labels if l.startswith("sliding_window")] != []
     (ax,) = visible_axes(drawn["s.png"])
     faded = [line for line in ax.get_lines() if line.get_label().endswith(plotting.OUTSIDE_LABEL)]
     assert len(faded) == 1 and faded[0].get_alpha() == plotting.OUTSIDE_ALPHA and len(faded[0].get_xdata()) == 5  # still drawn (no dense at 8K)
     wider = frame_of(make_rows(inputs=("gaussian",)), budgets=(0.5,))  # within a budget of 0.5: drawn as any other
-    plots.plot_metric_vs_n(wider, "speedup", tmp_path / "w.png", ylabel="x", title="x")
+    plots.plot_metric_vs_n(wider, "dense_speedup", tmp_path / "w.png", ylabel="x", title="x")
     assert not any(l.endswith(plotting.OUTSIDE_LABEL) for l in legend_labels(drawn["w.png"]))
 
 
 def test_pareto_one_panel_per_length_and_the_front_only_within_budget(tmp_path, drawn):
     # sliding_window is the fastest but outside the budget; linformer (0.05, within 0.1) is faster than dense from 1K
     frame = frame_of(make_rows(slow={"linformer": 2.5}))
-    plots.plot_pareto(frame, tmp_path / "p.png")
+    plots.plot_pareto(frame, tmp_path / "p.png", budgets=(0.01, 0.1), metric="rel_l2")
     panels = visible_axes(drawn["p.png"])
     assert [ax.get_title(loc="center") or ax.get_title(loc="left").split("\n")[-1] for ax in panels] == \
         [f"N = {n}" for n in ("256", "512", "1K", "2K", "4K", "8K")]
@@ -119,14 +119,14 @@ def test_pareto_one_panel_per_length_and_the_front_only_within_budget(tmp_path, 
         budgets = sorted(line.get_ydata()[0] for line in ax.get_lines() if line.get_gid() == plotting.BUDGET_GID)
         assert budgets == [0.01, 0.1]
     without = frame_of(make_rows(slow={"linformer": 2.5}), budgets=(0.5,))
-    plots.plot_pareto(without, tmp_path / "q.png")
+    plots.plot_pareto(without, tmp_path / "q.png", budgets=(0.5,), metric="rel_l2")
     fronts = [{c.get_label() for c in ax.collections if c.get_gid() == plots.FRONT_GID} for ax in visible_axes(drawn["q.png"])]
     assert all(any(l.startswith("sliding_window") for l in f) for f in fronts[1:])  # within 0.5, fastest from N=512: on the front
 
 
 def test_error_figure_draws_the_run_metric_and_its_budgets(tmp_path, drawn):
     frame = frame_of(make_rows(inputs=("gaussian",)), budgets=(1e-3, 0.2), metric="cosine")
-    plots.plot_error_vs_n(frame, tmp_path / "e.png")
+    plots.plot_error_vs_n(frame, tmp_path / "e.png", budgets=(1e-3, 0.2), metric="cosine")
     (ax,) = visible_axes(drawn["e.png"])
     assert ax.get_ylabel() == "1 - cosine similarity"
     assert sorted(line.get_ydata()[0] for line in ax.get_lines() if line.get_gid() == plotting.BUDGET_GID) == [1e-3, 0.2]

@@ -8,20 +8,24 @@ import pytest
 from harness.commands import main
 from harness.errors import UsageError
 from harness.report import write_report
-from harness.report.plotting import FIGURE_FILES
-from harness.report.winner_map import FILE as WINNER_MAP
+from harness.report.figures import FIGURES
 from harness.store import load_run
 from tests.helpers.synthetic_run import BUDGET_SPEC, make_budget_rows, make_rows, write_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+WINNER_MAP = "winner_map.png"
+# Every figure a run of forward and train prefill rows gets (no decode rows: no decode figures).
+PREFILL_FIGURES = {f.file for f in FIGURES if f.section in ("answer", "measured", "maps")}
 
 
 def test_report_from_a_run_with_failures_writes_every_file(tmp_path):
     run = write_run(tmp_path / "run", modes=("forward", "train"))
     written = write_report(run)
     names = {p.name for p in written}
-    assert names == {"report.md", "report.html", WINNER_MAP} | set(FIGURE_FILES.values())
-    for name in list(FIGURE_FILES.values()) + [WINNER_MAP]:
+    assert PREFILL_FIGURES == {WINNER_MAP, "latency_vs_n.png", "memory_vs_n.png", "speedup_vs_n.png", "error_vs_n.png",
+                               "pareto.png", "max_length.png", "attention_maps.png"}
+    assert names == {"report.md", "report.html"} | PREFILL_FIGURES
+    for name in PREFILL_FIGURES:
         assert (run / name).read_bytes()[:8] == PNG_MAGIC
     md = (run / "report.md").read_text()
     # Failed cells are shown with their status and reason, never dropped.
@@ -36,8 +40,8 @@ def test_report_from_a_run_with_failures_writes_every_file(tmp_path):
     assert "paper (NVIDIA V100)" in md and "| linformer | 2048 | 128 | 10.24x | 2.6x |" in md
     assert "ours (Synthetic CPU)" in md
     html = (run / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == len(FIGURE_FILES) + 1  # self-contained, the winner map too
-    for name in list(FIGURE_FILES.values()) + [WINNER_MAP]:
+    assert html.count("data:image/png;base64,") == len(PREFILL_FIGURES)  # self-contained, the winner map too
+    for name in PREFILL_FIGURES:
         assert f"![{name}]({name})" in md
 
 
@@ -60,7 +64,7 @@ def test_report_of_an_all_failed_run_says_so(tmp_path):
 def test_report_of_a_run_without_dense(tmp_path):
     run = write_run(tmp_path / "nodense", make_rows(variants=("chunked", "linformer"), inputs=("gaussian",)))
     names = {p.name for p in write_report(run, maps=False)}
-    assert FIGURE_FILES["speedup"] not in names and FIGURE_FILES["latency"] in names  # no baseline, no speed-up figure
+    assert "speedup_vs_n.png" not in names and "latency_vs_n.png" in names  # no baseline, no speed-up figure
     md = (run / "report.md").read_text()
     section = _answer(md)
     assert "| 256 | chunked(chunk_size=256) 98.3 us | linformer(k=128) 51.2 us |" in section  # no dense: latencies
@@ -93,7 +97,7 @@ def test_rows_of_an_older_format(tmp_path):
     old = [{"variant": r["variant"], "seq_len": r["seq_len"], "status": r["status"], "latency_s": r["latency_s"],
             "config": r["config"]} for r in make_rows(inputs=("gaussian",), with_failures=False)]
     run = write_run(tmp_path / "old", old)
-    with pytest.warns(UserWarning, match="older row format, missing dtype, mode, inputs, peak_memory_bytes, rel_l2_error"):
+    with pytest.warns(UserWarning, match="older row format, missing inputs, dtype, mode, peak_memory_bytes, rel_l2_error"):
         write_report(run, maps=False)
     md = (run / "report.md").read_text()
     assert "older row format" in md and "| dense | 1024 | ok | 1.05 ms | 1.00x | - |" in md

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from harness.report import analysis, overview, scopes
-from harness.report.page import Heading, Image, Paragraph, Table
-from harness.schema import empty_row
+from harness.report.figures import FIGURES, figure_section
+from harness.report.page import Image, Paragraph, Table
 from harness.store import rows_frame
+from tests.helpers.synthetic_run import analysed_rows, blank_row
 
 
 def _row(variant, n, latency, **fields):
-    row = empty_row()
+    row = blank_row()
     row.update(variant=variant, config={"backend": "auto"}, seq_len=n, kv_len=n, batch=1, heads=8, head_dim=64, status="ok",
                dtype="float32", device="cpu", mode="forward", causal=False, inputs="gaussian", latency_s=latency)
     row.update(fields)
@@ -36,13 +37,14 @@ def test_no_layer_section_without_both_scopes():
 
 
 def test_decode_figures_only_with_decode_rows(tmp_path):
-    assert scopes.decode_figures(_frame([_row("dense", 64, 1.0)]), tmp_path) == ([], [])
+    assert figure_section(analysed_rows([_row("dense", 64, 1.0)]), tmp_path, "decode") == ([], [])
     rows = [_row("dense", n, 1e-4 * n / 64, phase="decode", causal=True, state_bytes=1024 * n) for n in (64, 128)]
     rows += [_row("sliding_window", n, 1e-4, phase="decode", causal=True, state_bytes=4096) for n in (64, 128)]
-    paths, blocks = scopes.decode_figures(_frame(rows), tmp_path)
-    assert sorted(p.name for p in paths) == sorted(scopes.DECODE_FIGURE_FILES.values())
+    paths, blocks = figure_section(analysed_rows(rows), tmp_path, "decode")
+    assert sorted(p.name for p in paths) == sorted(f.file for f in FIGURES if f.section == "decode") == [
+        "decode_latency_vs_n.png", "state_bytes_vs_n.png"]
     assert all(p.stat().st_size > 0 for p in paths)
-    assert isinstance(blocks[0], Heading) and sum(isinstance(b, Image) for b in blocks) == 2
+    assert sum(isinstance(b, Image) for b in blocks) == 2
 
 
 def test_math_fallback_on_cuda_is_flagged_and_cpu_is_not():

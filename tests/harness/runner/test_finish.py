@@ -1,16 +1,14 @@
 """The end of a sweep: after the table, the report's path and the answer at the largest N (harness.report.choice)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import harness.report
 from harness.commands import main
 from harness.runner.run import finish_run
 from tests.helpers.synthetic_run import BUDGET_SPEC, make_budget_rows, write_run
 
 
-def _fake_report(run_dir, **options):
-    (Path(run_dir) / "report.html").write_text("<html></html>")
+def _fake_report(analysed, **options):  # finish_run hands the report the run it analysed once
+    (analysed.path / "report.html").write_text("<html></html>")
 
 
 def test_the_sweep_ends_with_the_report_path_and_one_answer_line_per_inputs(tmp_path, capsys, monkeypatch):

@@ -7,16 +7,17 @@ import re
 
 import pytest
 
-from harness.schema import ROW_FIELDS, empty_row
+from harness.schema import ROW_FIELDS
 from harness.store import RowWriter, read_rows, repair_tail, write_tables
 
 from tests.helpers import REPO
+from tests.helpers.synthetic_run import blank_row
 
 DESIGN = REPO / "docs" / "DESIGN.md"
 
 
 def _row(cell_id: str, **fields):
-    row = empty_row()
+    row = blank_row()
     row.update(cell_id=cell_id, variant="dense", seq_len=64, status="ok", config={"backend": "auto"}, **fields)
     return row
 
@@ -33,7 +34,8 @@ def test_field_lists_are_derived_from_the_schema_dataclasses():
     from harness.schema import CELL_FIELDS, NUMERIC_FIELDS, Cell, Row
 
     assert CELL_FIELDS == tuple(f.name for f in dataclasses.fields(Cell))
-    assert ROW_FIELDS == tuple(f.name for f in dataclasses.fields(Row))
+    own = tuple(f.name for f in dataclasses.fields(Row) if f.name != "cell")  # a Row composes its Cell
+    assert ROW_FIELDS == ("run_id", "cell_id") + CELL_FIELDS + tuple(f for f in own if f not in ("run_id", "cell_id"))
     assert [f for f in ROW_FIELDS if f in CELL_FIELDS] == list(CELL_FIELDS)  # a cell's fields are columns, in its order
     assert set(NUMERIC_FIELDS) <= set(ROW_FIELDS) and "latency_s" in NUMERIC_FIELDS and "seq_len" not in NUMERIC_FIELDS
 
@@ -114,7 +116,7 @@ def test_rows_frame_holds_numeric_columns_as_floats_with_nan_for_missing_or_bad_
 
     rows = []
     for i, latency in enumerate([0.002, None, "n/a", 3]):
-        row = empty_row()
+        row = blank_row()
         row.update(cell_id=f"c{i}", variant="dense", seq_len=256 * (i + 1), status="ok", latency_s=latency)
         rows.append(row)
     frame = rows_frame(rows)

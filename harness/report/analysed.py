@@ -1,0 +1,85 @@
+"""A run analysed once: its rows (read once) with the spec's budgets, metric and accuracy reference as fields, the
+dense ratios, each row's error in the metric and the answer tables. The report, the terminal summary, the answer
+lines and compare all take it; nothing is re-read or re-derived after `analyse`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from harness.report import analysis, budgets as budgets_mod, choice
+from harness.spec import stored_spec_values
+from harness.store import Run, load_run
+
+REFERENCES = {  # accuracy_reference -> what the errors are measured against, for captions
+    "full": "exact float64 attention",
+    "pattern": "exact float64 attention restricted to each variant's own pattern (accuracy_reference = pattern: "
+               "whether a variant computes its pattern right, not how close it comes to full attention)",
+}
+
+
+@dataclass(frozen=True)
+class AnalysedRun:
+    """One run folder, analysed: what every rendering of it reads."""
+
+    run: Run  # the folder as read: rows, env, spec text, what the reader skipped
+    frame: pd.DataFrame  # the rows with dense ratios (analysis.with_dense_ratios), "error" and "in_budget" (budgets.py)
+    budgets: tuple[float, ...]  # the error budgets the answer is for
+    metric: str  # what a budget bounds: "rel_l2" | "cosine"
+    accuracy_reference: str  # what the errors are against: "full" | "pattern" (every row records it; older rows: the spec's)
+    cell_timeout_s: float | None  # the run's per-cell limit (the report's maps get it too); None: none or unknown
+    tables: tuple[choice.AnswerTable, ...]  # the answer: per setting and inputs, the winner per N and budget
+    spec: dict[str, Any]  # the spec.toml's values ({} when missing or malformed)
+
+    @property
+    def name(self) -> str:
+        return self.run.name
+
+    @property
+    def path(self) -> Path:
+        return self.run.path
+
+    @property
+    def ok(self) -> bool:
+        """Whether any cell ran: without one there is no answer, figure or fit."""
+        return bool(len(self.frame) and (self.frame["status"] == "ok").any())
+
+    @property
+    def errors_against(self) -> str:
+        """What the run's errors are measured against, for captions and the answer."""
+        return REFERENCES.get(self.accuracy_reference, REFERENCES["full"])
+
+
+def analyse(run: Run | str | Path, *, budgets: Sequence[float] | None = None) -> AnalysedRun:
+    """Analyse a run folder (or an already loaded Run): its spec read through harness.spec, its rows once.
+
+    `budgets`: answer for these error budgets (in the run's metric) instead of the run's own.
+    Raises harness.errors.UsageError for a path that is not a run folder.
+    """
+    run = run if isinstance(run, Run) else load_run(run)
+    spec, problem = stored_spec_values(run.spec_text)
+    if problem and run.spec_text is not None:
+        run.notes.append(problem)
+    own, metric = budgets_mod.run_budgets(spec)
+    chosen = tuple(sorted(set(budgets))) if budgets else own
+    frame = analysis.with_dense_ratios(run.rows)
+    reference = _reference(frame, spec)
+    frame = budgets_mod.with_budgets(frame, chosen, metric)
+    timeout = spec.get("cell_timeout_s")
+    return AnalysedRun(
+        run=run, frame=frame, budgets=chosen, metric=metric, accuracy_reference=reference,
+        cell_timeout_s=float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0 else None,
+        tables=tuple(choice.answer_tables(frame, chosen, metric)), spec=spec,
+    )
+
+
+def _reference(frame: pd.DataFrame, spec: dict[str, Any]) -> str:
+    """The run's accuracy reference: its rows' (rows from before the field: the spec's, else "full"), filled into the frame."""
+    stated = spec.get("accuracy_reference") if spec.get("accuracy_reference") in REFERENCES else "full"
+    if "accuracy_reference" not in frame:
+        frame["accuracy_reference"] = None
+    frame["accuracy_reference"] = [stated if v is None else v for v in frame["accuracy_reference"]]
+    found = sorted(set(frame["accuracy_reference"])) or [stated]
+    return found[0] if len(found) == 1 else "pattern"  # a mix: the captions must not claim full attention for every row

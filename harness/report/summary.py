@@ -1,0 +1,64 @@
+"""What a sweep prints at the end, from the run analysed once: variant x N per setting and inputs (the terminal
+columns of harness.report.columns, and for a series matched to an error budget the knob value found at each N), and
+the answer at the largest N."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from harness.report.analysis import SETTING_KEYS, axes_title
+from harness.report.columns import COLUMNS
+from harness.report.formatting import format_n
+from harness.schema import describe
+
+if TYPE_CHECKING:
+    from harness.report.analysed import AnalysedRun
+
+TERMINAL = [c for c in COLUMNS if c.summary]
+
+
+def summary_table(analysed: "AnalysedRun") -> str:
+    """Variant x N per setting and inputs: the terminal columns (status where a cell did not run ok)."""
+    frame = analysed.frame
+    if not len(frame):
+        return "(no rows)"
+    keys = list(SETTING_KEYS) + ["inputs"]
+    blocks = []
+    for setting, group in frame.groupby(keys, sort=False):
+        s = dict(zip(keys, setting))
+        title = (" ".join(describe(s, ("mode", "dtype", "causal", "batch", "heads", "head_dim"), skip_defaults=False))
+                 + axes_title(s) + f" inputs={s['inputs']} on {s['device']}")  # 'forward float32 causal B=1 H=8 D=64 inputs=local on cpu'
+
+        lengths = sorted(group["seq_len"].unique())
+        header = ["variant", "metric"] + [format_n(n) for n in lengths]
+        lines = [header]
+        for series, part in group.groupby("series", sort=False):
+            by_n = {int(r["seq_len"]): r for _, r in part.iterrows()}
+            knob = next((r["tuning"]["knob"] for r in by_n.values() if isinstance(r["tuning"], dict)), None)
+            metrics = [(c.summary, c.compact or c.text) for c in TERMINAL]
+            metrics += [(knob, lambda r, knob=knob: str(r["config"].get(knob, "-")))] if knob else []
+            for i, (metric, text) in enumerate(metrics):
+                cells = []
+                for n in lengths:
+                    r = by_n.get(int(n))
+                    if r is None:
+                        cells.append("")
+                    elif r["status"] != "ok":
+                        cells.append(str(r["status"]) if i == 0 else "")
+                    else:
+                        cells.append(text(r))
+                lines.append([series if i == 0 else "", metric] + cells)
+        widths = [max(len(line[c]) for line in lines) for c in range(len(header))]
+        text = "\n".join("  ".join(cell.ljust(w) if c < 2 else cell.rjust(w) for c, (cell, w) in enumerate(zip(line, widths))).rstrip()
+                         for line in lines)
+        blocks.append(f"{title}\n{text}")
+    return "\n\n".join(blocks)
+
+
+def answer_lines(analysed: "AnalysedRun") -> list[str]:
+    """The report's answer at the largest N, one line per setting and input distribution (harness.report.choice)."""
+    from harness.report import choice
+
+    lines = choice.answer_lines(list(analysed.tables))
+    if lines and analysed.accuracy_reference != "full":
+        lines.append(f"(errors against {analysed.errors_against})")
+    return lines

@@ -1,0 +1,76 @@
+"""A new axis is one field of Cell (plus its list in SweepSpec): planning, ids, old rows, labels, compare's key and
+the report's setting keys all follow from that field. Proven on a copy of harness/schema.py with a throwaway axis."""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+import harness.schema as real
+from tests.helpers import REPO
+
+THROWAWAY = '''    # a throwaway axis, added by the test: one line
+    flavour: str = _field("plain", role="setting", axis="flavours", text=lambda v, _: f"flavour={v}", added=True)
+'''
+
+
+@pytest.fixture
+def schema(monkeypatch):
+    """harness.schema with one more Cell field, loaded as its own module, and the modules that derive from it using it."""
+    source = (REPO / "harness" / "schema.py").read_text()
+    anchor = "    seed: int = _field("
+    assert anchor in source
+    spec = importlib.util.spec_from_loader("schema_with_flavour", loader=None)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["schema_with_flavour"] = module  # dataclasses resolve their module's annotations through sys.modules
+    exec(compile(source.replace(anchor, THROWAWAY + anchor, 1), "schema_with_flavour", "exec"), module.__dict__)
+    import harness.plan
+    import harness.store.reader as reader
+
+    monkeypatch.setattr(harness.plan, "SETTINGS", module.SETTINGS)
+    monkeypatch.setattr(harness.plan, "Cell", module.Cell)
+    for name in ("CELL_FIELDS", "ROW_FIELDS", "SETTINGS", "legacy_value"):
+        monkeypatch.setattr(reader, name, getattr(module, name))
+    yield module
+    del sys.modules["schema_with_flavour"]
+
+
+def _values(**fields):
+    return dict(variant="dense", config={"backend": "auto"}, seq_len=64, kv_len=64, batch=1, heads=8, head_dim=16,
+                dtype="float32", device="cpu", causal=False, mode="forward", inputs="gaussian", seed=0, **fields)
+
+
+def test_a_throwaway_axis_is_planned_identified_read_labelled_and_matched(schema):
+    from harness.plan import _settings
+    from harness.store import rows_frame
+
+    # The report's setting keys and the row's columns include it.
+    assert "flavour" in schema.fields_of("setting") and "flavour" in schema.ROW_FIELDS
+    # Ids: at its default the id is the one the real schema gives (old runs resume); set, it is another cell.
+    assert schema.Cell(**_values()).cell_id == real.Cell(**_values()).cell_id
+    assert schema.Cell(**_values(flavour="spicy")).cell_id != real.Cell(**_values()).cell_id
+    # Planning: the product runs over the spec's list of it.
+    spec = SimpleNamespace(**{**vars(_spec_lists()), "flavours": ("plain", "spicy")})
+    assert sorted({s["flavour"] for s in _settings(spec)}) == ["plain", "spicy"]
+    # Labels name it where it is not the default; compare's key tells the two apart.
+    assert "flavour=spicy" in schema.Cell(**_values(flavour="spicy")).label
+    assert "flavour" not in schema.Cell(**_values()).label
+    assert schema.match_key(_values(flavour="spicy")) != schema.match_key(_values())
+    # A row written before the axis existed reads back at its default.
+    frame = rows_frame([{**_values(), "cell_id": "old", "status": "ok"}])
+    assert list(frame["flavour"]) == ["plain"]
+
+
+def _spec_lists():
+    return SimpleNamespace(inputs=("gaussian",), dtypes=("float32",), head_dims=(16,), causals=(False,), modes=("forward",),
+                           phases=("prefill",), scopes=("attention",), kv_heads=(), paddings=(0.0,))
+
+
+def test_every_field_of_the_real_cell_declares_its_role():
+    for f in dataclasses.fields(real.Cell):
+        setting = f.metadata["setting"]
+        assert setting.role in real.ROLES, f.name
+        assert setting.axis is None or setting.role in ("setting", "inputs"), f.name
