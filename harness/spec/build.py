@@ -107,16 +107,16 @@ def build_spec(
 
 
 def _renamed(values: dict[str, Any], source: str) -> dict[str, Any]:
-    """The values with renamed keys (RENAMED_KEYS) under their new names, and a one-line note for each old one."""
-    out = {}
-    for key, value in values.items():
-        new = RENAMED_KEYS.get(key)
-        if new is not None:
-            print(f"note: {source}: '{key}' is now called '{new}'; read as '{new}'", file=sys.stderr)
-            if new in values:
-                raise UsageError(f"{source}: both '{key}' and '{new}' are given; '{key}' is the old name of '{new}': keep one")
-        out[new or key] = value
-    return out
+    """The values with renamed keys (RENAMED_KEYS) under their new names, and one line on stderr naming them."""
+    old = [key for key in values if key in RENAMED_KEYS]
+    for key in old:
+        if RENAMED_KEYS[key] in values:
+            raise UsageError(f"{source}: both '{key}' and '{RENAMED_KEYS[key]}' are given; '{key}' is the old name of "
+                             f"'{RENAMED_KEYS[key]}': keep one")
+    if old:
+        renames = ", ".join(f"'{key}' as '{RENAMED_KEYS[key]}'" for key in old)
+        print(f"note: {source}: read the older key names {renames} (every list of a cell axis is plural now)", file=sys.stderr)
+    return {RENAMED_KEYS.get(key, key): value for key, value in values.items()}
 
 
 def _check_file_plugins(source: str, from_file: list, given: list, trust: bool) -> None:

@@ -192,3 +192,17 @@ def test_no_cell_limit_reads_back_as_no_limit(tmp_path):
 def test_an_unknown_key_from_python_is_refused_not_ignored():
     with pytest.raises(UsageError, match=r"cli: unknown key 'timeout'; known keys: .*cell_timeout_s"):
         build_spec(cli={"device": "cpu", "timeout": "0"}, plan_only=True)
+
+
+def test_renamed_keys_are_read_under_their_new_names_with_one_note(tmp_path, capsys):
+    from harness.spec import build_spec
+
+    path = tmp_path / "old.toml"
+    path.write_text('causal = [true]\npadding = [0.0]\nscope = ["layer"]\n')
+    spec = build_spec(toml_path=path)
+    assert (spec.causals, spec.paddings, spec.scopes) == ((True,), (0.0,), ("layer",))
+    [note] = capsys.readouterr().err.strip().splitlines()
+    assert "'causal' as 'causals'" in note and "'scope' as 'scopes'" in note and str(path) in note
+    path.write_text('causal = [true]\ncausals = [false]\n')
+    with pytest.raises(UsageError, match="both 'causal' and 'causals' are given"):
+        build_spec(toml_path=path)
