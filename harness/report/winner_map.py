@@ -8,7 +8,7 @@ from pathlib import Path
 from harness.report.choice import AnswerTable
 from harness.schema import BASELINE, budget_label
 from harness.report.formatting import format_n, format_seconds, format_times
-from harness.report.plotting import pyplot, save, variant_colors
+from harness.report.plotting import pyplot, save, variant_colors, wrap
 
 NONE_COLOR = "#e6e6e6"  # no candidate ran within the budget
 
@@ -27,8 +27,9 @@ def winner_map(tables: list[AnswerTable], titles: list[str], path: Path) -> Path
     nrows = -(-len(tables) // ncols)
     width = max(len(t.lengths) for t in tables)
     height = max(len(t.budgets) for t in tables)
+    fig_width = ncols * (1.0 + 0.95 * width) + 1.6
     fig, axes = plt.subplots(nrows, ncols, squeeze=False, constrained_layout=True,
-                             figsize=(ncols * (1.0 + 0.95 * width) + 1.6, nrows * (1.0 + 0.55 * height) + 0.8))
+                             figsize=(fig_width, nrows * (1.0 + 0.55 * height) + 0.8))
     flat = list(axes.ravel())
     for ax, table, title in zip(flat, tables, titles):
         image = [[to_rgb(colors[p.variant]) if p.variant else to_rgb(NONE_COLOR)
@@ -46,7 +47,7 @@ def winner_map(tables: list[AnswerTable], titles: list[str], path: Path) -> Path
         ax.set_xticks(range(len(table.lengths)), [format_n(n) for n in table.lengths])
         ax.set_yticks(range(len(table.budgets)), [budget_label(b, table.metric, ascii=False) for b in table.budgets])
         ax.set_xlabel("sequence length N")
-        ax.set_title(title, fontsize=9)
+        ax.set_title(wrap(title, int(9 * (fig_width - 1.6) / ncols)), fontsize=9)
         ax.tick_params(length=0)
         for spine in ax.spines.values():
             spine.set_visible(False)
@@ -56,7 +57,9 @@ def winner_map(tables: list[AnswerTable], titles: list[str], path: Path) -> Path
     if any(p.label is None for t in tables for p in t.picks.values()):
         handles.append(Patch(color=NONE_COLOR, label="none within budget ran"))
     fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False, title="winner", title_fontsize=8)
-    fig.suptitle("Which one should I use: the fastest within each error budget (speed-up over dense)", fontsize=10)
+    # a narrow map (few N) gets its title on several lines: wider than the figure it would be cut at both ends
+    fig.suptitle(wrap("Which one should I use: the fastest within each error budget (speed-up over dense)", int(9 * (fig_width - 1.6))),
+                 fontsize=10)
     save(plt, fig, path)
     return path
 
