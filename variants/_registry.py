@@ -32,7 +32,6 @@ _BUILTIN_MODULES = (
 
 _REGISTRY: dict[str, "VariantSpec"] = {}
 _loaded = False
-_loaded_plugins: dict[str, str] = {}  # plugin label -> module name
 
 
 @dataclass(frozen=True)
@@ -200,12 +199,6 @@ def load_plugin(target: str) -> str:
     return target
 
 
-def loaded_plugins() -> dict[str, str]:
-    """Plugins loaded so far: label -> module name."""
-    _ensure_loaded()
-    return dict(_loaded_plugins)
-
-
 def _ensure_loaded() -> None:
     global _loaded
     if _loaded:
@@ -227,11 +220,9 @@ def _entry_point_loaders() -> list[tuple[str, Callable[[], Any]]]:
 
 def _load_quietly(label: str, load: Callable[[], Any]) -> None:
     try:
-        result = load()
+        load()
     except Exception as exc:  # a broken plugin must never break the built-ins
         warnings.warn(f"attnsuite: skipped plugin {label}: {type(exc).__name__}: {exc}", stacklevel=3)
-        return
-    _loaded_plugins[label] = getattr(result, "__name__", str(result))
 
 
 def _qualname(cls: type) -> str:

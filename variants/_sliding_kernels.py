@@ -1,14 +1,14 @@
 """sliding_window's compiled and CUDA backends: flex_attention with a block-sparse band, and xformers.
 
-The band (and its sinks) has one definition per backend's mask language: ``SlidingWindowAttention.pattern``
-for the reference and the masked/banded backends, the flex ``mask_mod`` below (checked against it by
-the contract tests), and xformers' local biases (no sinks).
+flex's mask_mod is variants._band's predicate and its block classification reads the same BandLimits;
+xformers speaks its own mask language (local-attention biases, no sinks), checked by the CUDA tests.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
+from variants._band import band_limits, in_band
 from variants._checks import softmax_scale
 from variants._gqa import from_xformers_layout, xformers_layout
 
@@ -56,29 +56,28 @@ def flex_block_mask(N: int, M: int, window: int, causal: bool, device: torch.dev
         return _FLEX_BLOCK_MASKS[key]
     from torch.nn.attention.flex_attention import BlockMask
 
-    hi = 1 if causal else window
-    # A tensor, not Python ints: no recompile per window or sink count. Sinks obey causality (rel < 1).
-    bounds = torch.tensor([-window, hi, sinks, 1 if causal else N + M], device=device)
+    limits = band_limits(window, causal, sinks)
+    bounds = torch.tensor(limits, device=device)  # a tensor, not Python ints: no recompile per band
 
-    def band(b, h, q_idx, kv_idx):
-        rel = kv_idx - q_idx
-        return ((rel > bounds[0]) & (rel < bounds[1])) | ((kv_idx < bounds[2]) & (rel < bounds[3]))
+    def mask_mod(b, h, q_idx, kv_idx):
+        return in_band(q_idx, kv_idx, bounds)
 
-    band.__name__ = f"sliding_window_{window}{'_causal' if causal else ''}{f'_sinks_{sinks}' if sinks else ''}"
+    mask_mod.__name__ = f"sliding_window_{window}{'_causal' if causal else ''}{f'_sinks_{sinks}' if sinks else ''}"
+    # Blocks from the same limits, by corners: a block's offsets j - i run over [k0 - q1, k1 - q0], and
+    # the window and the visible sinks are each one run of offsets, so its extremes decide.
+    lo, hi, _, sink_hi = limits
     S = _FLEX_BLOCK
     q0 = torch.arange(0, N, S, device=device)[:, None]  # first row of each query block, (QB, 1)
     k0 = torch.arange(0, M, S, device=device)[None, :]  # first key of each key block, (1, KB)
     q1, k1 = (q0 + S - 1).clamp(max=N - 1), (k0 + S - 1).clamp(max=M - 1)
-    lo = -window
     whole = (q1 - q0 == S - 1) & (k1 - k0 == S - 1)  # a ragged edge block stays partial, as flex expects
-    any_visible = (k1 - q0 > lo) & (k0 - q1 < hi)  # (QB, KB): the band crosses the block
+    any_visible = (k1 - q0 > lo) & (k0 - q1 < hi)  # (QB, KB): the window crosses the block
     full = any_visible & (k0 - q1 > lo) & (k1 - q0 < hi) & whole
-    if sinks:
-        sink_hi = 1 if causal else N + M
+    if sinks:  # a block both parts cover only together stays partial: exact, just not skipped
         any_visible = any_visible | ((k0 < sinks) & (k0 - q1 < sink_hi))
         full = full | ((k1 < sinks) & (k1 - q0 < sink_hi) & whole)  # every key a sink, visible to every row
     partial = any_visible & ~full
-    mask = BlockMask.from_kv_blocks(*_ordered(partial), *_ordered(full), BLOCK_SIZE=S, mask_mod=band, seq_lengths=(N, M))
+    mask = BlockMask.from_kv_blocks(*_ordered(partial), *_ordered(full), BLOCK_SIZE=S, mask_mod=mask_mod, seq_lengths=(N, M))
     _FLEX_BLOCK_MASKS[key] = mask
     return mask
 

@@ -18,6 +18,7 @@ from variants._decode import KVCacheDecoding
 from variants._gqa import from_xformers_layout, group, sdpa, ungroup, xformers_layout
 from variants._registry import register_variant
 from variants.base import AttentionVariant, Capabilities, VariantConfig, softmax_scale
+from variants.reference import visibility
 
 DENSE_BACKENDS = ("sdpa", "xformers", "reference")  # fastest first: "auto" takes the first that works
 
@@ -102,15 +103,8 @@ def _xformers(q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor 
 
 
 def _keep_mask(q: Tensor, k: Tensor, *, causal: bool, kv_mask: Tensor | None) -> Tensor | None:
-    """Bool (B or 1, 1, N, M) of visible keys, or None when all are visible."""
-    N, M = q.shape[2], k.shape[2]
-    keep = None
-    if causal:
-        keep = torch.ones(N, M, dtype=torch.bool, device=q.device).tril()[None, None]
-    if kv_mask is not None:
-        padding = kv_mask[:, None, None, :]  # (B, 1, 1, M)
-        keep = padding if keep is None else keep & padding
-    return keep
+    """The reference's visibility for all N query rows: bool (B or 1, 1, N or 1, M), or None when all keys are visible."""
+    return visibility(torch.arange(q.shape[2], device=q.device), k.shape[2], causal=causal, kv_mask=kv_mask)
 
 
 def _additive_bias(q: Tensor, k: Tensor, *, causal: bool, kv_mask: Tensor) -> Tensor:

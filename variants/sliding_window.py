@@ -6,6 +6,7 @@ Convention (positions aligned at the start, as in the reference):
 - sinks:      the first `sinks` keys are visible to every query as well (StreamingLLM's attention
               sinks), still subject to causality (j <= i) and padding.
 
+The band is declared once, in variants._band (`band`, the predicate every backend but xformers calls).
 Backends compute the same band exactly; they differ in how much of N x M they touch:
 - banded:   query blocks of _BLOCK rows attend to the key span around them through fused SDPA,
             never an N x M matrix: O(N * window) time and memory, forward and backward, any device;
@@ -27,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from variants._band import band, band_pairs
 from variants._checks import check_choice, check_int
 from variants._decode import check_context, check_state, check_step
 from variants._gqa import sdpa
@@ -36,6 +38,7 @@ from variants._sliding_kernels import flex as _flex
 from variants._sliding_kernels import flex_block_mask as _flex_block_mask  # noqa: F401 - tests import it here
 from variants._sliding_kernels import xformers as _xformers
 from variants.base import AttentionVariant, Capabilities, QualityKnob, VariantConfig, softmax_scale
+from variants.reference import PatternFn, visibility
 
 SLIDING_BACKENDS = ("banded", "flex", "xformers", "masked")
 _AUTO_ORDER = {  # fastest first per device type; measured on CPU, chosen for generality on CUDA
@@ -47,7 +50,7 @@ _BLOCK = 64  # banded: query rows per block; smaller blocks waste fewer keys but
 
 @dataclass(frozen=True, kw_only=True)
 class SlidingWindowConfig(VariantConfig):
-    window: int = 256  # keys each query sees, itself included (causal: i-window < j <= i; else |i-j| < window)
+    window: int = 256  # the band's reach, itself included (causal: i-window < j <= i; else |i-j| < window)
     # auto | banded (blocked SDPA, O(N*w)) | flex (compiled) | xformers (CUDA) | masked (dense, O(N^2))
     backend: str = "auto"
     sinks: int = 0  # attention sinks: keys 0..sinks-1 are visible to every query besides its band (j <= i if causal)
@@ -114,9 +117,8 @@ class SlidingWindowAttention(AttentionVariant):
         return reasons
 
     def pattern(self, query_idx: Tensor, key_idx: Tensor) -> Tensor:
-        """The band |i - j| < window, or a sink key j < sinks, as bool (R, M); causal=True adds j <= i (the reference)."""
-        band = (query_idx[:, None] - key_idx[None, :]).abs() < self.config.window
-        return band | (key_idx[None, :] < self.config.sinks)
+        """The non-causal band and sinks as bool (R, M); the reference's visibility adds j <= i when causal."""
+        return band(query_idx[:, None], key_idx[None, :], window=self.config.window, causal=False, sinks=self.config.sinks)
 
     def flops(self, B: int, H: int, N: int, M: int, D: int, causal: bool) -> int:
         """4*D FLOPs per visible (query, key) pair of the band and sinks: the useful work, the same for every backend."""
@@ -148,7 +150,7 @@ class SlidingWindowAttention(AttentionVariant):
             return _flex(q, k, v, window, causal=causal, kv_mask=kv_mask, sinks=sinks)
         if backend == "xformers":
             return _xformers(q, k, v, window, causal=causal)
-        return _masked(q, k, v, window, causal=causal, kv_mask=kv_mask, sinks=sinks)
+        return _masked(q, k, v, self.pattern, causal=causal, kv_mask=kv_mask)
 
     # ---- decoding: sinks + a ring buffer of the last `window` keys ----------------------------
     def init_state(self, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> SlidingWindowState:
@@ -163,21 +165,6 @@ class SlidingWindowAttention(AttentionVariant):
         check_step(q_t, k_t, v_t, batch=state.k.shape[0], kv_heads=state.k.shape[1], head_dim=state.k.shape[3])
         self.check_decode(q_t, k_t, v_t)
         return ring_step(q_t, k_t, v_t, state), state
-
-
-def band_pairs(N: int, M: int, window: int, causal: bool, *, sinks: int = 0) -> int:
-    """Number of visible (query, key) pairs of the band plus sinks (before padding): the work an exact band needs."""
-    i = torch.arange(N, dtype=torch.int64)
-    lo = (i - window + 1).clamp(min=0)
-    hi = (i if causal else i + window - 1).clamp(max=M - 1)
-    pairs = int((hi - lo + 1).clamp(min=0).sum())
-    if sinks:  # sink keys j < sinks outside the band [lo, hi] (and j <= i when causal)
-        j = torch.arange(min(sinks, M), dtype=torch.int64)
-        outside = (j[None, :] < lo[:, None]) | (j[None, :] > hi[:, None])
-        if causal:
-            outside &= j[None, :] <= i[:, None]
-        pairs += int(outside.sum())
-    return pairs
 
 
 def _banded(q: Tensor, k: Tensor, v: Tensor, window: int, *, causal: bool, kv_mask: Tensor | None,
@@ -196,20 +183,23 @@ def _banded(q: Tensor, k: Tensor, v: Tensor, window: int, *, causal: bool, kv_ma
     Mp = (nb - 1) * b + L  # padded key length: key position j sits at index j + P
     qb = F.pad(q, (0, 0, 0, nb * b - N)).view(B, Hkv, G, nb, b, D).transpose(2, 3).reshape(B, Hkv, nb, G * b, D)
     kw, vw = (_windows(t, P, Mp, L, b) for t in (k, v))  # (B, H_kv, nb, L, D) overlapping views
-    rel = torch.arange(L, device=q.device)[None, :] - P - torch.arange(b, device=q.device)[:, None]  # j - i, (b, L)
-    band = (rel > -window) & ((rel <= 0) if causal else (rel < window))  # (b, L), the same in every block
+    # Block n's query r sits at padded index r + P of its L keys; the window depends only on j - i, so
+    # block 0's (b, L) picture holds for every block.
+    window_seen = band(torch.arange(b, device=q.device)[:, None] + P, torch.arange(L, device=q.device)[None, :],
+                       window=window, causal=causal)  # (b, L)
     S = min(sinks, M)
     if S:  # sink keys go in front of every block's window: (B, H_kv, nb, S + L, D), a copy
         kw, vw = (torch.cat([t[:, :, None, :S].expand(-1, -1, nb, -1, -1), w], dim=3) for t, w in ((k, kw), (v, vw)))
         i = torch.arange(nb * b, device=q.device).view(nb, b, 1)  # query positions
         j = torch.arange(S, device=q.device)
-        sink_seen = ((i - j >= window) | (j - i >= (1 if causal else window))) & ((j <= i) if causal else True)  # (nb, b, S)
+        in_window = band(i, j, window=window, causal=causal)  # (nb, b, S): shown by the window part already
+        sink_seen = band(i, j, window=window, causal=causal, sinks=S) & ~in_window  # so no key counts twice
     outs = []
     for n in range(B):  # per batch row, so k/v windows stay views and the padding mask is per row
         real = torch.zeros(Mp, dtype=torch.bool, device=q.device)
         n_real = min(M, Mp - P)
         real[P : P + n_real] = True if kv_mask is None else kv_mask[n, :n_real]
-        keep = band[None] & real.unfold(0, L, b)[:, None, :]  # (nb, b, L)
+        keep = window_seen[None] & real.unfold(0, L, b)[:, None, :]  # (nb, b, L)
         if S:
             keep = torch.cat([sink_seen & (True if kv_mask is None else kv_mask[n, :S]), keep], dim=-1)  # (nb, b, S + L)
         keep = keep.repeat(1, G, 1)[None]  # (1, nb, G*b, S + L): 4-D keeps SDPA's fused CPU kernel
@@ -228,14 +218,10 @@ def _windows(t: Tensor, P: int, Mp: int, L: int, b: int) -> Tensor:
     return padded.unfold(2, L, b).transpose(-1, -2)
 
 
-def _masked(q: Tensor, k: Tensor, v: Tensor, window: int, *, causal: bool, kv_mask: Tensor | None,
-            sinks: int = 0) -> Tensor:
-    """Dense SDPA with the N x M band and sinks (and causal, padding) as a bool mask: O(N * M)."""
+def _masked(q: Tensor, k: Tensor, v: Tensor, pattern: PatternFn, *, causal: bool, kv_mask: Tensor | None) -> Tensor:
+    """Dense SDPA over exactly what the reference sees (pattern, causality, padding) as a bool mask: O(N * M)."""
     N, M = q.shape[2], k.shape[2]
-    i = torch.arange(N, device=q.device)[:, None]
-    j = torch.arange(M, device=q.device)[None, :]
-    keep = (((i - j).abs() < window) | (j < sinks)) & ((j <= i) if causal else True)  # (N, M)
-    keep = keep[None, None] if kv_mask is None else keep[None, None] & kv_mask[:, None, None, :]  # (B|1, 1, N, M)
+    keep = visibility(torch.arange(N, device=q.device), M, causal=causal, kv_mask=kv_mask, pattern=pattern)  # (B|1, 1, N, M)
     out = sdpa(q, k, v, attn_mask=keep, scale=softmax_scale(q.shape[-1]))
     if kv_mask is not None or N > M:
         out = out.masked_fill(~keep.any(-1)[..., None], 0.0)

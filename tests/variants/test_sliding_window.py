@@ -9,7 +9,8 @@ from harness.measure.memory import measure_peak_memory
 from variants import NotSupportedError, build_variant, reference_attention
 from variants.base import BACKWARD_FLOPS_FACTOR
 from variants.reference import visibility
-from variants.sliding_window import _flex_block_mask, band_pairs
+from variants._band import band_pairs
+from variants.sliding_window import _flex_block_mask
 
 CPU_EXACT_BACKENDS = ["banded", "masked"]  # flex is checked separately: each new shape compiles
 # FlopCounterMode has no formula for SDPA's fused CPU kernel; count it like the CUDA ones (QK^T and PV).
