@@ -39,7 +39,3 @@ def profiled_ops(step: Callable[[], Any]) -> set[str]:
         step()
     return {event.name for event in prof.events()}
 
-
-def ran_math(kernel: Any) -> bool:
-    """Whether a row's sdpa_kernel includes the math fallback."""
-    return isinstance(kernel, str) and "math" in kernel.split("+")
