@@ -32,7 +32,7 @@ import torch
 
 from harness.inputs import make_inputs
 from harness.inputs.padding import padding_mask
-from harness.measure.accuracy import check_accuracy
+from harness.measure.accuracy import check_accuracy, metric_error
 from harness.measure.calibration import calibrated
 from harness.measure.context import MeasureContext
 from harness.measure.settings import CALIBRATION_SEED_OFFSET, DTYPES, MeasureSettings
@@ -207,7 +207,7 @@ def score_value(cell: Cell, knob_field: str, value: int, batches: list, settings
                                   reference=settings.accuracy_reference, kv_mask=kv_mask)
         if accuracy.nonfinite:
             return math.inf
-        error = accuracy.fields["rel_l2_error"] if cell.error_metric == "rel_l2" else 1.0 - accuracy.fields["cosine"]
+        error = metric_error(accuracy.fields, cell.error_metric)
         worst = max(worst, error if math.isfinite(error) else math.inf)
     return worst
 
