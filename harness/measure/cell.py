@@ -26,9 +26,9 @@ from harness.measure.accuracy import check_accuracy
 from harness.measure.calibration import calibrated
 from harness.measure.context import MeasureContext
 from harness.measure.decode import decode_inputs_extra, measure_decode
-from harness.measure.kernel import profiled_ops, sdpa_kernel
+from harness.measure.flops import flops_fields
+from harness.measure.kernel import memory_and_kernel
 from harness.measure.layer import measure_layer
-from harness.measure.memory import measure_peak_memory
 from harness.measure.noise import larger, load_per_cpu, noise_fields
 from harness.measure.outcome import base_row, classify_exception, deadline, now, release_memory
 from harness.measure.settings import DTYPES, MeasureSettings, RunInfo
@@ -77,8 +77,6 @@ def _measure(cell: Cell, settings: MeasureSettings, context: MeasureContext) -> 
 
 def _stages(cell: Cell, settings: MeasureSettings, context: MeasureContext, fields: dict[str, Any]) -> dict[str, Any]:
     """The stages in order; each adds its fields to `fields` as it finishes (what a later failure keeps)."""
-    from variants import train_flops
-
     device = torch.device(settings.device)
     training = cell.mode == "train"
     N, M = cell.seq_len, cell.kv_len
@@ -125,20 +123,12 @@ def _stages(cell: Cell, settings: MeasureSettings, context: MeasureContext, fiel
             return {**fields, "status": "nonfinite", "reason": accuracy.nonfinite}
     with _stage("memory"):
         step = _step(attn, q, k, v, cell.causal, training, kv_mask)
-        peak = measure_peak_memory(step, device)
-        fields.update(peak_memory_bytes=peak.bytes, memory_method=peak.method)
-        fields["sdpa_kernel"] = sdpa_kernel(peak.op_names if peak.op_names is not None else profiled_ops(step))
-        del peak
+        fields.update(memory_and_kernel(lambda: step, device))
     with _stage("timing"):  # paired with the baseline (dense, backend auto) unless this is it: harness.measure.speedup
         baseline = baseline_for(cell, q, k, v, context, device, _step, kv_mask)
         fields.update(timed_fields(step, baseline, settings, device, first_call_s=accuracy.call_s))
-        latency = fields["latency_s"]
-        flops = attn.flops(cell.batch, cell.heads, N, M, cell.head_dim, cell.causal)
-        flops = train_flops(flops) if training else int(flops)
-    return {
-        **fields, "status": "ok", "flops": flops,
-        "tflops": flops / latency / 1e12 if latency > 0 else None,
-    }
+    attention_flops = attn.flops(cell.batch, cell.heads, N, M, cell.head_dim, cell.causal)
+    return {**fields, "status": "ok", **flops_fields(attention_flops, fields["latency_s"], training=training)}
 
 
 def _build(cell: Cell, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None, training: bool, device: torch.device,

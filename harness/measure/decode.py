@@ -18,8 +18,8 @@ import torch
 from torch import Tensor
 
 from harness.measure.accuracy import nonfinite, output_errors
-from harness.measure.kernel import profiled_ops, sdpa_kernel
-from harness.measure.memory import measure_peak_memory
+from harness.measure.flops import flops_fields
+from harness.measure.kernel import memory_and_kernel
 from harness.measure.settings import MeasureSettings
 from harness.measure.stages import stage
 from harness.measure.timing import quantile
@@ -74,24 +74,18 @@ def measure_decode(attn: Any, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor |
         fields.update(_accuracy(attn, q, k, v, out, kv_mask, N, S, settings.accuracy_reference))
         del outs, out, state
     with stage("memory"):
-        state = fresh_state()
-        peak = measure_peak_memory(lambda: generate(state), device)
-        fields.update(peak_memory_bytes=peak.bytes, memory_method=peak.method)
-        ops = peak.op_names
-        del peak, state
-        if ops is None:
-            state = fresh_state()
-            ops = profiled_ops(lambda: generate(state))
-            del state
-        fields["sdpa_kernel"] = sdpa_kernel(ops)
+        def ready() -> Callable[[], list[Tensor]]:
+            state = fresh_state()  # built before the memory is counted, as before each timed generation
+            return lambda: generate(state)
+
+        fields.update(memory_and_kernel(ready, device))
     with stage("timing"):
         times = _time_generations(fresh_state, generate, settings, device, first_call_s)
     latency = statistics.median(times) / S
-    flops = sum(int(attn.flops(cell.batch, cell.heads, 1, N + t + 1, cell.head_dim, False)) for t in range(S)) // S
+    flops = sum(int(attn.flops(cell.batch, cell.heads, 1, N + t + 1, cell.head_dim, False)) for t in range(S)) // S  # per token
     return {
         **fields, "status": "ok", "latency_s": latency, "latency_p20_s": quantile(times, 0.2) / S,
-        "latency_p80_s": quantile(times, 0.8) / S, "repeats": len(times), "flops": flops,
-        "tflops": flops / latency / 1e12 if latency > 0 else None,
+        "latency_p80_s": quantile(times, 0.8) / S, "repeats": len(times), **flops_fields(flops, latency, training=False),
     }
 
 

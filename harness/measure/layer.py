@@ -17,8 +17,8 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from harness.measure.accuracy import REFERENCE_CHUNK_BYTES, check_output, nonfinite, output_errors, sample_rows
-from harness.measure.kernel import profiled_ops, sdpa_kernel
-from harness.measure.memory import measure_peak_memory
+from harness.measure.flops import flops_fields
+from harness.measure.kernel import memory_and_kernel
 from harness.measure.settings import MeasureSettings
 from harness.measure.stages import stage
 from harness.measure.timing import quantile, time_step
@@ -78,8 +78,6 @@ def build_block(attn: nn.Module, cell: Cell, dtype: torch.dtype, device: torch.d
 def measure_layer(attn: Any, q: Tensor, kv_mask: Tensor | None, cell: Cell, settings: MeasureSettings,
                   device: torch.device) -> dict[str, Any]:
     """The measured fields of a layer cell (see module doc); x is q (B, H, N, D) as (B, N, H * D)."""
-    from variants import train_flops
-
     training = cell.mode == "train"
     x = rearrange(q, "b h n d -> b n (h d)").contiguous()  # (B, N, E)
     fields: dict[str, Any] = {}
@@ -95,21 +93,15 @@ def measure_layer(attn: Any, q: Tensor, kv_mask: Tensor | None, cell: Cell, sett
         del out
     step = _step(block, x, cell.causal, kv_mask, training)
     with stage("memory"):
-        peak = measure_peak_memory(step, device)
-        fields.update(peak_memory_bytes=peak.bytes, memory_method=peak.method)
-        ops = peak.op_names if peak.op_names is not None else profiled_ops(step)
-        fields["sdpa_kernel"] = sdpa_kernel(ops)
-        del peak
+        fields.update(memory_and_kernel(lambda: step, device))
     with stage("timing"):
         times, repeats = time_step(step, settings, device, first_call_s=first_call_s)
     latency = statistics.median(times)
-    attention = int(attn.flops(cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal))
-    linear = block.linear_flops(cell.batch, cell.seq_len)
-    flops = train_flops(attention) + 3 * linear if training else attention + linear
+    attention = attn.flops(cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal)
     return {
         **fields, "status": "ok", "latency_s": latency, "latency_p20_s": quantile(times, 0.2),
-        "latency_p80_s": quantile(times, 0.8), "repeats": repeats, "flops": flops,
-        "tflops": flops / latency / 1e12 if latency > 0 else None,
+        "latency_p80_s": quantile(times, 0.8), "repeats": repeats,
+        **flops_fields(attention, latency, training=training, linear_flops=block.linear_flops(cell.batch, cell.seq_len)),
     }
 
 
