@@ -20,7 +20,7 @@ from harness.measure.accuracy import REFERENCE_CHUNK_BYTES, check_output, nonfin
 from harness.measure.flops import flops_fields
 from harness.measure.kernel import memory_and_kernel
 from harness.measure.settings import MeasureSettings
-from harness.measure.stages import stage
+from harness.measure.stages import StageRecorder, stage
 from harness.measure.timing import quantile, time_step
 from harness.schema import Cell
 
@@ -76,11 +76,13 @@ def build_block(attn: nn.Module, cell: Cell, dtype: torch.dtype, device: torch.d
 
 
 def measure_layer(attn: Any, q: Tensor, kv_mask: Tensor | None, cell: Cell, settings: MeasureSettings,
-                  device: torch.device) -> dict[str, Any]:
-    """The measured fields of a layer cell (see module doc); x is q (B, H, N, D) as (B, N, H * D)."""
+                  device: torch.device, recorder: StageRecorder) -> dict[str, Any]:
+    """The measured fields of a layer cell (see module doc); x is q (B, H, N, D) as (B, N, H * D).
+
+    Each stage's fields go to `recorder` as it finishes, so a later failure leaves them in the row.
+    """
     training = cell.mode == "train"
     x = rearrange(q, "b h n d -> b n (h d)").contiguous()  # (B, N, E)
-    fields: dict[str, Any] = {}
     with stage("build"):
         block = build_block(attn, cell, q.dtype, device).train(training)
     with stage("accuracy"):
@@ -88,21 +90,19 @@ def measure_layer(attn: Any, q: Tensor, kv_mask: Tensor | None, cell: Cell, sett
         check_output(rearrange(out, "b n (h d) -> b h n d", h=cell.heads), q, q)
         bad = nonfinite(out)
         if bad:
-            return {**fields, "status": "nonfinite", "reason": bad}
-        fields.update(_accuracy(block, x, out, kv_mask, cell, settings))
+            return recorder.outcome("nonfinite", bad)
+        recorder.record(_accuracy(block, x, out, kv_mask, cell, settings))
         del out
     step = _step(block, x, cell.causal, kv_mask, training)
     with stage("memory"):
-        fields.update(memory_and_kernel(lambda: step, device))
+        recorder.record(memory_and_kernel(lambda: step, device))
     with stage("timing"):
         times, repeats = time_step(step, settings, device, first_call_s=first_call_s)
     latency = statistics.median(times)
     attention = attn.flops(cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal)
-    return {
-        **fields, "status": "ok", "latency_s": latency, "latency_p20_s": quantile(times, 0.2),
-        "latency_p80_s": quantile(times, 0.8), "repeats": repeats,
-        **flops_fields(attention, latency, training=training, linear_flops=block.linear_flops(cell.batch, cell.seq_len)),
-    }
+    return recorder.outcome(
+        "ok", latency_s=latency, latency_p20_s=quantile(times, 0.2), latency_p80_s=quantile(times, 0.8), repeats=repeats,
+        **flops_fields(attention, latency, training=training, linear_flops=block.linear_flops(cell.batch, cell.seq_len)))
 
 
 def _timed_call(fn: Callable[[], Tensor]) -> tuple[Tensor, float]:
