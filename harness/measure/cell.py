@@ -192,13 +192,18 @@ def _reasons(attn: Any, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None,
     return attn.decode_reasons(q[:, :, N : N + 1], k[:, :, :N], v[:, :, :N], kv_mask=kv_mask)
 
 
-def _step(attn: torch.nn.Module, q: Tensor, k: Tensor, v: Tensor, causal: bool, training: bool,
+def _step(attn: Any, q: Tensor, k: Tensor, v: Tensor, causal: bool, training: bool,
           kv_mask: Tensor | None = None) -> Callable[[], Any]:
-    """The timed call: forward under no_grad, or forward + backward w.r.t. q, k, v and parameters."""
+    """The timed call: forward under no_grad, or forward + backward w.r.t. q, k, v and parameters.
+
+    The variant's checks and its backend resolution run here, once (AttentionVariant.prepare_call; a refusal raises
+    NotSupportedError), never inside the timed call.
+    """
+    call = attn.prepare_call(q, k, v, causal=causal, kv_mask=kv_mask, training=training)
     if not training:
         def forward() -> Tensor:
             with torch.no_grad():
-                return attn(q, k, v, causal=causal, kv_mask=kv_mask)
+                return call(q, k, v)
 
         return forward
     qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
@@ -206,7 +211,7 @@ def _step(attn: torch.nn.Module, q: Tensor, k: Tensor, v: Tensor, causal: bool, 
     grad_out = torch.randn(q.shape, generator=torch.Generator(device=q.device).manual_seed(1), device=q.device).to(q.dtype)
 
     def train() -> tuple:
-        out = attn(qg, kg, vg, causal=causal, kv_mask=kv_mask)
+        out = call(qg, kg, vg)
         return torch.autograd.grad(out, targets, grad_outputs=grad_out, allow_unused=True)
 
     return train

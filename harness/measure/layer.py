@@ -60,9 +60,13 @@ class Block(nn.Module):
         h = self.norm2(x)
         return x + self.w2(nn.functional.silu(self.w1(h)) * self.w3(h))
 
-    def forward(self, x: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None,
+                attend: Callable[[Tensor, Tensor, Tensor], Tensor] | None = None) -> Tensor:
+        """x (B, N, E) -> (B, N, E). `attend`: the variant's call prepared for this block's q, k, v (prepare_call, which
+        binds causal and kv_mask); the timed steps pass it so that no check runs inside them. Default: the checked call."""
         q, k, v = self.project(x)
-        return self.finish(x, self.attn(q, k, v, causal=causal, kv_mask=kv_mask))
+        a = attend(q, k, v) if attend is not None else self.attn(q, k, v, causal=causal, kv_mask=kv_mask)
+        return self.finish(x, a)
 
     def linear_flops(self, B: int, N: int) -> int:
         """Forward FLOPs of the projections and the MLP (2 per multiply-add)."""
@@ -93,8 +97,8 @@ def measure_layer(attn: Any, q: Tensor, kv_mask: Tensor | None, cell: Cell, sett
             return recorder.outcome("nonfinite", bad)
         recorder.record(_accuracy(block, x, out, kv_mask, cell, settings))
         del out
-    step = _step(block, x, cell.causal, kv_mask, training)
     with stage("memory"):
+        step = _step(block, x, cell.causal, kv_mask, training)
         recorder.record(memory_and_kernel(lambda: step, device))
     with stage("timing"):
         times, repeats = time_step(step, settings, device, first_call_s=first_call_s)
@@ -115,11 +119,18 @@ def _timed_call(fn: Callable[[], Tensor]) -> tuple[Tensor, float]:
 
 
 def _step(block: Block, x: Tensor, causal: bool, kv_mask: Tensor | None, training: bool) -> Callable[[], Any]:
-    """The timed call: the block's forward under no_grad, or forward + backward w.r.t. x and every parameter."""
+    """The timed call: the block's forward under no_grad, or forward + backward w.r.t. x and every parameter.
+
+    The variant's call is checked here, once, on q, k, v projected like the timed calls' (prepare_call), not in them.
+    """
+    with torch.no_grad():
+        q, k, v = block.project(x)
+    attend = block.attn.prepare_call(q, k, v, causal=causal, kv_mask=kv_mask, training=training)
+    del q, k, v
     if not training:
         def forward() -> Tensor:
             with torch.no_grad():
-                return block(x, causal=causal, kv_mask=kv_mask)
+                return block(x, attend=attend)
 
         return forward
     xg = x.detach().requires_grad_(True)
@@ -127,7 +138,7 @@ def _step(block: Block, x: Tensor, causal: bool, kv_mask: Tensor | None, trainin
     grad_out = torch.randn(x.shape, generator=torch.Generator(device=x.device).manual_seed(1), device=x.device).to(x.dtype)
 
     def train() -> tuple:
-        out = block(xg, causal=causal, kv_mask=kv_mask)
+        out = block(xg, attend=attend)
         return torch.autograd.grad(out, targets, grad_outputs=grad_out, allow_unused=True)
 
     return train

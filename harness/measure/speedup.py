@@ -50,6 +50,8 @@ def baseline_for(cell: Cell, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     `make_step(module, q, k, v, causal, training, kv_mask)` builds the timed call, the same one the variant
     gets (the same inputs and padding mask).
     """
+    from variants import NotSupportedError
+
     training = cell.mode == "train"
     try:
         base = context.baseline(device, cell.dtype)
@@ -58,10 +60,11 @@ def baseline_for(cell: Cell, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     key = (context.inputs_key, cell.causal, cell.mode, cell.padding)
     if cell.variant == BASELINE and cell.config == dataclasses.asdict(base.config):  # timed alone; its time warms the cache
         return Baseline(None, cache_key=key, known_call_s=context.baseline_call_s)
-    reasons = base.not_supported_reasons(q, k, v, causal=cell.causal, kv_mask=kv_mask, training=training)
-    if reasons:
-        return Baseline(None, note=f"no paired speed-up: baseline {BASELINE} unsupported: " + "; ".join(reasons))
-    return Baseline(make_step(base, q, k, v, cell.causal, training, kv_mask), cache_key=key, known_call_s=context.baseline_call_s)
+    try:  # make_step checks the baseline's call once (a refusal raises NotSupportedError), as it does the variant's
+        step = make_step(base, q, k, v, cell.causal, training, kv_mask)
+    except NotSupportedError as exc:
+        return Baseline(None, note=f"no paired speed-up: baseline {BASELINE} unsupported: " + "; ".join(exc.reasons))
+    return Baseline(step, cache_key=key, known_call_s=context.baseline_call_s)
 
 
 def guarded(step: Step) -> Step:
