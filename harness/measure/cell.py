@@ -5,8 +5,9 @@ reasons), then the search for its config (harness.measure.tuning; none found: "u
 measured -> refuse -> calibrate (learnable variants, on other seeds) -> prepare (set-up hook) -> one checked call
 (accuracy against the float64 reference on sampled rows, gradients in train mode; this is also the warm-up) ->
 peak memory of one call (and the SDPA kernel it ran) -> timing (paired with the baseline in alternating blocks,
-harness.measure.speedup) -> FLOPs and TFLOP/s (harness.measure.flops). Nothing but the calls themselves is timed.
-A decode cell (harness.measure.decode) and a layer cell (harness.measure.layer) leave after calibration for their
+harness.measure.speedup) -> FLOPs and TFLOP/s (harness.measure.flops). Nothing but the calls themselves is timed:
+the timed step is built on AttentionVariant.prepare_call, so the variant's checks and its backend resolution run
+before timing (at the build, the checked call and that preparation), never inside a timed call. A decode cell (harness.measure.decode) and a layer cell (harness.measure.layer) leave after calibration for their
 own stages; a padded cell passes its kv_mask to every call.
 
 Each stage returns its row fields and a StageRecorder (harness.measure.stages) keeps them as it finishes, so a
@@ -71,7 +72,7 @@ def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: M
 
 
 class _Inputs(NamedTuple):
-    """A cell's evaluation inputs, made once: every later stage (and a search's rebuild) reads them."""
+    """A cell's evaluation inputs, made once and read by every later stage."""
 
     parsed: tuple[str, dict[str, Any]]  # the input distribution (name, knobs): calibration inputs are drawn from it too
     q: Tensor  # (B, H, N + extra, D); extra: a decode cell's generated tokens
@@ -163,7 +164,7 @@ def _measure_prefill(attn: Any, cell: Cell, inputs: _Inputs, settings: MeasureSe
     with stage("memory"):
         step = _step(attn, q, k, v, cell.causal, training, kv_mask)
         recorder.record(memory_and_kernel(lambda: step, device))
-    with stage("timing"):  # paired with the baseline (dense, backend auto) unless this is it: harness.measure.speedup
+    with stage("timing"):  # paired with the baseline (schema.BASELINE, backend auto) unless this is it: harness.measure.speedup
         baseline = baseline_for(cell, q, k, v, context, device, _step, kv_mask)
         timed = timed_fields(step, baseline, settings, device, first_call_s=accuracy.call_s)
         recorder.record(timed)
