@@ -1,4 +1,4 @@
-"""Grouped-query attention helpers: SDPA with enable_gqa, and q heads grouped onto their K/V head.
+"""Grouped-query attention helpers: the refusal without GQA, SDPA with enable_gqa, q heads grouped onto their K/V head.
 
 Convention: q has H heads, k and v have H_kv heads with G = H // H_kv; query head h reads K/V
 head h // G, so viewing q as (B, H_kv, G, N, D) puts each group beside its K/V head.
@@ -10,6 +10,16 @@ import inspect
 
 import torch.nn.functional as F
 from torch import Tensor
+
+
+def gqa_reasons(supported: bool, H: int, H_kv: int) -> list[str]:
+    """Why a variant without GQA (Capabilities.gqa False: `supported`) refuses H_kv < H K/V heads ([] if it does not)."""
+    if H_kv == H or supported:
+        return []
+    return [
+        f"does not support grouped-query attention (H={H} query heads, H_kv={H_kv} K/V heads; "
+        f"Capabilities.gqa is False): repeat K/V to H heads with k.repeat_interleave({H // max(H_kv, 1)}, dim=1)"
+    ]
 
 
 @functools.lru_cache(maxsize=None)

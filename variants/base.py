@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterable
+from typing import Any, Callable, ClassVar, Iterable
 
 import torch
 from torch import Tensor, nn
 
 from variants._checks import check_qkv, softmax_scale  # noqa: F401 - softmax_scale re-exported
 from variants._decode import state_bytes
-
-# FlashAttention's convention: backward costs 2.5x the forward, so forward+backward is 3.5x.
-BACKWARD_FLOPS_FACTOR = 2.5
+from variants._flops import BACKWARD_FLOPS_FACTOR, dense_flops, train_flops  # noqa: F401 - re-exported
+from variants._gqa import gqa_reasons
 
 
 class NotSupportedError(RuntimeError):
@@ -108,7 +107,8 @@ class AttentionVariant(nn.Module):
     """Base class of every attention implementation in the registry.
 
     Subclasses implement ``forward``; the base class validates inputs and refuses unsupported
-    calls with ``NotSupportedError`` before ``forward`` runs.
+    calls with ``NotSupportedError`` before ``forward`` runs: on every call of ``variant(q, k, v)``, or
+    once for the repeated calls of ``prepare_call`` (what the harness times).
     """
 
     # Filled in by @register_variant.
@@ -129,6 +129,7 @@ class AttentionVariant(nn.Module):
     # Config fields that follow the key length M unless a user sets them (Linformer's max_seq_len:
     # projections sized for the N measured, not for the longest N of a sweep).
     length_fields: ClassVar[tuple[str, ...]] = ()
+    _pinned_backend: ClassVar[str | None] = None  # set while a prepare_call call runs: its backend, resolved once
 
     @classmethod
     def config_for_length(cls, config: dict[str, Any], M: int, *, fixed: Iterable[str] = ()) -> dict[str, Any]:
@@ -172,7 +173,10 @@ class AttentionVariant(nn.Module):
         return self.backends[0]
 
     def active_backend(self, q: Tensor, k: Tensor, v: Tensor) -> str:
-        """The backend this call runs on: resolve_backend with training inferred from autograd state."""
+        """The backend this call runs on: the one prepare_call resolved for its calls, else resolve_backend with
+        training inferred from autograd state. A forward asks this, so a prepared call resolves nothing."""
+        if self._pinned_backend is not None:
+            return self._pinned_backend
         return self.resolve_backend(q, training=_wants_grad(self, q, k, v))
 
     # ---- capabilities -------------------------------------------------------------------
@@ -203,7 +207,7 @@ class AttentionVariant(nn.Module):
             reasons.append("does not support a key padding mask (kv_mask)")
         if training and not caps.backward:
             reasons.append("has no backward pass (training mode)")
-        reasons += _gqa_reasons(caps, q.shape[1], k.shape[1])
+        reasons += gqa_reasons(caps.gqa, q.shape[1], k.shape[1])
         if self.backends:
             backend = self.resolve_backend(q, training=training)
             reasons += [f"backend {backend!r} {r}" for r in self.backend_reasons(backend, q, training=training)]
@@ -232,7 +236,7 @@ class AttentionVariant(nn.Module):
                 reasons.append(f"runs on {'/'.join(caps.devices)} only, got device {q.device.type!r}")
             if kv_mask is not None and not caps.kv_mask:
                 reasons.append("does not support a key padding mask (kv_mask)")
-            reasons += _gqa_reasons(caps, q.shape[1], k.shape[1])
+            reasons += gqa_reasons(caps.gqa, q.shape[1], k.shape[1])
         return reasons + self.extra_decode_reasons(q, k, v, kv_mask=kv_mask)
 
     def extra_decode_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None) -> list[str]:
@@ -302,37 +306,42 @@ class AttentionVariant(nn.Module):
 
     # ---- calling --------------------------------------------------------------------------
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None):
+        return self.prepare_call(q, k, v, causal=causal, kv_mask=kv_mask)(q, k, v)
+
+    def prepare_call(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None,
+        training: bool | None = None,
+    ) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+        """Check a call once and return it ready to repeat: ``call(q, k, v)`` runs the module (forward) unchecked.
+
+        The checks (check_qkv; NotSupportedError with every reason) run here, and the backend is resolved here and
+        pinned for the returned call, so a forward asking ``active_backend`` resolves nothing. ``variant(q, k, v)``
+        is this called once; a benchmark times the returned call, since on a GPU at small N the Python of the checks
+        would be most of a latency. Give it tensors like these (shapes, dtype, device; causal and kv_mask are bound).
+        `training` (default: whether autograd would record this call): whether a backward pass follows.
+        """
         check_qkv(q, k, v, causal=causal, kv_mask=kv_mask)
-        reasons = self.not_supported_reasons(q, k, v, causal=causal, kv_mask=kv_mask)
+        training = _wants_grad(self, q, k, v) if training is None else training
+        reasons = self.not_supported_reasons(q, k, v, causal=causal, kv_mask=kv_mask, training=training)
         if reasons:
             raise NotSupportedError(self.name, reasons)
-        return super().__call__(q, k, v, causal=causal, kv_mask=kv_mask)
+        backend, module_call = self.resolve_backend(q, training=training), super().__call__  # nn.Module's: hooks, forward
+
+        def call(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+            pinned = self._pinned_backend
+            object.__setattr__(self, "_pinned_backend", backend)  # not nn.Module's __setattr__: this runs in timed calls
+            try:
+                return module_call(q, k, v, causal=causal, kv_mask=kv_mask)
+            finally:
+                object.__setattr__(self, "_pinned_backend", pinned)
+
+        return call
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} must implement forward(q, k, v, *, causal, kv_mask)")
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in self.config.to_dict().items())
-
-
-def dense_flops(B: int, H: int, N: int, M: int, D: int, causal: bool) -> int:
-    """FLOPs of exact attention's two matmuls: 2*N*M*D each, halved when causal (N == M)."""
-    total = 4 * B * H * N * M * D
-    return total // 2 if causal else total
-
-
-def train_flops(forward_flops: int) -> int:
-    """Forward + backward FLOPs under FlashAttention's convention (backward = 2.5x forward)."""
-    return int(round(forward_flops * (1 + BACKWARD_FLOPS_FACTOR)))
-
-
-def _gqa_reasons(caps: Capabilities, H: int, H_kv: int) -> list[str]:
-    if H_kv == H or caps.gqa:
-        return []
-    return [
-        f"does not support grouped-query attention (H={H} query heads, H_kv={H_kv} K/V heads; "
-        f"Capabilities.gqa is False): repeat K/V to H heads with k.repeat_interleave({H // max(H_kv, 1)}, dim=1)"
-    ]
 
 
 def _wants_grad(module: nn.Module, *tensors: Tensor) -> bool:

@@ -1,4 +1,10 @@
-"""One cell -> one row (harness.schema.Row): orchestration, timing, accuracy, memory, calibration; the only stage on the device."""
+"""One cell -> one row (harness.schema.Row): stages that return what they measured; the only stage on the device.
+
+measure_cell (cell.py) runs a cell's stages in order (inputs, build, error-budget search, calibration, accuracy,
+memory, timing paired with the baseline, FLOPs), each returning its fields to a StageRecorder (stages.py) so a
+failed cell keeps what the earlier ones measured. The variant's checks run before timing, a fixed number of times
+per cell (AttentionVariant.prepare_call for the timed step); the timed calls run its forward alone.
+"""
 from harness.measure.accuracy import sample_rows
 from harness.measure.calibration import calibration_key, calibration_length
 from harness.measure.cell import measure_cell

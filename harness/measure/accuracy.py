@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 from torch import Tensor
+
+from harness.schema import ERROR_METRICS
 
 # float64 scores per reference chunk (query rows are processed in chunks): bounds the accuracy
 # check's own memory so the process's peak stays that of the cell measured, not of the gold.
@@ -121,6 +123,16 @@ def output_errors(mine: Tensor, ref: Tensor, valid: Tensor | None = None) -> dic
         mine, ref = (t.transpose(1, 2)[valid] for t in (mine, ref))  # (valid rows, H, D)
     return dict(rel_l2_error=rel_l2(mine, ref), max_abs_error=float((mine - ref.double()).abs().max()),
                 cosine=float(torch.nn.functional.cosine_similarity(mine, ref.double(), dim=-1).mean()), error_rows=R)
+
+
+def metric_error(fields: Mapping[str, Any], metric: str) -> float:
+    """The error an error budget in `metric` bounds (harness.schema.ERROR_METRICS), from a checked call's fields:
+    its relative L2 error, or 1 - its cosine similarity. The search and anything else that scores a budget call this."""
+    if metric == "rel_l2":
+        return fields["rel_l2_error"]
+    if metric == "cosine":
+        return 1.0 - fields["cosine"]
+    raise ValueError(f"unknown error metric {metric!r}; expected one of {', '.join(ERROR_METRICS)}")
 
 
 def nonfinite(*tensors: Tensor) -> str | None:

@@ -1,21 +1,27 @@
 """One cell -> one row: the order of the stages. The measure package is the only code that touches the device.
 
-The order inside a cell: inputs -> build -> refuse (unsupported, with reasons) -> for a cell matched to an
-error budget, the search for its config (harness.measure.tuning; none found: "unreachable") and a rebuild -> calibrate
-(learnable variants, on other seeds) -> prepare (set-up hook) -> one checked call (accuracy
-against the float64 reference on sampled rows, gradients in train mode; this is also the
-warm-up) -> peak memory of one call (and the SDPA kernel it ran) -> timing (paired with the dense baseline in
-alternating blocks, harness.measure.speedup). Nothing but the calls themselves is timed. A decode cell
-(harness.measure.decode) and a layer cell (harness.measure.layer) leave after calibration for their own
-stages; a padded cell passes its kv_mask to every call.
+The order inside a cell: inputs -> for a cell matched to an error budget, build and refuse (unsupported, with
+reasons), then the search for its config (harness.measure.tuning; none found: "unreachable") -> build the config
+measured -> refuse -> calibrate (learnable variants, on other seeds) -> prepare (set-up hook) -> one checked call
+(accuracy against the float64 reference on sampled rows, gradients in train mode; this is also the warm-up) ->
+peak memory of one call (and the SDPA kernel it ran) -> timing (paired with the baseline in alternating blocks,
+harness.measure.speedup) -> FLOPs and TFLOP/s (harness.measure.flops). Nothing but the calls themselves is timed:
+the timed step is built on AttentionVariant.prepare_call, so the variant's checks and its backend resolution run
+before timing (at the build, the checked call and that preparation), never inside a timed call. A decode cell (harness.measure.decode) and a layer cell (harness.measure.layer) leave after calibration for their
+own stages; a padded cell passes its kv_mask to every call.
 
-A failure never escapes (only Ctrl-C does; a SystemExit from a variant is an error row): out of memory -> "oom", NotSupportedError -> "unsupported", NaN/inf ->
-"nonfinite", the per-cell limit -> "timeout", anything else -> "error" with the stage and message.
+Each stage returns its row fields and a StageRecorder (harness.measure.stages) keeps them as it finishes, so a
+cell that fails still reports what its earlier stages measured (backend, errors, memory). An error-budget cell's
+search returns the cell it found, and that cell's stages run as any other's.
+
+A failure never escapes (only Ctrl-C does; a SystemExit from a variant is an error row): out of memory -> "oom",
+NotSupportedError -> "unsupported", NaN/inf -> "nonfinite", the per-cell limit -> "timeout", anything else ->
+"error" with the stage and message.
 """
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 from torch import Tensor
@@ -26,14 +32,14 @@ from harness.measure.accuracy import check_accuracy
 from harness.measure.calibration import calibrated
 from harness.measure.context import MeasureContext
 from harness.measure.decode import decode_inputs_extra, measure_decode
-from harness.measure.kernel import profiled_ops, sdpa_kernel
+from harness.measure.flops import flops_fields
+from harness.measure.kernel import memory_and_kernel
 from harness.measure.layer import measure_layer
-from harness.measure.memory import measure_peak_memory
 from harness.measure.noise import larger, load_per_cpu, noise_fields
 from harness.measure.outcome import base_row, classify_exception, deadline, now, release_memory
 from harness.measure.settings import DTYPES, MeasureSettings, RunInfo
 from harness.measure.speedup import baseline_for, timed_fields
-from harness.measure.stages import StageFailed as _StageFailed, stage as _stage
+from harness.measure.stages import StageFailed, StageRecorder, stage
 from harness.measure.tuning import tune
 from harness.schema import Cell, Row
 
@@ -43,17 +49,17 @@ def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: M
     context = context or MeasureContext()
     row = base_row(cell, run).update(started_at=now())
     start, load_at_start = time.perf_counter(), load_per_cpu()
+    recorder = StageRecorder()
     try:
         with deadline(settings.cell_timeout_s):
-            row.update(**_measure(cell, settings, context))
+            row.update(**_stages(cell, settings, context, recorder))
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a row (a timeout may land between stages)
-        stage, error = (exc.stage, exc.error) if isinstance(exc, _StageFailed) else ("start", exc)
-        if isinstance(exc, _StageFailed):
-            row.update(**exc.measured)  # what the earlier stages measured stays in the row (backend, errors, memory)
+        failed_in, error = (exc.stage, exc.error) if isinstance(exc, StageFailed) else ("start", exc)
+        row.update(**recorder.fields)  # what the stages that finished measured stays in the row (backend, errors, memory)
         status, reason = classify_exception(error, settings.cell_timeout_s)
-        row.update(status=status, reason=reason if status in ("oom", "timeout", "unsupported") else f"during {stage}: {reason}")
+        row.update(status=status, reason=reason if status in ("oom", "timeout", "unsupported") else f"during {failed_in}: {reason}")
         if status == "oom":
             context.clear()
         del exc, error
@@ -65,91 +71,116 @@ def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: M
     return row
 
 
-def _measure(cell: Cell, settings: MeasureSettings, context: MeasureContext) -> dict[str, Any]:
-    """The measured fields of a cell, stage by stage (see module doc); a stage's failure names it and keeps the rest."""
-    fields: dict[str, Any] = {}
-    try:
-        return _stages(cell, settings, context, fields)
-    except _StageFailed as exc:
-        exc.measured = dict(fields)
-        raise
+class _Inputs(NamedTuple):
+    """A cell's evaluation inputs, made once and read by every later stage."""
+
+    parsed: tuple[str, dict[str, Any]]  # the input distribution (name, knobs): calibration inputs are drawn from it too
+    q: Tensor  # (B, H, N + extra, D); extra: a decode cell's generated tokens
+    k: Tensor  # (B, H_kv, M + extra, D)
+    v: Tensor
+    kv_mask: Tensor | None  # (B, M), None without padding
 
 
-def _stages(cell: Cell, settings: MeasureSettings, context: MeasureContext, fields: dict[str, Any]) -> dict[str, Any]:
-    """The stages in order; each adds its fields to `fields` as it finishes (what a later failure keeps)."""
-    from variants import train_flops
+class _Built(NamedTuple):
+    """The build stage's result: the variant, why it cannot run the cell, and its row fields (the backend it resolves)."""
 
+    attn: Any
+    reasons: list[str]
+    fields: dict[str, Any]
+
+
+def _stages(cell: Cell, settings: MeasureSettings, context: MeasureContext, recorder: StageRecorder) -> dict[str, Any]:
+    """The cell's measured fields: inputs, then for an error-budget cell the search for its config, then that config's stages.
+
+    Each stage returns its fields and `recorder` keeps them as it finishes (what a later failure leaves in the row).
+    """
     device = torch.device(settings.device)
-    training = cell.mode == "train"
-    N, M = cell.seq_len, cell.kv_len
-    with _stage("inputs"):
-        name, knobs = parse_inputs(cell.inputs)  # once per cell: evaluation and calibration inputs share it
+    with stage("inputs"):
+        parsed = parse_inputs(cell.inputs)  # once per cell: evaluation and calibration inputs share it
         extra = decode_inputs_extra(cell, settings)  # a decode cell's inputs hold its generated tokens too
-        reason = get_inputs(name).unsupported_reason(N + extra, M + extra, B=cell.batch, H=cell.heads, D=cell.head_dim)
+        reason = get_inputs(parsed[0]).unsupported_reason(cell.seq_len + extra, cell.kv_len + extra, B=cell.batch, H=cell.heads,
+                                                          D=cell.head_dim)
         if reason:
-            return {"status": "unsupported", "reason": reason}
-        q, k, v = context.get_inputs(cell, device, (name, knobs), extra=extra)
-        kv_mask = padding_mask(cell.batch, M, cell.padding, seed=cell.seed, device=device)  # None without padding
-    with _stage("build"):
-        attn, reasons = _build(cell, q, k, v, kv_mask, training, device, fields)
-        if reasons:
-            return {**fields, "status": "unsupported", "reason": "; ".join(reasons)}
-    if cell.matched_budget is not None:
-        with _stage("tuning"):  # the cheapest config meeting the budget on held-out seeds: harness.measure.tuning
-            tuned = tune(cell, settings, context, device, (name, knobs), fields)
-            if tuned.cell is None:
-                return {**fields, "status": "unreachable", "reason": tuned.reason}
-            cell = tuned.cell
-        with _stage("build"):
-            attn, reasons = _build(cell, q, k, v, kv_mask, training, device, fields)
-            if reasons:
-                return {**fields, "status": "unsupported", "reason": "; ".join(reasons)}
+            return recorder.outcome("unsupported", reason)
+        q, k, v = context.get_inputs(cell, device, parsed, extra=extra)
+        inputs = _Inputs(parsed, q, k, v, padding_mask(cell.batch, cell.kv_len, cell.padding, seed=cell.seed, device=device))
+    if cell.matched_budget is None:
+        return _measure_config(cell, inputs, settings, context, device, recorder)
+    with stage("build"):  # refusals come before the search: a setting the variant cannot run is not searched
+        built = _build(cell, inputs, device)
+        recorder.record(built.fields)
+    if built.reasons:
+        return recorder.outcome("unsupported", "; ".join(built.reasons))
+    del built  # the search builds its own candidates
+    with stage("tuning"):  # the cheapest config meeting the budget on held-out seeds: harness.measure.tuning
+        tuned = tune(cell, settings, context, device, inputs.parsed)
+        recorder.record(tuned.fields)  # what the search tried, also when it failed
+        if tuned.failure is not None:
+            raise tuned.failure
+    if tuned.cell is None:
+        return recorder.outcome("unreachable", tuned.reason)
+    return _measure_config(tuned.cell, inputs, settings, context, device, recorder)
+
+
+def _measure_config(cell: Cell, inputs: _Inputs, settings: MeasureSettings, context: MeasureContext, device: torch.device,
+                    recorder: StageRecorder) -> dict[str, Any]:
+    """The stages of the config measured (an error-budget cell's: the one its search found): build, refuse, calibrate,
+    then a decode cell's, a layer cell's or a prefill cell's own stages."""
+    training = cell.mode == "train"
+    with stage("build"):
+        built = _build(cell, inputs, device)
+        recorder.record(built.fields)
+    if built.reasons:
+        return recorder.outcome("unsupported", "; ".join(built.reasons))
+    attn = built.attn
     if attn.capabilities.learnable:
-        with _stage("calibration"):
-            attn, calibration = calibrated(attn, cell, (name, knobs), settings, context, device)
-            fields.update(calibration)
-    with _stage("build"):
+        with stage("calibration"):
+            attn, calibration = calibrated(attn, cell, inputs.parsed, settings, context, device)
+            recorder.record(calibration)
+    with stage("build"):
         attn = attn.to(dtype=DTYPES[cell.dtype])
         attn.train(training)
+    q, k, v, kv_mask = inputs.q, inputs.k, inputs.v, inputs.kv_mask
     if cell.phase == "decode":
-        return {**fields, **measure_decode(attn, q, k, v, kv_mask, cell, settings, device)}
+        return measure_decode(attn, q, k, v, kv_mask, cell, settings, device, recorder)
     if cell.scope == "layer":
-        return {**fields, **measure_layer(attn, q, kv_mask, cell, settings, device)}
-    with _stage("prepare"):
-        fields["setup_s"] = _prepare(attn, q, k, v, cell, training, kv_mask)
-    with _stage("accuracy"):
+        return measure_layer(attn, q, kv_mask, cell, settings, device, recorder)
+    return _measure_prefill(attn, cell, inputs, settings, context, device, recorder)
+
+
+def _measure_prefill(attn: Any, cell: Cell, inputs: _Inputs, settings: MeasureSettings, context: MeasureContext,
+                     device: torch.device, recorder: StageRecorder) -> dict[str, Any]:
+    """A prefill cell's stages after the build: prepare, the checked call (accuracy), memory, timing, then the FLOPs."""
+    training = cell.mode == "train"
+    q, k, v, kv_mask = inputs.q, inputs.k, inputs.v, inputs.kv_mask
+    with stage("prepare"):
+        recorder.record({"setup_s": _prepare(attn, q, k, v, cell, training, kv_mask)})
+    with stage("accuracy"):
         accuracy = check_accuracy(attn, q, k, v, causal=cell.causal, training=training, error_rows=settings.error_rows,
                                   seed=cell.seed, reference=settings.accuracy_reference, kv_mask=kv_mask)
-        fields.update(accuracy.fields)
-        if accuracy.nonfinite:
-            return {**fields, "status": "nonfinite", "reason": accuracy.nonfinite}
-    with _stage("memory"):
+        recorder.record(accuracy.fields)
+    if accuracy.nonfinite:
+        return recorder.outcome("nonfinite", accuracy.nonfinite)
+    with stage("memory"):
         step = _step(attn, q, k, v, cell.causal, training, kv_mask)
-        peak = measure_peak_memory(step, device)
-        fields.update(peak_memory_bytes=peak.bytes, memory_method=peak.method)
-        fields["sdpa_kernel"] = sdpa_kernel(peak.op_names if peak.op_names is not None else profiled_ops(step))
-        del peak
-    with _stage("timing"):  # paired with the baseline (dense, backend auto) unless this is it: harness.measure.speedup
+        recorder.record(memory_and_kernel(lambda: step, device))
+    with stage("timing"):  # paired with the baseline (schema.BASELINE, backend auto) unless this is it: harness.measure.speedup
         baseline = baseline_for(cell, q, k, v, context, device, _step, kv_mask)
-        fields.update(timed_fields(step, baseline, settings, device, first_call_s=accuracy.call_s))
-        latency = fields["latency_s"]
-        flops = attn.flops(cell.batch, cell.heads, N, M, cell.head_dim, cell.causal)
-        flops = train_flops(flops) if training else int(flops)
-    return {
-        **fields, "status": "ok", "flops": flops,
-        "tflops": flops / latency / 1e12 if latency > 0 else None,
-    }
+        timed = timed_fields(step, baseline, settings, device, first_call_s=accuracy.call_s)
+        recorder.record(timed)
+        attention_flops = attn.flops(cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal)
+    return recorder.outcome("ok", **flops_fields(attention_flops, timed["latency_s"], training=training))
 
 
-def _build(cell: Cell, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None, training: bool, device: torch.device,
-           fields: dict[str, Any]) -> tuple[Any, list[str]]:
-    """(the variant built from the cell's config, why it cannot run the cell); the backend it resolves goes into `fields`."""
+def _build(cell: Cell, inputs: _Inputs, device: torch.device) -> _Built:
+    """The variant built from the cell's config, why it cannot run the cell, and the backend it resolves (its field)."""
     from variants import build_variant
 
+    training = cell.mode == "train"
     torch.manual_seed(cell.seed)  # parameter initialisation is part of the cell
     attn = build_variant(cell.variant, **cell.config).to(device)
-    fields["backend"] = attn.resolve_backend(q, training=training)
-    return attn, _reasons(attn, q, k, v, kv_mask, cell, training)
+    backend = attn.resolve_backend(inputs.q, training=training)
+    return _Built(attn, _reasons(attn, inputs.q, inputs.k, inputs.v, inputs.kv_mask, cell, training), {"backend": backend})
 
 
 def _reasons(attn: Any, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None, cell: Cell, training: bool) -> list[str]:
@@ -162,13 +193,18 @@ def _reasons(attn: Any, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None,
     return attn.decode_reasons(q[:, :, N : N + 1], k[:, :, :N], v[:, :, :N], kv_mask=kv_mask)
 
 
-def _step(attn: torch.nn.Module, q: Tensor, k: Tensor, v: Tensor, causal: bool, training: bool,
+def _step(attn: Any, q: Tensor, k: Tensor, v: Tensor, causal: bool, training: bool,
           kv_mask: Tensor | None = None) -> Callable[[], Any]:
-    """The timed call: forward under no_grad, or forward + backward w.r.t. q, k, v and parameters."""
+    """The timed call: forward under no_grad, or forward + backward w.r.t. q, k, v and parameters.
+
+    The variant's checks and its backend resolution run here, once (AttentionVariant.prepare_call; a refusal raises
+    NotSupportedError), never inside the timed call.
+    """
+    call = attn.prepare_call(q, k, v, causal=causal, kv_mask=kv_mask, training=training)
     if not training:
         def forward() -> Tensor:
             with torch.no_grad():
-                return attn(q, k, v, causal=causal, kv_mask=kv_mask)
+                return call(q, k, v)
 
         return forward
     qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
@@ -176,7 +212,7 @@ def _step(attn: torch.nn.Module, q: Tensor, k: Tensor, v: Tensor, causal: bool, 
     grad_out = torch.randn(q.shape, generator=torch.Generator(device=q.device).manual_seed(1), device=q.device).to(q.dtype)
 
     def train() -> tuple:
-        out = attn(qg, kg, vg, causal=causal, kv_mask=kv_mask)
+        out = call(qg, kg, vg)
         return torch.autograd.grad(out, targets, grad_outputs=grad_out, allow_unused=True)
 
     return train

@@ -8,7 +8,7 @@ import torch
 
 from harness.inputs import QKV, make_inputs, parse_inputs
 from harness.measure.settings import DTYPES
-from harness.schema import Cell
+from harness.schema import BASELINE, Cell
 
 
 @dataclass
@@ -24,12 +24,12 @@ class MeasureContext:
     tuned: dict[str, dict[int, float]] = field(default_factory=dict)  # error-budget searches: knob value -> error, per search key
 
     def baseline(self, device: torch.device, dtype: str) -> torch.nn.Module:
-        """The paired timing's baseline (dense, default config: backend auto), built once per device and dtype."""
+        """The paired timing's baseline (harness.schema.BASELINE, default config: backend auto), built once per device and dtype."""
         from variants import build_variant
 
         key = (str(device), dtype)
         if key not in self.baselines:
-            self.baselines[key] = build_variant("dense").to(device=device, dtype=DTYPES[dtype]).eval()
+            self.baselines[key] = build_variant(BASELINE).to(device=device, dtype=DTYPES[dtype]).eval()
         return self.baselines[key]
 
     def get_inputs(self, cell: Cell, device: torch.device, parsed: tuple[str, dict[str, Any]] | None = None,

@@ -18,10 +18,10 @@ import torch
 from torch import Tensor
 
 from harness.measure.accuracy import nonfinite, output_errors
-from harness.measure.kernel import profiled_ops, sdpa_kernel
-from harness.measure.memory import measure_peak_memory
+from harness.measure.flops import flops_fields
+from harness.measure.kernel import memory_and_kernel
 from harness.measure.settings import MeasureSettings
-from harness.measure.stages import stage
+from harness.measure.stages import StageRecorder, stage
 from harness.measure.timing import quantile
 from harness.schema import Cell
 
@@ -39,12 +39,14 @@ def full_mask(kv_mask: Tensor | None, steps: int) -> Tensor | None:
 
 
 def measure_decode(attn: Any, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None, cell: Cell,
-                   settings: MeasureSettings, device: torch.device) -> dict[str, Any]:
-    """The measured fields of a decode cell (see module doc). q: (B, H, N + S, D); k, v: (B, H_kv, N + S, D)."""
+                   settings: MeasureSettings, device: torch.device, recorder: StageRecorder) -> dict[str, Any]:
+    """The measured fields of a decode cell (see module doc). q: (B, H, N + S, D); k, v: (B, H_kv, N + S, D).
+
+    Each stage's fields go to `recorder` as it finishes, so a later failure leaves them in the row.
+    """
     N, S = cell.seq_len, settings.decode_steps
     context_k, context_v = k[:, :, :N], v[:, :, :N]
     tokens = [(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1]) for t in range(N, N + S)]  # views, made untimed
-    fields: dict[str, Any] = {}
 
     def fresh_state() -> Any:
         with torch.no_grad():
@@ -61,8 +63,7 @@ def measure_decode(attn: Any, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor |
     with stage("init_state"):
         start = time.perf_counter()
         state = fresh_state()
-        fields["setup_s"] = time.perf_counter() - start
-        fields["state_bytes"] = int(attn.state_bytes(state))
+        recorder.record({"setup_s": time.perf_counter() - start, "state_bytes": int(attn.state_bytes(state))})
     with stage("accuracy"):
         start = time.perf_counter()
         outs = generate(state)
@@ -70,29 +71,21 @@ def measure_decode(attn: Any, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor |
         out = torch.cat(outs, dim=2)  # (B, H, S, D)
         bad = nonfinite(out)
         if bad:
-            return {**fields, "status": "nonfinite", "reason": bad}
-        fields.update(_accuracy(attn, q, k, v, out, kv_mask, N, S, settings.accuracy_reference))
+            return recorder.outcome("nonfinite", bad)
+        recorder.record(_accuracy(attn, q, k, v, out, kv_mask, N, S, settings.accuracy_reference))
         del outs, out, state
     with stage("memory"):
-        state = fresh_state()
-        peak = measure_peak_memory(lambda: generate(state), device)
-        fields.update(peak_memory_bytes=peak.bytes, memory_method=peak.method)
-        ops = peak.op_names
-        del peak, state
-        if ops is None:
-            state = fresh_state()
-            ops = profiled_ops(lambda: generate(state))
-            del state
-        fields["sdpa_kernel"] = sdpa_kernel(ops)
+        def ready() -> Callable[[], list[Tensor]]:
+            state = fresh_state()  # built before the memory is counted, as before each timed generation
+            return lambda: generate(state)
+
+        recorder.record(memory_and_kernel(ready, device))
     with stage("timing"):
         times = _time_generations(fresh_state, generate, settings, device, first_call_s)
     latency = statistics.median(times) / S
-    flops = sum(int(attn.flops(cell.batch, cell.heads, 1, N + t + 1, cell.head_dim, False)) for t in range(S)) // S
-    return {
-        **fields, "status": "ok", "latency_s": latency, "latency_p20_s": quantile(times, 0.2) / S,
-        "latency_p80_s": quantile(times, 0.8) / S, "repeats": len(times), "flops": flops,
-        "tflops": flops / latency / 1e12 if latency > 0 else None,
-    }
+    flops = sum(int(attn.flops(cell.batch, cell.heads, 1, N + t + 1, cell.head_dim, False)) for t in range(S)) // S  # per token
+    return recorder.outcome("ok", latency_s=latency, latency_p20_s=quantile(times, 0.2) / S, latency_p80_s=quantile(times, 0.8) / S,
+                            repeats=len(times), **flops_fields(flops, latency, training=False))
 
 
 def _accuracy(attn: Any, q: Tensor, k: Tensor, v: Tensor, out: Tensor, kv_mask: Tensor | None, N: int, S: int,

@@ -2,7 +2,8 @@
 
 ``torch.nn.functional.scaled_dot_product_attention`` dispatches to one of several kernels and may
 fall back to the math one silently (an unsupported mask, dtype or head dim). The row records the
-kernel that ran, read from the profiler, not the one asked for.
+kernel that ran, read from the profiler, not the one asked for. memory_and_kernel is the memory stage
+of every cell kind: the call's peak memory and, from the same profiled call where there is one, its kernel.
 """
 from __future__ import annotations
 
@@ -28,6 +29,21 @@ def sdpa_kernel(op_names: Iterable[str]) -> str | None:
     return "+".join(found) if found else None
 
 
+def memory_and_kernel(ready: Callable[[], Callable[[], Any]], device: torch.device) -> dict[str, Any]:
+    """peak_memory_bytes, memory_method and sdpa_kernel of one call of the step `ready()` returns.
+
+    `ready` makes the step ready to call once, untimed and before the memory is counted (a decode cell
+    builds a fresh state in it); it is called again when the memory measurement saw no op names (CUDA)
+    and the kernel needs a profiled call of its own.
+    """
+    from harness.measure.memory import measure_peak_memory
+
+    peak = measure_peak_memory(ready(), device)
+    fields, ops = {"peak_memory_bytes": peak.bytes, "memory_method": peak.method}, peak.op_names
+    del peak  # its result (the call's output) is freed before another call
+    return {**fields, "sdpa_kernel": sdpa_kernel(ops if ops is not None else profiled_ops(ready()))}
+
+
 def profiled_ops(step: Callable[[], Any]) -> set[str]:
     """The names of the ops one call of `step` ran (CPU and, where present, CUDA activity)."""
     from torch.profiler import ProfilerActivity, profile
@@ -39,7 +55,3 @@ def profiled_ops(step: Callable[[], Any]) -> set[str]:
         step()
     return {event.name for event in prof.events()}
 
-
-def ran_math(kernel: Any) -> bool:
-    """Whether a row's sdpa_kernel includes the math fallback."""
-    return isinstance(kernel, str) and "math" in kernel.split("+")

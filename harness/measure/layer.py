@@ -17,10 +17,10 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from harness.measure.accuracy import REFERENCE_CHUNK_BYTES, check_output, nonfinite, output_errors, sample_rows
-from harness.measure.kernel import profiled_ops, sdpa_kernel
-from harness.measure.memory import measure_peak_memory
+from harness.measure.flops import flops_fields
+from harness.measure.kernel import memory_and_kernel
 from harness.measure.settings import MeasureSettings
-from harness.measure.stages import stage
+from harness.measure.stages import StageRecorder, stage
 from harness.measure.timing import quantile, time_step
 from harness.schema import Cell
 
@@ -60,9 +60,13 @@ class Block(nn.Module):
         h = self.norm2(x)
         return x + self.w2(nn.functional.silu(self.w1(h)) * self.w3(h))
 
-    def forward(self, x: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None,
+                attend: Callable[[Tensor, Tensor, Tensor], Tensor] | None = None) -> Tensor:
+        """x (B, N, E) -> (B, N, E). `attend`: the variant's call prepared for this block's q, k, v (prepare_call, which
+        binds causal and kv_mask); the timed steps pass it so that no check runs inside them. Default: the checked call."""
         q, k, v = self.project(x)
-        return self.finish(x, self.attn(q, k, v, causal=causal, kv_mask=kv_mask))
+        a = attend(q, k, v) if attend is not None else self.attn(q, k, v, causal=causal, kv_mask=kv_mask)
+        return self.finish(x, a)
 
     def linear_flops(self, B: int, N: int) -> int:
         """Forward FLOPs of the projections and the MLP (2 per multiply-add)."""
@@ -76,13 +80,13 @@ def build_block(attn: nn.Module, cell: Cell, dtype: torch.dtype, device: torch.d
 
 
 def measure_layer(attn: Any, q: Tensor, kv_mask: Tensor | None, cell: Cell, settings: MeasureSettings,
-                  device: torch.device) -> dict[str, Any]:
-    """The measured fields of a layer cell (see module doc); x is q (B, H, N, D) as (B, N, H * D)."""
-    from variants import train_flops
+                  device: torch.device, recorder: StageRecorder) -> dict[str, Any]:
+    """The measured fields of a layer cell (see module doc); x is q (B, H, N, D) as (B, N, H * D).
 
+    Each stage's fields go to `recorder` as it finishes, so a later failure leaves them in the row.
+    """
     training = cell.mode == "train"
     x = rearrange(q, "b h n d -> b n (h d)").contiguous()  # (B, N, E)
-    fields: dict[str, Any] = {}
     with stage("build"):
         block = build_block(attn, cell, q.dtype, device).train(training)
     with stage("accuracy"):
@@ -90,27 +94,19 @@ def measure_layer(attn: Any, q: Tensor, kv_mask: Tensor | None, cell: Cell, sett
         check_output(rearrange(out, "b n (h d) -> b h n d", h=cell.heads), q, q)
         bad = nonfinite(out)
         if bad:
-            return {**fields, "status": "nonfinite", "reason": bad}
-        fields.update(_accuracy(block, x, out, kv_mask, cell, settings))
+            return recorder.outcome("nonfinite", bad)
+        recorder.record(_accuracy(block, x, out, kv_mask, cell, settings))
         del out
-    step = _step(block, x, cell.causal, kv_mask, training)
     with stage("memory"):
-        peak = measure_peak_memory(step, device)
-        fields.update(peak_memory_bytes=peak.bytes, memory_method=peak.method)
-        ops = peak.op_names if peak.op_names is not None else profiled_ops(step)
-        fields["sdpa_kernel"] = sdpa_kernel(ops)
-        del peak
+        step = _step(block, x, cell.causal, kv_mask, training)
+        recorder.record(memory_and_kernel(lambda: step, device))
     with stage("timing"):
         times, repeats = time_step(step, settings, device, first_call_s=first_call_s)
     latency = statistics.median(times)
-    attention = int(attn.flops(cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal))
-    linear = block.linear_flops(cell.batch, cell.seq_len)
-    flops = train_flops(attention) + 3 * linear if training else attention + linear
-    return {
-        **fields, "status": "ok", "latency_s": latency, "latency_p20_s": quantile(times, 0.2),
-        "latency_p80_s": quantile(times, 0.8), "repeats": repeats, "flops": flops,
-        "tflops": flops / latency / 1e12 if latency > 0 else None,
-    }
+    attention = attn.flops(cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal)
+    return recorder.outcome(
+        "ok", latency_s=latency, latency_p20_s=quantile(times, 0.2), latency_p80_s=quantile(times, 0.8), repeats=repeats,
+        **flops_fields(attention, latency, training=training, linear_flops=block.linear_flops(cell.batch, cell.seq_len)))
 
 
 def _timed_call(fn: Callable[[], Tensor]) -> tuple[Tensor, float]:
@@ -123,11 +119,18 @@ def _timed_call(fn: Callable[[], Tensor]) -> tuple[Tensor, float]:
 
 
 def _step(block: Block, x: Tensor, causal: bool, kv_mask: Tensor | None, training: bool) -> Callable[[], Any]:
-    """The timed call: the block's forward under no_grad, or forward + backward w.r.t. x and every parameter."""
+    """The timed call: the block's forward under no_grad, or forward + backward w.r.t. x and every parameter.
+
+    The variant's call is checked here, once, on q, k, v projected like the timed calls' (prepare_call), not in them.
+    """
+    with torch.no_grad():
+        q, k, v = block.project(x)
+    attend = block.attn.prepare_call(q, k, v, causal=causal, kv_mask=kv_mask, training=training)
+    del q, k, v
     if not training:
         def forward() -> Tensor:
             with torch.no_grad():
-                return block(x, causal=causal, kv_mask=kv_mask)
+                return block(x, attend=attend)
 
         return forward
     xg = x.detach().requires_grad_(True)
@@ -135,7 +138,7 @@ def _step(block: Block, x: Tensor, causal: bool, kv_mask: Tensor | None, trainin
     grad_out = torch.randn(x.shape, generator=torch.Generator(device=x.device).manual_seed(1), device=x.device).to(x.dtype)
 
     def train() -> tuple:
-        out = block(xg, causal=causal, kv_mask=kv_mask)
+        out = block(xg, attend=attend)
         return torch.autograd.grad(out, targets, grad_outputs=grad_out, allow_unused=True)
 
     return train

@@ -13,14 +13,20 @@ CALIBRATION_SEED_OFFSET = 1_000_003  # calibration batch i uses seed + this + i:
 
 @dataclass(frozen=True)
 class MeasureSettings:
-    """How cells are measured; the same for every cell of a run. Each field is the SweepSpec field of that name."""
+    """How cells are measured; the same for every cell of a run.
+
+    Each field is the SweepSpec knob of that name (from_spec copies them by name), and its default is the value of the
+    CPU default spec (harness/spec/cpu.toml, else the knob's own default), so MeasureSettings() measures as a CPU sweep
+    does; tests/harness/measure/test_settings.py holds the two equal. A new setting is therefore a field here, a knob
+    of the same name in SweepSpec, and its value in cpu.toml and gpu.toml where the knob has no default.
+    """
 
     device: str = "cpu"  # full device string ("cuda:1"); the row records its type
     time_budget_s: float = 0.25  # seconds of timing per cell
-    repeats: int = 2  # at least this many timed calls
-    cell_timeout_s: float | None = None  # whole-cell limit
+    repeats: int = 3  # at least this many timed calls
+    cell_timeout_s: float | None = 120.0  # whole-cell limit (None: none)
     error_rows: int = 256  # sampled query rows for the accuracy check
-    calibration_steps: int = 150  # optimizer steps for learnable variants
+    calibration_steps: int = 50  # optimizer steps for learnable variants
     calibration_batches: int = 4  # calibration batches (seeds other than the evaluation's)
     calibration_max_seq_len: int = 256  # calibration length is min(N, this)
     accuracy_reference: str = "full"  # "full": exact softmax | "pattern": the variant's own sparsity pattern
@@ -28,7 +34,7 @@ class MeasureSettings:
 
     @classmethod
     def from_spec(cls, spec: Any) -> "MeasureSettings":
-        """The spec's values of these fields (same names, so a new setting is one field here and one in SweepSpec)."""
+        """The spec's values of these fields (the same names)."""
         return cls(**{f.name: getattr(spec, f.name) for f in dataclasses.fields(cls)})
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,6 +1,6 @@
-"""A cell's timed fields: the variant paired with its setting's baseline (dense, backend auto) in alternating blocks.
+"""A cell's timed fields: the variant paired with the baseline (harness.schema.BASELINE, backend auto) in alternating blocks.
 
-The baseline's own cells (dense with its default config) are timed alone, as before (timing.time_step),
+The baseline's own cells (the baseline variant with its default config) are timed alone, as before (timing.time_step),
 and get speedup None: a ratio to itself would be 1 by construction. Every other cell times its step
 and the baseline's step on the same q, k, v in alternation (harness.measure.pairing), so the paired
 speed-up survives a load that drifts during the cell. A baseline that is unsupported or fails leaves
@@ -20,14 +20,13 @@ from harness.measure.outcome import CellTimeout, classify_exception, release_mem
 from harness.measure.pairing import BlockTimer, PairedTimes, bootstrap_interval, calls_per_block, perf_counter_timer, spread, time_pairs
 from harness.measure.settings import MeasureSettings
 from harness.measure.timing import cuda_block_timer, quantile, time_step
-from harness.schema import Cell
+from harness.schema import BASELINE, Cell
 
 Step = Callable[[], Any]
 TARGET_PAIRS = 10  # pairs a cell aims for within its time budget (at least settings.repeats, at most this when calls are fast)
 SLOW_PAIRS = 3  # pairs when one call of either step already exceeds the budget...
 SLOWEST_PAIRS = 2  # ... and when one pair takes longer than SLOW_PAIR_S
 SLOW_PAIR_S = 1.0  # seconds
-BASELINE = "dense"  # the baseline variant, with its default config (backend "auto")
 
 
 class BaselineFailed(Exception):
@@ -51,6 +50,8 @@ def baseline_for(cell: Cell, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     `make_step(module, q, k, v, causal, training, kv_mask)` builds the timed call, the same one the variant
     gets (the same inputs and padding mask).
     """
+    from variants import NotSupportedError
+
     training = cell.mode == "train"
     try:
         base = context.baseline(device, cell.dtype)
@@ -59,10 +60,11 @@ def baseline_for(cell: Cell, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     key = (context.inputs_key, cell.causal, cell.mode, cell.padding)
     if cell.variant == BASELINE and cell.config == dataclasses.asdict(base.config):  # timed alone; its time warms the cache
         return Baseline(None, cache_key=key, known_call_s=context.baseline_call_s)
-    reasons = base.not_supported_reasons(q, k, v, causal=cell.causal, kv_mask=kv_mask, training=training)
-    if reasons:
-        return Baseline(None, note=f"no paired speed-up: baseline {BASELINE} unsupported: " + "; ".join(reasons))
-    return Baseline(make_step(base, q, k, v, cell.causal, training, kv_mask), cache_key=key, known_call_s=context.baseline_call_s)
+    try:  # make_step checks the baseline's call once (a refusal raises NotSupportedError), as it does the variant's
+        step = make_step(base, q, k, v, cell.causal, training, kv_mask)
+    except NotSupportedError as exc:
+        return Baseline(None, note=f"no paired speed-up: baseline {BASELINE} unsupported: " + "; ".join(exc.reasons))
+    return Baseline(step, cache_key=key, known_call_s=context.baseline_call_s)
 
 
 def guarded(step: Step) -> Step:

@@ -1,8 +1,15 @@
-"""Named stages of a cell: an exception inside one carries the stage's name into the row's reason."""
+"""Named stages of a cell, and the fields of the ones that finished.
+
+stage(name) runs a block as a named stage: an exception inside it is re-raised as StageFailed, so the
+row's reason says during which stage the cell failed. Each stage returns its row fields (a dict, or an
+object holding one); the cell's orchestration hands them to a StageRecorder as each stage finishes, so a
+cell that fails later still reports what its earlier stages measured (backend, errors, memory). Nothing
+is written into a caller's dict and nothing is hung on an exception.
+"""
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import Any, Iterator, Mapping
 
 
 class StageFailed(Exception):
@@ -11,7 +18,6 @@ class StageFailed(Exception):
     def __init__(self, stage: str, error: BaseException):
         super().__init__(stage)
         self.stage, self.error = stage, error
-        self.measured: dict = {}  # the row fields measured before the failure (set by the cell's orchestration)
 
 
 @contextlib.contextmanager
@@ -23,3 +29,23 @@ def stage(name: str) -> Iterator[None]:
         raise
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a row
         raise StageFailed(name, exc) from exc
+
+
+class StageRecorder:
+    """The row fields a cell's stages returned, kept as each finishes: what its row has whether or not a later stage fails."""
+
+    def __init__(self) -> None:
+        self._fields: dict[str, Any] = {}
+
+    def record(self, fields: Mapping[str, Any]) -> None:
+        """Keep a stage's fields (a field a later stage returns again takes the later value)."""
+        self._fields.update(fields)
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """A copy of every field recorded so far."""
+        return dict(self._fields)
+
+    def outcome(self, status: str, reason: str | None = None, **fields: Any) -> dict[str, Any]:
+        """The cell's measured fields: those recorded, then the last stage's `fields`, its status and reason."""
+        return {**self._fields, **fields, "status": status, "reason": reason}

@@ -32,7 +32,7 @@ import torch
 
 from harness.inputs import make_inputs
 from harness.inputs.padding import padding_mask
-from harness.measure.accuracy import check_accuracy
+from harness.measure.accuracy import check_accuracy, metric_error
 from harness.measure.calibration import calibrated
 from harness.measure.context import MeasureContext
 from harness.measure.settings import CALIBRATION_SEED_OFFSET, DTYPES, MeasureSettings
@@ -46,12 +46,14 @@ TOLERANCE = 1.25  # bisection stops when the passing value is within 25% of the 
 TUNING_SEEDS = 4  # seeds scored per value, the worst counting (2 left the evaluation seed 15% above at N=8192)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Tuned:
-    """The outcome of a cell's search: the found cell (None: unreachable, `reason` says why)."""
+    """The record of a cell's search: its row fields, and the cell found, or why there is none."""
 
-    cell: Cell | None
-    reason: str | None = None
+    fields: dict[str, Any]  # config (the knob at the value chosen; None if the search chose none), tuning, tuning_s
+    cell: Cell | None = None  # the cell to measure, at the value found (None: unreachable, or the search failed)
+    reason: str | None = None  # why the budget is unreachable
+    failure: BaseException | None = None  # what stopped the search (out of memory, the time limit): raised by the caller
 
 
 def search_knob(evaluate: Callable[[int], float], budget: float, low: int, high: int, *,
@@ -90,19 +92,18 @@ def scoring_seeds(seed: int, calibration_batches: int) -> list[int]:
 
 
 def tune(cell: Cell, settings: MeasureSettings, context: MeasureContext, device: torch.device,
-         inputs: tuple[str, dict[str, Any]], fields: dict[str, Any]) -> Tuned:
-    """Search the cell's variant's quality knob for cell.matched_budget (see the module doc).
+         inputs: tuple[str, dict[str, Any]]) -> Tuned:
+    """Search the cell's variant's quality knob for cell.matched_budget (see the module doc) and return the search's record.
 
-    The row fields tuning, tuning_s and config go into `fields` as the search goes: a search that fails (out of
-    memory, the cell's time limit) leaves a row with the values tried so far and no knob value it never chose.
+    A search that fails (out of memory, the cell's time limit) returns the failure with the values tried so far and
+    no knob value it never chose, so the row shows how far it got; only Ctrl-C escapes.
     """
     field_name, low, high, bound = knob_range(cell)
     budget, metric = float(cell.matched_budget), cell.error_metric
     seeds = scoring_seeds(cell.seed, settings.calibration_batches)
     tried = context.tuned.setdefault(search_key(cell), {})
-    fields["config"] = {**cell.config, field_name: None}
-    fields["tuning"] = record = {"knob": field_name, "low": low, "high": high, "bound": bound, "budget": budget,
-                                 "metric": metric, "seeds": seeds, "tried": tried, "evaluated": 0}
+    record = {"knob": field_name, "low": low, "high": high, "bound": bound, "budget": budget, "metric": metric,
+              "seeds": seeds, "tried": tried, "evaluated": 0}
     batches: list = []
 
     def evaluate(value: int) -> float:
@@ -111,22 +112,27 @@ def tune(cell: Cell, settings: MeasureSettings, context: MeasureContext, device:
         record["evaluated"] += 1
         return score_value(cell, field_name, value, batches, settings, context, device, inputs)
 
+    def fields(value: int | None, seconds: float) -> dict[str, Any]:
+        return {"config": {**cell.config, field_name: value}, "tuning": record, "tuning_s": seconds}
+
     if high is None:
-        fields["config"][field_name], fields["tuning_s"] = low, 0.0
-        return Tuned(None, f"{field_name} {low}, {bound} (nothing cheaper to search), for the budget {budget:g}")
+        return Tuned(fields(low, 0.0), reason=f"{field_name} {low}, {bound} (nothing cheaper to search), for the budget {budget:g}")
     start = time.perf_counter()
     try:
-        value = search_knob(evaluate, budget, low, high, tried=tried)
-    finally:
-        fields["tuning_s"] = time.perf_counter() - start
-        record["tried"] = {str(v): tried[v] for v in sorted(tried)}  # a copy: the context's dict grows with later budgets
+        value, failure = search_knob(evaluate, budget, low, high, tried=tried), None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - returned with the values tried; the cell raises it in its tuning stage
+        value, failure = None, exc
+    seconds = time.perf_counter() - start
+    record["tried"] = {str(v): tried[v] for v in sorted(tried)}  # a copy: the context's dict grows with later budgets
+    if failure is not None:
+        return Tuned(fields(None, seconds), failure=failure)
     if value is None:
-        fields["config"][field_name] = high
         reason = (f"{METRIC_NAMES[metric]} {tried[high]:.3g} at {field_name} {high}, {bound} (searched {low}-{high} on "
                   f"held-out calibration seeds), is above the budget {budget:g}")
-        return Tuned(None, reason)
-    fields["config"][field_name] = value
-    return Tuned(dataclasses.replace(cell, config=fields["config"]), None)
+        return Tuned(fields(high, seconds), reason=reason)
+    return Tuned(fields(value, seconds), cell=dataclasses.replace(cell, config={**cell.config, field_name: value}))
 
 
 def knob_range(cell: Cell) -> tuple[str, int, int | None, str]:
@@ -207,7 +213,7 @@ def score_value(cell: Cell, knob_field: str, value: int, batches: list, settings
                                   reference=settings.accuracy_reference, kv_mask=kv_mask)
         if accuracy.nonfinite:
             return math.inf
-        error = accuracy.fields["rel_l2_error"] if cell.error_metric == "rel_l2" else 1.0 - accuracy.fields["cosine"]
+        error = metric_error(accuracy.fields, cell.error_metric)
         worst = max(worst, error if math.isfinite(error) else math.inf)
     return worst
 

@@ -229,6 +229,43 @@ def test_declared_unsupported_raises_with_its_reasons(name, backend, request_kin
 
 
 @pytest.mark.parametrize("name,backend", _cases())
+@pytest.mark.parametrize("training", [False, True], ids=["forward", "train"])
+def test_a_prepared_call_is_the_checked_call_without_the_checks(monkeypatch, name, backend, training):
+    """prepare_call checks once and returns a call that gives what variant(q, k, v) gives, checking nothing itself."""
+    import variants.base as base
+
+    attn = _build(name, backend)
+    q, k, v = _inputs(7, requires_grad=training)
+    mask = _padding_mask() if attn.capabilities.kv_mask else None
+    _runnable_or_skip(attn, q, k, v, kv_mask=mask, training=training)
+    with torch.set_grad_enabled(training):
+        expected = attn(q, k, v, kv_mask=mask)
+        call = attn.prepare_call(q, k, v, kv_mask=mask, training=training)
+
+        def checked(*args, **kwargs):
+            raise AssertionError("a prepared call checked its inputs again")
+
+        monkeypatch.setattr(base, "check_qkv", checked)
+        monkeypatch.setattr(type(attn), "not_supported_reasons", checked)
+        out = call(q, k, v)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    if training:
+        out.sum().backward()
+        assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
+@pytest.mark.parametrize("name,backend,request_kind", _unsupported_cases())
+def test_a_refused_call_is_refused_when_prepared(name, backend, request_kind):
+    attn = _build(name, backend)
+    q, k, v = _inputs(6, requires_grad=request_kind == "training")
+    kwargs = {"causal": {"causal": True}, "kv_mask": {"kv_mask": _padding_mask()}, "training": {}}[request_kind]
+    reasons = attn.not_supported_reasons(q, k, v, **kwargs)
+    with pytest.raises(NotSupportedError) as info:
+        attn.prepare_call(q, k, v, **kwargs)
+    assert info.value.reasons == reasons
+
+
+@pytest.mark.parametrize("name,backend", _cases())
 def test_flops_are_positive_and_grow_with_length(name, backend):
     attn = _build(name, backend)
     small = attn.flops(1, 1, 1024, 1024, 64, False)

@@ -155,3 +155,22 @@ def test_dense_layer_cell_is_exact_against_the_float64_block(mode):
 def test_layer_decode_is_refused_with_a_reason():
     row = run(cell(N=64, scope="layer", phase="decode", causal=True))
     assert row["status"] == "unsupported" and "attention scope only" in row["reason"]
+
+
+# ---- a failure keeps what the finished stages measured -------------------------------------------
+@pytest.mark.parametrize("fields,timer", [
+    ({}, "harness.measure.cell.timed_fields"),
+    ({"phase": "decode", "causal": True}, "harness.measure.decode._time_generations"),
+    ({"scope": "layer"}, "harness.measure.layer.time_step"),
+])
+def test_a_cell_failing_in_timing_keeps_its_backend_errors_and_memory(monkeypatch, fields, timer):
+    def fail(*args, **kwargs):
+        raise RuntimeError("the timer fell over")
+
+    monkeypatch.setattr(timer, fail)
+    row = run(cell(N=32, **fields))
+    assert row["status"] == "error" and row["reason"] == "during timing: RuntimeError: the timer fell over"
+    assert row["backend"] == "sdpa" and row["rel_l2_error"] < 1e-4 and row["error_rows"] > 0
+    assert row["peak_memory_bytes"] > 0 and row["memory_method"] == "cpu_profiler_events" and row["sdpa_kernel"] == "flash"
+    assert row["latency_s"] is None and row["flops"] is None
+    assert (row["state_bytes"] is not None) == (fields.get("phase") == "decode")  # init_state finished first
