@@ -23,6 +23,19 @@ NOT_RUN_PREFIX = "not run"  # reason of a cell skipped after an oom/timeout at a
 
 ERROR_METRICS = ("rel_l2", "cosine")  # what an error budget bounds: relative L2 error, or 1 - cosine similarity
 METRIC_NAMES = {"rel_l2": "relative L2 error", "cosine": "1 - cosine similarity"}
+
+
+def metric_error(fields: Mapping[str, Any], metric: str) -> Any:
+    """The error an error budget in `metric` bounds, from a checked call's fields or a frame of rows (then a Series):
+    the relative L2 error, or 1 - the cosine similarity. The search, the report and anything else that scores a
+    budget call this."""
+    if metric == "rel_l2":
+        return fields["rel_l2_error"]
+    if metric == "cosine":
+        return 1.0 - fields["cosine"]
+    raise ValueError(f"unknown error metric {metric!r}; expected one of {', '.join(ERROR_METRICS)}")
+
+
 PHASES = ("prefill", "decode")
 SCOPES = ("attention", "layer")
 ROLES = ("variant", "length", "setting", "inputs", "seed", "budget")

@@ -125,16 +125,6 @@ def output_errors(mine: Tensor, ref: Tensor, valid: Tensor | None = None) -> dic
                 cosine=float(torch.nn.functional.cosine_similarity(mine, ref.double(), dim=-1).mean()), error_rows=R)
 
 
-def metric_error(fields: Mapping[str, Any], metric: str) -> float:
-    """The error an error budget in `metric` bounds (harness.schema.ERROR_METRICS), from a checked call's fields:
-    its relative L2 error, or 1 - its cosine similarity. The search and anything else that scores a budget call this."""
-    if metric == "rel_l2":
-        return fields["rel_l2_error"]
-    if metric == "cosine":
-        return 1.0 - fields["cosine"]
-    raise ValueError(f"unknown error metric {metric!r}; expected one of {', '.join(ERROR_METRICS)}")
-
-
 def nonfinite(*tensors: Tensor) -> str | None:
     """What is non-finite in the output (and gradients), or None."""
     names = ("output", "dq", "dk", "dv")

@@ -25,7 +25,8 @@ def now() -> str:
 
 def base_row(cell: Cell, run: RunInfo) -> Row:
     """A row with the cell's and the run's identity filled in and every measurement None."""
-    return Row.for_cell(cell, run_id=run.run_id, device_name=run.device_name, host=run.host, threads=run.threads)
+    return Row.for_cell(cell, run_id=run.run_id, device_name=run.device_name, host=run.host, threads=run.threads,
+                        accuracy_reference=run.accuracy_reference)
 
 
 def outcome_row(cell: Cell, run: RunInfo, status: str, reason: str | None) -> dict[str, Any]:

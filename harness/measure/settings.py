@@ -49,3 +49,4 @@ class RunInfo:
     device_name: str
     host: str
     threads: int
+    accuracy_reference: str = "full"  # what the run's errors are measured against (MeasureSettings.accuracy_reference)

@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from harness.schema import METRIC_NAMES
+from harness.schema import METRIC_NAMES, metric_error
 
 DEFAULT_BUDGETS = (1e-2, 1e-1)  # relative L2 error budgets for a run that asked for none: near-exact and approximate
 GENERALISATION_MARGIN = 0.1  # a matched row may exceed its budget by 10% on the evaluation seed (see the module doc)
@@ -29,13 +29,6 @@ def run_budgets(spec: dict) -> tuple[tuple[float, ...], str]:
     raw = spec.get("error_budgets") or []
     budgets = tuple(sorted({float(b) for b in raw if isinstance(b, (int, float)) and not isinstance(b, bool) and b > 0}))
     return (budgets, metric) if budgets else (DEFAULT_BUDGETS, "rel_l2")
-
-
-def metric_error(frame: pd.DataFrame, metric: str) -> pd.Series:
-    """Each row's error in `metric`: rel_l2_error, or 1 - cosine (NaN where not measured)."""
-    if metric == "cosine":
-        return 1.0 - pd.to_numeric(frame["cosine"], errors="coerce")
-    return pd.to_numeric(frame["rel_l2_error"], errors="coerce")
 
 
 def within(frame: pd.DataFrame, budget: float, metric: str) -> pd.Series:

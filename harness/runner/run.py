@@ -146,6 +146,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
         device_name=(env["gpu"] or "cuda") if spec.device.startswith("cuda") else env["cpu"],
         host=env["host"],
         threads=torch.get_num_threads(),
+        accuracy_reference=settings.accuracy_reference,
     )
     remote = executor_class(spec.executor).remote
     job = CellJob(

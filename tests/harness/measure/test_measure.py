@@ -36,6 +36,7 @@ def test_dense_forward_row_is_complete_and_plausible():
     assert set(row) == set(ROW_FIELDS)
     assert row["status"] == "ok", row["reason"]
     assert row["backend"] == "sdpa"
+    assert row["accuracy_reference"] == "full"  # what its errors are against, in the row itself
     assert row["flops"] == 4 * B * H * 64 * 64 * D
     assert row["tflops"] == pytest.approx(row["flops"] / row["latency_s"] / 1e12)
     assert 0 < row["latency_p20_s"] <= row["latency_s"] <= row["latency_p80_s"]
