@@ -13,7 +13,9 @@ import hashlib
 import json
 import math
 from dataclasses import MISSING, dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
+
+from harness.cell_fields import ROLES, Setting, eq_text, setting_field as _field  # noqa: F401 - ROLES, Setting re-exported
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "oom", "unsupported", "error", "nonfinite", "timeout", "unreachable")  # unreachable: no knob value meets the budget
@@ -38,36 +40,6 @@ def metric_error(fields: Mapping[str, Any], metric: str) -> Any:
 
 PHASES = ("prefill", "decode")
 SCOPES = ("attention", "layer")
-ROLES = ("variant", "length", "setting", "inputs", "seed", "budget")
-
-
-@dataclass(frozen=True)
-class Setting:
-    """What a Cell field is, declared on the field itself (``dataclasses.field(metadata={"setting": ...})``).
-
-    Planning, cell ids, the reader's fill-in of old rows, the report's setting keys, every label and compare's
-    matching derive from these, so a new axis is one field of Cell (plus its list in SweepSpec).
-    """
-
-    role: str  # ROLES: "setting" fields are what variants compete in (one report table each, with "inputs" apart)
-    axis: str | None = None  # the SweepSpec list of this field's values (the planning product runs over these)
-    text: Callable[[Any, Mapping[str, Any]], str] | None = None  # (value, the cell's values) -> a short label for people
-    follows: str | None = None  # a field whose value this one takes when unset (kv_heads: heads; kv_len: seq_len)
-    legacy: Any = None  # what a row written without this field means (None: the field's own default, see legacy_value)
-    added: bool = False  # added after schema_version 1's first ids: left out of the id at its default, so old ids hold
-    matched: bool = True  # compare matches two runs' cells on it (not the seed, not the device: those are the point)
-    cast: Callable[[Any], Any] | None = None  # the type a reader coerces a stored value to
-
-
-def _field(default: Any = MISSING, *, role: str, compare: bool = True, **meta: Any) -> Any:
-    """A Cell field with its Setting."""
-    return field(default=default, compare=compare, metadata={"setting": Setting(role=role, **meta)})
-
-
-def _eq(short: str) -> Callable[[Any, Mapping[str, Any]], str]:
-    return lambda v, _: f"{short}={v:g}" if isinstance(v, float) else f"{short}={v}"
-
-
 @dataclass(frozen=True, kw_only=True)
 class Cell:
     """One measurement: a variant with its config on one shape, dtype, device, causal setting, mode, phase, scope and inputs.
@@ -78,14 +50,14 @@ class Cell:
 
     variant: str = _field(role="variant")  # registry name
     config: dict[str, Any] = _field(role="variant", compare=False, legacy={})  # asdict of the validated config (overrides applied)
-    seq_len: int = _field(role="length", text=_eq("N"), cast=int)  # N
-    kv_len: int = _field(role="length", text=_eq("M"), follows="seq_len", cast=int)  # M (= N: self-attention)
+    seq_len: int = _field(role="length", text=eq_text("N"), cast=int)  # N
+    kv_len: int = _field(role="length", text=eq_text("M"), follows="seq_len", cast=int)  # M (= N: self-attention)
     device: str = _field(role="setting", text=lambda v, _: f"on {v}", legacy="cpu", matched=False)  # "cpu" | "cuda" (the type; the index is a run setting)
-    batch: int = _field(role="setting", text=_eq("B"))  # B
-    heads: int = _field(role="setting", text=_eq("H"))  # H (query heads)
+    batch: int = _field(role="setting", text=eq_text("B"))  # B
+    heads: int = _field(role="setting", text=eq_text("H"))  # H (query heads)
     inputs: str = _field(role="inputs", axis="inputs", text=lambda v, _: f"inputs {v}", legacy="gaussian")  # "name" or "name:knob=value"
     dtype: str = _field(role="setting", axis="dtypes", text=lambda v, _: str(v), legacy="float32")  # "float32" | "bfloat16" | "float16"
-    head_dim: int = _field(role="setting", axis="head_dims", text=_eq("D"))  # D
+    head_dim: int = _field(role="setting", axis="head_dims", text=eq_text("D"))  # D
     causal: bool = _field(role="setting", axis="causals", text=lambda v, _: "causal" if v else "non-causal", legacy=False,
                           cast=bool)
     mode: str = _field(role="setting", axis="modes", text=lambda v, _: str(v), legacy="forward")  # "forward" | "train"
@@ -94,10 +66,10 @@ class Cell:
     # "attention": the variant alone | "layer": a pre-norm transformer block around it
     scope: str = _field("attention", role="setting", axis="scopes", text=lambda v, _: str(v), added=True)
     # H_kv (key/value heads, H % H_kv == 0); None: = heads
-    kv_heads: int | None = _field(None, role="setting", axis="kv_heads", text=_eq("H_kv"), follows="heads", added=True, cast=int)
+    kv_heads: int | None = _field(None, role="setting", axis="kv_heads", text=eq_text("H_kv"), follows="heads", added=True, cast=int)
     # mean fraction of key positions that are padding (ragged over the batch)
-    padding: float = _field(0.0, role="setting", axis="paddings", text=_eq("pad"), added=True, cast=float)
-    seed: int = _field(role="seed", text=_eq("seed"), matched=False)  # evaluation seed
+    padding: float = _field(0.0, role="setting", axis="paddings", text=eq_text("pad"), added=True, cast=float)
+    seed: int = _field(role="seed", text=eq_text("seed"), matched=False)  # evaluation seed
     # An error-budget cell: the variant's quality knob is searched (on calibration seeds) for the cheapest
     # value whose error_metric meets this budget, and that config is measured. None: config as given.
     matched_budget: float | None = _field(None, role="budget", added=True,
@@ -134,14 +106,15 @@ class Cell:
 
     @property
     def label(self) -> str:
-        """A short human label: 'dense N=4096 forward float32 D=64 causal H_kv=2 decode rel_l2<=0.05 gaussian' (causal
-        and the axes named only where they differ from the default)."""
+        """A short human label: 'dense N=4096 forward float32 D=64 causal decode H_kv=2 rel_l2<=0.05 gaussian' (causal
+        and every other field named only where it differs from its default)."""
         from harness.entries import config_label
 
         values = self.fields()
+        named = ("variant", "config", "seq_len", "mode", "dtype", "head_dim", "causal", "device", "batch", "heads", "inputs", "seed")
         return " ".join([config_label(self.variant, self.config), *describe(values, ("seq_len", "mode", "dtype", "head_dim")),
-                         *(["causal"] if self.causal else []),
-                         *describe(values, ("kv_heads", "phase", "scope", "padding", "matched_budget")), self.inputs])
+                         *(["causal"] if self.causal else []), *describe(values, [k for k in CELL_FIELDS if k not in named]),
+                         self.inputs])
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Cell":
