@@ -15,6 +15,7 @@ import math
 from dataclasses import MISSING, dataclass, field
 from typing import Any, Mapping, Sequence
 
+from harness.error_metrics import budget_label
 from harness.cell_fields import ROLES, Setting, eq_text, setting_field as _field  # noqa: F401 - ROLES, Setting re-exported
 
 SCHEMA_VERSION = 1
@@ -23,23 +24,6 @@ BASELINE = "dense"  # the variant every other one is compared with (paired timin
 NOT_RUN_PREFIX = "not run"  # reason of a cell skipped after an oom/timeout at a shorter N of its series
 
 
-ERROR_METRICS = ("rel_l2", "cosine")  # what an error budget bounds: relative L2 error, or 1 - cosine similarity
-METRIC_NAMES = {"rel_l2": "relative L2 error", "cosine": "1 - cosine similarity"}
-
-
-def metric_error(fields: Mapping[str, Any], metric: str) -> Any:
-    """The error an error budget in `metric` bounds, from a checked call's fields or a frame of rows (then a Series):
-    the relative L2 error, or 1 - the cosine similarity. The search, the report and anything else that scores a
-    budget call this."""
-    if metric == "rel_l2":
-        return fields["rel_l2_error"]
-    if metric == "cosine":
-        return 1.0 - fields["cosine"]
-    raise ValueError(f"unknown error metric {metric!r}; expected one of {', '.join(ERROR_METRICS)}")
-
-
-PHASES = ("prefill", "decode")
-SCOPES = ("attention", "layer")
 @dataclass(frozen=True, kw_only=True)
 class Cell:
     """One measurement: a variant with its config on one shape, dtype, device, causal setting, mode, phase, scope and inputs.
@@ -200,12 +184,6 @@ def _canonical(data: Any) -> str:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Cell)}
-
-
-def budget_label(budget: float, metric: str = "rel_l2", *, ascii: bool = True) -> str:
-    """How a budget reads: 'rel_l2<=0.05', '1-cos<=0.01' (1 - cosine similarity); 'rel_l2 ≤ 0.05' for people (ascii False)."""
-    name = "1-cos" if metric == "cosine" else "rel_l2"
-    return f"{name}<={budget:g}" if ascii else f"{name} ≤ {budget:g}"
 
 
 def _measured(default: Any = None) -> Any:

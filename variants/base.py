@@ -13,8 +13,6 @@ its causal output; ``decode_reasons`` says beforehand why a variant cannot, and
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterable
 
 import torch
@@ -24,83 +22,7 @@ from variants._checks import check_qkv, softmax_scale  # noqa: F401 - softmax_sc
 from variants._decode import state_bytes
 from variants._flops import BACKWARD_FLOPS_FACTOR, dense_flops, train_flops  # noqa: F401 - re-exported
 from variants._gqa import gqa_reasons
-
-
-class NotSupportedError(RuntimeError):
-    """A variant was asked for something it declares it cannot do; the message lists why.
-
-    ``NotSupportedError("causal is not implemented")`` (one plain message, the natural call in a
-    plugin) and ``NotSupportedError(variant, reasons)`` (what the built-ins raise) both work.
-    """
-
-    def __init__(self, variant: str, reasons: list[str] | str | None = None):
-        if reasons is None:  # a plain message: it is the one reason
-            variant, reasons = "", [variant]
-        elif isinstance(reasons, str):
-            reasons = [reasons]
-        self.variant = variant
-        self.reasons = [str(r) for r in reasons]
-        super().__init__((f"{variant} cannot run this call: " if variant else "") + "; ".join(self.reasons))
-
-    def __reduce__(self):  # pickles (Ray, submitit) with both arguments, not just the message
-        return (NotSupportedError, (self.variant, self.reasons))
-
-
-@dataclass(frozen=True, kw_only=True)
-class VariantConfig:
-    """Base of every variant config: a frozen, keyword-only dataclass validated on construction.
-
-    Subclasses add fields (each with a default that builds on CPU and a comment) and override
-    ``validate`` to raise ``ValueError``/``TypeError`` naming the field and the value.
-    """
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Raise ValueError/TypeError for an invalid field; the base class has none."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """The config as a plain dict, as it goes into every result row."""
-        return dataclasses.asdict(self)
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What a variant can do; the harness and the contract tests read these flags."""
-
-    exact: bool = False  # equals softmax attention (under its own sparsity pattern) up to rounding
-    causal: bool = True  # supports causal=True
-    kv_mask: bool = True  # supports a key padding mask
-    backward: bool = True  # gradients flow to q, k, v (and parameters)
-    learnable: bool = False  # has parameters fitted against the exact teacher
-    devices: tuple[str, ...] = ("cpu", "cuda")  # device types it runs on
-    approximates: str = ""  # for approximate variants: what it approximates and how, one line
-    gqa: bool = True  # accepts k, v with H_kv < H heads (H % H_kv == 0); False: refused with a reason
-    decode: bool = False  # implements init_state/step (incremental causal decoding, one token per step)
-
-
-@dataclass(frozen=True)
-class QualityKnob:
-    """The config field that trades speed for accuracy, and the range worth searching.
-
-    More of it is more accurate and slower (a wider window, a longer projection, more features);
-    error-budget searches move it between `low` and `high` (integers, both inclusive).
-    """
-
-    field: str  # an int field of the variant's config
-    low: int  # the cheapest value worth trying
-    high: int  # the most accurate value worth trying (the search gives up above it)
-    at_most_length: bool = False  # values above the key length M change nothing (a window, a projection of M rows)
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.low, int) and isinstance(self.high, int) and 1 <= self.low < self.high):
-            raise ValueError(f"QualityKnob({self.field!r}): needs integers 1 <= low < high, got low={self.low!r}, high={self.high!r}")
-
-    def range_for(self, M: int) -> tuple[int, int]:
-        """(low, high) worth searching at key length M: high capped at M where larger values change nothing."""
-        high = min(self.high, M) if self.at_most_length else self.high
-        return min(self.low, high), high
+from variants._declarations import Capabilities, NotSupportedError, QualityKnob, VariantConfig  # noqa: F401 - re-exported
 
 
 class AttentionVariant(nn.Module):

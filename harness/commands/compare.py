@@ -6,7 +6,8 @@ from pathlib import Path
 
 from harness.errors import UsageError
 from harness.report.analysed import analyse
-from harness.report.compare import DEFAULT_THRESHOLD, compare_runs, summary_lines, write_outputs
+from harness.report.compare import DEFAULT_THRESHOLD, compare_runs
+from harness.report.compare_output import summary_lines, write_outputs
 from harness.schema import CELL_FIELDS, SETTINGS
 from harness.store import load_run
 

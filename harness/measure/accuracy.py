@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from harness.schema import ERROR_METRICS
 
 # float64 scores per reference chunk (query rows are processed in chunks): bounds the accuracy
 # check's own memory so the process's peak stays that of the cell measured, not of the gold.

@@ -36,7 +36,8 @@ from harness.measure.accuracy import check_accuracy
 from harness.measure.calibration import calibrated
 from harness.measure.context import MeasureContext
 from harness.measure.settings import CALIBRATION_SEED_OFFSET, DTYPES, MeasureSettings
-from harness.schema import METRIC_NAMES, Cell, metric_error
+from harness.schema import Cell
+from harness.error_metrics import METRIC_NAMES, metric_error
 
 # The top of a searched range: values doing at most this fraction of dense attention's analytic FLOPs. The
 # structured variants run at a lower FLOP rate than a fused dense kernel (a window covering 55% of the pairs

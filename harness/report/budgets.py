@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from harness.schema import METRIC_NAMES, metric_error
+from harness.error_metrics import METRIC_NAMES, metric_error
 
 DEFAULT_BUDGETS = (1e-2, 1e-1)  # relative L2 error budgets for a run that asked for none: near-exact and approximate
 GENERALISATION_MARGIN = 0.1  # a matched row may exceed its budget by 10% on the evaluation seed (see the module doc)

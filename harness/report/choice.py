@@ -24,7 +24,8 @@ import pandas as pd
 from harness.report import analysis, budgets as budgets_mod
 from harness.report.analysis import SETTING_KEYS
 from harness.report.formatting import format_seconds, format_times
-from harness.schema import BASELINE, budget_label, describe as describe_cell
+from harness.schema import BASELINE, describe as describe_cell
+from harness.error_metrics import budget_label
 
 NONE_RAN = "none within budget ran"
 

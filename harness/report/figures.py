@@ -14,6 +14,7 @@ from harness.report import analysis, plots
 from harness.report.budgets import METRIC_NAMES, budget_text
 from harness.report.formatting import format_number
 from harness.report.maps_isolated import isolated_maps
+from harness.report.maps_plot import plot_attention_maps
 from harness.report.page import Block, Image, Table
 from harness.report.plotting import variant_colors
 from harness.report.winner_map import winner_map
@@ -196,7 +197,7 @@ def _maps(a: "AnalysedRun", path: Path, options: MapOptions) -> Drawn | None:
         found = isolated_maps(series, inputs=inputs, **kwargs)
     except ValueError:  # e.g. a plugin input distribution not registered here: draw on gaussian inputs
         found = isolated_maps(series, inputs="gaussian", **kwargs)
-    path = plots.plot_attention_maps(found, path, colors=variant_colors(list(frame["variant"])))
+    path = plot_attention_maps(found, path, colors=variant_colors(list(frame["variant"])))
     how = ("Learnable variants are fitted at this N with the calibration defaults (other seeds of the same distribution)."
            if options.calibrate else
            "Learnable variants are drawn as built (seeded, uncalibrated), not in the fitted state the sweep measured "

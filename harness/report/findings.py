@@ -12,7 +12,8 @@ from harness.report.budgets import GENERALISATION_MARGIN, METRIC_NAMES
 from harness.report.figures import figure_section
 from harness.report.formatting import format_n, format_number, format_text
 from harness.report.page import Block, Heading, Paragraph, Table
-from harness.schema import BASELINE, budget_label
+from harness.schema import BASELINE
+from harness.error_metrics import budget_label
 
 
 def recommendation(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], list[Block]]:

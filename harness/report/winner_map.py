@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.report.choice import AnswerTable
-from harness.schema import BASELINE, budget_label
+from harness.schema import BASELINE
+from harness.error_metrics import budget_label
 from harness.report.formatting import format_n, format_seconds, format_times
 from harness.report.plotting import pyplot, save, variant_colors, wrap
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from harness.entries import format_entry
 from harness.knobs import knob
-from harness.schema import ERROR_METRICS
+from harness.error_metrics import ERROR_METRICS
 import harness.spec.convert as c
 
 DTYPES = ("float32", "bfloat16", "float16")

@@ -220,7 +220,7 @@ def test_the_search_scores_on_seeds_apart_from_the_calibration_batches(monkeypat
 
 
 def test_the_error_in_a_metric_is_relative_l2_or_one_minus_cosine():
-    from harness.schema import metric_error
+    from harness.error_metrics import metric_error
 
     fields = {"rel_l2_error": 0.03, "cosine": 0.99}
     assert metric_error(fields, "rel_l2") == 0.03 and metric_error(fields, "cosine") == pytest.approx(0.01)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.report import figures, plots, plotting
+from harness.report import figures, maps_plot, plots, plotting
 from harness.report.analysis import memory_limits, with_dense_ratios
 from harness.report.budgets import with_budgets
 from harness.report.maps import MapPanel, MapSet
@@ -154,14 +154,14 @@ def test_bytes_axis_labels_powers_of_two_with_the_unit_boundaries(low, high, exp
 
 @pytest.mark.parametrize("count, shape", [(1, (1, 1)), (4, (1, 4)), (5, (2, 3)), (6, (2, 3)), (8, (2, 4)), (9, (3, 3)), (10, (3, 4))])
 def test_the_maps_grid_is_sized_to_the_maps(count, shape):
-    rows, cols = plots.map_grid(count)
+    rows, cols = maps_plot.map_grid(count)
     assert (rows, cols) == shape and rows * cols - count < rows  # never a whole empty column, at most one gap per row
 
 
 def test_the_maps_figure_has_no_empty_panel(tmp_path, drawn):
     exact = np.eye(8)
     panels = [MapPanel(f"v{i}", np.eye(8), "", 0.0) for i in range(5)]
-    plots.plot_attention_maps(MapSet(exact, panels, n=8, inputs="gaussian", seed=0, causal=False, calibrated=True),
+    maps_plot.plot_attention_maps(MapSet(exact, panels, n=8, inputs="gaussian", seed=0, causal=False, calibrated=True),
                               tmp_path / "maps.png")
     images = [ax for ax in drawn["maps.png"].axes if ax.images]
     assert len(images) == 6 and len(drawn["maps.png"].axes) == 6 + 1  # 2 x 3 panels and the colour bar

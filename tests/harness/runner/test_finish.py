@@ -44,3 +44,19 @@ def test_a_real_sweep_answers_at_its_largest_n(tmp_path, capsys, no_report):
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "answer at N=32 (gaussian): rel_l2<=0.05: dense; rel_l2<=0.1: dense\n" in out  # the CPU default's budgets
+
+
+def test_the_end_of_a_sweep_reads_rows_jsonl_once(tmp_path, capsys, monkeypatch):
+    """rows.csv, the report, the table and the answer all come from one read of rows.jsonl (harness.report.analysed)."""
+    import harness.store.reader as reader
+    from harness.report.document import write_report
+
+    run = write_run(tmp_path / "run", make_budget_rows(), spec_text=BUDGET_SPEC)
+    reads = []
+    real = reader.read_row_lines
+    monkeypatch.setattr(reader, "read_row_lines", lambda *a, **k: (reads.append(a[0]), real(*a, **k))[1])
+    monkeypatch.setattr(harness.report, "write_report", lambda analysed, **options: write_report(analysed, maps=False))
+    finish_run(run)
+    assert len(reads) == 1
+    assert (run / "report.html").is_file() and (run / "rows.csv").is_file()
+    assert "answer at N=8192" in capsys.readouterr().out
