@@ -16,7 +16,7 @@ PACKAGES = ("variants", "harness")
 # Layers, lowest first: a module may import its own layer's modules and lower ones, never higher ones.
 LAYERS = (
     ("variants",),
-    ("harness.errors", "harness.knobs", "harness.error_metrics", "harness.cell_fields", "harness.schema", "harness.entries", "harness.devices", "harness.plugins", "harness.env"),
+    ("harness.errors", "harness.knobs", "harness.error_metrics", "harness.cell_fields", "harness.schema", "harness.row", "harness.entries", "harness.devices", "harness.plugins", "harness.env"),
     ("harness.inputs",),
     ("harness.spec",),
     ("harness.plan",),

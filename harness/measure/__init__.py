@@ -1,4 +1,4 @@
-"""One cell -> one row (harness.schema.Row): stages that return what they measured; the only stage on the device.
+"""One cell -> one row (harness.row.Row): stages that return what they measured; the only stage on the device.
 
 measure_cell (cell.py) runs a cell's stages in order (inputs, build, error-budget search, calibration, accuracy,
 memory, timing paired with the baseline, FLOPs), each returning its fields to a StageRecorder (stages.py) so a

@@ -41,7 +41,8 @@ from harness.measure.settings import DTYPES, MeasureSettings, RunInfo
 from harness.measure.speedup import baseline_for, timed_fields
 from harness.measure.stages import StageFailed, StageRecorder, stage
 from harness.measure.tuning import tune
-from harness.schema import Cell, Row
+from harness.row import Row
+from harness.schema import Cell
 
 
 def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: MeasureContext | None = None) -> Row:

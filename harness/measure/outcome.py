@@ -11,7 +11,8 @@ from typing import Any, Iterator
 import torch
 
 from harness.measure.settings import RunInfo
-from harness.schema import Cell, Row
+from harness.row import Row
+from harness.schema import Cell
 
 
 class CellTimeout(Exception):

@@ -1,6 +1,6 @@
 """Run folders: the writer (append, fsync), the one tolerant reader, and the folder's files.
 
-``results/<run-id>/`` holds rows.jsonl (one JSON object per cell, harness.schema.Row), env.json,
+``results/<run-id>/`` holds rows.jsonl (one JSON object per cell, harness.row.Row), env.json,
 spec.toml and, at the end, rows.csv (rows.parquet with pyarrow), the figures and the report.
 """
 from harness.store.lock import LOCK_FILE, lock_run_dir

@@ -16,7 +16,8 @@ from typing import Any, Iterable
 import pandas as pd
 
 from harness.errors import UsageError
-from harness.schema import CELL_FIELDS, NUMERIC_FIELDS, ROW_FIELDS, SCHEMA_VERSION, SETTINGS, legacy_value
+from harness.row import NUMERIC_FIELDS, ROW_FIELDS
+from harness.schema import CELL_FIELDS, SCHEMA_VERSION, SETTINGS, legacy_value
 from harness.store.run_dir import ENV_FILE, ROWS_FILE, SPEC_FILE
 
 REQUIRED_FIELDS = ("variant", "seq_len", "status")  # without these a row cannot be placed in any table

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from harness.schema import ROW_FIELDS, Row, row_record
+from harness.row import ROW_FIELDS, Row, row_record
 from harness.store.reader import Run, read_rows, warn_note
 from harness.store.run_dir import CSV_FILE, PARQUET_FILE, ROWS_FILE
 

@@ -1,5 +1,6 @@
 """A new axis is one field of Cell (plus its list in SweepSpec): planning, ids, old rows, labels, compare's key and
-the report's setting keys all follow from that field. Proven on a copy of harness/schema.py with a throwaway axis."""
+the report's setting keys and the row's columns all follow from that field. Proven on a copy of harness/schema.py (and
+of harness/row.py over it) with a throwaway axis."""
 from __future__ import annotations
 
 import dataclasses
@@ -27,6 +28,11 @@ def schema(monkeypatch):
     module = importlib.util.module_from_spec(spec)
     sys.modules["schema_with_flavour"] = module  # dataclasses resolve their module's annotations through sys.modules
     exec(compile(source.replace(anchor, THROWAWAY + anchor, 1), "schema_with_flavour", "exec"), module.__dict__)
+    rows = importlib.util.module_from_spec(importlib.util.spec_from_loader("row_with_flavour", loader=None))
+    sys.modules["row_with_flavour"] = rows  # harness/row.py over the copy: its columns follow the cell's
+    row_source = (REPO / "harness" / "row.py").read_text().replace("from harness.schema import", "from schema_with_flavour import")
+    exec(compile(row_source, "row_with_flavour", "exec"), rows.__dict__)
+    module.ROW_FIELDS = rows.ROW_FIELDS
     import harness.plan
     import harness.store.reader as reader
 
@@ -35,7 +41,7 @@ def schema(monkeypatch):
     for name in ("CELL_FIELDS", "ROW_FIELDS", "SETTINGS", "legacy_value"):
         monkeypatch.setattr(reader, name, getattr(module, name))
     yield module
-    del sys.modules["schema_with_flavour"]
+    del sys.modules["schema_with_flavour"], sys.modules["row_with_flavour"]
 
 
 def _values(**fields):

@@ -145,6 +145,7 @@ def analysed_rows(rows: list[dict[str, Any]], spec_text: str | None = None, budg
 
 def blank_row(**fields: Any) -> dict[str, Any]:
     """A row with every schema column None but those given (schema_version set): what a test writes or reads."""
-    from harness.schema import ROW_FIELDS, SCHEMA_VERSION
+    from harness.row import ROW_FIELDS
+    from harness.schema import SCHEMA_VERSION
 
     return {**dict.fromkeys(ROW_FIELDS), "schema_version": SCHEMA_VERSION, **fields}

@@ -8,7 +8,7 @@ import torch
 
 from harness.measure import MeasureContext, MeasureSettings, RunInfo, is_oom, measure_cell, sample_rows
 from harness.schema import Cell
-from harness.schema import ROW_FIELDS
+from harness.row import ROW_FIELDS
 
 RUN = RunInfo(run_id="test", device_name="cpu", host="h", threads=torch.get_num_threads())
 FAST = MeasureSettings(time_budget_s=0.01, repeats=2, error_rows=16, calibration_steps=20, calibration_batches=2)

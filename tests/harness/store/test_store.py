@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from harness.schema import ROW_FIELDS
+from harness.row import ROW_FIELDS
 from harness.store import RowWriter, read_rows, repair_tail, write_tables
 
 from tests.helpers import REPO
@@ -31,7 +31,8 @@ def test_row_fields_are_the_design_schema():
 
 
 def test_field_lists_are_derived_from_the_schema_dataclasses():
-    from harness.schema import CELL_FIELDS, NUMERIC_FIELDS, Cell, Row
+    from harness.row import NUMERIC_FIELDS, Row
+    from harness.schema import CELL_FIELDS, Cell
 
     assert CELL_FIELDS == tuple(f.name for f in dataclasses.fields(Cell))
     own = tuple(f.name for f in dataclasses.fields(Row) if f.name != "cell")  # a Row composes its Cell
@@ -111,7 +112,7 @@ def test_rows_frame_holds_numeric_columns_as_floats_with_nan_for_missing_or_bad_
     """Rows from JSON mix ints, floats, None and (from older or hand-edited files) strings: readers get floats."""
     import math
 
-    from harness.schema import NUMERIC_FIELDS
+    from harness.row import NUMERIC_FIELDS
     from harness.store import rows_frame
 
     rows = []

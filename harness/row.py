@@ -1,0 +1,123 @@
+"""A Row: one line of rows.jsonl, the Cell it measured and what was measured. Rows travel between processes and live
+on disk as plain JSON objects (``Row.to_dict()``, ``Row.from_dict()``); ROW_FIELDS and NUMERIC_FIELDS are derived
+from the dataclass, never typed again."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from harness.schema import CELL_FIELDS, SCHEMA_VERSION, Cell, json_safe
+
+
+def _measured(default: Any = None) -> Any:
+    """A measurement column: missing values are NaN in DataFrames (readers coerce it to float)."""
+    return field(default=default, metadata={"numeric": True})
+
+
+@dataclass
+class Row:
+    """One row of rows.jsonl: the cell it measured, the outcome and every measurement (None when not measured).
+
+    Composes its Cell (as torch.utils.benchmark's Measurement composes its TaskSpec): the cell's fields are read
+    through the row (``row.seq_len``) and are columns after run_id and cell_id; the row's own fields follow, in
+    column order (docs/DESIGN.md "Row schema").
+    """
+
+    cell: Cell  # what was measured (a tuned cell's config holds the value found)
+    run_id: str | None = None
+    cell_id: str | None = None  # the planned cell's id (Cell.cell_id), kept as planned
+    backend: str | None = None  # the backend that ran, resolved from "auto"
+    sdpa_kernel: str | None = None  # the SDPA kernel torch ran (flash, efficient, cudnn, math); None: no SDPA op ran
+    device_name: str | None = None
+    host: str | None = None
+    threads: int | None = None
+    accuracy_reference: str | None = None  # what the errors are against: "full" (exact attention) | "pattern" (its own mask)
+    status: str | None = None  # one of STATUSES
+    reason: str | None = None
+    latency_s: float | None = _measured()  # median seconds per call
+    latency_p20_s: float | None = _measured()
+    latency_p80_s: float | None = _measured()
+    repeats: int | None = _measured()  # timed calls
+    # -- paired timing and noise (docs/timing.md); absent from older schema-1 rows, which load as None --
+    speedup: float | None = _measured()  # median over ABAB pairs of baseline/variant per-call time; None when not paired
+    speedup_low: float | None = _measured()  # 95% bootstrap interval of that median (fixed seed)
+    speedup_high: float | None = _measured()
+    baseline_latency_s: float | None = _measured()  # median seconds per call of the baseline (dense, backend auto) in the pairs
+    load_per_cpu: float | None = _measured()  # 1-minute load average / usable CPUs, the larger of the cell's start and end
+    noisy: bool | None = None  # the timing is not to be trusted (noise_reason says why); None when not timed
+    noise_reason: str | None = None  # why noisy, or why no paired speed-up (baseline failed, unsupported)
+    peak_memory_bytes: int | None = _measured()  # beyond the inputs
+    memory_method: str | None = None
+    state_bytes: int | None = _measured()  # decode: bytes of the state after the N-token context
+    flops: int | None = _measured()  # analytic, forward or forward+backward per mode
+    tflops: float | None = _measured()
+    rel_l2_error: float | None = _measured()
+    max_abs_error: float | None = _measured()
+    cosine: float | None = _measured()  # mean over sampled rows
+    error_rows: int | None = _measured()
+    grad_rel_l2_q: float | None = _measured()
+    grad_rel_l2_k: float | None = _measured()
+    grad_rel_l2_v: float | None = _measured()
+    grad_check_seq_len: int | None = None
+    setup_s: float | None = _measured()  # compilation, block masks: outside the timed region
+    calibration_s: float | None = _measured()
+    calibration: dict[str, Any] | None = None  # the calibration report
+    tuning_s: float | None = _measured()  # seconds of the error-budget search (calibrations and scoring included)
+    tuning: dict[str, Any] | None = None  # the search: knob, range, seeds, {value: error} tried
+    started_at: str | None = None  # ISO time
+    wall_s: float | None = _measured()  # the whole cell
+    schema_version: int = SCHEMA_VERSION
+
+    def __getattr__(self, name: str) -> Any:  # only for names that are not the row's own: the cell's fields
+        if name in CELL_FIELDS and "cell" in self.__dict__:
+            return getattr(self.cell, name)
+        raise AttributeError(f"{type(self).__name__} has no field {name!r}")
+
+    @classmethod
+    def for_cell(cls, cell: Cell, **fields: Any) -> "Row":
+        """A row with the cell (and its cell_id) filled in."""
+        return cls(cell=cell, cell_id=cell.cell_id, **fields)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Row":
+        """A row from a complete JSON object (its cell's fields present); keys outside the schema are refused."""
+        record = row_record(data)
+        own = {name: record[name] for name in _OWN_FIELDS if name in data}
+        return cls(cell=Cell.from_dict(record), **own)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every column, in order, JSON-safe (non-finite floats become None)."""
+        values = {**self.cell.fields(), **{name: getattr(self, name) for name in _OWN_FIELDS}}
+        return {name: json_safe(values[name]) for name in ROW_FIELDS}
+
+    def update(self, **fields: Any) -> "Row":
+        """Set fields by name (a cell field replaces the cell's value; unknown names are refused) and return the row."""
+        _refuse_unknown(fields)
+        cell_fields = {k: v for k, v in fields.items() if k in CELL_FIELDS}
+        if cell_fields:
+            self.cell = dataclasses.replace(self.cell, **cell_fields)
+        for name, value in fields.items():
+            if name not in CELL_FIELDS:
+                setattr(self, name, value)
+        return self
+
+
+_OWN_FIELDS = tuple(f.name for f in dataclasses.fields(Row) if f.name != "cell")
+ROW_FIELDS = ("run_id", "cell_id") + CELL_FIELDS + tuple(f for f in _OWN_FIELDS if f not in ("run_id", "cell_id"))
+NUMERIC_FIELDS = tuple(f.name for f in dataclasses.fields(Row) if f.metadata.get("numeric"))
+
+
+def row_record(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A row given as a mapping (complete or not), in column order with every column present (None where absent),
+    JSON-safe; keys outside the schema are refused (ValueError names them)."""
+    _refuse_unknown(data)
+    record = {name: json_safe(data.get(name)) for name in ROW_FIELDS}
+    record["schema_version"] = data.get("schema_version", SCHEMA_VERSION)
+    return record
+
+
+def _refuse_unknown(data: Mapping[str, Any]) -> None:
+    unknown = set(data) - set(ROW_FIELDS)
+    if unknown:
+        raise ValueError(f"row has fields outside schema {SCHEMA_VERSION}: {sorted(unknown)}")
