@@ -3,6 +3,7 @@
 Here rather than in tests/conftest.py because pytest reads the root conftest before it parses the
 command line, so the option is known however the tests are selected.
 """
+
 from __future__ import annotations
 
 import pytest

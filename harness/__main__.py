@@ -1,4 +1,5 @@
 """python -m harness <command> ...: the sub-commands are in harness/commands/."""
+
 import sys
 
 from harness.commands import main

@@ -1,11 +1,12 @@
 """Which devices and dtypes exist here: the checks spec, commands and executors share."""
+
 from __future__ import annotations
 
 from harness.errors import UsageError
 
 
 def default_device() -> str:
-    """"cuda" when a CUDA device is present, else "cpu"."""
+    """ "cuda" when a CUDA device is present, else "cpu"."""
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"

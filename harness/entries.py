@@ -1,4 +1,5 @@
 """Parse and print ``name:field=value,field=value`` strings (variants and inputs with their settings), and config labels."""
+
 from __future__ import annotations
 
 import ast
@@ -99,8 +100,11 @@ def config_label(variant: str, config: dict[str, Any] | None, *, show: Iterable[
     """
     defaults, length_fields, _ = _defaults(variant)
     show = set(show)
-    changed = ",".join(f"{k}={v}" for k, v in sorted((config or {}).items())
-                       if k not in length_fields and (k in show or defaults.get(k, object()) != v))
+    changed = ",".join(
+        f"{k}={v}"
+        for k, v in sorted((config or {}).items())
+        if k not in length_fields and (k in show or defaults.get(k, object()) != v)
+    )
     return f"{variant}({changed})" if changed else variant
 
 

@@ -1,4 +1,5 @@
 """The environment a run records (env.json): Python, torch, CUDA, GPU, CPU, threads, packages, git commit, host."""
+
 from __future__ import annotations
 
 import os
@@ -31,7 +32,9 @@ def collect_env(device: str | None = None) -> dict[str, Any]:
         "gpu": None,
         "gpu_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
         "driver": None,
-        "packages": {name: _version(name) for name in ("xformers", "triton", "einops", "numpy", "pandas", "matplotlib")},
+        "packages": {
+            name: _version(name) for name in ("xformers", "triton", "einops", "numpy", "pandas", "matplotlib")
+        },
         "git_commit": git_commit(),
     }
     if torch.cuda.is_available():
@@ -52,7 +55,9 @@ def git_commit(path: Path | None = None) -> str | None:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5)
         if commit.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True, timeout=5
+        )
         return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -78,7 +83,10 @@ def cpu_name() -> str:
 def _nvidia_driver() -> str | None:
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=10
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
         )
         return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
     except (OSError, subprocess.TimeoutExpired):

@@ -2,6 +2,7 @@
 
 A leaf (it imports nothing of ours): the search (harness.measure.tuning), the planner and the report share it.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping

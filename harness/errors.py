@@ -2,6 +2,7 @@
 
 Only the command layer (harness.commands) turns a UsageError into one line on stderr and exit 2.
 """
+
 from __future__ import annotations
 
 

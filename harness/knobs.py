@@ -3,6 +3,7 @@
 ``knob(...)`` marks a field of SweepSpec or of an executor's options dataclass; ``knobs(cls)``
 lists them, so the TOML keys, the flags and their help are derived from the dataclass, never retyped.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,9 +24,17 @@ class Knob:
     parse: Callable[[Any, str], Any] | None = None  # (raw value, where) -> typed value; raises SpecError
 
 
-def knob(default: Any = MISSING, *, flag: str | None = None, help: str, metavar: str | None = None, group: str = "what",
-         repeatable: bool = False, parse: Callable[[Any, str], Any] | None = None,
-         default_factory: Any = MISSING) -> Any:
+def knob(
+    default: Any = MISSING,
+    *,
+    flag: str | None = None,
+    help: str,
+    metavar: str | None = None,
+    group: str = "what",
+    repeatable: bool = False,
+    parse: Callable[[Any, str], Any] | None = None,
+    default_factory: Any = MISSING,
+) -> Any:
     """A dataclass field that is also a setting (see Knob); `flag=None` keeps it TOML-only."""
     meta = {"knob": dict(flag=flag, help=help, metavar=metavar, group=group, repeatable=repeatable, parse=parse)}
     if default_factory is not MISSING:
@@ -36,4 +45,3 @@ def knob(default: Any = MISSING, *, flag: str | None = None, help: str, metavar:
 def knobs(cls: type) -> tuple[Knob, ...]:
     """The settings a dataclass declares, in field order."""
     return tuple(Knob(key=f.name, **f.metadata["knob"]) for f in dataclasses.fields(cls) if "knob" in f.metadata)
-

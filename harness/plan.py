@@ -6,6 +6,7 @@ mode forward only (decoding is inference) and are always causal (one per causal 
 into one cell). So consecutive cells share their q, k, v (generated once),
 and a variant meets its lengths in ascending order (an OOM at N marks longer N as OOM untried).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -13,6 +14,7 @@ from typing import Any, Iterator
 
 from harness.schema import SETTINGS, Cell
 from harness.spec.model import SweepSpec
+
 
 def plan(spec: SweepSpec) -> list[Cell]:
     """Every cell of the spec, in measuring order, without duplicates.
@@ -31,8 +33,18 @@ def plan(spec: SweepSpec) -> list[Cell]:
                 config = classes[entry.name].config_for_length(dict(entry.config), seq_len, fixed=entry.overrides)
                 for budget in _budgets(spec, classes[entry.name], entry):
                     matched = dict(matched_budget=budget, error_metric=spec.error_metric) if budget is not None else {}
-                    cell = Cell(variant=entry.name, config=config, seq_len=seq_len, kv_len=seq_len,
-                                batch=spec.batch, heads=spec.heads, device=spec.device_type, seed=spec.seed, **setting, **matched)
+                    cell = Cell(
+                        variant=entry.name,
+                        config=config,
+                        seq_len=seq_len,
+                        kv_len=seq_len,
+                        batch=spec.batch,
+                        heads=spec.heads,
+                        device=spec.device_type,
+                        seed=spec.seed,
+                        **setting,
+                        **matched,
+                    )
                     cells.setdefault(cell.cell_id, cell)
     return list(cells.values())
 

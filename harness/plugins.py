@@ -1,4 +1,5 @@
 """Import the user's variant plugins (--plugin, a spec's `plugins`), naming the one that fails."""
+
 from __future__ import annotations
 
 from typing import Iterable

@@ -1,6 +1,7 @@
 """A Row: one line of rows.jsonl, the Cell it measured and what was measured. Rows travel between processes and live
 on disk as plain JSON objects (``Row.to_dict()``, ``Row.from_dict()``); ROW_FIELDS and NUMERIC_FIELDS are derived
 from the dataclass, never typed again."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,7 +33,9 @@ class Row:
     device_name: str | None = None
     host: str | None = None
     threads: int | None = None
-    accuracy_reference: str | None = None  # what the errors are against: "full" (exact attention) | "pattern" (its own mask)
+    accuracy_reference: str | None = (
+        None  # what the errors are against: "full" (exact attention) | "pattern" (its own mask)
+    )
     status: str | None = None  # one of STATUSES
     reason: str | None = None
     latency_s: float | None = _measured()  # median seconds per call
@@ -40,11 +43,17 @@ class Row:
     latency_p80_s: float | None = _measured()
     repeats: int | None = _measured()  # timed calls
     # -- paired timing and noise (docs/timing.md); absent from older schema-1 rows, which load as None --
-    speedup: float | None = _measured()  # median over ABAB pairs of baseline/variant per-call time; None when not paired
+    speedup: float | None = (
+        _measured()
+    )  # median over ABAB pairs of baseline/variant per-call time; None when not paired
     speedup_low: float | None = _measured()  # 95% bootstrap interval of that median (fixed seed)
     speedup_high: float | None = _measured()
-    baseline_latency_s: float | None = _measured()  # median seconds per call of the baseline (dense, backend auto) in the pairs
-    load_per_cpu: float | None = _measured()  # 1-minute load average / usable CPUs, the larger of the cell's start and end
+    baseline_latency_s: float | None = (
+        _measured()
+    )  # median seconds per call of the baseline (dense, backend auto) in the pairs
+    load_per_cpu: float | None = (
+        _measured()
+    )  # 1-minute load average / usable CPUs, the larger of the cell's start and end
     noisy: bool | None = None  # the timing is not to be trusted (noise_reason says why); None when not timed
     noise_reason: str | None = None  # why noisy, or why no paired speed-up (baseline failed, unsupported)
     peak_memory_bytes: int | None = _measured()  # beyond the inputs

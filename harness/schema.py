@@ -5,6 +5,7 @@ Every field list is derived from these dataclasses, never typed again: CELL_FIEL
 Rows travel between processes and live on disk as plain JSON objects (``Row.to_dict()``,
 ``Row.from_dict()``); schema_version 1 rows written by earlier versions read back unchanged.
 """
+
 from __future__ import annotations
 
 import copy
@@ -19,8 +20,18 @@ from harness.error_metrics import budget_label
 from harness.cell_fields import ROLES, Setting, eq_text, setting_field as _field  # noqa: F401 - ROLES, Setting re-exported
 
 SCHEMA_VERSION = 1
-STATUSES = ("ok", "oom", "unsupported", "error", "nonfinite", "timeout", "unreachable")  # unreachable: no knob value meets the budget
-BASELINE = "dense"  # the variant every other one is compared with (paired timing, ratios, the answer), at its default config
+STATUSES = (
+    "ok",
+    "oom",
+    "unsupported",
+    "error",
+    "nonfinite",
+    "timeout",
+    "unreachable",
+)  # unreachable: no knob value meets the budget
+BASELINE = (
+    "dense"  # the variant every other one is compared with (paired timing, ratios, the answer), at its default config
+)
 NOT_RUN_PREFIX = "not run"  # reason of a cell skipped after an oom/timeout at a shorter N of its series
 
 
@@ -33,31 +44,43 @@ class Cell:
     """
 
     variant: str = _field(role="variant")  # registry name
-    config: dict[str, Any] = _field(role="variant", compare=False, legacy={})  # asdict of the validated config (overrides applied)
+    config: dict[str, Any] = _field(
+        role="variant", compare=False, legacy={}
+    )  # asdict of the validated config (overrides applied)
     seq_len: int = _field(role="length", text=eq_text("N"), cast=int)  # N
     kv_len: int = _field(role="length", text=eq_text("M"), follows="seq_len", cast=int)  # M (= N: self-attention)
-    device: str = _field(role="setting", text=lambda v, _: f"on {v}", legacy="cpu", matched=False)  # "cpu" | "cuda" (the type; the index is a run setting)
+    device: str = _field(
+        role="setting", text=lambda v, _: f"on {v}", legacy="cpu", matched=False
+    )  # "cpu" | "cuda" (the type; the index is a run setting)
     batch: int = _field(role="setting", text=eq_text("B"))  # B
     heads: int = _field(role="setting", text=eq_text("H"))  # H (query heads)
-    inputs: str = _field(role="inputs", axis="inputs", text=lambda v, _: f"inputs {v}", legacy="gaussian")  # "name" or "name:knob=value"
-    dtype: str = _field(role="setting", axis="dtypes", text=lambda v, _: str(v), legacy="float32")  # "float32" | "bfloat16" | "float16"
+    inputs: str = _field(
+        role="inputs", axis="inputs", text=lambda v, _: f"inputs {v}", legacy="gaussian"
+    )  # "name" or "name:knob=value"
+    dtype: str = _field(
+        role="setting", axis="dtypes", text=lambda v, _: str(v), legacy="float32"
+    )  # "float32" | "bfloat16" | "float16"
     head_dim: int = _field(role="setting", axis="head_dims", text=eq_text("D"))  # D
-    causal: bool = _field(role="setting", axis="causals", text=lambda v, _: "causal" if v else "non-causal", legacy=False,
-                          cast=bool)
+    causal: bool = _field(
+        role="setting", axis="causals", text=lambda v, _: "causal" if v else "non-causal", legacy=False, cast=bool
+    )
     mode: str = _field(role="setting", axis="modes", text=lambda v, _: str(v), legacy="forward")  # "forward" | "train"
     # "prefill": one call on N tokens | "decode": tokens generated one at a time after N
     phase: str = _field("prefill", role="setting", axis="phases", text=lambda v, _: str(v), added=True)
     # "attention": the variant alone | "layer": a pre-norm transformer block around it
     scope: str = _field("attention", role="setting", axis="scopes", text=lambda v, _: str(v), added=True)
     # H_kv (key/value heads, H % H_kv == 0); None: = heads
-    kv_heads: int | None = _field(None, role="setting", axis="kv_heads", text=eq_text("H_kv"), follows="heads", added=True, cast=int)
+    kv_heads: int | None = _field(
+        None, role="setting", axis="kv_heads", text=eq_text("H_kv"), follows="heads", added=True, cast=int
+    )
     # mean fraction of key positions that are padding (ragged over the batch)
     padding: float = _field(0.0, role="setting", axis="paddings", text=eq_text("pad"), added=True, cast=float)
     seed: int = _field(role="seed", text=eq_text("seed"), matched=False)  # evaluation seed
     # An error-budget cell: the variant's quality knob is searched (on calibration seeds) for the cheapest
     # value whose error_metric meets this budget, and that config is measured. None: config as given.
-    matched_budget: float | None = _field(None, role="budget", added=True,
-                                          text=lambda v, values: budget_label(v, values.get("error_metric") or "rel_l2"))
+    matched_budget: float | None = _field(
+        None, role="budget", added=True, text=lambda v, values: budget_label(v, values.get("error_metric") or "rel_l2")
+    )
     # the metric matched_budget bounds (ERROR_METRICS); ignored without a budget (its text is the budget's)
     error_metric: str = _field("rel_l2", role="budget", added=True)
 
@@ -95,10 +118,29 @@ class Cell:
         from harness.entries import config_label
 
         values = self.fields()
-        named = ("variant", "config", "seq_len", "mode", "dtype", "head_dim", "causal", "device", "batch", "heads", "inputs", "seed")
-        return " ".join([config_label(self.variant, self.config), *describe(values, ("seq_len", "mode", "dtype", "head_dim")),
-                         *(["causal"] if self.causal else []), *describe(values, [k for k in CELL_FIELDS if k not in named]),
-                         self.inputs])
+        named = (
+            "variant",
+            "config",
+            "seq_len",
+            "mode",
+            "dtype",
+            "head_dim",
+            "causal",
+            "device",
+            "batch",
+            "heads",
+            "inputs",
+            "seed",
+        )
+        return " ".join(
+            [
+                config_label(self.variant, self.config),
+                *describe(values, ("seq_len", "mode", "dtype", "head_dim")),
+                *(["causal"] if self.causal else []),
+                *describe(values, [k for k in CELL_FIELDS if k not in named]),
+                self.inputs,
+            ]
+        )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Cell":

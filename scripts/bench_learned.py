@@ -9,6 +9,7 @@ The distilled student is fitted once at --calib-len and evaluated at every lengt
 map is length-independent); a Linformer is per position, so it is built with max_seq_len = N
 and fitted at each evaluation length N.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,17 @@ from harness.measure.memory import measure_peak_memory  # noqa: E402
 from variants import build_variant, calibrate, reference_attention  # noqa: E402
 
 
-def sinusoid_qkv(B: int, H: int, N: int, D: int, *, seed: int, amp: float = 0.5, noise: float = 0.5,
-                 periods: tuple[float, ...] = (128.0, 512.0, 2048.0)) -> tuple[torch.Tensor, ...]:
+def sinusoid_qkv(
+    B: int,
+    H: int,
+    N: int,
+    D: int,
+    *,
+    seed: int,
+    amp: float = 0.5,
+    noise: float = 0.5,
+    periods: tuple[float, ...] = (128.0, 512.0, 2048.0),
+) -> tuple[torch.Tensor, ...]:
     """q, k = noise * N(0, 1) + amp * sinusoidal position code with a few periods; v = N(0, 1).
 
     q_i . k_j ~ amp^2 * D/(2*len(periods)) * sum_p cos(2 pi (i - j) / p): attention leans towards
@@ -72,17 +82,21 @@ def accuracy(args: argparse.Namespace) -> None:
     report = calibrate(student, calib_batches(args.calib_len), **budget)
     for n in lens:
         after = _error(student, held_out[n], refs[n])
-        print(f"distilled N={n:5d}  rel_l2 {before[n]:.3f} -> {after:.3f}  (x{after / before[n]:.2f})  "
-              f"fitted at N={args.calib_len} in {report.wall_s:.1f}s, loss {report.loss} "
-              f"{report.loss_before:.3g} -> {report.loss_after:.3g}")
+        print(
+            f"distilled N={n:5d}  rel_l2 {before[n]:.3f} -> {after:.3f}  (x{after / before[n]:.2f})  "
+            f"fitted at N={args.calib_len} in {report.wall_s:.1f}s, loss {report.loss} "
+            f"{report.loss_before:.3g} -> {report.loss_after:.3g}"
+        )
     for n in lens:
         torch.manual_seed(0)
         lin = build_variant("linformer", k=args.k, max_seq_len=n, init=args.linformer_init)
         before_n = _error(lin, held_out[n], refs[n])
         report = calibrate(lin, calib_batches(n), **budget)
         after = _error(lin, held_out[n], refs[n])
-        print(f"linformer N={n:5d}  rel_l2 {before_n:.3f} -> {after:.3f}  (x{after / before_n:.2f})  "
-              f"fitted at N={n} in {report.wall_s:.1f}s, loss {report.loss}")
+        print(
+            f"linformer N={n:5d}  rel_l2 {before_n:.3f} -> {after:.3f}  (x{after / before_n:.2f})  "
+            f"fitted at N={n} in {report.wall_s:.1f}s, loss {report.loss}"
+        )
 
 
 def _error(attn, batch, ref) -> float:
@@ -103,8 +117,10 @@ def timing(args: argparse.Namespace) -> None:
     from torch.utils.benchmark import Timer
 
     lens = [int(n) for n in args.time_lens.split(",")]
-    print(f"forward time, B=1 H={args.heads} D={args.head_dim}, float32, {torch.get_num_threads()} thread(s), "
-          f"best median of {args.rounds} rounds")
+    print(
+        f"forward time, B=1 H={args.heads} D={args.head_dim}, float32, {torch.get_num_threads()} thread(s), "
+        f"best median of {args.rounds} rounds"
+    )
     for label, attn, causal in _cases(max(lens)):
         data = {n: [torch.randn(1, args.heads, n, args.head_dim) for _ in range(3)] for n in lens}
         times = [math.inf] * len(lens)
@@ -113,9 +129,11 @@ def timing(args: argparse.Namespace) -> None:
         for _ in range(args.rounds):
             for i, n in enumerate(lens):
                 q, k, v = data[n]
-                timer = Timer("with torch.no_grad(): attn(q, k, v, causal=causal)",
-                              globals=dict(attn=attn, q=q, k=k, v=v, causal=causal, torch=torch),
-                              num_threads=torch.get_num_threads())
+                timer = Timer(
+                    "with torch.no_grad(): attn(q, k, v, causal=causal)",
+                    globals=dict(attn=attn, q=q, k=k, v=v, causal=causal, torch=torch),
+                    num_threads=torch.get_num_threads(),
+                )
                 times[i] = min(times[i], timer.blocked_autorange(min_run_time=args.min_run_time).median)
         cells = "  ".join(f"N={n}: {t * 1e3:.1f} ms" for n, t in zip(lens, times))
         print(f"{label:17s} {cells}  ratio last/first {times[-1] / times[0]:.2f} (length x{lens[-1] / lens[0]:.0f})")

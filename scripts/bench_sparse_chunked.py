@@ -5,6 +5,7 @@
 Prints one line per measurement (median seconds from torch.utils.benchmark, peak bytes beyond the
 inputs from harness.measure.memory.measure_peak_memory) and the target ratios at the end.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,9 @@ def median_seconds(fn: Callable[[], object], threads: int, min_run_time: float) 
     return m.median, m.number_per_run * len(m.times)
 
 
-def report(label: str, N: int, seconds: float | None = None, runs: int = 0, peak: int | None = None,
-           extra: str = "") -> None:
+def report(
+    label: str, N: int, seconds: float | None = None, runs: int = 0, peak: int | None = None, extra: str = ""
+) -> None:
     """One aligned line: label, N, median time and runs, peak MiB, extra text."""
     time_s = f"{seconds * 1e3:10.1f} ms ({runs:3d} runs)" if seconds is not None else " " * 25
     mem_s = f"{peak / MiB:10.1f} MiB" if peak is not None else " " * 14
@@ -70,8 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     def peak(fn: Callable[[], object]) -> int:
         return measure_peak_memory(fn, device).bytes
 
-    print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
-          f"B={args.batch} H={args.heads} D={args.head_dim} float32, window={args.window}")
+    print(
+        f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
+        f"B={args.batch} H={args.heads} D={args.head_dim} float32, window={args.window}"
+    )
     results: dict[tuple[str, int], tuple[float, int]] = {}  # (label, N) -> (seconds, peak bytes)
 
     for N in args.n:
@@ -93,7 +97,10 @@ def main(argv: list[str] | None = None) -> int:
 
     for N in args.chunked_n:
         q, k, v = inputs(N)
-        pair = (("dense[reference]", build_variant("dense", backend="reference")), ("chunked", build_variant("chunked")))
+        pair = (
+            ("dense[reference]", build_variant("dense", backend="reference")),
+            ("chunked", build_variant("chunked")),
+        )
         for label, attn in pair:
             with torch.no_grad():
                 fn = lambda: attn(q, k, v)  # noqa: E731

@@ -6,6 +6,7 @@
 Prints statements, missed, branches, partial branches and percent per package (coverage.py's own
 percent: lines and branches together), then the lowest-covered modules. Standard library only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lowest", type=int, default=10, help="how many of the lowest-covered modules to list")
     args = parser.parse_args(argv)
     files = json.loads(open(args.json_file, encoding="utf-8").read())["files"]
-    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # statements, missed, branches, partial+missed branches
+    totals: dict[str, list[int]] = defaultdict(
+        lambda: [0, 0, 0, 0]
+    )  # statements, missed, branches, partial+missed branches
     modules = []
     for path, data in files.items():
         s = data["summary"]
@@ -51,8 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'package':<24} {'stmts':>6} {'miss':>5} {'branch':>6} {'brmiss':>6} {'cover':>6}")
     for name in sorted(totals):
         stmts, miss, branches, brmiss = totals[name]
-        print(f"{name:<24} {stmts:>6} {miss:>5} {branches:>6} {brmiss:>6} "
-              f"{percent(stmts - miss + branches - brmiss, stmts + branches):>5.1f}%")
+        print(
+            f"{name:<24} {stmts:>6} {miss:>5} {branches:>6} {brmiss:>6} "
+            f"{percent(stmts - miss + branches - brmiss, stmts + branches):>5.1f}%"
+        )
     print(f"\nlowest-covered modules (of {len(modules)}):")
     for pct, stmts, path in sorted(modules)[: args.lowest]:
         print(f"  {pct:5.1f}%  {stmts:>4} stmts  {path}")

@@ -4,6 +4,7 @@ docs/DESIGN.md's "Layout" block is this output (a test checks they agree):
     python scripts/layout.py            # print it
     python scripts/layout.py --write    # rewrite the block in docs/DESIGN.md
 """
+
 from __future__ import annotations
 
 import ast
@@ -29,7 +30,9 @@ def layout() -> str:
 
     def walk(folder: Path, depth: int) -> None:
         lines.append(f"{'  ' * depth}{folder.name}/")
-        entries = sorted(p for p in folder.iterdir() if p.name != "__pycache__" and (p.is_dir() or p.suffix in (".py", ".toml")))
+        entries = sorted(
+            p for p in folder.iterdir() if p.name != "__pycache__" and (p.is_dir() or p.suffix in (".py", ".toml"))
+        )
         for path in sorted(entries, key=lambda p: (p.is_dir(), p.name)):
             if path.is_dir():
                 walk(path, depth + 1)

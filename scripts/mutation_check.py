@@ -19,6 +19,7 @@ Exit status: 0 when every mutation run was killed; 1 when one survived, errored 
 2 for a usage error or a mutation file that is invalid (a `find` text missing or ambiguous, a
 duplicate id, a missing field), with every problem listed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -100,10 +101,21 @@ def load_mutations(path: Path, repo: Path) -> list[Mutation]:
             count = target.read_text().count(entry["find"])
             if count != 1:
                 what = "does not occur" if count == 0 else f"occurs {count} times (ambiguous)"
-                problems.append(f"{label}: its find text {what} in {entry['file']}; it must occur exactly once: "
-                                f"{_one_line(entry['find'])!r}")
-        mutations.append(Mutation(entry["id"], entry["file"], entry["find"], entry["replace"], entry["why"],
-                                  tuple(entry["targets"]), float(entry.get("timeout_s", default_timeout))))
+                problems.append(
+                    f"{label}: its find text {what} in {entry['file']}; it must occur exactly once: "
+                    f"{_one_line(entry['find'])!r}"
+                )
+        mutations.append(
+            Mutation(
+                entry["id"],
+                entry["file"],
+                entry["find"],
+                entry["replace"],
+                entry["why"],
+                tuple(entry["targets"]),
+                float(entry.get("timeout_s", default_timeout)),
+            )
+        )
     if problems:
         raise ConfigError(f"{path}: {len(problems)} problem(s):\n  " + "\n  ".join(problems))
     return mutations
@@ -111,8 +123,15 @@ def load_mutations(path: Path, repo: Path) -> list[Mutation]:
 
 def copy_repo(repo: Path, dest: Path) -> int:
     """Copy tracked and untracked-not-ignored files of `repo` (minus EXCLUDED_TOP_LEVEL) to dest; return the count."""
-    listed = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            check=True, capture_output=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            check=True,
+            capture_output=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     copied = 0
     for rel in dict.fromkeys(filter(None, listed)):
         if rel.split("/", 1)[0] in EXCLUDED_TOP_LEVEL:
@@ -126,11 +145,15 @@ def copy_repo(repo: Path, dest: Path) -> int:
     return copied
 
 
-def run_pytest(python: str, scratch: Path, targets: tuple[str, ...], timeout_s: float, *, stop_first: bool = True
-               ) -> tuple[str, float, str]:
+def run_pytest(
+    python: str, scratch: Path, targets: tuple[str, ...], timeout_s: float, *, stop_first: bool = True
+) -> tuple[str, float, str]:
     """Run pytest on targets in the scratch copy: (status, seconds, output tail); status as in Outcome."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(scratch), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-               PYTHONDONTWRITEBYTECODE="1")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(scratch), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        PYTHONDONTWRITEBYTECODE="1",
+    )
     cmd = [python, "-m", "pytest", *(["-x"] if stop_first else []), "-q", "-p", "no:cacheprovider", *targets]
     start = time.perf_counter()
     try:
@@ -140,7 +163,11 @@ def run_pytest(python: str, scratch: Path, targets: tuple[str, ...], timeout_s: 
         return "timeout", time.perf_counter() - start, _tail(out)
     seconds = time.perf_counter() - start
     status = {0: "survived", 1: "killed"}.get(proc.returncode, "error")
-    return status, seconds, _tail(proc.stdout + proc.stderr) + ("" if status != "error" else f"\n(pytest exit {proc.returncode})")
+    return (
+        status,
+        seconds,
+        _tail(proc.stdout + proc.stderr) + ("" if status != "error" else f"\n(pytest exit {proc.returncode})"),
+    )
 
 
 def check(mutations: list[Mutation], python: str, *, baseline: bool = True, verbose: bool = False) -> list[Outcome]:
@@ -152,8 +179,9 @@ def check(mutations: list[Mutation], python: str, *, baseline: bool = True, verb
         print(f"scratch copy: {n} files in {scratch}", flush=True)
         if baseline:
             targets = tuple(dict.fromkeys(t for m in mutations for t in m.targets))
-            status, seconds, tail = run_pytest(python, scratch, targets, max(m.timeout_s for m in mutations) * 2,
-                                               stop_first=False)
+            status, seconds, tail = run_pytest(
+                python, scratch, targets, max(m.timeout_s for m in mutations) * 2, stop_first=False
+            )
             if status != "survived":  # unmutated, the targets must pass
                 print(f"baseline: the targets do not pass without any mutation ({status}, {seconds:.0f}s):\n{tail}")
                 raise SystemExit(1)

@@ -1,4 +1,5 @@
 """Shared test set-up: the cuda marker's skip (the --variant-plugin option lives in the root conftest.py)."""
+
 from __future__ import annotations
 
 import pytest

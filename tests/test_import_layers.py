@@ -3,6 +3,7 @@
 Imports are read with ast (module level and inside functions alike; only `if TYPE_CHECKING:` blocks
 are left out, since they never run), so a lazy import cannot hide a cycle.
 """
+
 from __future__ import annotations
 
 import ast
@@ -16,7 +17,18 @@ PACKAGES = ("variants", "harness")
 # Layers, lowest first: a module may import its own layer's modules and lower ones, never higher ones.
 LAYERS = (
     ("variants",),
-    ("harness.errors", "harness.knobs", "harness.error_metrics", "harness.cell_fields", "harness.schema", "harness.row", "harness.entries", "harness.devices", "harness.plugins", "harness.env"),
+    (
+        "harness.errors",
+        "harness.knobs",
+        "harness.error_metrics",
+        "harness.cell_fields",
+        "harness.schema",
+        "harness.row",
+        "harness.entries",
+        "harness.devices",
+        "harness.plugins",
+        "harness.env",
+    ),
     ("harness.inputs",),
     ("harness.spec",),
     ("harness.plan",),
@@ -59,7 +71,9 @@ def _imports(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
             elif isinstance(child, ast.ImportFrom):
                 base = child.module or ""
                 if child.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - child.level + 1] + ([base] if base else []))
+                    base = ".".join(
+                        package.split(".")[: len(package.split(".")) - child.level + 1] + ([base] if base else [])
+                    )
                 for alias in child.names:
                     found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
             visit(child)
@@ -67,7 +81,9 @@ def _imports(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
     visit(ast.parse(path.read_text(encoding="utf-8")))
     out = set()
     for target in found:
-        while target and target not in modules:  # `import harness.spec.convert as c` -> that module; a name -> its module
+        while (
+            target and target not in modules
+        ):  # `import harness.spec.convert as c` -> that module; a name -> its module
             target = target.rpartition(".")[0]
         if target and target != name:
             out.add(target)
@@ -149,7 +165,11 @@ def test_the_cycle_finder_finds_a_cycle():
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_no_module_is_over_350_lines(package):
-    long = {str(p.relative_to(REPO)): n for p in (REPO / package).rglob("*.py") if (n := len(p.read_text().splitlines())) > 350}
+    long = {
+        str(p.relative_to(REPO)): n
+        for p in (REPO / package).rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 350
+    }
     assert not long, f"modules over 350 lines (split them by job): {long}"
 
 

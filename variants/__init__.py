@@ -8,6 +8,7 @@
 
 Importing this package does no work: built-ins and plugins register on the first registry query.
 """
+
 from variants._registry import (
     ENTRY_POINT_GROUP,
     PLUGINS_ENV_VAR,

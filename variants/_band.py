@@ -10,6 +10,7 @@ mask_mod all call it. Pairs and blocks cannot be counted pair by pair at large N
 flex's block classification read the same `BandLimits` the predicate compares against; tests check
 them, and the banded backend's visible pairs, against the predicate's N x M picture.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple

@@ -1,4 +1,5 @@
 """Input and config validation with messages that say what was given, what was expected, how to fix it."""
+
 from __future__ import annotations
 
 import math
@@ -29,12 +30,12 @@ def check_qkv(q: Any, k: Any, v: Any, *, causal: bool = False, kv_mask: Any = No
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device, got q={q.device}, k={k.device}, v={v.device}")
     if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape (B, H_kv, M, D), got k={tuple(k.shape)}, v={tuple(v.shape)}")
+        raise ValueError(
+            f"k and v must have the same shape (B, H_kv, M, D), got k={tuple(k.shape)}, v={tuple(v.shape)}"
+        )
     B, H, N, D = q.shape
     if (k.shape[0], k.shape[3]) != (B, D):
-        raise ValueError(
-            f"k must be (B={B}, H_kv, M, D={D}) to match q {tuple(q.shape)}, got {tuple(k.shape)}"
-        )
+        raise ValueError(f"k must be (B={B}, H_kv, M, D={D}) to match q {tuple(q.shape)}, got {tuple(k.shape)}")
     check_kv_heads(H, k.shape[1], what=f"q {tuple(q.shape)}, k {tuple(k.shape)}")
     M = k.shape[2]
     if N < 1 or M < 1 or D < 1:
@@ -42,9 +43,7 @@ def check_qkv(q: Any, k: Any, v: Any, *, causal: bool = False, kv_mask: Any = No
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {causal!r}")
     if causal and N != M:
-        raise ValueError(
-            f"causal=True needs as many queries as keys (aligned at the start), got N={N}, M={M}"
-        )
+        raise ValueError(f"causal=True needs as many queries as keys (aligned at the start), got N={N}, M={M}")
     if kv_mask is not None:
         if not isinstance(kv_mask, Tensor):
             raise TypeError(f"kv_mask must be a bool tensor of shape (B, M) or None, got {type(kv_mask).__name__}")
@@ -97,7 +96,9 @@ def check_choice(field: str, value: Any, choices: Iterable[str]) -> None:
     choices = list(choices)
     if value in choices:
         return
-    raise ValueError(f"{field} must be one of {', '.join(map(repr, choices))}, got {value!r}{did_you_mean(value, choices)}")
+    raise ValueError(
+        f"{field} must be one of {', '.join(map(repr, choices))}, got {value!r}{did_you_mean(value, choices)}"
+    )
 
 
 def did_you_mean(value: Any, choices: Iterable[str]) -> str:

@@ -1,5 +1,6 @@
 """What a variant declares besides its forward: its config base, its capabilities, its quality knob, and the error
 that refuses a call with reasons. Re-exported by variants.base (and variants), where users import them."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -76,7 +77,9 @@ class QualityKnob:
 
     def __post_init__(self) -> None:
         if not (isinstance(self.low, int) and isinstance(self.high, int) and 1 <= self.low < self.high):
-            raise ValueError(f"QualityKnob({self.field!r}): needs integers 1 <= low < high, got low={self.low!r}, high={self.high!r}")
+            raise ValueError(
+                f"QualityKnob({self.field!r}): needs integers 1 <= low < high, got low={self.low!r}, high={self.high!r}"
+            )
 
     def range_for(self, M: int) -> tuple[int, int]:
         """(low, high) worth searching at key length M: high capped at M where larger values change nothing."""

@@ -4,6 +4,7 @@ Decoding is for inference: states are updated in place where that avoids a copy 
 writes the new token into preallocated capacity), so call ``init_state``/``step`` under
 ``torch.no_grad()`` and always use the state that ``step`` returns.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,7 +50,9 @@ def check_context(k: Any, v: Any, kv_mask: Any = None) -> None:
     """Raise TypeError/ValueError unless k, v are (B, H_kv, N, D) and kv_mask is bool (B, N) or None."""
     for name, t in (("k", k), ("v", v)):
         if not isinstance(t, Tensor):
-            raise TypeError(f"init_state: {name} must be a torch.Tensor of shape (B, H_kv, N, D), got {type(t).__name__}")
+            raise TypeError(
+                f"init_state: {name} must be a torch.Tensor of shape (B, H_kv, N, D), got {type(t).__name__}"
+            )
         if t.dim() != 4 or not t.is_floating_point():
             raise ValueError(
                 f"init_state: {name} must be a floating-point (B, H_kv, N, D) tensor, got shape "
@@ -155,8 +158,7 @@ class KVCache:
         self.k, self.v = k, v
 
 
-def kv_cache_step(variant: Any, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: KVCache
-                  ) -> tuple[Tensor, KVCache]:
+def kv_cache_step(variant: Any, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: KVCache) -> tuple[Tensor, KVCache]:
     """One decode step of an exact variant (an AttentionVariant; not imported, base imports this module) over a KV
     cache: append, then the variant's own forward.
 

@@ -1,4 +1,5 @@
 """Analytic attention FLOPs, FlashAttention's convention: what achieved TFLOP/s are computed from."""
+
 from __future__ import annotations
 
 # FlashAttention's convention: backward costs 2.5x the forward, so forward+backward is 3.5x.

@@ -3,6 +3,7 @@
 Convention: q has H heads, k and v have H_kv heads with G = H // H_kv; query head h reads K/V
 head h // G, so viewing q as (B, H_kv, G, N, D) puts each group beside its K/V head.
 """
+
 from __future__ import annotations
 
 import functools
@@ -31,8 +32,15 @@ def _sdpa_has_enable_gqa() -> bool:
         return "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")
 
 
-def sdpa(q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | None = None, is_causal: bool = False,
-         scale: float | None = None) -> Tensor:
+def sdpa(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    attn_mask: Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+) -> Tensor:
     """F.scaled_dot_product_attention for q (..., H, N, D) and k, v (..., H_kv, M, D), H % H_kv == 0.
 
     Uses enable_gqa (no K/V copy) where torch has it; older torch gets K/V repeated to H heads.
@@ -41,8 +49,9 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | None = None, is
     if H == Hkv:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
     if _sdpa_has_enable_gqa():
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
-                                              enable_gqa=True)
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=True
+        )
     k, v = (t.repeat_interleave(H // Hkv, dim=-3) for t in (k, v))  # torch < 2.5: materialised
     return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
 

@@ -4,6 +4,7 @@ Built-ins, entry-point plugins (group ``attnsuite.variants``) and modules named 
 ``ATTNSUITE_PLUGINS`` environment variable are loaded once, lazily, on the first query.
 A plugin that fails to import becomes a warning naming it; the built-ins keep working.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -115,11 +116,15 @@ def register_variant(name: str, *, config: type[VariantConfig] | None = None) ->
         if knob is not None:
             field = next((f for f in dataclasses.fields(config_class) if f.name == knob.field), None)
             if field is None or field.type not in (int, "int"):
-                raise TypeError(f"variant {name!r} declares quality_knob {knob.field!r}, which is not an int field of "
-                                f"{config_class.__name__}; name one of its int fields")
+                raise TypeError(
+                    f"variant {name!r} declares quality_knob {knob.field!r}, which is not an int field of "
+                    f"{config_class.__name__}; name one of its int fields"
+                )
         for length_field in cls.length_fields:
             if length_field not in {f.name for f in dataclasses.fields(config_class)}:
-                raise TypeError(f"variant {name!r} declares length_fields {length_field!r}, not a field of {config_class.__name__}")
+                raise TypeError(
+                    f"variant {name!r} declares length_fields {length_field!r}, not a field of {config_class.__name__}"
+                )
         cls.variant_name = name
         cls.config_class = config_class
         doc = (cls.__doc__ or "").strip().splitlines()

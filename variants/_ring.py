@@ -4,6 +4,7 @@ The state's size depends on sinks + window only, never on how many tokens were s
 state_bytes stay constant in N. Positions count from the start of the context, padded slots
 included (as in the forward's band).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,8 +43,10 @@ def ring_from_context(k: Tensor, v: Tensor, kv_mask: Tensor | None, window: int,
     )
     real = torch.ones(B, N, dtype=torch.bool, device=k.device) if kv_mask is None else kv_mask
     positions = torch.arange(N, device=k.device)
-    for keep, slots in ((positions[: min(S, N)], positions[: min(S, N)]),
-                        (positions[max(0, N - W):], S + positions[max(0, N - W):] % W)):
+    for keep, slots in (
+        (positions[: min(S, N)], positions[: min(S, N)]),
+        (positions[max(0, N - W) :], S + positions[max(0, N - W) :] % W),
+    ):
         state.k[:, :, slots] = k[:, :, keep]
         state.v[:, :, slots] = v[:, :, keep]
         state.pos[slots] = keep

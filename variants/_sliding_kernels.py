@@ -3,6 +3,7 @@
 flex's mask_mod is variants._band's predicate and its block classification reads the same BandLimits;
 xformers speaks its own mask language (local-attention biases, no sinks), checked by the CUDA tests.
 """
+
 from __future__ import annotations
 
 import torch
@@ -20,7 +21,9 @@ _FLEX_FN: list = []  # the compiled flex call, built on first use (never at impo
 _FLEX_RECOMPILE_LIMIT = 256
 
 
-def flex(q: Tensor, k: Tensor, v: Tensor, window: int, *, causal: bool, kv_mask: Tensor | None, sinks: int = 0) -> Tensor:
+def flex(
+    q: Tensor, k: Tensor, v: Tensor, window: int, *, causal: bool, kv_mask: Tensor | None, sinks: int = 0
+) -> Tensor:
     """Compiled flex_attention over the band's block-sparse mask; padding through a score_mod; GQA native."""
     B, N, M = q.shape[0], q.shape[2], k.shape[2]
     if not _FLEX_FN:
@@ -77,7 +80,9 @@ def flex_block_mask(N: int, M: int, window: int, causal: bool, device: torch.dev
         any_visible = any_visible | ((k0 < sinks) & (k0 - q1 < sink_hi))
         full = full | ((k1 < sinks) & (k1 - q0 < sink_hi) & whole)  # every key a sink, visible to every row
     partial = any_visible & ~full
-    mask = BlockMask.from_kv_blocks(*_ordered(partial), *_ordered(full), BLOCK_SIZE=S, mask_mod=mask_mod, seq_lengths=(N, M))
+    mask = BlockMask.from_kv_blocks(
+        *_ordered(partial), *_ordered(full), BLOCK_SIZE=S, mask_mod=mask_mod, seq_lengths=(N, M)
+    )
     _FLEX_BLOCK_MASKS[key] = mask
     return mask
 

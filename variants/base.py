@@ -11,6 +11,7 @@ state for a context, ``step(q_t, k_t, v_t, state) -> (out_t, state)`` adds one t
 its causal output; ``decode_reasons`` says beforehand why a variant cannot, and
 ``state_bytes(state)`` counts the state's memory.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, ClassVar, Iterable
@@ -177,7 +178,9 @@ class AttentionVariant(nn.Module):
         Positions count from the start of the context, padded slots included, so decoded token t
         sits at position N + t. The default refuses with ``NotSupportedError``.
         """
-        raise NotSupportedError(self.name, self.decode_reasons(k, k, v, kv_mask=kv_mask) or ["init_state is not implemented"])
+        raise NotSupportedError(
+            self.name, self.decode_reasons(k, k, v, kv_mask=kv_mask) or ["init_state is not implemented"]
+        )
 
     def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: Any) -> tuple[Tensor, Any]:
         """Append one token (q_t (B, H, 1, D); k_t, v_t (B, H_kv, 1, D)) and return its causal output.
@@ -210,7 +213,14 @@ class AttentionVariant(nn.Module):
 
     # ---- set-up outside timed regions ------------------------------------------------------
     def prepare(
-        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None, training: bool = False
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool = False,
+        kv_mask: Tensor | None = None,
+        training: bool = False,
     ) -> float:
         """Do set-up work for calls like this one (compilation, block masks) and return its seconds.
 
@@ -231,7 +241,13 @@ class AttentionVariant(nn.Module):
         return self.prepare_call(q, k, v, causal=causal, kv_mask=kv_mask)(q, k, v)
 
     def prepare_call(
-        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None,
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool = False,
+        kv_mask: Tensor | None = None,
         training: bool | None = None,
     ) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
         """Check a call once and return it ready to repeat: ``call(q, k, v)`` runs the module (forward) unchecked.
@@ -247,11 +263,16 @@ class AttentionVariant(nn.Module):
         reasons = self.not_supported_reasons(q, k, v, causal=causal, kv_mask=kv_mask, training=training)
         if reasons:
             raise NotSupportedError(self.name, reasons)
-        backend, module_call = self.resolve_backend(q, training=training), super().__call__  # nn.Module's: hooks, forward
+        backend, module_call = (
+            self.resolve_backend(q, training=training),
+            super().__call__,
+        )  # nn.Module's: hooks, forward
 
         def call(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
             pinned = self._pinned_backend
-            object.__setattr__(self, "_pinned_backend", backend)  # not nn.Module's __setattr__: this runs in timed calls
+            object.__setattr__(
+                self, "_pinned_backend", backend
+            )  # not nn.Module's __setattr__: this runs in timed calls
             try:
                 return module_call(q, k, v, causal=causal, kv_mask=kv_mask)
             finally:
@@ -259,7 +280,9 @@ class AttentionVariant(nn.Module):
 
         return call
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None
+    ) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} must implement forward(q, k, v, *, causal, kv_mask)")
 
     def extra_repr(self) -> str:

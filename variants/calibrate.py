@@ -14,6 +14,7 @@ Losses (``loss=``):
 - "auto": "weight_ce" when both sides expose ``attention_weights`` (e.g. distilled against the
   exact teacher), else "mse" (e.g. linformer, whose weights are over projected rows).
 """
+
 from __future__ import annotations
 
 import time
@@ -87,7 +88,9 @@ def calibrate(
     teacher_name = "exact" if teacher is None else getattr(teacher, "name", type(teacher).__name__)
     name = getattr(variant, "name", type(variant).__name__)
     if not learnable:
-        return CalibrationReport(name, False, None, None, None, 0, float(lr), None, 0, causal, teacher_name, time.perf_counter() - start)
+        return CalibrationReport(
+            name, False, None, None, None, 0, float(lr), None, 0, causal, teacher_name, time.perf_counter() - start
+        )
     check_int("steps", steps, minimum=0)
     check_float("lr", lr, positive=True)
     check_choice("loss", loss, LOSSES)
@@ -122,8 +125,18 @@ def calibrate(
         variant.train(was_training)
     seq_len = max(q.shape[2] for q, _, _ in batches)
     return CalibrationReport(
-        name, True, kind, before, after, steps if params else 0, float(lr), seq_len, len(batches), causal,
-        teacher_name, time.perf_counter() - start,
+        name,
+        True,
+        kind,
+        before,
+        after,
+        steps if params else 0,
+        float(lr),
+        seq_len,
+        len(batches),
+        causal,
+        teacher_name,
+        time.perf_counter() - start,
     )
 
 
@@ -142,7 +155,9 @@ def _checked_batches(batches: Iterable[Batch], causal: bool) -> list[tuple[Tenso
             raise type(exc)(f"batch {i}: {exc}") from None
         out.append(tuple(t.detach().float() for t in batch))
     if not out:
-        raise ValueError("batches is empty: calibrate needs at least one (q, k, v) batch (from seeds other than the evaluation's)")
+        raise ValueError(
+            "batches is empty: calibrate needs at least one (q, k, v) batch (from seeds other than the evaluation's)"
+        )
     return out
 
 

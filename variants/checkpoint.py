@@ -1,4 +1,5 @@
 """Save and load (fitted) variants: their registry name, config and parameters in one torch file."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -33,7 +34,11 @@ def load_variant(path: str | Path, *, into: AttentionVariant | None = None) -> A
         into = build_variant(name, **config)
     elif into.name != name or into.config.to_dict() != config:
         mine = into.config.to_dict()
-        diff = ", ".join(f"{f}: saved {config.get(f)!r}, given {mine.get(f)!r}" for f in sorted(set(config) | set(mine)) if config.get(f) != mine.get(f))
+        diff = ", ".join(
+            f"{f}: saved {config.get(f)!r}, given {mine.get(f)!r}"
+            for f in sorted(set(config) | set(mine))
+            if config.get(f) != mine.get(f)
+        )
         raise ValueError(
             f"{str(path)!r} holds a {name!r} saved with config {config}; it cannot load into "
             f"{into.name!r} with config {mine} ({diff or 'different variant'}); "
@@ -42,5 +47,7 @@ def load_variant(path: str | Path, *, into: AttentionVariant | None = None) -> A
     try:
         into.load_state_dict(ckpt["state_dict"])
     except RuntimeError as exc:
-        raise ValueError(f"{str(path)!r}: the saved parameters do not fit {name!r} with config {config}: {exc}") from None
+        raise ValueError(
+            f"{str(path)!r}: the saved parameters do not fit {name!r} with config {config}: {exc}"
+        ) from None
     return into

@@ -10,6 +10,7 @@ K/V are never repeated; the causal mask uses each row's own position (rows repea
 Decoding keeps a KV cache (variants._decode.KVCache, preallocated, doubling) and runs each new
 query through this online-softmax forward over the cached keys.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,13 +44,15 @@ class ChunkedAttention(KVCacheDecoding, AttentionVariant):
     capabilities = Capabilities(exact=True, decode=True)
     small_config = {"query_chunk": 8, "key_chunk": 16}
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None
+    ) -> Tensor:
         # Half-precision inputs are computed in float32 (the running sums need it), then cast back.
         dtype = torch.promote_types(q.dtype, torch.float32)
-        out = _ChunkedAttention.apply(q.to(dtype), k.to(dtype), v.to(dtype), kv_mask, causal,
-                                      self.config.query_chunk, self.config.key_chunk)
+        out = _ChunkedAttention.apply(
+            q.to(dtype), k.to(dtype), v.to(dtype), kv_mask, causal, self.config.query_chunk, self.config.key_chunk
+        )
         return out.to(q.dtype)
-
 
 
 class _ChunkedAttention(torch.autograd.Function):
@@ -100,8 +103,9 @@ def _mask_tile_(s: Tensor, qs: int, cq: int, ks: int, kv_mask: Tensor | None, ca
     return s
 
 
-def _chunked_forward(q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None, causal: bool,
-                     query_chunk: int, key_chunk: int) -> tuple[Tensor, Tensor]:
+def _chunked_forward(
+    q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None, causal: bool, query_chunk: int, key_chunk: int
+) -> tuple[Tensor, Tensor]:
     """Output (B, H, N, D) and log-sum-exp (B, H, N) (-inf for a row that sees no key)."""
     B, H, N, D = q.shape
     Hkv, M = k.shape[1], k.shape[2]
@@ -114,7 +118,9 @@ def _chunked_forward(q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None, ca
         row_sum = torch.zeros_like(row_max)
         acc = torch.zeros_like(qc)
         for ks, ke in _spans(min(M, qe) if causal else M, key_chunk):  # causal: no key chunk above the diagonal
-            s = _mask_tile_(qc @ k[:, :, ks:ke].transpose(-1, -2), qs, qe - qs, ks, kv_mask, causal)  # (B, H_kv, G*cq, ck)
+            s = _mask_tile_(
+                qc @ k[:, :, ks:ke].transpose(-1, -2), qs, qe - qs, ks, kv_mask, causal
+            )  # (B, H_kv, G*cq, ck)
             new_max = torch.maximum(row_max, s.amax(-1))
             shift = new_max.masked_fill(new_max == NEG_INF, 0.0)  # a row that sees nothing yet: exp(-inf) = 0
             p = s.sub_(shift[..., None]).exp_()
@@ -128,9 +134,18 @@ def _chunked_forward(q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None, ca
     return out, lse
 
 
-def _chunked_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor,
-                      kv_mask: Tensor | None, causal: bool, query_chunk: int, key_chunk: int
-                      ) -> tuple[Tensor, Tensor, Tensor]:
+def _chunked_backward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    grad_out: Tensor,
+    kv_mask: Tensor | None,
+    causal: bool,
+    query_chunk: int,
+    key_chunk: int,
+) -> tuple[Tensor, Tensor, Tensor]:
     """FlashAttention-2's backward: per key chunk, recompute P from lse and accumulate dq, dk, dv.
 
     GQA: dk, dv of a K/V head sum over its G query heads (the stacked rows of each tile).
@@ -147,10 +162,14 @@ def _chunked_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
             if causal and qe - 1 < ks:  # every query of this chunk is before every key
                 continue
             qc, doc = _grouped(q[:, :, qs:qe], Hkv), _grouped(grad_out[:, :, qs:qe], Hkv)  # (B, H_kv, G*cq, D)
-            s = _mask_tile_((qc * scale) @ kc.transpose(-1, -2), qs, qe - qs, ks, kv_mask, causal)  # (B, H_kv, G*cq, ck)
+            s = _mask_tile_(
+                (qc * scale) @ kc.transpose(-1, -2), qs, qe - qs, ks, kv_mask, causal
+            )  # (B, H_kv, G*cq, ck)
             p = s.sub_(_grouped(lse[:, :, qs:qe, None], Hkv)).exp_()
             dv[:, :, ks:ke] += p.transpose(-1, -2) @ doc
-            ds = (doc @ vc.transpose(-1, -2)).sub_(_grouped(delta[:, :, qs:qe, None], Hkv)).mul_(p)  # dS = P * (dP - delta)
+            ds = (
+                (doc @ vc.transpose(-1, -2)).sub_(_grouped(delta[:, :, qs:qe, None], Hkv)).mul_(p)
+            )  # dS = P * (dP - delta)
             dq[:, :, qs:qe] += _ungrouped((ds @ kc).mul_(scale), H)
             dk[:, :, ks:ke] += (ds.transpose(-1, -2) @ qc).mul_(scale)
     return dq, dk, dv

@@ -5,6 +5,7 @@ K/V head, xformers takes its 5-D BMGHK layout with K/V expanded at stride 0; non
 Decoding keeps a KV cache (preallocated, doubling; variants._decode.KVCache) and runs each new
 query through the configured backend over the cached keys.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -46,7 +47,9 @@ class DenseAttention(KVCacheDecoding, AttentionVariant):
                 return ["needs the xformers package: pip install xformers"]
         return []
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None
+    ) -> Tensor:
         backend = self.active_backend(q, k, v)
         if backend == "sdpa":
             return _sdpa(q, k, v, causal=causal, kv_mask=kv_mask)

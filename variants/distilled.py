@@ -23,6 +23,7 @@ smooth function of q.k. No N x M matrix: O(N*F*D) time and memory.
   O(C*(F + C)) per chunk without autograd; with autograd the saved per-chunk states, O(N*F*D / C).
 - kv_mask: padded keys get phi(k) = 0 and v = 0, so they contribute to neither sum.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -91,7 +92,9 @@ class DistilledAttention(AttentionVariant):
             self.materialize(saved.shape[0], saved.shape[1], saved.device)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
-    def extra_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor | None, training: bool) -> list[str]:
+    def extra_reasons(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor | None, training: bool
+    ) -> list[str]:
         if self.weight is None:
             return []
         P, D = self.weight.shape[0], self.weight.shape[1]
@@ -99,8 +102,10 @@ class DistilledAttention(AttentionVariant):
         if q.shape[3] != D:
             reasons.append(f"its feature map was built for head dim D={D}, got D={q.shape[3]}; build a new student")
         if self.config.per_head and k.shape[1] != P:
-            reasons.append(f"its per-head feature maps were built for H_kv={P} K/V heads, got H_kv={k.shape[1]} "
-                           f"(q has H={q.shape[1]})")
+            reasons.append(
+                f"its per-head feature maps were built for H_kv={P} K/V heads, got H_kv={k.shape[1]} "
+                f"(q has H={q.shape[1]})"
+            )
         return reasons
 
     def flops(self, B: int, H: int, N: int, M: int, D: int, causal: bool) -> int:
@@ -120,14 +125,19 @@ class DistilledAttention(AttentionVariant):
         Materialises N x M: for the calibration loss at short N only, never in forward.
         """
         self.materialize(k.shape[1], q.shape[3], q.device)
-        fq, fk = self._phi(group(q, k.shape[1])), self._phi(k[:, :, None], kv_mask)  # (B, H_kv, G, N, 2F), (B, H_kv, 1, M, 2F)
+        fq, fk = (
+            self._phi(group(q, k.shape[1])),
+            self._phi(k[:, :, None], kv_mask),
+        )  # (B, H_kv, G, N, 2F), (B, H_kv, 1, M, 2F)
         scores = ungroup(fq @ fk.transpose(-1, -2))  # (B, H, N, M), >= 0
         if causal:
             scores = scores.tril()
         return scores / scores.sum(-1, keepdim=True).clamp_min(_EPS)
 
     # ---- forward ------------------------------------------------------------------------
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None
+    ) -> Tensor:
         self.materialize(k.shape[1], q.shape[3], q.device)
         v32 = v.float()
         if kv_mask is not None:
@@ -149,8 +159,10 @@ class DistilledAttention(AttentionVariant):
         self.materialize(k.shape[1], k.shape[3], k.device)
         B, Hkv, N, D = k.shape
         F2 = 2 * self.config.features
-        state = {"kv": k.new_zeros(B, Hkv, 1, F2, D, dtype=torch.float32),
-                 "z": k.new_zeros(B, Hkv, 1, F2, 1, dtype=torch.float32)}
+        state = {
+            "kv": k.new_zeros(B, Hkv, 1, F2, D, dtype=torch.float32),
+            "z": k.new_zeros(B, Hkv, 1, F2, 1, dtype=torch.float32),
+        }
         if N:
             v32 = v.float() if kv_mask is None else torch.where(kv_mask[:, None, :, None], v.float(), 0.0)
             self._add_keys(state, k[:, :, None], v32[:, :, None], kv_mask)
@@ -226,7 +238,9 @@ class DistilledAttention(AttentionVariant):
         phi = torch.cat([proj.softmax(-1), (-proj).softmax(-1)], dim=-1)  # (B, H_kv, G, L, 2F), each in [0, 1]
         if kv_mask is not None:
             # where, not multiply: an inf/nan padded key must not leak through 0 * nan.
-            phi = torch.where(kv_mask[:, None, None, :, None], phi, torch.zeros((), device=phi.device))  # padded keys: phi = 0
+            phi = torch.where(
+                kv_mask[:, None, None, :, None], phi, torch.zeros((), device=phi.device)
+            )  # padded keys: phi = 0
         return phi
 
 

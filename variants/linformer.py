@@ -16,6 +16,7 @@ time and memory instead of O(N*M*D).
   real keys get (a zero projected key still scores 0, not -inf); outputs match an unpadded
   Linformer over the real keys only when E and F happen to be zero at the padded positions.
 """
+
 from __future__ import annotations
 
 import math
@@ -66,7 +67,9 @@ class LinformerAttention(AttentionVariant):
     )
     calibrate_at_eval_length = True  # E and F have a column per position: a fit at 256 leaves later columns untrained
     small_config = {"k": 8, "max_seq_len": 128}
-    quality_knob = QualityKnob("k", 16, 256, at_most_length=True)  # more is more accurate and slower; 256: the largest k of the paper's GLUE results
+    quality_knob = QualityKnob(
+        "k", 16, 256, at_most_length=True
+    )  # more is more accurate and slower; 256: the largest k of the paper's GLUE results
     length_fields = ("max_seq_len",)  # E, F sized for the N measured unless a user sets it
 
     @classmethod
@@ -92,7 +95,9 @@ class LinformerAttention(AttentionVariant):
         else:
             self.F = nn.Parameter(_init_projection(P, cfg.k, L, cfg.init, std=self.f_scale) / self.f_scale)
 
-    def extra_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor | None, training: bool) -> list[str]:
+    def extra_reasons(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor | None, training: bool
+    ) -> list[str]:
         cfg = self.config
         reasons = []
         if causal:
@@ -114,15 +119,19 @@ class LinformerAttention(AttentionVariant):
         return reasons
 
     def extra_decode_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None) -> list[str]:
-        return ["linformer cannot decode: it is not causal, and every projected row E k, F v mixes the whole "
-                "sequence, so a new token changes all of them"]
+        return [
+            "linformer cannot decode: it is not causal, and every projected row E k, F v mixes the whole "
+            "sequence, so a new token changes all of them"
+        ]
 
     def flops(self, B: int, H: int, N: int, M: int, D: int, causal: bool) -> int:
         """Projections E k and F v (2*k*M*D each) plus attention over k rows (2*N*k*D twice)."""
         K = self.config.k
         return 4 * B * H * K * M * D + 4 * B * H * N * K * D
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None
+    ) -> Tensor:
         if kv_mask is not None:
             real = kv_mask[:, None, :, None]  # (B, 1, M, 1)
             # where, not multiply: a padded inf/nan must not leak through 0 * inf.

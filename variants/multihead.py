@@ -1,4 +1,5 @@
 """MultiHeadAttention: W^Q, W^K, W^V, W^O around any registered variant, on x of shape (B, N, E)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -26,8 +27,16 @@ class MultiHeadAttention(nn.Module):
         **config: fields of the variant's config, e.g. window=128 for sliding_window.
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, variant: str = "dense", *, bias: bool = True,
-                 kv_heads: int | None = None, **config: Any):
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        variant: str = "dense",
+        *,
+        bias: bool = True,
+        kv_heads: int | None = None,
+        **config: Any,
+    ):
         super().__init__()
         check_int("embed_dim", embed_dim, minimum=1)
         check_int("num_heads", num_heads, minimum=1)

@@ -5,6 +5,7 @@ without an N x M float64 matrix; `pattern=` applies a variant's sparsity pattern
 k and v may have H_kv heads dividing q's H (GQA/MQA): query heads are grouped onto their K/V head,
 never K/V repeated.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -85,7 +86,9 @@ def reference_attention(
     return torch.einsum("bkgrm,bkmd->bkgrd", grouped, v.to(dtype)).reshape(B, H, R, -1)  # (B, H, R, D)
 
 
-def _weights(qr: Tensor, k: Tensor, rows: Tensor, *, causal: bool, kv_mask: Tensor | None, pattern: PatternFn | None) -> Tensor:
+def _weights(
+    qr: Tensor, k: Tensor, rows: Tensor, *, causal: bool, kv_mask: Tensor | None, pattern: PatternFn | None
+) -> Tensor:
     """softmax over visible keys for query rows qr (B, H, R, D) at positions rows: (B, H, R, M)."""
     B, H, R, D = qr.shape
     Hkv, M = k.shape[1], k.shape[2]

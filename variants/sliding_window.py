@@ -18,6 +18,7 @@ GQA: banded stacks each K/V head's G query heads as rows of a block; flex and ma
 enable_gqa; xformers takes its 5-D layout. Decoding keeps the sinks and a ring buffer of the last
 `window` keys (variants._ring), so the state does not grow with N; it runs on SDPA whatever the backend.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -83,8 +84,10 @@ class SlidingWindowAttention(AttentionVariant):
             if device not in ("cpu", "cuda"):
                 return [f"runs on cpu or cuda, got device {device!r}"]
             if device == "cpu" and training:
-                return ["has no backward pass on CPU (PyTorch's flex_attention is forward-only there); "
-                        "use backend 'banded' for training on CPU"]
+                return [
+                    "has no backward pass on CPU (PyTorch's flex_attention is forward-only there); "
+                    "use backend 'banded' for training on CPU"
+                ]
             if device == "cuda" and importlib.util.find_spec("triton") is None:
                 return ["needs triton to compile flex_attention on CUDA: pip install triton"]
         if backend == "xformers":
@@ -101,31 +104,46 @@ class SlidingWindowAttention(AttentionVariant):
             return []
         reasons = []
         if self.config.sinks:
-            reasons.append(f"(xformers) has no attention sinks in its local-attention bias, got sinks={self.config.sinks}; "
-                           "use backend 'banded', 'flex' or 'masked'")
+            reasons.append(
+                f"(xformers) has no attention sinks in its local-attention bias, got sinks={self.config.sinks}; "
+                "use backend 'banded', 'flex' or 'masked'"
+            )
         if kv_mask is not None:
-            reasons.append("(xformers) takes no key padding mask with a local-attention bias; "
-                           "use backend 'flex' or 'banded'")
+            reasons.append(
+                "(xformers) takes no key padding mask with a local-attention bias; use backend 'flex' or 'banded'"
+            )
         if q.shape[2] != k.shape[2]:
-            reasons.append("(xformers) aligns local attention at the bottom right, so it needs N == M; "
-                           "use 'flex' or 'banded'")
+            reasons.append(
+                "(xformers) aligns local attention at the bottom right, so it needs N == M; use 'flex' or 'banded'"
+            )
         if q.dtype == torch.float32 and not causal:
-            reasons.append("(xformers) serves a two-sided local bias only with its Flash kernels (float16/bfloat16); "
-                           "got float32")
+            reasons.append(
+                "(xformers) serves a two-sided local bias only with its Flash kernels (float16/bfloat16); got float32"
+            )
         if q.dtype == torch.float32 and causal and training:
             reasons.append("(xformers) has no float32 backward for causal local attention (cutlass lacks it)")
         return reasons
 
     def pattern(self, query_idx: Tensor, key_idx: Tensor) -> Tensor:
         """The non-causal band and sinks as bool (R, M); the reference's visibility adds j <= i when causal."""
-        return band(query_idx[:, None], key_idx[None, :], window=self.config.window, causal=False, sinks=self.config.sinks)
+        return band(
+            query_idx[:, None], key_idx[None, :], window=self.config.window, causal=False, sinks=self.config.sinks
+        )
 
     def flops(self, B: int, H: int, N: int, M: int, D: int, causal: bool) -> int:
         """4*D FLOPs per visible (query, key) pair of the band and sinks: the useful work, the same for every backend."""
         return 4 * B * H * D * band_pairs(N, M, self.config.window, causal, sinks=self.config.sinks)
 
-    def prepare(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None,
-                training: bool = False) -> float:
+    def prepare(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool = False,
+        kv_mask: Tensor | None = None,
+        training: bool = False,
+    ) -> float:
         """flex: build the block mask and compile (forward, and backward when training); seconds spent."""
         if self.resolve_backend(q, training=training) != "flex":
             return 0.0
@@ -141,7 +159,9 @@ class SlidingWindowAttention(AttentionVariant):
             torch.cuda.synchronize(q.device)
         return time.perf_counter() - start
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None
+    ) -> Tensor:
         backend = self.active_backend(q, k, v)
         window, sinks = self.config.window, self.config.sinks
         if backend == "banded":
@@ -159,7 +179,9 @@ class SlidingWindowAttention(AttentionVariant):
         self.check_decode(k, k, v, kv_mask=kv_mask)
         return ring_from_context(k, v, kv_mask, self.config.window, self.config.sinks)
 
-    def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: SlidingWindowState) -> tuple[Tensor, SlidingWindowState]:
+    def step(
+        self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: SlidingWindowState
+    ) -> tuple[Tensor, SlidingWindowState]:
         """Write the token into the ring (and the sinks, while p < sinks) and attend to band + sinks."""
         check_state(state, SlidingWindowState, self.name)
         check_step(q_t, k_t, v_t, batch=state.k.shape[0], kv_heads=state.k.shape[1], head_dim=state.k.shape[3])
@@ -167,8 +189,9 @@ class SlidingWindowAttention(AttentionVariant):
         return ring_step(q_t, k_t, v_t, state), state
 
 
-def _banded(q: Tensor, k: Tensor, v: Tensor, window: int, *, causal: bool, kv_mask: Tensor | None,
-            sinks: int = 0) -> Tensor:
+def _banded(
+    q: Tensor, k: Tensor, v: Tensor, window: int, *, causal: bool, kv_mask: Tensor | None, sinks: int = 0
+) -> Tensor:
     """Blocks of b queries, each attending (fused SDPA) to the L = b + span keys that can reach it (and the sinks).
 
     GQA: the G query heads of a K/V head are stacked as the G*b rows of a block, so K/V are not repeated.
@@ -185,8 +208,12 @@ def _banded(q: Tensor, k: Tensor, v: Tensor, window: int, *, causal: bool, kv_ma
     kw, vw = (_windows(t, P, Mp, L, b) for t in (k, v))  # (B, H_kv, nb, L, D) overlapping views
     # Block n's query r sits at padded index r + P of its L keys; the window depends only on j - i, so
     # block 0's (b, L) picture holds for every block.
-    window_seen = band(torch.arange(b, device=q.device)[:, None] + P, torch.arange(L, device=q.device)[None, :],
-                       window=window, causal=causal)  # (b, L)
+    window_seen = band(
+        torch.arange(b, device=q.device)[:, None] + P,
+        torch.arange(L, device=q.device)[None, :],
+        window=window,
+        causal=causal,
+    )  # (b, L)
     S = min(sinks, M)
     if S:  # sink keys go in front of every block's window: (B, H_kv, nb, S + L, D), a copy
         kw, vw = (torch.cat([t[:, :, None, :S].expand(-1, -1, nb, -1, -1), w], dim=3) for t, w in ((k, kw), (v, vw)))
@@ -201,9 +228,13 @@ def _banded(q: Tensor, k: Tensor, v: Tensor, window: int, *, causal: bool, kv_ma
         real[P : P + n_real] = True if kv_mask is None else kv_mask[n, :n_real]
         keep = window_seen[None] & real.unfold(0, L, b)[:, None, :]  # (nb, b, L)
         if S:
-            keep = torch.cat([sink_seen & (True if kv_mask is None else kv_mask[n, :S]), keep], dim=-1)  # (nb, b, S + L)
+            keep = torch.cat(
+                [sink_seen & (True if kv_mask is None else kv_mask[n, :S]), keep], dim=-1
+            )  # (nb, b, S + L)
         keep = keep.repeat(1, G, 1)[None]  # (1, nb, G*b, S + L): 4-D keeps SDPA's fused CPU kernel
-        out = F.scaled_dot_product_attention(qb[n], kw[n], vw[n], attn_mask=keep, scale=softmax_scale(D))  # (H_kv, nb, G*b, D)
+        out = F.scaled_dot_product_attention(
+            qb[n], kw[n], vw[n], attn_mask=keep, scale=softmax_scale(D)
+        )  # (H_kv, nb, G*b, D)
         if kv_mask is not None or N > M:  # a query with no visible key gets zeros, as in the reference
             out = out.masked_fill(~keep.any(-1)[..., None], 0.0)
         outs.append(out)
@@ -221,10 +252,10 @@ def _windows(t: Tensor, P: int, Mp: int, L: int, b: int) -> Tensor:
 def _masked(q: Tensor, k: Tensor, v: Tensor, pattern: PatternFn, *, causal: bool, kv_mask: Tensor | None) -> Tensor:
     """Dense SDPA over exactly what the reference sees (pattern, causality, padding) as a bool mask: O(N * M)."""
     N, M = q.shape[2], k.shape[2]
-    keep = visibility(torch.arange(N, device=q.device), M, causal=causal, kv_mask=kv_mask, pattern=pattern)  # (B|1, 1, N, M)
+    keep = visibility(
+        torch.arange(N, device=q.device), M, causal=causal, kv_mask=kv_mask, pattern=pattern
+    )  # (B|1, 1, N, M)
     out = sdpa(q, k, v, attn_mask=keep, scale=softmax_scale(q.shape[-1]))
     if kv_mask is not None or N > M:
         out = out.masked_fill(~keep.any(-1)[..., None], 0.0)
     return out
-
-

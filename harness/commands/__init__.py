@@ -4,6 +4,7 @@ Each command module here defines ``add_arguments(parser)`` and ``run(args) -> in
 calls the library, prints. Only this layer turns a library ``UsageError`` (anything the user
 gave) into one line on stderr and exit code 2; a failure is exit code 1.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,13 +16,28 @@ from harness.errors import UsageError
 
 # name -> (module, one-line help). Add a line to add a sub-command.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "list": ("harness.commands.listing", "registered variants: backends (available here?), capabilities, config fields"),
+    "list": (
+        "harness.commands.listing",
+        "registered variants: backends (available here?), capabilities, config fields",
+    ),
     "env": ("harness.commands.env", "the environment a run records: Python, torch, CUDA, GPU, CPU, threads, packages"),
-    "sweep": ("harness.commands.sweep", "measure every variant across sequence lengths: latency, memory, FLOP rate, error; rows in results/<run-id>/"),
+    "sweep": (
+        "harness.commands.sweep",
+        "measure every variant across sequence lengths: latency, memory, FLOP rate, error; rows in results/<run-id>/",
+    ),
     "report": ("harness.commands.report", "report.md, report.html and PNG figures from a run folder"),
-    "compare": ("harness.commands.compare", "match the cells of two runs: latency and memory ratios, error change, regressions"),
-    "model-eval": ("harness.commands.model_eval", "swap each variant into every layer of a pretrained MiniLM: embedding cosine, retrieval agreement"),
-    "tasks": ("harness.commands.tasks", "train tiny transformers per variant on MQAR and ListOps: test accuracy and delta to dense"),
+    "compare": (
+        "harness.commands.compare",
+        "match the cells of two runs: latency and memory ratios, error change, regressions",
+    ),
+    "model-eval": (
+        "harness.commands.model_eval",
+        "swap each variant into every layer of a pretrained MiniLM: embedding cosine, retrieval agreement",
+    ),
+    "tasks": (
+        "harness.commands.tasks",
+        "train tiny transformers per variant on MQAR and ListOps: test accuracy and delta to dense",
+    ),
 }
 
 

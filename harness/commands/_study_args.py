@@ -1,4 +1,5 @@
 """Flags the study commands (model-eval, tasks) share: which variants, overrides, plugins, device, seed, where to write."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,14 +13,27 @@ from harness.errors import UsageError
 def add_study_arguments(parser: argparse.ArgumentParser, stem: str, *, set_example: str) -> None:
     """--variants, --seed, --device, --set, --plugin and --out DIR / --run RUN_DIR."""
     parser.add_argument("--variants", default="*", help="comma-separated globs over registered variants (default: all)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the variants' initial weights (tasks: also of the data)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the variants' initial weights (tasks: also of the data)"
+    )
     parser.add_argument("--device", default=default_device())
-    parser.add_argument("--set", action="append", default=[], metavar="VARIANT.FIELD=VALUE",
-                        help=f"override a variant config field, e.g. {set_example}")
-    parser.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_FILE", help="import a user's variants first")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="VARIANT.FIELD=VALUE",
+        help=f"override a variant config field, e.g. {set_example}",
+    )
+    parser.add_argument(
+        "--plugin", action="append", default=[], metavar="MODULE_OR_FILE", help="import a user's variants first"
+    )
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--out", metavar="DIR", help=f"folder for {stem}.csv/.json/.md/.png (default: a new results/<id>/)")
-    where.add_argument("--run", metavar="RUN_DIR", help=f"an existing run folder (e.g. from `sweep`) to add {stem}.* to")
+    where.add_argument(
+        "--out", metavar="DIR", help=f"folder for {stem}.csv/.json/.md/.png (default: a new results/<id>/)"
+    )
+    where.add_argument(
+        "--run", metavar="RUN_DIR", help=f"an existing run folder (e.g. from `sweep`) to add {stem}.* to"
+    )
 
 
 def parse_overrides(items: Iterable[str]) -> dict[str, dict[str, Any]]:

@@ -1,4 +1,5 @@
 """`python -m harness compare RUN_A RUN_B`: match the cells of two runs, print the summary, write compare.md and compare.csv."""
+
 from __future__ import annotations
 
 import argparse
@@ -19,9 +20,18 @@ PRINT_LIMIT = 25  # flagged cells printed on the terminal (the files hold all)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_a", metavar="RUN_A", help="the baseline run folder")
     parser.add_argument("run_b", metavar="RUN_B", help="the run to judge against it")
-    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                        help=f"minimum relative change of latency/memory to flag (default {DEFAULT_THRESHOLD})")
-    parser.add_argument("--out", default=None, metavar="DIR", help="where to write compare.md and compare.csv (default RUN_B/compare_vs_<A>)")
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=DEFAULT_THRESHOLD,
+        help=f"minimum relative change of latency/memory to flag (default {DEFAULT_THRESHOLD})",
+    )
+    parser.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="where to write compare.md and compare.csv (default RUN_B/compare_vs_<A>)",
+    )
     parser.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any cell regressed")
 
 

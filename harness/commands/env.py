@@ -1,4 +1,5 @@
 """`python -m harness env`: the environment a run records, as aligned lines or JSON."""
+
 from __future__ import annotations
 
 import argparse

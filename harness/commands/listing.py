@@ -1,4 +1,5 @@
 """`python -m harness list`: every registered variant, its backends and whether each runs here."""
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,12 @@ def describe(name: str, device: str) -> dict:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("pattern", nargs="?", default="*", help="glob over variant names (default: all)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="device to check backends on")
-    parser.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_FILE", help="import a user's variants first")
+    parser.add_argument(
+        "--device", default="cuda" if torch.cuda.is_available() else "cpu", help="device to check backends on"
+    )
+    parser.add_argument(
+        "--plugin", action="append", default=[], metavar="MODULE_OR_FILE", help="import a user's variants first"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -60,7 +65,9 @@ def run(args: argparse.Namespace) -> int:
         if caps["approximates"]:
             print(f"  approximates: {caps['approximates']}")
         for backend, status in d["backends"].items():
-            parts = [f"{mode}: {'yes' if s == 'available' else 'no (' + '; '.join(s) + ')'}" for mode, s in status.items()]
+            parts = [
+                f"{mode}: {'yes' if s == 'available' else 'no (' + '; '.join(s) + ')'}" for mode, s in status.items()
+            ]
             print(f"  backend {backend} on {args.device}: {', '.join(parts)}")
         fields = ", ".join(f"{k}={v['default']!r}" for k, v in d["config"].items()) or "(none)"
         print(f"  config: {fields}")

@@ -1,4 +1,5 @@
 """`python -m harness model-eval`: swap each variant into every attention layer of all-MiniLM-L6-v2 and compare embeddings."""
+
 from __future__ import annotations
 
 import argparse
@@ -19,9 +20,18 @@ from variants.calibrate import DEFAULT_STEPS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--max-lens", default="128,512", help=f"comma-separated token limits per passage, each <= {minilm.BertConfig().max_positions}")
+    parser.add_argument(
+        "--max-lens",
+        default="128,512",
+        help=f"comma-separated token limits per passage, each <= {minilm.BertConfig().max_positions}",
+    )
     parser.add_argument("--texts", type=int, default=96, help="evaluation passages")
-    parser.add_argument("--calibration-texts", type=int, default=16, help="passages whose q, k, v calibrate learnable variants (never evaluated)")
+    parser.add_argument(
+        "--calibration-texts",
+        type=int,
+        default=16,
+        help="passages whose q, k, v calibrate learnable variants (never evaluated)",
+    )
     parser.add_argument("--calibration-steps", type=int, default=DEFAULT_STEPS, help="calibration steps per layer")
     add_study_arguments(parser, model_eval.STEM, set_example="sliding_window.window=32")
 
@@ -39,8 +49,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(f"--max-lens: {exc}") from None
     if args.texts < 2 or args.calibration_texts < 0 or args.calibration_steps < 0:
-        raise UsageError(f"need --texts >= 2 (retrieval needs neighbours), --calibration-texts >= 0, --calibration-steps >= 0; "
-                         f"got {args.texts}, {args.calibration_texts}, {args.calibration_steps}")
+        raise UsageError(
+            f"need --texts >= 2 (retrieval needs neighbours), --calibration-texts >= 0, --calibration-steps >= 0; "
+            f"got {args.texts}, {args.calibration_texts}, {args.calibration_steps}"
+        )
     variants = select_variants(args.variants)
     overrides = parse_overrides(args.set)
     check_overrides(overrides, variants, max(max_lens))
@@ -52,13 +64,28 @@ def run(args: argparse.Namespace) -> int:
     folder = output_dir(model_eval.STEM, run=args.run, out=args.out)
     start = time.perf_counter()
     try:
-        rows, meta = model_eval.run_model_eval(variants, max_lens, n_eval=args.texts, n_calibration=args.calibration_texts,
-                                               steps=args.calibration_steps, device=device, seed=args.seed, overrides=overrides, log=print)
+        rows, meta = model_eval.run_model_eval(
+            variants,
+            max_lens,
+            n_eval=args.texts,
+            n_calibration=args.calibration_texts,
+            steps=args.calibration_steps,
+            device=device,
+            seed=args.seed,
+            overrides=overrides,
+            log=print,
+        )
     except RuntimeError as exc:  # the dense swap did not reproduce the model: a failure, not a usage error
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    meta.update(variants=variants, overrides=overrides, device=device, seed=args.seed, wall_s=time.perf_counter() - start,
-                torch_threads=torch.get_num_threads())
+    meta.update(
+        variants=variants,
+        overrides=overrides,
+        device=device,
+        seed=args.seed,
+        wall_s=time.perf_counter() - start,
+        torch_threads=torch.get_num_threads(),
+    )
     paths = model_eval.write_model_eval(folder, rows, meta)
     print(f"wrote {', '.join(str(p) for p in paths)}")
     return 0

@@ -1,4 +1,5 @@
 """`python -m harness report RUN_DIR`: report.md, a self-contained report.html and PNG figures, written into the run folder."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,16 +15,42 @@ from harness.report.analysed import analyse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run folder made by `python -m harness sweep` (holds rows.jsonl)")
-    parser.add_argument("--no-maps", action="store_true", help="skip the effective attention maps (they run each variant on CPU)")
-    parser.add_argument("--maps-n", type=int, default=64, metavar="N", help="N = M = D of the attention maps (default 64)")
-    parser.add_argument("--maps-inputs", default=None, metavar="NAME", help="input distribution of the maps (default: local if measured)")
-    parser.add_argument("--maps-uncalibrated", action="store_true",
-                        help="draw learnable variants as built instead of fitting them at the maps' N first (faster, less telling)")
-    parser.add_argument("--budget", type=float, action="append", default=None, metavar="ERR",
-                        help="error budget of the answer in the run's metric, repeatable (default: the run's error_budgets, "
-                             f"else {' and '.join(map(str, DEFAULT_BUDGETS))})")
-    parser.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_FILE", help="import a user's variants first (for the maps)")
+    parser.add_argument(
+        "run_dir", metavar="RUN_DIR", help="a run folder made by `python -m harness sweep` (holds rows.jsonl)"
+    )
+    parser.add_argument(
+        "--no-maps", action="store_true", help="skip the effective attention maps (they run each variant on CPU)"
+    )
+    parser.add_argument(
+        "--maps-n", type=int, default=64, metavar="N", help="N = M = D of the attention maps (default 64)"
+    )
+    parser.add_argument(
+        "--maps-inputs",
+        default=None,
+        metavar="NAME",
+        help="input distribution of the maps (default: local if measured)",
+    )
+    parser.add_argument(
+        "--maps-uncalibrated",
+        action="store_true",
+        help="draw learnable variants as built instead of fitting them at the maps' N first (faster, less telling)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        action="append",
+        default=None,
+        metavar="ERR",
+        help="error budget of the answer in the run's metric, repeatable (default: the run's error_budgets, "
+        f"else {' and '.join(map(str, DEFAULT_BUDGETS))})",
+    )
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE_OR_FILE",
+        help="import a user's variants first (for the maps)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,10 +67,19 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     analysed = analyse(args.run_dir, budgets=tuple(args.budget) if args.budget else None)
     if not len(analysed.frame):
-        print(f"error: {args.run_dir}: no readable row in rows.jsonl; nothing to report (run or resume the sweep first)", file=sys.stderr)
+        print(
+            f"error: {args.run_dir}: no readable row in rows.jsonl; nothing to report (run or resume the sweep first)",
+            file=sys.stderr,
+        )
         return 1
-    paths = write_report(analysed, maps=not args.no_maps, maps_n=args.maps_n, maps_inputs=args.maps_inputs,
-                         maps_calibrate=not args.maps_uncalibrated, plugins=tuple(args.plugin))
+    paths = write_report(
+        analysed,
+        maps=not args.no_maps,
+        maps_n=args.maps_n,
+        maps_inputs=args.maps_inputs,
+        maps_calibrate=not args.maps_uncalibrated,
+        plugins=tuple(args.plugin),
+    )
     for path in paths:
         print(path)
     print(f"report written in {time.perf_counter() - start:.1f} s", flush=True)

@@ -3,6 +3,7 @@
 The flags of what and how to measure are SweepSpec's knobs; those of where cells run are each
 executor's options; adding a setting is one field there. Library: harness.runner.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,9 +38,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if k.repeatable:
             kwargs["action"] = "append"
         groups[k.group].add_argument(k.flag, **kwargs)
-    groups["what"].add_argument("--trust-plugins", action="store_true",
-                                help="import the plugins a --config or --resume spec file names (else each must be given with --plugin)")
-    groups["where"].add_argument("--isolate", action="store_true", help="= --executor subprocess: a segfault or OOM kill becomes a row")
+    groups["what"].add_argument(
+        "--trust-plugins",
+        action="store_true",
+        help="import the plugins a --config or --resume spec file names (else each must be given with --plugin)",
+    )
+    groups["where"].add_argument(
+        "--isolate", action="store_true", help="= --executor subprocess: a segfault or OOM kill becomes a row"
+    )
     out = parser.add_argument_group("where results go")
     out.add_argument("--out", default=None, metavar="DIR", help="folder for run folders (default: results)")
     out.add_argument("--run-id", metavar="NAME", help="run folder name (default: <date>-<time>-<device>)")
@@ -61,9 +67,15 @@ def run(args: argparse.Namespace) -> int:
         given = [k.flag for k in settings if cli[k.key] is not None and k.key not in where_keys()]
         if given or args.config:
             raise UsageError(f"--resume replays the run's own spec.toml; drop {', '.join(_flags(given, args.config))}")
-        check_resume(args.resume, run_id=args.run_id, out=args.out)  # here too, so --dry-run says what the real run would
-        spec = resume_spec(Path(args.resume), overrides={k: v for k, v in cli.items() if v is not None}, plan_only=args.dry_run,
-                           trust_plugins=args.trust_plugins)
+        check_resume(
+            args.resume, run_id=args.run_id, out=args.out
+        )  # here too, so --dry-run says what the real run would
+        spec = resume_spec(
+            Path(args.resume),
+            overrides={k: v for k, v in cli.items() if v is not None},
+            plan_only=args.dry_run,
+            trust_plugins=args.trust_plugins,
+        )
     else:
         spec = sweep_spec(toml_path=args.config, cli=cli, plan_only=args.dry_run, trust_plugins=args.trust_plugins)
     if args.dry_run:

@@ -1,4 +1,5 @@
 """`python -m harness tasks`: train tiny transformers per variant on MQAR and ListOps; test accuracy and delta to dense."""
+
 from __future__ import annotations
 
 import argparse
@@ -20,11 +21,19 @@ from harness.studies.task_training import PRESETS, unknown_task_message
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tasks", default=",".join(TASK_NAMES), help=f"comma-separated: {', '.join(TASK_NAMES)} (default: all)")
-    parser.add_argument("--preset", default="cpu", choices=sorted(PRESETS), help="cpu: minutes on 2 cores; gpu: larger model, longer N")
+    parser.add_argument(
+        "--tasks", default=",".join(TASK_NAMES), help=f"comma-separated: {', '.join(TASK_NAMES)} (default: all)"
+    )
+    parser.add_argument(
+        "--preset", default="cpu", choices=sorted(PRESETS), help="cpu: minutes on 2 cores; gpu: larger model, longer N"
+    )
     parser.add_argument("--seq-lens", help="comma-separated N (default: the preset's)")
     parser.add_argument("--steps", type=int, help="training steps (default: the preset's)")
-    parser.add_argument("--mqar-two-hop", action="store_true", help="Zoology's MQAR form (key and value on two positions); needs far more steps")
+    parser.add_argument(
+        "--mqar-two-hop",
+        action="store_true",
+        help="Zoology's MQAR form (key and value on two positions); needs far more steps",
+    )
     add_study_arguments(parser, tasks.STEM, set_example="sliding_window.window=16")
 
 
@@ -45,14 +54,25 @@ def run(args: argparse.Namespace) -> int:
         changes["mqar_one_hop"] = False
     preset = dataclasses.replace(PRESETS[args.preset], **changes)
     if any(n < 16 for n in preset.seq_lens) or preset.steps < 1:
-        raise UsageError(f"--seq-lens must be >= 16 and --steps >= 1, got seq_lens={list(preset.seq_lens)}, steps={preset.steps}")
+        raise UsageError(
+            f"--seq-lens must be >= 16 and --steps >= 1, got seq_lens={list(preset.seq_lens)}, steps={preset.steps}"
+        )
     overrides = parse_overrides(args.set)
     check_overrides(overrides, variants, max(preset.seq_lens))
     folder = output_dir(tasks.STEM, run=args.run, out=args.out)
     start = time.perf_counter()
     rows = tasks.run_tasks(names, variants, preset, seed=args.seed, device=device, overrides=overrides, log=print)
-    meta = {"preset": args.preset, **dataclasses.asdict(preset), "seed": args.seed, "device": device, "tasks": names,
-            "variants": variants, "overrides": overrides, "wall_s": time.perf_counter() - start, "torch_threads": torch.get_num_threads()}
+    meta = {
+        "preset": args.preset,
+        **dataclasses.asdict(preset),
+        "seed": args.seed,
+        "device": device,
+        "tasks": names,
+        "variants": variants,
+        "overrides": overrides,
+        "wall_s": time.perf_counter() - start,
+        "torch_threads": torch.get_num_threads(),
+    }
     paths = tasks.write_tasks(folder, rows, meta)
     print(f"wrote {', '.join(str(p) for p in paths)}")
     return 0

@@ -16,6 +16,7 @@ worker, a node gone, a cell past its hard limit) comes back as a row too.
 Each executor owns its options (a dataclass of knob fields, ``Executor.options``) and checks them
 with the spec in :func:`resolve_spec`; the spec carries them raw and knows none of them.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,8 +40,19 @@ EXECUTORS: dict[str, tuple[str, str, str]] = {
     "slurm": ("harness.executors.slurm_executor", "SlurmExecutor", "submitit job arrays on a Slurm cluster"),
 }
 
-__all__ = ["CellJob", "EXECUTORS", "Executor", "SequentialExecutor", "executor_class", "hard_limit_s", "make_executor",
-           "missing_package", "option_knobs", "resolve_spec", "run_cells"]
+__all__ = [
+    "CellJob",
+    "EXECUTORS",
+    "Executor",
+    "SequentialExecutor",
+    "executor_class",
+    "hard_limit_s",
+    "make_executor",
+    "missing_package",
+    "option_knobs",
+    "resolve_spec",
+    "run_cells",
+]
 
 
 def executor_class(name: str) -> type[Executor]:
@@ -77,7 +89,9 @@ def resolve_spec(spec: Any, *, plan_only: bool = False) -> Any:
     name = spec.executor
     where = spec.where("executor")
     if name not in EXECUTORS:
-        raise UsageError(f"{where}: unknown executor {name!r}; expected one of {', '.join(EXECUTORS)}{did_you_mean(name, EXECUTORS)}")
+        raise UsageError(
+            f"{where}: unknown executor {name!r}; expected one of {', '.join(EXECUTORS)}{did_you_mean(name, EXECUTORS)}"
+        )
     missing = missing_package(name)
     if missing and not plan_only:
         raise UsageError(missing)
@@ -93,7 +107,9 @@ def resolve_spec(spec: Any, *, plan_only: bool = False) -> Any:
                 typed[key] = value
             elif value != _default(k, users):
                 named = " or ".join(f"--executor {u}" for u in users)
-                raise SpecError(f"{spec.where(key)}: only applies to {named}, not --executor {name}; drop it or choose that executor")
+                raise SpecError(
+                    f"{spec.where(key)}: only applies to {named}, not --executor {name}; drop it or choose that executor"
+                )
         options = cls.options(**typed)
         cls.check(spec, options, plan_only=plan_only)
     except SpecError as exc:

@@ -1,4 +1,5 @@
 """The executor interface: submit cells, poll rows; and the options every parallel executor shares."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,10 +26,22 @@ class NoOptions:
 class ParallelOptions:
     """Options of executors that run several cells at once (ray, slurm)."""
 
-    cpus_per_cell: int = knob(1, flag="--cpus-per-cell", metavar="K", group="where", parse=c.positive_int,
-                              help="ray, slurm: CPUs per cell (default 1; a CPU cell's torch threads)")
-    max_parallel: int | None = knob(None, flag="--max-parallel", metavar="N", group="where", parse=c.optional_int(1),
-                                    help="ray, slurm: most cells running at once (ray default: every GPU, or CPUs // K; slurm: the array limit, default 256)")
+    cpus_per_cell: int = knob(
+        1,
+        flag="--cpus-per-cell",
+        metavar="K",
+        group="where",
+        parse=c.positive_int,
+        help="ray, slurm: CPUs per cell (default 1; a CPU cell's torch threads)",
+    )
+    max_parallel: int | None = knob(
+        None,
+        flag="--max-parallel",
+        metavar="N",
+        group="where",
+        parse=c.optional_int(1),
+        help="ray, slurm: most cells running at once (ray default: every GPU, or CPUs // K; slurm: the array limit, default 256)",
+    )
 
 
 class Executor:
@@ -119,8 +132,10 @@ def check_remote_device(spec: Any, executor: str) -> None:
     from harness.devices import device_problem
 
     if spec.device.partition(":")[2]:
-        raise c.SpecError(f"{spec.where('device')}: {spec.device!r} with --executor {executor}: {executor} gives each cell "
-                          "its own GPU; use --device cuda")
+        raise c.SpecError(
+            f"{spec.where('device')}: {spec.device!r} with --executor {executor}: {executor} gives each cell "
+            "its own GPU; use --device cuda"
+        )
     problem = device_problem(spec.device, present=False)
     if problem:
         raise c.SpecError(f"{spec.where('device')}: {problem}")

@@ -1,4 +1,5 @@
 """The driver loop every executor shares: pull cells lazily, keep slots full, hand rows back, drop doomed cells."""
+
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable

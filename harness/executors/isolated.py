@@ -10,6 +10,7 @@ The child dies with its parent: on Linux it asks for SIGTERM when the parent die
 (PR_SET_PDEATHSIG) and then removes its cell's temp folder, so a SIGKILLed sweep leaves no
 orphan measuring on and no attnsuite-cell-* folder behind.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,10 +48,15 @@ def measure_isolated(cell: Any, job: CellJob) -> dict[str, Any]:
         try:
             done = subprocess.run(
                 [sys.executable, "-m", "harness.executors.isolated", str(request), str(result)],
-                env=child_env(), capture_output=True, text=True, timeout=limit,
+                env=child_env(),
+                capture_output=True,
+                text=True,
+                timeout=limit,
             )
         except subprocess.TimeoutExpired:
-            return outcome_row(cell, run, "timeout", f"isolated cell did not finish within {limit:g} s; its process was killed")
+            return outcome_row(
+                cell, run, "timeout", f"isolated cell did not finish within {limit:g} s; its process was killed"
+            )
         if result.exists():
             return json.loads(result.read_text(encoding="utf-8"))
         return outcome_row(cell, run, *death_status(done.returncode, done.stderr))
@@ -62,7 +68,10 @@ def death_status(returncode: int, stderr: str) -> tuple[str, str]:
     if returncode < 0:
         sig = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
         if -returncode == signal.SIGKILL:
-            return "oom", f"isolated cell was killed by SIGKILL (most likely the kernel's out-of-memory killer) {tail}".strip()
+            return (
+                "oom",
+                f"isolated cell was killed by SIGKILL (most likely the kernel's out-of-memory killer) {tail}".strip(),
+            )
         return "error", f"isolated cell crashed with signal {sig} {tail}".strip()
     return "error", f"isolated cell exited with code {returncode} and no row: {tail}".strip()
 

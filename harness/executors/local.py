@@ -1,4 +1,5 @@
 """`--executor local` (the default): each cell measured in the driver's own process, one after another."""
+
 from __future__ import annotations
 
 from typing import Any

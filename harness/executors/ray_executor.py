@@ -7,6 +7,7 @@ collects rows with ``ray.wait`` as tasks finish. Tasks are never retried (``max_
 worker that dies becomes an ``error`` row naming Ray's cause, a task past the hard limit is
 cancelled with ``ray.cancel(force=True)`` and becomes a ``timeout`` row.
 """
+
 from __future__ import annotations
 
 import time
@@ -24,8 +25,15 @@ from harness.spec import convert as c
 class RayOptions(ParallelOptions):
     """--executor ray: the cluster to join, plus the parallel options."""
 
-    ray_address: str | None = knob(None, flag="--ray-address", metavar="ADDRESS", group="where", parse=c.optional_text,
-                                   help="ray: join this cluster ('auto', 'ray://head:10001'); default: start a local one")
+    ray_address: str | None = knob(
+        None,
+        flag="--ray-address",
+        metavar="ADDRESS",
+        group="where",
+        parse=c.optional_text,
+        help="ray: join this cluster ('auto', 'ray://head:10001'); default: start a local one",
+    )
+
 
 REASON_CHARS = 600  # characters of Ray's error text kept in a row's reason
 
@@ -50,8 +58,14 @@ class RayExecutor(Executor):
     remote = True
 
     def __init__(
-        self, job: CellJob, *, address: str | None = None, gpu: bool = False, cpus_per_cell: int = 1,
-        max_parallel: int | None = None, cell_timeout_s: float | None = None,
+        self,
+        job: CellJob,
+        *,
+        address: str | None = None,
+        gpu: bool = False,
+        cpus_per_cell: int = 1,
+        max_parallel: int | None = None,
+        cell_timeout_s: float | None = None,
     ):
         import ray
 
@@ -64,8 +78,10 @@ class RayExecutor(Executor):
                 ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 where = f"--ray-address {address}" if address else "--executor ray"
-                raise UsageError(f"{where}: cannot start or reach Ray ({type(exc).__name__}: {_short(exc)}); "
-                                 "check the address (`ray status` on the head node) or drop --ray-address for a local instance") from None
+                raise UsageError(
+                    f"{where}: cannot start or reach Ray ({type(exc).__name__}: {_short(exc)}); "
+                    "check the address (`ray status` on the head node) or drop --ray-address for a local instance"
+                ) from None
             self._owns = True
         options: dict[str, Any] = {"num_cpus": cpus_per_cell, "max_retries": 0}
         if gpu:
@@ -76,8 +92,10 @@ class RayExecutor(Executor):
         if capacity < 1:
             self.close()
             what = "no GPU" if gpu else f"fewer than {cpus_per_cell} CPUs (--cpus-per-cell)"
-            raise UsageError(f"--executor ray: the Ray cluster ({address or 'local instance'}) has {what}; "
-                             f"resources: {dict(resources)}")
+            raise UsageError(
+                f"--executor ray: the Ray cluster ({address or 'local instance'}) has {what}; "
+                f"resources: {dict(resources)}"
+            )
         self._slots = min(capacity, max_parallel) if max_parallel else capacity
         self._limit = hard_limit_s(cell_timeout_s)
         self._tasks: dict[Any, tuple[Any, float]] = {}  # ObjectRef -> (cell, submitted at)
@@ -89,8 +107,14 @@ class RayExecutor(Executor):
 
     @classmethod
     def from_spec(cls, spec: Any, options: RayOptions, job: CellJob) -> "RayExecutor":
-        return cls(job, address=options.ray_address, gpu=spec.device_type == "cuda", cpus_per_cell=options.cpus_per_cell,
-                   max_parallel=options.max_parallel, cell_timeout_s=spec.cell_timeout_s)
+        return cls(
+            job,
+            address=options.ray_address,
+            gpu=spec.device_type == "cuda",
+            cpus_per_cell=options.cpus_per_cell,
+            max_parallel=options.max_parallel,
+            cell_timeout_s=spec.cell_timeout_s,
+        )
 
     @property
     def slots(self) -> int:
@@ -120,8 +144,17 @@ class RayExecutor(Executor):
             if self._limit is not None and now - started > self._limit:
                 ray.cancel(ref, force=True)
                 del self._tasks[ref]
-                out.append((cell, self._outcome(cell, "timeout", f"Ray task did not finish within {self._limit:g} s; "
-                                                                  "it was cancelled (ray.cancel(force=True))")))
+                out.append(
+                    (
+                        cell,
+                        self._outcome(
+                            cell,
+                            "timeout",
+                            f"Ray task did not finish within {self._limit:g} s; "
+                            "it was cancelled (ray.cancel(force=True))",
+                        ),
+                    )
+                )
         return out
 
     def _row(self, ref: Any, cell: Any) -> dict[str, Any]:
@@ -132,9 +165,13 @@ class RayExecutor(Executor):
         except rx.OutOfMemoryError as exc:  # Ray's memory monitor killed the worker
             return self._outcome(cell, "oom", f"Ray killed the worker for lack of host memory: {_short(exc)}")
         except rx.WorkerCrashedError as exc:
-            return self._outcome(cell, "error", f"the Ray worker running this cell died (killed, crashed or lost): {_short(exc)}")
+            return self._outcome(
+                cell, "error", f"the Ray worker running this cell died (killed, crashed or lost): {_short(exc)}"
+            )
         except (rx.NodeDiedError, rx.ObjectLostError, rx.OwnerDiedError) as exc:
-            return self._outcome(cell, "error", f"the Ray node running this cell was lost: {type(exc).__name__}: {_short(exc)}")
+            return self._outcome(
+                cell, "error", f"the Ray node running this cell was lost: {type(exc).__name__}: {_short(exc)}"
+            )
         except rx.RayTaskError as exc:
             cause = getattr(exc, "cause", None)
             what = f"{type(cause).__name__}: {cause}" if cause is not None else _short(exc)
@@ -168,11 +205,12 @@ def _check_reachable(address: str | None, timeout_s: float = 5.0) -> None:
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as exc:
-        raise UsageError(f"--ray-address {address}: nothing answers there ({exc.strerror or exc}); "
-                         "check the head node's address (`ray status` on it) or drop --ray-address for a local instance") from None
+        raise UsageError(
+            f"--ray-address {address}: nothing answers there ({exc.strerror or exc}); "
+            "check the head node's address (`ray status` on it) or drop --ray-address for a local instance"
+        ) from None
 
 
 def _short(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 4] + " ..."
-

@@ -9,6 +9,7 @@ cancels the still-pending longer cells of that series. A task Slurm ends without
 (pickled cells, logs) go to RUN_DIR/slurm/. ``slurm_cluster = "local"`` runs the same path
 through submitit's local executor (one process per cell on this machine) to try a setup.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,16 +35,42 @@ REASON_CHARS = 600
 class SlurmOptions(ParallelOptions):
     """--executor slurm: where and how long the job array runs, plus the parallel options."""
 
-    slurm_cluster: str = knob("slurm", flag="--slurm-cluster", metavar="KIND", group="where", parse=c.choices(CLUSTERS, single=True),
-                              help="slurm (default) or local: submitit's local processes, to try a setup here")
-    slurm_partition: str | None = knob(None, flag="--slurm-partition", metavar="NAME", group="where", parse=c.optional_text,
-                                       help="slurm: partition")
-    slurm_time_min: int | None = knob(None, flag="--slurm-time", metavar="MINUTES", group="where", parse=c.optional_int(1),
-                                      help="slurm: time limit per task (default: from --timeout)")
-    slurm_gpus_per_task: int | None = knob(None, flag="--slurm-gpus-per-task", metavar="G", group="where", parse=c.optional_int(0),
-                                           help="slurm: GPUs per task (default 1 on cuda, 0 on cpu)")
-    slurm_extra: tuple[str, ...] = knob((), flag="--slurm-extra", metavar="KEY=VALUE,...", group="where", repeatable=True,
-                                        parse=c.key_values, help="slurm: more sbatch options, e.g. account=proj,qos=high")
+    slurm_cluster: str = knob(
+        "slurm",
+        flag="--slurm-cluster",
+        metavar="KIND",
+        group="where",
+        parse=c.choices(CLUSTERS, single=True),
+        help="slurm (default) or local: submitit's local processes, to try a setup here",
+    )
+    slurm_partition: str | None = knob(
+        None, flag="--slurm-partition", metavar="NAME", group="where", parse=c.optional_text, help="slurm: partition"
+    )
+    slurm_time_min: int | None = knob(
+        None,
+        flag="--slurm-time",
+        metavar="MINUTES",
+        group="where",
+        parse=c.optional_int(1),
+        help="slurm: time limit per task (default: from --timeout)",
+    )
+    slurm_gpus_per_task: int | None = knob(
+        None,
+        flag="--slurm-gpus-per-task",
+        metavar="G",
+        group="where",
+        parse=c.optional_int(0),
+        help="slurm: GPUs per task (default 1 on cuda, 0 on cpu)",
+    )
+    slurm_extra: tuple[str, ...] = knob(
+        (),
+        flag="--slurm-extra",
+        metavar="KEY=VALUE,...",
+        group="where",
+        repeatable=True,
+        parse=c.key_values,
+        help="slurm: more sbatch options, e.g. account=proj,qos=high",
+    )
 
 
 def default_time_min(cell_timeout_s: float | None) -> int:
@@ -61,9 +88,18 @@ class SlurmExecutor(Executor):
     remote = True
 
     def __init__(
-        self, job: CellJob, *, folder: str | Path, cluster: str = "slurm", partition: str | None = None,
-        time_min: int | None = None, gpus_per_task: int = 0, cpus_per_cell: int = 1, max_parallel: int | None = None,
-        extra: dict[str, str] | None = None, cell_timeout_s: float | None = None,
+        self,
+        job: CellJob,
+        *,
+        folder: str | Path,
+        cluster: str = "slurm",
+        partition: str | None = None,
+        time_min: int | None = None,
+        gpus_per_task: int = 0,
+        cpus_per_cell: int = 1,
+        max_parallel: int | None = None,
+        extra: dict[str, str] | None = None,
+        cell_timeout_s: float | None = None,
     ):
         import submitit
 
@@ -72,14 +108,20 @@ class SlurmExecutor(Executor):
         self.time_min = time_min or default_time_min(cell_timeout_s)
         self._executor = submitit.AutoExecutor(folder=Path(folder), cluster=cluster)
         params: dict[str, Any] = {
-            "name": f"attnsuite-{job.run.get('run_id', 'sweep')}", "timeout_min": int(self.time_min), "nodes": 1,
-            "tasks_per_node": 1, "cpus_per_task": int(cpus_per_cell),
+            "name": f"attnsuite-{job.run.get('run_id', 'sweep')}",
+            "timeout_min": int(self.time_min),
+            "nodes": 1,
+            "tasks_per_node": 1,
+            "cpus_per_task": int(cpus_per_cell),
         }
         if gpus_per_task:  # a CPU sweep asks for no GPU at all (some clusters refuse --gpus-per-node=0)
             params["gpus_per_node"] = int(gpus_per_task)
         if cluster == "slurm":
-            params.update(slurm_partition=partition, slurm_array_parallelism=max_parallel,
-                          slurm_additional_parameters=dict(extra or {}) or None)
+            params.update(
+                slurm_partition=partition,
+                slurm_array_parallelism=max_parallel,
+                slurm_additional_parameters=dict(extra or {}) or None,
+            )
         self._executor.update_parameters(**params)
         # On Slurm the scheduler bounds concurrency (array parallelism); local processes are bounded here.
         self._slots = None if cluster == "slurm" else (max_parallel or max(1, (os.cpu_count() or 1) // cpus_per_cell))
@@ -89,22 +131,39 @@ class SlurmExecutor(Executor):
     @classmethod
     def check(cls, spec: Any, options: SlurmOptions, *, plan_only: bool) -> None:
         if spec.device_was_auto:
-            raise c.SpecError("--executor slurm: say which device the tasks use, --device cuda or --device cpu "
-                              "(this machine's own device says nothing about the compute nodes)")
+            raise c.SpecError(
+                "--executor slurm: say which device the tasks use, --device cuda or --device cpu "
+                "(this machine's own device says nothing about the compute nodes)"
+            )
         check_remote_device(spec, "slurm")
         if spec.device_type == "cuda" and options.slurm_gpus_per_task == 0:
-            raise c.SpecError(f"{spec.where('slurm_gpus_per_task')}: a CUDA sweep needs a GPU per task, got 0; use 1 or --device cpu")
+            raise c.SpecError(
+                f"{spec.where('slurm_gpus_per_task')}: a CUDA sweep needs a GPU per task, got 0; use 1 or --device cpu"
+            )
         if options.slurm_cluster == "slurm" and not plan_only and shutil.which("sbatch") is None:
-            raise c.SpecError("--executor slurm: no sbatch on PATH; run the sweep on a Slurm login node "
-                              "(or try the setup here with --slurm-cluster local)")
+            raise c.SpecError(
+                "--executor slurm: no sbatch on PATH; run the sweep on a Slurm login node "
+                "(or try the setup here with --slurm-cluster local)"
+            )
 
     @classmethod
     def from_spec(cls, spec: Any, options: SlurmOptions, job: CellJob) -> "SlurmExecutor":
-        gpus = options.slurm_gpus_per_task if options.slurm_gpus_per_task is not None else int(spec.device_type == "cuda")
+        gpus = (
+            options.slurm_gpus_per_task if options.slurm_gpus_per_task is not None else int(spec.device_type == "cuda")
+        )
         extra = dict(item.split("=", 1) for item in options.slurm_extra)
-        return cls(job, folder=Path(job.run_dir or ".") / "slurm", cluster=options.slurm_cluster, partition=options.slurm_partition,
-                   time_min=options.slurm_time_min, gpus_per_task=gpus, cpus_per_cell=options.cpus_per_cell,
-                   max_parallel=options.max_parallel, extra=extra, cell_timeout_s=spec.cell_timeout_s)
+        return cls(
+            job,
+            folder=Path(job.run_dir or ".") / "slurm",
+            cluster=options.slurm_cluster,
+            partition=options.slurm_partition,
+            time_min=options.slurm_time_min,
+            gpus_per_task=gpus,
+            cpus_per_cell=options.cpus_per_cell,
+            max_parallel=options.max_parallel,
+            extra=extra,
+            cell_timeout_s=spec.cell_timeout_s,
+        )
 
     @property
     def slots(self) -> int | None:
@@ -139,8 +198,17 @@ class SlurmExecutor(Executor):
                 if running_since is not None and now - running_since > self._limit:
                     sub.cancel(check=False)
                     del self._jobs[job_id]
-                    out.append((cell, self._outcome(cell, "timeout", f"Slurm task {job_id} ran past its {self.time_min} min limit "
-                                                                      f"plus {SLACK_S:g} s; the driver cancelled it")))
+                    out.append(
+                        (
+                            cell,
+                            self._outcome(
+                                cell,
+                                "timeout",
+                                f"Slurm task {job_id} ran past its {self.time_min} min limit "
+                                f"plus {SLACK_S:g} s; the driver cancelled it",
+                            ),
+                        )
+                    )
             if out or time.monotonic() >= deadline:
                 return out
             time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
@@ -188,4 +256,4 @@ def _short(exc: BaseException) -> str:
     if not lines:
         return type(exc).__name__
     text = lines[0] if len(lines) == 1 else lines[0] + " ... " + " ".join(lines[-3:])
-    return text if len(text) <= REASON_CHARS else text[:200] + " ... " + text[-(REASON_CHARS - 205):]
+    return text if len(text) <= REASON_CHARS else text[:200] + " ... " + text[-(REASON_CHARS - 205) :]

@@ -7,6 +7,7 @@ count, the row's host and device) and shares calibrated variants through ``RUN_D
 learnable variant is fitted once per (variant, config, calibration shape) for the whole run, not
 once per process.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -72,8 +73,11 @@ def run_cell(cell: Any, job: CellJob | dict[str, Any], context: Any = None) -> d
             preload_fitted(context, cell, settings, Path(job.run_dir))
         except Exception as exc:  # noqa: BLE001 - an unreadable fit is fitted again; the cell must still get its row
             first_line = (str(exc).splitlines() or [""])[0]
-            warnings.warn(f"attnsuite: could not load the stored fit for {cell.variant} from {job.run_dir}/{FITTED_DIR} "
-                          f"({type(exc).__name__}: {first_line}); fitting again", stacklevel=2)
+            warnings.warn(
+                f"attnsuite: could not load the stored fit for {cell.variant} from {job.run_dir}/{FITTED_DIR} "
+                f"({type(exc).__name__}: {first_line}); fitting again",
+                stacklevel=2,
+            )
     row = measure_cell(cell, settings, run, context)
     if shared:
         for key in set(context.calibrated) - known:

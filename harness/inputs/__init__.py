@@ -9,6 +9,7 @@ an inputs string like ``"gaussian:scale=4"``.
 A generator may declare ``max_seq_len`` and an ``availability()`` check that returns a reason
 when it cannot run here (e.g. a missing optional extra); the sweep records ``unsupported`` rows.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -41,7 +42,9 @@ class InputGenerator:
         params = inspect.signature(self.fn).parameters.values()
         return {p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY and p.name not in ("generator", "device")}
 
-    def unsupported_reason(self, N: int, M: int, *, B: int | None = None, H: int | None = None, D: int | None = None) -> str | None:
+    def unsupported_reason(
+        self, N: int, M: int, *, B: int | None = None, H: int | None = None, D: int | None = None
+    ) -> str | None:
         """Why this generator cannot produce inputs of this shape here, or None (B, H, D: when known)."""
         if self.availability is not None:
             reason = self.availability()
@@ -182,7 +185,17 @@ def gaussian(B: int, H: int, N: int, M: int, D: int, *, generator, device, scale
 
 @register_inputs("local")
 def local(
-    B: int, H: int, N: int, M: int, D: int, *, generator, device, scale: float = 12.0, noise: float = 0.3, base: float = 64.0
+    B: int,
+    H: int,
+    N: int,
+    M: int,
+    D: int,
+    *,
+    generator,
+    device,
+    scale: float = 12.0,
+    noise: float = 0.3,
+    base: float = 64.0,
 ) -> QKV:
     """Rotary-rotated copies of one vector per head: logits peak at i == j and fall with |i-j| (windows like it).
 
@@ -201,7 +214,17 @@ def local(
 
 @register_inputs("global")
 def global_(
-    B: int, H: int, N: int, M: int, D: int, *, generator, device, n_global: int = 4, fraction: float = 0.5, strength: float = 6.0
+    B: int,
+    H: int,
+    N: int,
+    M: int,
+    D: int,
+    *,
+    generator,
+    device,
+    n_global: int = 4,
+    fraction: float = 0.5,
+    strength: float = 6.0,
 ) -> QKV:
     """Gaussian, plus `n_global` keys spread over the sequence that a `fraction` of queries match strongly (windows miss them).
 

@@ -10,6 +10,7 @@ attention of every layer can be swapped for any registered variant through
 The text is Python's own documentation (``pydoc_data.topics``, shipped with CPython), split into
 paragraphs: deterministic for a given Python version.
 """
+
 from __future__ import annotations
 
 import functools
@@ -104,7 +105,9 @@ class BertSelfAttention(nn.Module):
         self.record: list[tuple[Tensor, Tensor, Tensor]] | None = None  # set to a list to capture q, k, v
 
     def forward(self, x: Tensor, *, kv_mask: Tensor | None = None) -> Tensor:
-        q, k, v = (rearrange(p(x), "b n (h d) -> b h n d", h=self.num_heads) for p in (self.q_proj, self.k_proj, self.v_proj))
+        q, k, v = (
+            rearrange(p(x), "b n (h d) -> b h n d", h=self.num_heads) for p in (self.q_proj, self.k_proj, self.v_proj)
+        )
         if self.record is not None:
             self.record.append((q.detach(), k.detach(), v.detach()))
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, N, N)
@@ -205,9 +208,13 @@ def _weights() -> tuple[BertConfig, dict[str, Tensor]]:
     folder = model_dir()
     raw = json.loads((folder / "config.json").read_text())
     config = BertConfig(
-        vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"], num_layers=raw["num_hidden_layers"],
-        num_heads=raw["num_attention_heads"], intermediate_size=raw["intermediate_size"],
-        max_positions=raw["max_position_embeddings"], type_vocab_size=raw["type_vocab_size"],
+        vocab_size=raw["vocab_size"],
+        hidden_size=raw["hidden_size"],
+        num_layers=raw["num_hidden_layers"],
+        num_heads=raw["num_attention_heads"],
+        intermediate_size=raw["intermediate_size"],
+        max_positions=raw["max_position_embeddings"],
+        type_vocab_size=raw["type_vocab_size"],
         layer_norm_eps=raw["layer_norm_eps"],
     )
     return config, load_file(str(folder / "model.safetensors"))
@@ -229,10 +236,14 @@ def _rename(key: str) -> str | None:
         return None  # pooler, position_ids: not part of the sentence-embedding path
     index, part, kind = match.groups()
     parts = {
-        "attention.self.query": "attention.q_proj", "attention.self.key": "attention.k_proj",
-        "attention.self.value": "attention.v_proj", "attention.output.dense": "attention.out_proj",
-        "attention.output.LayerNorm": "attention_norm", "intermediate.dense": "intermediate",
-        "output.dense": "output", "output.LayerNorm": "output_norm",
+        "attention.self.query": "attention.q_proj",
+        "attention.self.key": "attention.k_proj",
+        "attention.self.value": "attention.v_proj",
+        "attention.output.dense": "attention.out_proj",
+        "attention.output.LayerNorm": "attention_norm",
+        "intermediate.dense": "intermediate",
+        "output.dense": "output",
+        "output.LayerNorm": "output_norm",
     }
     return f"layers.{index}.{parts[part]}.{kind}" if part in parts else None
 
@@ -260,7 +271,9 @@ class Tokenizer:
         self.sep_id = self._tok.token_to_id("[SEP]")
         self.pad_id = self._tok.token_to_id("[PAD]")
 
-    def encode(self, texts: list[str], max_len: int = DEFAULT_MAX_LEN, device: str | torch.device = "cpu") -> tuple[Tensor, Tensor]:
+    def encode(
+        self, texts: list[str], max_len: int = DEFAULT_MAX_LEN, device: str | torch.device = "cpu"
+    ) -> tuple[Tensor, Tensor]:
         """Token ids (B, N) and bool mask (B, N) of texts truncated to max_len tokens, N = the longest."""
         check_max_len(max_len)
         rows = [self.tokens(t)[: max_len - 2] for t in texts]

@@ -1,4 +1,5 @@
 """Ragged padding masks: each batch row keeps a different number of real keys, the mean padded fraction as asked."""
+
 from __future__ import annotations
 
 import torch

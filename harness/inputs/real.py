@@ -6,6 +6,7 @@ attention heads (head_dim 32), and a seeded permutation of that pool fills the H
 for. Needs the optional extra (``pip install 'attnsuite[real]'``); without it the distribution
 is unavailable with a reason naming that command. N is at most the model's 512 positions.
 """
+
 from __future__ import annotations
 
 import functools
@@ -27,17 +28,23 @@ def real_input_reasons(B: int, H: int, N: int, M: int, D: int) -> list[str]:
     config = realmodel.BertConfig()
     reasons = []
     if D != config.head_dim:
-        reasons.append(f"{realmodel.MODEL_NAME}'s heads have head_dim {config.head_dim}, got D={D}; run with head_dim={config.head_dim}")
+        reasons.append(
+            f"{realmodel.MODEL_NAME}'s heads have head_dim {config.head_dim}, got D={D}; run with head_dim={config.head_dim}"
+        )
     if M != N:
         reasons.append(f"real activations are self-attention, so kv_len must equal seq_len, got N={N}, M={M}")
     if H > _pool_size():
-        reasons.append(f"the model has {_pool_size()} heads in all ({config.num_layers} layers x {config.num_heads}), got H={H}")
+        reasons.append(
+            f"the model has {_pool_size()} heads in all ({config.num_layers} layers x {config.num_heads}), got H={H}"
+        )
     if not 2 <= N <= MAX_SEQ_LEN:
         reasons.append(f"seq_len must be 2..{MAX_SEQ_LEN} (the model's positions), got N={N}")
     return reasons
 
 
-@register_inputs("real", max_seq_len=MAX_SEQ_LEN, availability=realmodel.missing_extra_reason, shape_check=real_input_reasons)
+@register_inputs(
+    "real", max_seq_len=MAX_SEQ_LEN, availability=realmodel.missing_extra_reason, shape_check=real_input_reasons
+)
 def real(B: int, H: int, N: int, M: int, D: int, *, generator: torch.Generator, device: torch.device) -> QKV:
     """q, k, v of all-MiniLM-L6-v2 on Python's docs: every layer and head (72 of head_dim 32), N <= 512, extra [real]."""
     reasons = real_input_reasons(B, H, N, M, D)

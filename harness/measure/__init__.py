@@ -5,6 +5,7 @@ memory, timing paired with the baseline, FLOPs), each returning its fields to a 
 failed cell keeps what the earlier ones measured. The variant's checks run before timing, a fixed number of times
 per cell (AttentionVariant.prepare_call for the timed step); the timed calls run its forward alone.
 """
+
 from harness.measure.accuracy import sample_rows
 from harness.measure.calibration import calibration_key, calibration_length
 from harness.measure.cell import measure_cell
@@ -12,5 +13,18 @@ from harness.measure.context import MeasureContext
 from harness.measure.outcome import CellTimeout, classify_exception, is_oom, outcome_row
 from harness.measure.settings import CALIBRATION_SEED_OFFSET, DTYPES, MeasureSettings, RunInfo
 
-__all__ = ["CALIBRATION_SEED_OFFSET", "CellTimeout", "DTYPES", "MeasureContext", "MeasureSettings", "RunInfo", "calibration_key",
-           "calibration_length", "classify_exception", "is_oom", "measure_cell", "outcome_row", "sample_rows"]
+__all__ = [
+    "CALIBRATION_SEED_OFFSET",
+    "CellTimeout",
+    "DTYPES",
+    "MeasureContext",
+    "MeasureSettings",
+    "RunInfo",
+    "calibration_key",
+    "calibration_length",
+    "classify_exception",
+    "is_oom",
+    "measure_cell",
+    "outcome_row",
+    "sample_rows",
+]

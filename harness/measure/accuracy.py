@@ -5,6 +5,7 @@ computed from broadcasting or an IndexError later.
 
 The call is also the cell's warm-up: its seconds are a first estimate of the latency.
 """
+
 from __future__ import annotations
 
 import time
@@ -52,8 +53,19 @@ def sample_rows(N: int, R: int, seed: int) -> Tensor:
     return torch.cat([torch.tensor([0]), middle.sort().values, torch.tensor([N - 1])])
 
 
-def check_accuracy(attn: Any, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, training: bool, error_rows: int, seed: int,
-                   reference: str = "full", kv_mask: Tensor | None = None) -> Accuracy:
+def check_accuracy(
+    attn: Any,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool,
+    training: bool,
+    error_rows: int,
+    seed: int,
+    reference: str = "full",
+    kv_mask: Tensor | None = None,
+) -> Accuracy:
     """One call of `attn` scored against float64 on sampled rows; `reference` "pattern" scores against its own pattern.
 
     kv_mask (B, M) goes to the call and the reference; only sampled rows that are real tokens are scored.
@@ -73,12 +85,16 @@ def check_accuracy(attn: Any, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, 
         start = time.perf_counter()
         out = attn(qg, kg, vg, causal=causal, kv_mask=kv_mask)
         check_output(out, q, v)
-        g = (g * valid[:, None, :, None]).to(out.dtype)  # padded query rows are unspecified: no gradient flows from them  # the reference below gets these same (rounded) values, so bf16 rounding of g is no error
+        g = (g * valid[:, None, :, None]).to(
+            out.dtype
+        )  # padded query rows are unspecified: no gradient flows from them  # the reference below gets these same (rounded) values, so bf16 rounding of g is no error
         grad_out = torch.zeros_like(out)
         grad_out[:, :, rows] = g
         grads = torch.autograd.grad(out, (qg, kg, vg), grad_outputs=grad_out, allow_unused=True)
         result.call_s = time.perf_counter() - start
-        grads = tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, (qg, kg, vg)))  # unused input: zero gradient
+        grads = tuple(
+            torch.zeros_like(t) if g is None else g for g, t in zip(grads, (qg, kg, vg))
+        )  # unused input: zero gradient
         out = out.detach()
         result.nonfinite = nonfinite(out, *grads)
         if result.nonfinite:
@@ -87,14 +103,20 @@ def check_accuracy(attn: Any, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, 
         ref_grads = [torch.zeros_like(t) for t in (q64, k64, v64)]
         refs = []
         for i in range(0, R, chunk):
-            ref = reference_attention(q64, k64, v64, causal=causal, kv_mask=kv_mask, pattern=pattern, rows=rows[i : i + chunk])
-            for total, part in zip(ref_grads, torch.autograd.grad(ref, (q64, k64, v64), grad_outputs=g[:, :, i : i + chunk].double())):
+            ref = reference_attention(
+                q64, k64, v64, causal=causal, kv_mask=kv_mask, pattern=pattern, rows=rows[i : i + chunk]
+            )
+            for total, part in zip(
+                ref_grads, torch.autograd.grad(ref, (q64, k64, v64), grad_outputs=g[:, :, i : i + chunk].double())
+            ):
                 total += part
             refs.append(ref.detach())
         ref = torch.cat(refs, dim=2)
         result.fields.update(
-            grad_rel_l2_q=rel_l2(grads[0], ref_grads[0]), grad_rel_l2_k=rel_l2(grads[1], ref_grads[1]),
-            grad_rel_l2_v=rel_l2(grads[2], ref_grads[2]), grad_check_seq_len=N,
+            grad_rel_l2_q=rel_l2(grads[0], ref_grads[0]),
+            grad_rel_l2_k=rel_l2(grads[1], ref_grads[1]),
+            grad_rel_l2_v=rel_l2(grads[2], ref_grads[2]),
+            grad_check_seq_len=N,
         )
     else:
         start = time.perf_counter()
@@ -107,10 +129,15 @@ def check_accuracy(attn: Any, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, 
             return result
         q64, k64, v64 = (t.double() for t in (q, k, v))
         with torch.no_grad():
-            ref = torch.cat([
-                reference_attention(q64, k64, v64, causal=causal, kv_mask=kv_mask, pattern=pattern, rows=rows[i : i + chunk])
-                for i in range(0, R, chunk)
-            ], dim=2)  # (B, H, R, D)
+            ref = torch.cat(
+                [
+                    reference_attention(
+                        q64, k64, v64, causal=causal, kv_mask=kv_mask, pattern=pattern, rows=rows[i : i + chunk]
+                    )
+                    for i in range(0, R, chunk)
+                ],
+                dim=2,
+            )  # (B, H, R, D)
     result.fields.update(output_errors(out[:, :, rows].double(), ref, valid))
     return result
 
@@ -120,8 +147,12 @@ def output_errors(mine: Tensor, ref: Tensor, valid: Tensor | None = None) -> dic
     R = mine.shape[2]
     if valid is not None and not bool(valid.all()):
         mine, ref = (t.transpose(1, 2)[valid] for t in (mine, ref))  # (valid rows, H, D)
-    return dict(rel_l2_error=rel_l2(mine, ref), max_abs_error=float((mine - ref.double()).abs().max()),
-                cosine=float(torch.nn.functional.cosine_similarity(mine, ref.double(), dim=-1).mean()), error_rows=R)
+    return dict(
+        rel_l2_error=rel_l2(mine, ref),
+        max_abs_error=float((mine - ref.double()).abs().max()),
+        cosine=float(torch.nn.functional.cosine_similarity(mine, ref.double(), dim=-1).mean()),
+        error_rows=R,
+    )
 
 
 def nonfinite(*tensors: Tensor) -> str | None:

@@ -1,4 +1,5 @@
 """Fitting learnable variants inside a sweep: one fixed budget on calibration seeds, cached by key."""
+
 from __future__ import annotations
 
 import copy
@@ -28,8 +29,18 @@ def calibration_key(cell: Cell, settings: MeasureSettings) -> str:
     from variants import get_variant
 
     length = calibration_length(get_variant(cell.variant).cls, cell, settings)
-    key = [cell.variant, cell.config, length, cell.batch, cell.heads, cell.head_dim, cell.causal, cell.inputs,
-           cell.seed, str(torch.device(settings.device))]
+    key = [
+        cell.variant,
+        cell.config,
+        length,
+        cell.batch,
+        cell.heads,
+        cell.head_dim,
+        cell.causal,
+        cell.inputs,
+        cell.seed,
+        str(torch.device(settings.device)),
+    ]
     if cell.kv_heads != cell.heads:  # keys of older fits (RUN_DIR/fitted/) stay valid
         key.append({"kv_heads": cell.kv_heads})
     return json.dumps(key, sort_keys=True, default=str)
@@ -40,8 +51,14 @@ def calibration_seeds(cell: Cell, settings: MeasureSettings) -> list[int]:
     return [cell.seed + CALIBRATION_SEED_OFFSET + i for i in range(settings.calibration_batches)]
 
 
-def calibrated(attn: Any, cell: Cell, inputs: tuple[str, dict[str, Any]], settings: MeasureSettings, context: MeasureContext,
-               device: torch.device) -> tuple[Any, dict[str, Any]]:
+def calibrated(
+    attn: Any,
+    cell: Cell,
+    inputs: tuple[str, dict[str, Any]],
+    settings: MeasureSettings,
+    context: MeasureContext,
+    device: torch.device,
+) -> tuple[Any, dict[str, Any]]:
     """(a copy of the variant fitted with the fixed budget, the row fields calibration_s and calibration).
 
     `inputs` is the cell's parsed input distribution (name, knobs). The fit is cached in `context`
@@ -54,9 +71,20 @@ def calibrated(attn: Any, cell: Cell, inputs: tuple[str, dict[str, Any]], settin
         length = calibration_length(attn, cell, settings)
         name, knobs = inputs
         seeds = calibration_seeds(cell, settings)
-        batches = [make_inputs(name, knobs, B=cell.batch, H=cell.heads, N=length, D=cell.head_dim, device=device, seed=s,
-                               H_kv=cell.kv_heads)
-                   for s in seeds]
+        batches = [
+            make_inputs(
+                name,
+                knobs,
+                B=cell.batch,
+                H=cell.heads,
+                N=length,
+                D=cell.head_dim,
+                device=device,
+                seed=s,
+                H_kv=cell.kv_heads,
+            )
+            for s in seeds
+        ]
         start = time.perf_counter()
         report = calibrate(attn, batches, steps=settings.calibration_steps, causal=cell.causal)
         seconds = time.perf_counter() - start

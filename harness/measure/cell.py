@@ -18,6 +18,7 @@ A failure never escapes (only Ctrl-C does; a SystemExit from a variant is an err
 NotSupportedError -> "unsupported", NaN/inf -> "nonfinite", the per-cell limit -> "timeout", anything else ->
 "error" with the stage and message.
 """
+
 from __future__ import annotations
 
 import time
@@ -58,9 +59,14 @@ def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: M
         raise
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a row (a timeout may land between stages)
         failed_in, error = (exc.stage, exc.error) if isinstance(exc, StageFailed) else ("start", exc)
-        row.update(**recorder.fields)  # what the stages that finished measured stays in the row (backend, errors, memory)
+        row.update(
+            **recorder.fields
+        )  # what the stages that finished measured stays in the row (backend, errors, memory)
         status, reason = classify_exception(error, settings.cell_timeout_s)
-        row.update(status=status, reason=reason if status in ("oom", "timeout", "unsupported") else f"during {failed_in}: {reason}")
+        row.update(
+            status=status,
+            reason=reason if status in ("oom", "timeout", "unsupported") else f"during {failed_in}: {reason}",
+        )
         if status == "oom":
             context.clear()
         del exc, error
@@ -99,12 +105,15 @@ def _stages(cell: Cell, settings: MeasureSettings, context: MeasureContext, reco
     with stage("inputs"):
         parsed = parse_inputs(cell.inputs)  # once per cell: evaluation and calibration inputs share it
         extra = decode_inputs_extra(cell, settings)  # a decode cell's inputs hold its generated tokens too
-        reason = get_inputs(parsed[0]).unsupported_reason(cell.seq_len + extra, cell.kv_len + extra, B=cell.batch, H=cell.heads,
-                                                          D=cell.head_dim)
+        reason = get_inputs(parsed[0]).unsupported_reason(
+            cell.seq_len + extra, cell.kv_len + extra, B=cell.batch, H=cell.heads, D=cell.head_dim
+        )
         if reason:
             return recorder.outcome("unsupported", reason)
         q, k, v = context.get_inputs(cell, device, parsed, extra=extra)
-        inputs = _Inputs(parsed, q, k, v, padding_mask(cell.batch, cell.kv_len, cell.padding, seed=cell.seed, device=device))
+        inputs = _Inputs(
+            parsed, q, k, v, padding_mask(cell.batch, cell.kv_len, cell.padding, seed=cell.seed, device=device)
+        )
     if cell.matched_budget is None:
         return _measure_config(cell, inputs, settings, context, device, recorder)
     with stage("build"):  # refusals come before the search: a setting the variant cannot run is not searched
@@ -123,8 +132,14 @@ def _stages(cell: Cell, settings: MeasureSettings, context: MeasureContext, reco
     return _measure_config(tuned.cell, inputs, settings, context, device, recorder)
 
 
-def _measure_config(cell: Cell, inputs: _Inputs, settings: MeasureSettings, context: MeasureContext, device: torch.device,
-                    recorder: StageRecorder) -> dict[str, Any]:
+def _measure_config(
+    cell: Cell,
+    inputs: _Inputs,
+    settings: MeasureSettings,
+    context: MeasureContext,
+    device: torch.device,
+    recorder: StageRecorder,
+) -> dict[str, Any]:
     """The stages of the config measured (an error-budget cell's: the one its search found): build, refuse, calibrate,
     then a decode cell's, a layer cell's or a prefill cell's own stages."""
     training = cell.mode == "train"
@@ -149,23 +164,42 @@ def _measure_config(cell: Cell, inputs: _Inputs, settings: MeasureSettings, cont
     return _measure_prefill(attn, cell, inputs, settings, context, device, recorder)
 
 
-def _measure_prefill(attn: Any, cell: Cell, inputs: _Inputs, settings: MeasureSettings, context: MeasureContext,
-                     device: torch.device, recorder: StageRecorder) -> dict[str, Any]:
+def _measure_prefill(
+    attn: Any,
+    cell: Cell,
+    inputs: _Inputs,
+    settings: MeasureSettings,
+    context: MeasureContext,
+    device: torch.device,
+    recorder: StageRecorder,
+) -> dict[str, Any]:
     """A prefill cell's stages after the build: prepare, the checked call (accuracy), memory, timing, then the FLOPs."""
     training = cell.mode == "train"
     q, k, v, kv_mask = inputs.q, inputs.k, inputs.v, inputs.kv_mask
     with stage("prepare"):
         recorder.record({"setup_s": _prepare(attn, q, k, v, cell, training, kv_mask)})
     with stage("accuracy"):
-        accuracy = check_accuracy(attn, q, k, v, causal=cell.causal, training=training, error_rows=settings.error_rows,
-                                  seed=cell.seed, reference=settings.accuracy_reference, kv_mask=kv_mask)
+        accuracy = check_accuracy(
+            attn,
+            q,
+            k,
+            v,
+            causal=cell.causal,
+            training=training,
+            error_rows=settings.error_rows,
+            seed=cell.seed,
+            reference=settings.accuracy_reference,
+            kv_mask=kv_mask,
+        )
         recorder.record(accuracy.fields)
     if accuracy.nonfinite:
         return recorder.outcome("nonfinite", accuracy.nonfinite)
     with stage("memory"):
         step = _step(attn, q, k, v, cell.causal, training, kv_mask)
         recorder.record(memory_and_kernel(lambda: step, device))
-    with stage("timing"):  # paired with the baseline (schema.BASELINE, backend auto) unless this is it: harness.measure.speedup
+    with stage(
+        "timing"
+    ):  # paired with the baseline (schema.BASELINE, backend auto) unless this is it: harness.measure.speedup
         baseline = baseline_for(cell, q, k, v, context, device, _step, kv_mask)
         timed = timed_fields(step, baseline, settings, device, first_call_s=accuracy.call_s)
         recorder.record(timed)
@@ -181,10 +215,14 @@ def _build(cell: Cell, inputs: _Inputs, device: torch.device) -> _Built:
     torch.manual_seed(cell.seed)  # parameter initialisation is part of the cell
     attn = build_variant(cell.variant, **cell.config).to(device)
     backend = attn.resolve_backend(inputs.q, training=training)
-    return _Built(attn, _reasons(attn, inputs.q, inputs.k, inputs.v, inputs.kv_mask, cell, training), {"backend": backend})
+    return _Built(
+        attn, _reasons(attn, inputs.q, inputs.k, inputs.v, inputs.kv_mask, cell, training), {"backend": backend}
+    )
 
 
-def _reasons(attn: Any, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None, cell: Cell, training: bool) -> list[str]:
+def _reasons(
+    attn: Any, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None, cell: Cell, training: bool
+) -> list[str]:
     """Why the variant cannot run this cell: its prefill refusals, or for a decode cell its decode refusals."""
     if cell.phase != "decode":
         return attn.not_supported_reasons(q, k, v, causal=cell.causal, kv_mask=kv_mask, training=training)
@@ -194,8 +232,9 @@ def _reasons(attn: Any, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None,
     return attn.decode_reasons(q[:, :, N : N + 1], k[:, :, :N], v[:, :, :N], kv_mask=kv_mask)
 
 
-def _step(attn: Any, q: Tensor, k: Tensor, v: Tensor, causal: bool, training: bool,
-          kv_mask: Tensor | None = None) -> Callable[[], Any]:
+def _step(
+    attn: Any, q: Tensor, k: Tensor, v: Tensor, causal: bool, training: bool, kv_mask: Tensor | None = None
+) -> Callable[[], Any]:
     """The timed call: forward under no_grad, or forward + backward w.r.t. q, k, v and parameters.
 
     The variant's checks and its backend resolution run here, once (AttentionVariant.prepare_call; a refusal raises
@@ -203,6 +242,7 @@ def _step(attn: Any, q: Tensor, k: Tensor, v: Tensor, causal: bool, training: bo
     """
     call = attn.prepare_call(q, k, v, causal=causal, kv_mask=kv_mask, training=training)
     if not training:
+
         def forward() -> Tensor:
             with torch.no_grad():
                 return call(q, k, v)
@@ -210,7 +250,9 @@ def _step(attn: Any, q: Tensor, k: Tensor, v: Tensor, causal: bool, training: bo
         return forward
     qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
     targets = [qg, kg, vg] + [p for p in attn.parameters() if p.requires_grad]
-    grad_out = torch.randn(q.shape, generator=torch.Generator(device=q.device).manual_seed(1), device=q.device).to(q.dtype)
+    grad_out = torch.randn(q.shape, generator=torch.Generator(device=q.device).manual_seed(1), device=q.device).to(
+        q.dtype
+    )
 
     def train() -> tuple:
         out = call(qg, kg, vg)
@@ -219,8 +261,9 @@ def _step(attn: Any, q: Tensor, k: Tensor, v: Tensor, causal: bool, training: bo
     return train
 
 
-def _prepare(attn: torch.nn.Module, q: Tensor, k: Tensor, v: Tensor, cell: Cell, training: bool,
-             kv_mask: Tensor | None = None) -> float | None:
+def _prepare(
+    attn: torch.nn.Module, q: Tensor, k: Tensor, v: Tensor, cell: Cell, training: bool, kv_mask: Tensor | None = None
+) -> float | None:
     """Call the variant's set-up hook, if any; its seconds (returned, else measured) become setup_s."""
     prepare = getattr(attn, "prepare", None)
     if not callable(prepare):

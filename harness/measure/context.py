@@ -1,4 +1,5 @@
 """State kept between cells of one process: the last inputs (consecutive cells share them), the fits and the paired baseline."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -20,8 +21,12 @@ class MeasureContext:
     inputs: QKV | None = None
     calibrated: dict[str, tuple[torch.nn.Module, float, dict]] = field(default_factory=dict)
     baselines: dict[tuple, torch.nn.Module] = field(default_factory=dict)  # the built baseline per (device, dtype)
-    baseline_call_s: dict[tuple, float] = field(default_factory=dict)  # its per-call seconds per (inputs key, mode): warm, no re-estimate
-    tuned: dict[str, dict[int, float]] = field(default_factory=dict)  # error-budget searches: knob value -> error, per search key
+    baseline_call_s: dict[tuple, float] = field(
+        default_factory=dict
+    )  # its per-call seconds per (inputs key, mode): warm, no re-estimate
+    tuned: dict[str, dict[int, float]] = field(
+        default_factory=dict
+    )  # error-budget searches: knob value -> error, per search key
 
     def baseline(self, device: torch.device, dtype: str) -> torch.nn.Module:
         """The paired timing's baseline (harness.schema.BASELINE, default config: backend auto), built once per device and dtype."""
@@ -32,18 +37,38 @@ class MeasureContext:
             self.baselines[key] = build_variant(BASELINE).to(device=device, dtype=DTYPES[dtype]).eval()
         return self.baselines[key]
 
-    def get_inputs(self, cell: Cell, device: torch.device, parsed: tuple[str, dict[str, Any]] | None = None,
-                   *, extra: int = 0) -> QKV:
+    def get_inputs(
+        self, cell: Cell, device: torch.device, parsed: tuple[str, dict[str, Any]] | None = None, *, extra: int = 0
+    ) -> QKV:
         """The cell's evaluation q, k, v (k, v with cell.kv_heads heads); `parsed` is cell.inputs as (name, knobs)
         when the caller has parsed it already; `extra` positions beyond N and M (a decode cell's generated tokens)."""
         name, knobs = parsed if parsed is not None else parse_inputs(cell.inputs)
-        key = (cell.inputs, cell.batch, cell.heads, cell.kv_heads, cell.seq_len + extra, cell.kv_len + extra, cell.head_dim,
-               cell.dtype, str(device), cell.seed)
+        key = (
+            cell.inputs,
+            cell.batch,
+            cell.heads,
+            cell.kv_heads,
+            cell.seq_len + extra,
+            cell.kv_len + extra,
+            cell.head_dim,
+            cell.dtype,
+            str(device),
+            cell.seed,
+        )
         if key != self.inputs_key:
             self.inputs = self.inputs_key = None  # free the old ones before making the new ones
             self.inputs = make_inputs(
-                name, knobs, B=cell.batch, H=cell.heads, N=cell.seq_len + extra, M=cell.kv_len + extra, D=cell.head_dim,
-                dtype=DTYPES[cell.dtype], device=device, seed=cell.seed, H_kv=cell.kv_heads,
+                name,
+                knobs,
+                B=cell.batch,
+                H=cell.heads,
+                N=cell.seq_len + extra,
+                M=cell.kv_len + extra,
+                D=cell.head_dim,
+                dtype=DTYPES[cell.dtype],
+                device=device,
+                seed=cell.seed,
+                H_kv=cell.kv_heads,
             )
             self.inputs_key = key
         return self.inputs  # type: ignore[return-value]

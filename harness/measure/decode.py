@@ -8,6 +8,7 @@ context (variants.state_bytes). Accuracy: the S outputs of the first (untimed) g
 exact causal attention over the whole prefix (rows N .. N+S-1; the variant's own pattern with
 accuracy_reference "pattern"). Decoding is inference: forward only, under no_grad, always causal.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -38,15 +39,26 @@ def full_mask(kv_mask: Tensor | None, steps: int) -> Tensor | None:
     return torch.cat([kv_mask, kv_mask.new_ones(kv_mask.shape[0], steps)], dim=1)
 
 
-def measure_decode(attn: Any, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None, cell: Cell,
-                   settings: MeasureSettings, device: torch.device, recorder: StageRecorder) -> dict[str, Any]:
+def measure_decode(
+    attn: Any,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    kv_mask: Tensor | None,
+    cell: Cell,
+    settings: MeasureSettings,
+    device: torch.device,
+    recorder: StageRecorder,
+) -> dict[str, Any]:
     """The measured fields of a decode cell (see module doc). q: (B, H, N + S, D); k, v: (B, H_kv, N + S, D).
 
     Each stage's fields go to `recorder` as it finishes, so a later failure leaves them in the row.
     """
     N, S = cell.seq_len, settings.decode_steps
     context_k, context_v = k[:, :, :N], v[:, :, :N]
-    tokens = [(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1]) for t in range(N, N + S)]  # views, made untimed
+    tokens = [
+        (q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1]) for t in range(N, N + S)
+    ]  # views, made untimed
 
     def fresh_state() -> Any:
         with torch.no_grad():
@@ -75,6 +87,7 @@ def measure_decode(attn: Any, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor |
         recorder.record(_accuracy(attn, q, k, v, out, kv_mask, N, S, settings.accuracy_reference))
         del outs, out, state
     with stage("memory"):
+
         def ready() -> Callable[[], list[Tensor]]:
             state = fresh_state()  # built before the memory is counted, as before each timed generation
             return lambda: generate(state)
@@ -83,25 +96,40 @@ def measure_decode(attn: Any, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor |
     with stage("timing"):
         times = _time_generations(fresh_state, generate, settings, device, first_call_s)
     latency = statistics.median(times) / S
-    flops = sum(int(attn.flops(cell.batch, cell.heads, 1, N + t + 1, cell.head_dim, False)) for t in range(S)) // S  # per token
-    return recorder.outcome("ok", latency_s=latency, latency_p20_s=quantile(times, 0.2) / S, latency_p80_s=quantile(times, 0.8) / S,
-                            repeats=len(times), **flops_fields(flops, latency, training=False))
+    flops = (
+        sum(int(attn.flops(cell.batch, cell.heads, 1, N + t + 1, cell.head_dim, False)) for t in range(S)) // S
+    )  # per token
+    return recorder.outcome(
+        "ok",
+        latency_s=latency,
+        latency_p20_s=quantile(times, 0.2) / S,
+        latency_p80_s=quantile(times, 0.8) / S,
+        repeats=len(times),
+        **flops_fields(flops, latency, training=False),
+    )
 
 
-def _accuracy(attn: Any, q: Tensor, k: Tensor, v: Tensor, out: Tensor, kv_mask: Tensor | None, N: int, S: int,
-              reference: str) -> dict[str, Any]:
+def _accuracy(
+    attn: Any, q: Tensor, k: Tensor, v: Tensor, out: Tensor, kv_mask: Tensor | None, N: int, S: int, reference: str
+) -> dict[str, Any]:
     from variants import reference_attention
 
     rows = torch.arange(N, N + S, device=q.device)
     pattern = attn.pattern if reference == "pattern" else None
     with torch.no_grad():
-        ref = reference_attention(q.double(), k.double(), v.double(), causal=True, kv_mask=full_mask(kv_mask, S),
-                                  pattern=pattern, rows=rows)  # (B, H, S, D)
+        ref = reference_attention(
+            q.double(), k.double(), v.double(), causal=True, kv_mask=full_mask(kv_mask, S), pattern=pattern, rows=rows
+        )  # (B, H, S, D)
     return output_errors(out.double(), ref)
 
 
-def _time_generations(fresh_state: Callable[[], Any], generate: Callable[[Any], Any], settings: MeasureSettings,
-                      device: torch.device, first_call_s: float) -> list[float]:
+def _time_generations(
+    fresh_state: Callable[[], Any],
+    generate: Callable[[Any], Any],
+    settings: MeasureSettings,
+    device: torch.device,
+    first_call_s: float,
+) -> list[float]:
     """Seconds of each timed generation of S tokens, each from a fresh state built outside the timed region."""
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     estimate = max(first_call_s, 1e-6)

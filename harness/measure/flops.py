@@ -4,6 +4,7 @@ FlashAttention's convention: the attention's analytic forward FLOPs (the variant
 train mode forward + backward at 3.5x (variants.train_flops); a layer cell adds its projections and MLP
 (dense matmuls: backward 2x forward, so 3x in train mode).
 """
+
 from __future__ import annotations
 
 from typing import Any

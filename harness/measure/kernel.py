@@ -5,6 +5,7 @@ fall back to the math one silently (an unsupported mask, dtype or head dim). The
 kernel that ran, read from the profiler, not the one asked for. memory_and_kernel is the memory stage
 of every cell kind: the call's peak memory and, from the same profiled call where there is one, its kernel.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable
@@ -54,4 +55,3 @@ def profiled_ops(step: Callable[[], Any]) -> set[str]:
     with quiet_native_stderr(), profile(activities=activities) as prof:
         step()
     return {event.name for event in prof.events()}
-

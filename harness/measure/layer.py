@@ -7,6 +7,7 @@ input distribution still chooses x. Accuracy: the block's output on sampled rows
 block (same weights) in float64 with exact attention (or the variant's pattern), so it shows how
 much of the attention error survives the projections, the residual and the MLP.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -44,7 +45,11 @@ class Block(nn.Module):
         self.wk = nn.Linear(E, kv_heads * head_dim, bias=False)
         self.wv = nn.Linear(E, kv_heads * head_dim, bias=False)
         self.wo = nn.Linear(heads * head_dim, E, bias=False)
-        self.w1, self.w3, self.w2 = nn.Linear(E, F, bias=False), nn.Linear(E, F, bias=False), nn.Linear(F, E, bias=False)
+        self.w1, self.w3, self.w2 = (
+            nn.Linear(E, F, bias=False),
+            nn.Linear(E, F, bias=False),
+            nn.Linear(F, E, bias=False),
+        )
 
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q (B, H, N, D), k and v (B, H_kv, N, D) from x (B, N, E)."""
@@ -60,8 +65,14 @@ class Block(nn.Module):
         h = self.norm2(x)
         return x + self.w2(nn.functional.silu(self.w1(h)) * self.w3(h))
 
-    def forward(self, x: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None,
-                attend: Callable[[Tensor, Tensor, Tensor], Tensor] | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        causal: bool = False,
+        kv_mask: Tensor | None = None,
+        attend: Callable[[Tensor, Tensor, Tensor], Tensor] | None = None,
+    ) -> Tensor:
         """x (B, N, E) -> (B, N, E). `attend`: the variant's call prepared for this block's q, k, v (prepare_call, which
         binds causal and kv_mask); the timed steps pass it so that no check runs inside them. Default: the checked call."""
         q, k, v = self.project(x)
@@ -70,7 +81,14 @@ class Block(nn.Module):
 
     def linear_flops(self, B: int, N: int) -> int:
         """Forward FLOPs of the projections and the MLP (2 per multiply-add)."""
-        return 2 * B * N * sum(m.in_features * m.out_features for m in (self.wq, self.wk, self.wv, self.wo, self.w1, self.w3, self.w2))
+        return (
+            2
+            * B
+            * N
+            * sum(
+                m.in_features * m.out_features for m in (self.wq, self.wk, self.wv, self.wo, self.w1, self.w3, self.w2)
+            )
+        )
 
 
 def build_block(attn: nn.Module, cell: Cell, dtype: torch.dtype, device: torch.device) -> Block:
@@ -79,8 +97,15 @@ def build_block(attn: nn.Module, cell: Cell, dtype: torch.dtype, device: torch.d
     return Block(attn, heads=cell.heads, kv_heads=cell.kv_heads, head_dim=cell.head_dim).to(device=device, dtype=dtype)
 
 
-def measure_layer(attn: Any, q: Tensor, kv_mask: Tensor | None, cell: Cell, settings: MeasureSettings,
-                  device: torch.device, recorder: StageRecorder) -> dict[str, Any]:
+def measure_layer(
+    attn: Any,
+    q: Tensor,
+    kv_mask: Tensor | None,
+    cell: Cell,
+    settings: MeasureSettings,
+    device: torch.device,
+    recorder: StageRecorder,
+) -> dict[str, Any]:
     """The measured fields of a layer cell (see module doc); x is q (B, H, N, D) as (B, N, H * D).
 
     Each stage's fields go to `recorder` as it finishes, so a later failure leaves them in the row.
@@ -105,8 +130,15 @@ def measure_layer(attn: Any, q: Tensor, kv_mask: Tensor | None, cell: Cell, sett
     latency = statistics.median(times)
     attention = attn.flops(cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal)
     return recorder.outcome(
-        "ok", latency_s=latency, latency_p20_s=quantile(times, 0.2), latency_p80_s=quantile(times, 0.8), repeats=repeats,
-        **flops_fields(attention, latency, training=training, linear_flops=block.linear_flops(cell.batch, cell.seq_len)))
+        "ok",
+        latency_s=latency,
+        latency_p20_s=quantile(times, 0.2),
+        latency_p80_s=quantile(times, 0.8),
+        repeats=repeats,
+        **flops_fields(
+            attention, latency, training=training, linear_flops=block.linear_flops(cell.batch, cell.seq_len)
+        ),
+    )
 
 
 def _timed_call(fn: Callable[[], Tensor]) -> tuple[Tensor, float]:
@@ -128,6 +160,7 @@ def _step(block: Block, x: Tensor, causal: bool, kv_mask: Tensor | None, trainin
     attend = block.attn.prepare_call(q, k, v, causal=causal, kv_mask=kv_mask, training=training)
     del q, k, v
     if not training:
+
         def forward() -> Tensor:
             with torch.no_grad():
                 return block(x, attend=attend)
@@ -135,7 +168,9 @@ def _step(block: Block, x: Tensor, causal: bool, kv_mask: Tensor | None, trainin
         return forward
     xg = x.detach().requires_grad_(True)
     targets = [xg] + [p for p in block.parameters() if p.requires_grad]
-    grad_out = torch.randn(x.shape, generator=torch.Generator(device=x.device).manual_seed(1), device=x.device).to(x.dtype)
+    grad_out = torch.randn(x.shape, generator=torch.Generator(device=x.device).manual_seed(1), device=x.device).to(
+        x.dtype
+    )
 
     def train() -> tuple:
         out = block(xg, attend=attend)
@@ -144,7 +179,9 @@ def _step(block: Block, x: Tensor, causal: bool, kv_mask: Tensor | None, trainin
     return train
 
 
-def _accuracy(block: Block, x: Tensor, out: Tensor, kv_mask: Tensor | None, cell: Cell, settings: MeasureSettings) -> dict[str, Any]:
+def _accuracy(
+    block: Block, x: Tensor, out: Tensor, kv_mask: Tensor | None, cell: Cell, settings: MeasureSettings
+) -> dict[str, Any]:
     """The block's output on sampled rows against the float64 block with exact attention (the same weights)."""
     import copy
 
@@ -158,8 +195,15 @@ def _accuracy(block: Block, x: Tensor, out: Tensor, kv_mask: Tensor | None, cell
     with torch.no_grad():
         x64 = x.double()
         q, k, v = gold.project(x64)
-        a = torch.cat([reference_attention(q, k, v, causal=cell.causal, kv_mask=kv_mask, pattern=pattern, rows=rows[i : i + chunk])
-                       for i in range(0, len(rows), chunk)], dim=2)  # (B, H, R, D)
+        a = torch.cat(
+            [
+                reference_attention(
+                    q, k, v, causal=cell.causal, kv_mask=kv_mask, pattern=pattern, rows=rows[i : i + chunk]
+                )
+                for i in range(0, len(rows), chunk)
+            ],
+            dim=2,
+        )  # (B, H, R, D)
         ref = gold.finish(x64[:, rows], a)  # (B, R, E)
     valid = kv_mask[:, rows] if kv_mask is not None else None
     return output_errors(out[:, rows].double()[:, None], ref[:, None], valid)

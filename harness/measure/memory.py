@@ -4,6 +4,7 @@ CUDA: the caching allocator's own counters (reset_peak_memory_stats / max_memory
 CPU: torch.profiler's allocation events (every allocation and free through torch's CPU
 allocator, with its size), replayed in time order; the peak of the running sum is the answer.
 """
+
 from __future__ import annotations
 
 import contextlib

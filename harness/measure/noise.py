@@ -1,4 +1,5 @@
 """Load and noise: the machine's load per usable CPU around a cell, and whether its timing can be trusted."""
+
 from __future__ import annotations
 
 import os

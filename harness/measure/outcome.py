@@ -1,4 +1,5 @@
 """What becomes of a cell that fails: the status and reason of an exception, the per-cell deadline, clean-up."""
+
 from __future__ import annotations
 
 import contextlib
@@ -26,8 +27,14 @@ def now() -> str:
 
 def base_row(cell: Cell, run: RunInfo) -> Row:
     """A row with the cell's and the run's identity filled in and every measurement None."""
-    return Row.for_cell(cell, run_id=run.run_id, device_name=run.device_name, host=run.host, threads=run.threads,
-                        accuracy_reference=run.accuracy_reference)
+    return Row.for_cell(
+        cell,
+        run_id=run.run_id,
+        device_name=run.device_name,
+        host=run.host,
+        threads=run.threads,
+        accuracy_reference=run.accuracy_reference,
+    )
 
 
 def outcome_row(cell: Cell, run: RunInfo, status: str, reason: str | None) -> dict[str, Any]:

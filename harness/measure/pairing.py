@@ -7,6 +7,7 @@ the order AB, BA, AB, ... so neither step always runs second. The speed-up of a 
 baseline / variant; the cell's speed-up is the median over pairs, with a bootstrap interval over
 pairs (fixed seed, so a run is reproducible).
 """
+
 from __future__ import annotations
 
 import random
@@ -46,8 +47,15 @@ def perf_counter_timer(step: Step, number: int) -> float:
     return (time.perf_counter() - start) / number
 
 
-def time_pairs(variant: Step, baseline: Step | None, timer: BlockTimer, *, pairs: int,
-               number_variant: int = 1, number_baseline: int = 1) -> PairedTimes:
+def time_pairs(
+    variant: Step,
+    baseline: Step | None,
+    timer: BlockTimer,
+    *,
+    pairs: int,
+    number_variant: int = 1,
+    number_baseline: int = 1,
+) -> PairedTimes:
     """Time `pairs` blocks of each step in alternation (AB, BA, AB, ...); `baseline` None times the variant alone.
 
     Args:
@@ -71,8 +79,13 @@ def calls_per_block(call_s: float, block_s: float) -> int:
     return max(1, int(block_s / call_s)) if call_s > 0 else 1
 
 
-def bootstrap_interval(ratios: Sequence[float], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED,
-                       confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+def bootstrap_interval(
+    ratios: Sequence[float],
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    confidence: float = CONFIDENCE,
+) -> tuple[float, float, float]:
     """(median, low, high): the median of the ratios and its percentile-bootstrap interval over pairs.
 
     With a single pair the interval is that one value (nothing to resample: the row's noise flag says so).

@@ -1,4 +1,5 @@
 """How cells are measured (one MeasureSettings per run, derived from the spec) and the run fields every row carries."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -6,6 +6,7 @@ and the baseline's step on the same q, k, v in alternation (harness.measure.pair
 speed-up survives a load that drifts during the cell. A baseline that is unsupported or fails leaves
 the speed-up fields None, the variant timed alone, and says why in noise_reason; it never fails the row.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,13 +18,23 @@ import torch
 from harness.measure.context import MeasureContext
 from harness.measure.noise import RETIME_SPREAD
 from harness.measure.outcome import CellTimeout, classify_exception, release_memory
-from harness.measure.pairing import BlockTimer, PairedTimes, bootstrap_interval, calls_per_block, perf_counter_timer, spread, time_pairs
+from harness.measure.pairing import (
+    BlockTimer,
+    PairedTimes,
+    bootstrap_interval,
+    calls_per_block,
+    perf_counter_timer,
+    spread,
+    time_pairs,
+)
 from harness.measure.settings import MeasureSettings
 from harness.measure.timing import cuda_block_timer, quantile, time_step
 from harness.schema import BASELINE, Cell
 
 Step = Callable[[], Any]
-TARGET_PAIRS = 10  # pairs a cell aims for within its time budget (at least settings.repeats, at most this when calls are fast)
+TARGET_PAIRS = (
+    10  # pairs a cell aims for within its time budget (at least settings.repeats, at most this when calls are fast)
+)
 SLOW_PAIRS = 3  # pairs when one call of either step already exceeds the budget...
 SLOWEST_PAIRS = 2  # ... and when one pair takes longer than SLOW_PAIR_S
 SLOW_PAIR_S = 1.0  # seconds
@@ -43,8 +54,16 @@ class Baseline:
     known_call_s: dict[tuple, float] = dataclasses.field(default_factory=dict)
 
 
-def baseline_for(cell: Cell, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, context: MeasureContext,
-                 device: torch.device, make_step: Callable[..., Step], kv_mask: torch.Tensor | None = None) -> Baseline:
+def baseline_for(
+    cell: Cell,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    context: MeasureContext,
+    device: torch.device,
+    make_step: Callable[..., Step],
+    kv_mask: torch.Tensor | None = None,
+) -> Baseline:
     """The cell's paired baseline: none for the baseline's own cells, a note when it cannot run here.
 
     `make_step(module, q, k, v, causal, training, kv_mask)` builds the timed call, the same one the variant
@@ -58,7 +77,9 @@ def baseline_for(cell: Cell, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     except Exception as exc:  # noqa: BLE001 - a baseline that cannot be built leaves the speed-up None, not the row failed
         return Baseline(None, note=f"no paired speed-up: baseline {BASELINE} not built: {type(exc).__name__}: {exc}")
     key = (context.inputs_key, cell.causal, cell.mode, cell.padding)
-    if cell.variant == BASELINE and cell.config == dataclasses.asdict(base.config):  # timed alone; its time warms the cache
+    if cell.variant == BASELINE and cell.config == dataclasses.asdict(
+        base.config
+    ):  # timed alone; its time warms the cache
         return Baseline(None, cache_key=key, known_call_s=context.baseline_call_s)
     try:  # make_step checks the baseline's call once (a refusal raises NotSupportedError), as it does the variant's
         step = make_step(base, q, k, v, cell.causal, training, kv_mask)
@@ -69,6 +90,7 @@ def baseline_for(cell: Cell, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
 
 def guarded(step: Step) -> Step:
     """The baseline's step, its failures raised as BaselineFailed (a timeout or Ctrl-C pass through)."""
+
     def call() -> Any:
         try:
             return step()
@@ -80,8 +102,15 @@ def guarded(step: Step) -> Step:
     return call
 
 
-def timed_fields(step: Step, baseline: Baseline, settings: MeasureSettings, device: torch.device, *,
-                 first_call_s: float, timer: BlockTimer | None = None) -> dict[str, Any]:
+def timed_fields(
+    step: Step,
+    baseline: Baseline,
+    settings: MeasureSettings,
+    device: torch.device,
+    *,
+    first_call_s: float,
+    timer: BlockTimer | None = None,
+) -> dict[str, Any]:
     """latency_s/p20/p80, repeats and (paired) speedup, speedup_low/high, baseline_latency_s, noise_reason of one cell.
 
     `timer` times the paired blocks (default: perf_counter on CPU, CUDA events on CUDA; tests pass a fake clock).
@@ -98,12 +127,16 @@ def timed_fields(step: Step, baseline: Baseline, settings: MeasureSettings, devi
                 release_memory(settings.device)
     times, repeats = time_step(step, settings, device, first_call_s=first_call_s)
     fields = {**_latency(times), "repeats": repeats, "noise_reason": note}
-    if baseline.step is None and baseline.note is None and baseline.cache_key:  # the baseline's own cell: its warm call time
+    if (
+        baseline.step is None and baseline.note is None and baseline.cache_key
+    ):  # the baseline's own cell: its warm call time
         baseline.known_call_s[baseline.cache_key] = fields["latency_s"]
     return fields
 
 
-def _paired(step: Step, baseline: Baseline, settings: MeasureSettings, timer: BlockTimer, *, first_call_s: float) -> dict[str, Any]:
+def _paired(
+    step: Step, baseline: Baseline, settings: MeasureSettings, timer: BlockTimer, *, first_call_s: float
+) -> dict[str, Any]:
     base_step = guarded(baseline.step)  # type: ignore[arg-type]
     base_call_s = baseline.known_call_s.get(baseline.cache_key) if baseline.cache_key else None
     if base_call_s is None:  # first pairing on these inputs: warm the baseline up and estimate its call
@@ -122,17 +155,32 @@ def _paired(step: Step, baseline: Baseline, settings: MeasureSettings, timer: Bl
     pairs = max(fewest, min(TARGET_PAIRS, int(budget / pair_s) if pair_s > 0 else TARGET_PAIRS))
     times = time_pairs(step, base_step, timer, pairs=pairs, number_variant=na, number_baseline=nb)
     retimed = False
-    if not slow and max(spread(times.variant), spread(times.ratios)) > RETIME_SPREAD:  # the blocks disagree badly: once more
+    if (
+        not slow and max(spread(times.variant), spread(times.ratios)) > RETIME_SPREAD
+    ):  # the blocks disagree badly: once more
         times, retimed = time_pairs(step, base_step, timer, pairs=pairs, number_variant=na, number_baseline=nb), True
-    return {**_latency(times.variant), **paired_speedup(times), "repeats": times.variant_calls,
-            "noise_reason": "re-timed once: the first blocks disagreed" if retimed else None}
+    return {
+        **_latency(times.variant),
+        **paired_speedup(times),
+        "repeats": times.variant_calls,
+        "noise_reason": "re-timed once: the first blocks disagreed" if retimed else None,
+    }
 
 
 def paired_speedup(times: PairedTimes) -> dict[str, Any]:
     """speedup (median of baseline/variant over pairs), its interval and the baseline's median per-call seconds."""
     speedup, low, high = bootstrap_interval(times.ratios)
-    return {"speedup": speedup, "speedup_low": low, "speedup_high": high, "baseline_latency_s": statistics.median(times.baseline)}
+    return {
+        "speedup": speedup,
+        "speedup_low": low,
+        "speedup_high": high,
+        "baseline_latency_s": statistics.median(times.baseline),
+    }
 
 
 def _latency(times: list[float]) -> dict[str, float]:
-    return {"latency_s": statistics.median(times), "latency_p20_s": quantile(times, 0.2), "latency_p80_s": quantile(times, 0.8)}
+    return {
+        "latency_s": statistics.median(times),
+        "latency_p20_s": quantile(times, 0.2),
+        "latency_p80_s": quantile(times, 0.8),
+    }

@@ -6,6 +6,7 @@ object holding one); the cell's orchestration hands them to a StageRecorder as e
 cell that fails later still reports what its earlier stages measured (backend, errors, memory). Nothing
 is written into a caller's dict and nothing is hung on an exception.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -1,4 +1,5 @@
 """Per-call seconds of a step: torch.utils.benchmark on CPU, triton.testing.do_bench (else CUDA events) on CUDA."""
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -10,7 +11,9 @@ from harness.measure.settings import MeasureSettings
 L2_FLUSH_BYTES = 256 << 20  # zeroed between timed CUDA calls so none starts with a warm L2
 
 
-def time_step(step: Callable[[], Any], settings: MeasureSettings, device: torch.device, *, first_call_s: float) -> tuple[list[float], int]:
+def time_step(
+    step: Callable[[], Any], settings: MeasureSettings, device: torch.device, *, first_call_s: float
+) -> tuple[list[float], int]:
     """Per-call seconds of the timed blocks and the number of timed calls; `first_call_s` is an untimed first estimate."""
     if device.type == "cuda":
         return time_cuda(step, settings, device)
@@ -53,7 +56,9 @@ def time_cuda(step: Callable[[], Any], settings: MeasureSettings, device: torch.
     return time_cuda_events(step, settings, device)
 
 
-def time_cuda_events(step: Callable[[], Any], settings: MeasureSettings, device: torch.device) -> tuple[list[float], int]:
+def time_cuda_events(
+    step: Callable[[], Any], settings: MeasureSettings, device: torch.device
+) -> tuple[list[float], int]:
     """Per-call seconds from CUDA events around each call, L2 flushed before each."""
     flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device)
     step()

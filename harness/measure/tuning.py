@@ -18,6 +18,7 @@ cell's dtype and called on TUNING_SEEDS input batches drawn with calibration see
 (padding masks with those seeds too); its error on the sampled query rows is the worst over those
 batches. The evaluation seed is never scored here.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -54,11 +55,20 @@ class Tuned:
     fields: dict[str, Any]  # config (the knob at the value chosen; None if the search chose none), tuning, tuning_s
     cell: Cell | None = None  # the cell to measure, at the value found (None: unreachable, or the search failed)
     reason: str | None = None  # why the budget is unreachable
-    failure: BaseException | None = None  # what stopped the search (out of memory, the time limit): raised by the caller
+    failure: BaseException | None = (
+        None  # what stopped the search (out of memory, the time limit): raised by the caller
+    )
 
 
-def search_knob(evaluate: Callable[[int], float], budget: float, low: int, high: int, *,
-                tried: dict[int, float] | None = None, tolerance: float = TOLERANCE) -> int | None:
+def search_knob(
+    evaluate: Callable[[int], float],
+    budget: float,
+    low: int,
+    high: int,
+    *,
+    tried: dict[int, float] | None = None,
+    tolerance: float = TOLERANCE,
+) -> int | None:
     """The smallest value in [low, high] found to meet `budget` (evaluate(value) <= budget), or None when high misses.
 
     `tried` holds errors already known (value -> error) and receives the new ones; a NaN error misses.
@@ -92,8 +102,13 @@ def scoring_seeds(seed: int, calibration_batches: int) -> list[int]:
     return [seed + CALIBRATION_SEED_OFFSET + calibration_batches + i for i in range(TUNING_SEEDS)]
 
 
-def tune(cell: Cell, settings: MeasureSettings, context: MeasureContext, device: torch.device,
-         inputs: tuple[str, dict[str, Any]]) -> Tuned:
+def tune(
+    cell: Cell,
+    settings: MeasureSettings,
+    context: MeasureContext,
+    device: torch.device,
+    inputs: tuple[str, dict[str, Any]],
+) -> Tuned:
     """Search the cell's variant's quality knob for cell.matched_budget (see the module doc) and return the search's record.
 
     A search that fails (out of memory, the cell's time limit) returns the failure with the values tried so far and
@@ -103,8 +118,17 @@ def tune(cell: Cell, settings: MeasureSettings, context: MeasureContext, device:
     budget, metric = float(cell.matched_budget), cell.error_metric
     seeds = scoring_seeds(cell.seed, settings.calibration_batches)
     tried = context.tuned.setdefault(search_key(cell), {})
-    record = {"knob": field_name, "low": low, "high": high, "bound": bound, "budget": budget, "metric": metric,
-              "seeds": seeds, "tried": tried, "evaluated": 0}
+    record = {
+        "knob": field_name,
+        "low": low,
+        "high": high,
+        "bound": bound,
+        "budget": budget,
+        "metric": metric,
+        "seeds": seeds,
+        "tried": tried,
+        "evaluated": 0,
+    }
     batches: list = []
 
     def evaluate(value: int) -> float:
@@ -117,7 +141,10 @@ def tune(cell: Cell, settings: MeasureSettings, context: MeasureContext, device:
         return {"config": {**cell.config, field_name: value}, "tuning": record, "tuning_s": seconds}
 
     if high is None:
-        return Tuned(fields(low, 0.0), reason=f"{field_name} {low}, {bound} (nothing cheaper to search), for the budget {budget:g}")
+        return Tuned(
+            fields(low, 0.0),
+            reason=f"{field_name} {low}, {bound} (nothing cheaper to search), for the budget {budget:g}",
+        )
     start = time.perf_counter()
     try:
         value, failure = search_knob(evaluate, budget, low, high, tried=tried), None
@@ -130,8 +157,10 @@ def tune(cell: Cell, settings: MeasureSettings, context: MeasureContext, device:
     if failure is not None:
         return Tuned(fields(None, seconds), failure=failure)
     if value is None:
-        reason = (f"{METRIC_NAMES[metric]} {tried[high]:.3g} at {field_name} {high}, {bound} (searched {low}-{high} on "
-                  f"held-out calibration seeds), is above the budget {budget:g}")
+        reason = (
+            f"{METRIC_NAMES[metric]} {tried[high]:.3g} at {field_name} {high}, {bound} (searched {low}-{high} on "
+            f"held-out calibration seeds), is above the budget {budget:g}"
+        )
         return Tuned(fields(high, seconds), reason=reason)
     return Tuned(fields(value, seconds), cell=dataclasses.replace(cell, config={**cell.config, field_name: value}))
 
@@ -173,13 +202,19 @@ def unreachable_carries_over(cell: Cell, unreachable_at: int) -> str | None:
     knob range (at a fixed knob value a longer sequence is no easier to approximate); None when its range is wider."""
     from variants import get_variant
 
-    shorter = dataclasses.replace(cell, seq_len=unreachable_at, kv_len=unreachable_at,
-                                  config=get_variant(cell.variant).cls.config_for_length(dict(cell.config), unreachable_at))
+    shorter = dataclasses.replace(
+        cell,
+        seq_len=unreachable_at,
+        kv_len=unreachable_at,
+        config=get_variant(cell.variant).cls.config_for_length(dict(cell.config), unreachable_at),
+    )
     field_name, low, high, _ = knob_range(cell)
     if (low, high) != knob_range(shorter)[1:3]:
         return None
-    return (f"unreachable at N={unreachable_at} over the same {field_name} range {low}-{high}, "
-            "and a longer N at a fixed value is no easier")
+    return (
+        f"unreachable at N={unreachable_at} over the same {field_name} range {low}-{high}, "
+        "and a longer N at a fixed value is no easier"
+    )
 
 
 def search_key(cell: Cell) -> str:
@@ -188,13 +223,27 @@ def search_key(cell: Cell) -> str:
     from variants import get_variant
 
     knob = get_variant(cell.variant).quality_knob
-    data = {**cell.fields(), "matched_budget": None, "mode": None, "phase": None, "scope": None,
-            "config": {k: v for k, v in cell.config.items() if k != knob.field}}
+    data = {
+        **cell.fields(),
+        "matched_budget": None,
+        "mode": None,
+        "phase": None,
+        "scope": None,
+        "config": {k: v for k, v in cell.config.items() if k != knob.field},
+    }
     return json.dumps(data, sort_keys=True, default=str)
 
 
-def score_value(cell: Cell, knob_field: str, value: int, batches: list, settings: MeasureSettings, context: MeasureContext,
-                device: torch.device, inputs: tuple[str, dict[str, Any]]) -> float:
+def score_value(
+    cell: Cell,
+    knob_field: str,
+    value: int,
+    batches: list,
+    settings: MeasureSettings,
+    context: MeasureContext,
+    device: torch.device,
+    inputs: tuple[str, dict[str, Any]],
+) -> float:
     """The worst error over `batches` of the cell's variant with knob_field = value (inf when the output is not finite)."""
     from variants import NotSupportedError, build_variant
 
@@ -210,8 +259,18 @@ def score_value(cell: Cell, knob_field: str, value: int, batches: list, settings
     attn = attn.to(dtype=DTYPES[cell.dtype]).eval()
     worst = 0.0
     for q, k, v, kv_mask, seed in batches:
-        accuracy = check_accuracy(attn, q, k, v, causal=cell.causal, training=False, error_rows=settings.error_rows, seed=seed,
-                                  reference=settings.accuracy_reference, kv_mask=kv_mask)
+        accuracy = check_accuracy(
+            attn,
+            q,
+            k,
+            v,
+            causal=cell.causal,
+            training=False,
+            error_rows=settings.error_rows,
+            seed=seed,
+            reference=settings.accuracy_reference,
+            kv_mask=kv_mask,
+        )
         if accuracy.nonfinite:
             return math.inf
         error = metric_error(accuracy.fields, cell.error_metric)
@@ -224,7 +283,18 @@ def _batches(cell: Cell, seeds: list[int], inputs: tuple[str, dict[str, Any]], d
     name, knobs = inputs
     out = []
     for seed in seeds:
-        q, k, v = make_inputs(name, knobs, B=cell.batch, H=cell.heads, N=cell.seq_len, M=cell.kv_len, D=cell.head_dim,
-                              dtype=DTYPES[cell.dtype], device=device, seed=seed, H_kv=cell.kv_heads)
+        q, k, v = make_inputs(
+            name,
+            knobs,
+            B=cell.batch,
+            H=cell.heads,
+            N=cell.seq_len,
+            M=cell.kv_len,
+            D=cell.head_dim,
+            dtype=DTYPES[cell.dtype],
+            device=device,
+            seed=seed,
+            H_kv=cell.kv_heads,
+        )
         out.append((q, k, v, padding_mask(cell.batch, cell.kv_len, cell.padding, seed=seed, device=device), seed))
     return out

@@ -11,6 +11,7 @@ vs_published with published, cells, study_results); summary (what a sweep prints
 Importing the package does no work and pulls in neither pandas nor matplotlib: ``write_report``
 is loaded on first use.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any

@@ -1,6 +1,7 @@
 """A run analysed once: its rows (read once) with the spec's budgets, metric and accuracy reference as fields, the
 dense ratios, each row's error in the metric and the answer tables. The report, the terminal summary, the answer
 lines and compare all take it; nothing is re-read or re-derived after `analyse`."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from harness.store import Run, load_run
 REFERENCES = {  # accuracy_reference -> what the errors are measured against, for captions
     "full": "exact float64 attention",
     "pattern": "exact float64 attention restricted to each variant's own pattern (accuracy_reference = pattern: "
-               "whether a variant computes its pattern right, not how close it comes to full attention)",
+    "whether a variant computes its pattern right, not how close it comes to full attention)",
 }
 
 
@@ -28,7 +29,9 @@ class AnalysedRun:
     frame: pd.DataFrame  # the rows with dense ratios (analysis.with_dense_ratios), "error" and "in_budget" (budgets.py)
     budgets: tuple[float, ...]  # the error budgets the answer is for
     metric: str  # what a budget bounds: "rel_l2" | "cosine"
-    accuracy_reference: str  # what the errors are against: "full" | "pattern" (every row records it; older rows: the spec's)
+    accuracy_reference: (
+        str  # what the errors are against: "full" | "pattern" (every row records it; older rows: the spec's)
+    )
     cell_timeout_s: float | None  # the run's per-cell limit (the report's maps get it too); None: none or unknown
     tables: tuple[choice.AnswerTable, ...]  # the answer: per setting and inputs, the winner per N and budget
     spec: dict[str, Any]  # the spec.toml's values ({} when missing or malformed)
@@ -69,9 +72,16 @@ def analyse(run: Run | str | Path, *, budgets: Sequence[float] | None = None) ->
     frame = budgets_mod.with_budgets(frame, chosen, metric)
     timeout = spec.get("cell_timeout_s")
     return AnalysedRun(
-        run=run, frame=frame, budgets=chosen, metric=metric, accuracy_reference=reference,
-        cell_timeout_s=float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0 else None,
-        tables=tuple(choice.answer_tables(frame, chosen, metric)), spec=spec,
+        run=run,
+        frame=frame,
+        budgets=chosen,
+        metric=metric,
+        accuracy_reference=reference,
+        cell_timeout_s=float(timeout)
+        if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0
+        else None,
+        tables=tuple(choice.answer_tables(frame, chosen, metric)),
+        spec=spec,
     )
 
 

@@ -15,6 +15,7 @@ Conventions (documented here once):
   (`dense_latency_ratio`). The row's `speedup` keeps its one meaning: the paired median.
 - A series is a (variant, config) pair, labelled as in harness.store.series_labels.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,7 +42,13 @@ def with_dense_ratios(frame: pd.DataFrame) -> pd.DataFrame:
         if column not in out:
             out[column] = np.nan
     paired = pd.to_numeric(out["speedup"], errors="coerce")
-    for column in ("dense_latency_s", "dense_peak_memory_bytes", "dense_latency_ratio", "dense_speedup", "memory_ratio"):
+    for column in (
+        "dense_latency_s",
+        "dense_peak_memory_bytes",
+        "dense_latency_ratio",
+        "dense_speedup",
+        "memory_ratio",
+    ):
         out[column] = np.nan
     out["dense_status"] = None
     if not len(out):
@@ -56,7 +63,9 @@ def with_dense_ratios(frame: pd.DataFrame) -> pd.DataFrame:
             exact[_key(key)] = _pick_baseline(ok)
         else:
             status[_key(key)] = str(group["status"].iloc[0])
-    for key, group in dense[dense["status"] == "ok"].groupby([k for k in CELL_KEYS if k != "inputs"], dropna=False, sort=False):
+    for key, group in dense[dense["status"] == "ok"].groupby(
+        [k for k in CELL_KEYS if k != "inputs"], dropna=False, sort=False
+    ):
         loose[_key(key)] = _pick_baseline(group)
     latencies, memories, statuses = [], [], []
     for _, row in out.iterrows():
@@ -102,7 +111,9 @@ def fit_exponent(n: Sequence[float], y: Sequence[float], *, last: int = 3) -> fl
     Dense attention's time and memory grow as N^2 (slope near 2); efficient variants near 1. The
     longest lengths are used because fixed overheads flatten the curve at short N.
     """
-    points = sorted((float(a), float(b)) for a, b in zip(n, y) if a and a > 0 and b is not None and np.isfinite(b) and b > 0)
+    points = sorted(
+        (float(a), float(b)) for a, b in zip(n, y) if a and a > 0 and b is not None and np.isfinite(b) and b > 0
+    )
     points = points[-last:] if last else points
     if len({a for a, _ in points}) < 2:
         return float("nan")
@@ -142,7 +153,9 @@ class Crossover:
     """Where a variant becomes faster than dense, from two measured latency curves."""
 
     kind: str  # "always" (faster at every shared N), "crosses" (faster from length on), "never" (not faster at the longest shared N), "no data"
-    length: float | None  # the interpolated N where the ratio crosses 1 (kind "crosses"); the shortest shared N for "always"
+    length: (
+        float | None
+    )  # the interpolated N where the ratio crosses 1 (kind "crosses"); the shortest shared N for "always"
 
 
 def crossover_length(n: Sequence[float], t_variant: Sequence[float], t_dense: Sequence[float]) -> Crossover:
@@ -179,12 +192,18 @@ def crossovers(frame: pd.DataFrame, *, inputs: str | None = None) -> pd.DataFram
     rows = frame[(frame["inputs"] == inputs) & (frame["variant"] != BASELINE)] if len(frame) else frame
     records = []
     for key, group in rows.groupby(list(SETTING_KEYS) + ["series"], dropna=False, sort=True):
-        ok = group[group["status"] == "ok"].groupby("seq_len", as_index=False)[["latency_s", "dense_latency_s"]].median()
+        ok = (
+            group[group["status"] == "ok"].groupby("seq_len", as_index=False)[["latency_s", "dense_latency_s"]].median()
+        )
         result = crossover_length(ok["seq_len"], ok["latency_s"], ok["dense_latency_s"])
         oom = group[(group["dense_status"] == "oom")]["seq_len"]
         records.append(
-            dict(zip(list(SETTING_KEYS) + ["series"], _key(key)), kind=result.kind, length=result.length,
-                 dense_oom_from=int(oom.min()) if len(oom) else None)
+            dict(
+                zip(list(SETTING_KEYS) + ["series"], _key(key)),
+                kind=result.kind,
+                length=result.length,
+                dense_oom_from=int(oom.min()) if len(oom) else None,
+            )
         )
     return pd.DataFrame(records, columns=columns)
 
@@ -205,18 +224,32 @@ def pareto_front(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
 def memory_limits(frame: pd.DataFrame) -> pd.DataFrame:
     """Per setting and series: the longest N that ran ok, the shortest N that ran out of memory, the longest N
     tried, and the first failure above the longest ok N (its N and status: oom, error, timeout...)."""
-    columns = list(SETTING_KEYS) + ["series", "variant", "longest_ok", "first_oom", "longest_tried", "failed_at", "failed_status"]
+    columns = list(SETTING_KEYS) + [
+        "series",
+        "variant",
+        "longest_ok",
+        "first_oom",
+        "longest_tried",
+        "failed_at",
+        "failed_status",
+    ]
     records = []
     for key, group in frame.groupby(list(SETTING_KEYS) + ["series"], dropna=False, sort=True):
         ok = group[group["status"] == "ok"]["seq_len"]
         oom = group[group["status"] == "oom"]["seq_len"]
-        above = group[(group["status"] != "ok") & (group["seq_len"] > (ok.max() if len(ok) else 0))].sort_values("seq_len")
+        above = group[(group["status"] != "ok") & (group["seq_len"] > (ok.max() if len(ok) else 0))].sort_values(
+            "seq_len"
+        )
         records.append(
-            dict(zip(list(SETTING_KEYS) + ["series"], _key(key)), variant=group["variant"].iloc[0],
-                 longest_ok=int(ok.max()) if len(ok) else None, first_oom=int(oom.min()) if len(oom) else None,
-                 longest_tried=int(group["seq_len"].max()),
-                 failed_at=int(above["seq_len"].iloc[0]) if len(above) else None,
-                 failed_status=str(above["status"].iloc[0]) if len(above) else None)
+            dict(
+                zip(list(SETTING_KEYS) + ["series"], _key(key)),
+                variant=group["variant"].iloc[0],
+                longest_ok=int(ok.max()) if len(ok) else None,
+                first_oom=int(oom.min()) if len(oom) else None,
+                longest_tried=int(group["seq_len"].max()),
+                failed_at=int(above["seq_len"].iloc[0]) if len(above) else None,
+                failed_status=str(above["status"].iloc[0]) if len(above) else None,
+            )
         )
     return pd.DataFrame(records, columns=columns)
 

@@ -9,6 +9,7 @@ Conventions (documented here once):
   matched to b (searched on calibration seeds) and its error is at most b * (1 + GENERALISATION_MARGIN):
   the search scores other tensors than the evaluation's, so a tuned config may land a little above.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,7 +28,9 @@ def run_budgets(spec: dict) -> tuple[tuple[float, ...], str]:
     """(the budgets, the metric) a run answers for, from its spec.toml's values (DEFAULT_BUDGETS, rel_l2 when it has none)."""
     metric = spec.get("error_metric") if spec.get("error_metric") in METRIC_NAMES else "rel_l2"
     raw = spec.get("error_budgets") or []
-    budgets = tuple(sorted({float(b) for b in raw if isinstance(b, (int, float)) and not isinstance(b, bool) and b > 0}))
+    budgets = tuple(
+        sorted({float(b) for b in raw if isinstance(b, (int, float)) and not isinstance(b, bool) and b > 0})
+    )
     return (budgets, metric) if budgets else (DEFAULT_BUDGETS, "rel_l2")
 
 

@@ -12,6 +12,7 @@ A cell's winner (pick):
   without an interval: its p20-p80 latency range lies below dense's); when none is, the answer is dense;
 - a winner whose interval (or latency range) overlaps the runner-up's is a tie, and the runner-up is named.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,8 +42,12 @@ class Pick:
     high: float = math.nan
     latency_s: float = math.nan  # the winner's median latency
     tie: str | None = None  # the runner-up whose interval overlaps the winner's
-    dense_status: str | None = None  # where dense did not run at this N: its status ("oom"...); None where it was not in the run
-    over_budget: float | None = None  # the winner's error where it is above the budget (a matched row within the margin)
+    dense_status: str | None = (
+        None  # where dense did not run at this N: its status ("oom"...); None where it was not in the run
+    )
+    over_budget: float | None = (
+        None  # the winner's error where it is above the budget (a matched row within the margin)
+    )
 
     def text(self) -> str:
         """'sliding_window(window=512) 3.1x [2.9-3.3] (tie: chunked)', '... (error 0.052)' above the budget, 'dense',
@@ -61,7 +66,11 @@ class Pick:
         if not math.isfinite(self.speedup):
             dense = f", dense {self.dense_status}" if self.dense_status else ""
             return f"{format_seconds(self.latency_s)}{dense}"
-        interval = f" [{format_times(self.low)}-{format_times(self.high)}]" if math.isfinite(self.low) and math.isfinite(self.high) else ""
+        interval = (
+            f" [{format_times(self.low)}-{format_times(self.high)}]"
+            if math.isfinite(self.low) and math.isfinite(self.high)
+            else ""
+        )
         return f"{format_times(self.speedup)}x{interval}"
 
 
@@ -107,13 +116,15 @@ def pick(candidates: pd.DataFrame, *, dense_status: str | None = None) -> Pick:
         rows.sort(key=lambda r: -r["dense_speedup"] if _finite(r["dense_speedup"]) else math.inf)
     else:
         rows.sort(key=lambda r: r["latency_s"] if _finite(r["latency_s"]) else math.inf)
-        return _pick_of(rows[0], tie=rows[1] if len(rows) > 1 and _overlap(rows[0], rows[1]) else None, dense_status=dense_status)
+        return _pick_of(
+            rows[0], tie=rows[1] if len(rows) > 1 and _overlap(rows[0], rows[1]) else None, dense_status=dense_status
+        )
     dense = next((r for r in rows if r["variant"] == BASELINE and r["dense_speedup"] == 1), None)
     dense = dense if dense is not None else next((r for r in rows if r["variant"] == BASELINE), None)
     faster = [r for r in rows if r is not dense and _beats_dense(r, dense)]
     if faster:
         winner = faster[0]
-        after = rows[rows.index(winner) + 1:]
+        after = rows[rows.index(winner) + 1 :]
         runner_up = after[0] if after else None
         return _pick_of(winner, tie=runner_up if runner_up is not None and _overlap(winner, runner_up) else None)
     if dense is None:
@@ -150,8 +161,16 @@ def describe(table: AnswerTable, keys: Sequence[str], *, skip_defaults: bool = F
 
 # ---- helpers -----------------------------------------------------------------------------------------
 def _pick_of(r: pd.Series, *, tie: pd.Series | None = None, dense_status: str | None = None) -> Pick:
-    return Pick(config_text(r), str(r["variant"]), float(r["dense_speedup"]), float(r["speedup_low"]), float(r["speedup_high"]),
-                float(r["latency_s"]), config_text(tie) if tie is not None else None, dense_status)
+    return Pick(
+        config_text(r),
+        str(r["variant"]),
+        float(r["dense_speedup"]),
+        float(r["speedup_low"]),
+        float(r["speedup_high"]),
+        float(r["latency_s"]),
+        config_text(tie) if tie is not None else None,
+        dense_status,
+    )
 
 
 def config_text(r: pd.Series) -> str:
@@ -160,7 +179,9 @@ def config_text(r: pd.Series) -> str:
     from harness.entries import config_label, knob_field
 
     field = knob_field(str(r["variant"]))
-    return config_label(str(r["variant"]), r["config"] if isinstance(r["config"], dict) else {}, show=(field,) if field else ())
+    return config_label(
+        str(r["variant"]), r["config"] if isinstance(r["config"], dict) else {}, show=(field,) if field else ()
+    )
 
 
 def _over_budget(winner: Pick, candidates: pd.DataFrame, budget: float) -> Pick:
@@ -177,7 +198,11 @@ def _one_per_config(candidates: pd.DataFrame, budget: float) -> pd.DataFrame:
     the row matched to this budget is kept."""
     if not len(candidates):
         return candidates
-    matched_here = pd.to_numeric(candidates["matched_budget"], errors="coerce").eq(budget) if "matched_budget" in candidates else False
+    matched_here = (
+        pd.to_numeric(candidates["matched_budget"], errors="coerce").eq(budget)
+        if "matched_budget" in candidates
+        else False
+    )
     order = candidates.assign(_here=matched_here).sort_values("_here", ascending=False, kind="stable")
     labels = [config_text(r) for _, r in order.iterrows()]
     return order[~pd.Series(labels, index=order.index).duplicated()].drop(columns="_here")

@@ -3,6 +3,7 @@
 They drive the report's cell tables (harness.report.cells), the terminal summary (harness.report.summary) and
 compare's Markdown (harness.report.compare). A new metric is one Column here.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,7 +12,14 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from harness.report.formatting import format_bytes, format_error, format_number, format_ratio, format_seconds, format_seconds_compact
+from harness.report.formatting import (
+    format_bytes,
+    format_error,
+    format_number,
+    format_ratio,
+    format_seconds,
+    format_seconds_compact,
+)
 
 NOISY_MARK = "†"
 
@@ -48,14 +56,32 @@ def one_minus(cosine) -> float | None:
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("latency", "latency_s", lambda r: format_seconds(r["latency_s"]) + (NOISY_MARK if _noisy(r) else ""),
-           summary="latency", compact=lambda r: format_seconds_compact(r["latency_s"]), compared=True),
-    Column("speed-up", "dense_speedup", _speedup, summary="speed-up", compact=lambda r: format_ratio(r["dense_speedup"]),
-           compared=True),
+    Column(
+        "latency",
+        "latency_s",
+        lambda r: format_seconds(r["latency_s"]) + (NOISY_MARK if _noisy(r) else ""),
+        summary="latency",
+        compact=lambda r: format_seconds_compact(r["latency_s"]),
+        compared=True,
+    ),
+    Column(
+        "speed-up",
+        "dense_speedup",
+        _speedup,
+        summary="speed-up",
+        compact=lambda r: format_ratio(r["dense_speedup"]),
+        compared=True,
+    ),
     Column("peak memory", "peak_memory_bytes", lambda r: format_bytes(r["peak_memory_bytes"]), compared=True),
     Column("vs dense", "memory_ratio", lambda r: format_ratio(r["memory_ratio"]), summary="memory"),
     Column("TFLOP/s", "tflops", lambda r: format_number(r["tflops"], ".3g")),
-    Column("rel. error", "rel_l2_error", lambda r: format_error(r["rel_l2_error"], digits=2), summary="rel err",
-           compact=lambda r: format_error(r["rel_l2_error"]), compared=True),
+    Column(
+        "rel. error",
+        "rel_l2_error",
+        lambda r: format_error(r["rel_l2_error"], digits=2),
+        summary="rel err",
+        compact=lambda r: format_error(r["rel_l2_error"]),
+        compared=True,
+    ),
     Column("1 - cosine", "cosine", lambda r: format_error(one_minus(r.get("cosine")), digits=2)),
 )

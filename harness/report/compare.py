@@ -16,6 +16,7 @@ A cell is flagged:
 - error: changed by more than max(ERROR_ABS, ERROR_REL x the smaller one);
 - status: ok in one run only (e.g. ok -> oom is a regression).
 """
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,23 @@ from harness.report.analysed import AnalysedRun
 from harness.report.columns import COLUMNS
 
 # What judge reads of each side, besides the report's compared columns (harness.report.columns), all in compare.csv.
-MEASURED = tuple(dict.fromkeys([*(c.field for c in COLUMNS if c.compared), "latency_p20_s", "latency_p80_s", "speedup",
-                                "speedup_low", "speedup_high", "load_per_cpu", "noisy", "noise_reason", "cosine", "dense_status"]))
+MEASURED = tuple(
+    dict.fromkeys(
+        [
+            *(c.field for c in COLUMNS if c.compared),
+            "latency_p20_s",
+            "latency_p80_s",
+            "speedup",
+            "speedup_low",
+            "speedup_high",
+            "load_per_cpu",
+            "noisy",
+            "noise_reason",
+            "cosine",
+            "dense_status",
+        ]
+    )
+)
 DEFAULT_THRESHOLD = 0.05  # minimum relative change of latency or memory that can be flagged
 MIN_MEMORY_CHANGE = 64 * 1024  # bytes: smaller memory changes are never flagged (allocator granularity)
 ERROR_ABS = 1e-4  # relative-L2 error changes below this are rounding, never flagged
@@ -97,8 +113,10 @@ def compare_runs(a: AnalysedRun, b: AnalysedRun, *, threshold: float = DEFAULT_T
     """
     for run in (a, b):
         if not len(run.frame):
-            raise UsageError(f"{run.path}: no readable row in rows.jsonl ({'; '.join(run.run.notes) or 'the file is empty'}); "
-                             "nothing to compare: pass a run folder with measured rows")
+            raise UsageError(
+                f"{run.path}: no readable row in rows.jsonl ({'; '.join(run.run.notes) or 'the file is empty'}); "
+                "nothing to compare: pass a run folder with measured rows"
+            )
     notes = [f"{run.name}: {n}" for run in (a, b) for n in run.run.notes] + load_notes(a) + load_notes(b)
     fa, fb = (_keyed(run, notes) for run in (a, b))
     merged = fa.merge(fb, on="match_key", how="outer", suffixes=("_a", "_b"), indicator=True)
@@ -115,7 +133,9 @@ def compare_runs(a: AnalysedRun, b: AnalysedRun, *, threshold: float = DEFAULT_T
         verdicts.append(verdict)
         whys.append(why)
     cells["latency_ratio"] = cells["latency_s_b"] / cells["latency_s_a"]
-    cells["memory_ratio"] = cells["peak_memory_bytes_b"] / cells["peak_memory_bytes_a"].where(cells["peak_memory_bytes_a"] > 0)
+    cells["memory_ratio"] = cells["peak_memory_bytes_b"] / cells["peak_memory_bytes_a"].where(
+        cells["peak_memory_bytes_a"] > 0
+    )
     cells["error_change"] = cells["rel_l2_error_b"] - cells["rel_l2_error_a"]
     cells["verdict"] = verdicts
     cells["why"] = whys
@@ -123,7 +143,9 @@ def compare_runs(a: AnalysedRun, b: AnalysedRun, *, threshold: float = DEFAULT_T
         notes.append("some matched cells have different seeds: their errors come from different inputs")
     changed = cells[cells["backend_a"].astype(str) != cells["backend_b"].astype(str)]
     if len(changed):
-        notes.append(f"{len(changed)} matched cell(s) ran on another backend in B (e.g. {changed['backend_a'].iloc[0]} -> {changed['backend_b'].iloc[0]})")
+        notes.append(
+            f"{len(changed)} matched cell(s) ran on another backend in B (e.g. {changed['backend_a'].iloc[0]} -> {changed['backend_b'].iloc[0]})"
+        )
     return Comparison(cells.reset_index(drop=True), only_a.reset_index(drop=True), only_b.reset_index(drop=True), notes)
 
 
@@ -196,12 +218,16 @@ def floor_notes(floor: NoiseFloor, threshold: float, a: AnalysedRun, b: Analysed
         return []
     out = []
     if abs(math.log(floor.drift)) > math.log1p(threshold):
-        out.append(f"{b.name} runs {floor.drift:.2f}x {a.name} across all {floor.cells} matched cells: a drift of the machine "
-                   "(or of every cell alike), taken out of each cell's ratio before judging it; see the per-series means")
+        out.append(
+            f"{b.name} runs {floor.drift:.2f}x {a.name} across all {floor.cells} matched cells: a drift of the machine "
+            "(or of every cell alike), taken out of each cell's ratio before judging it; see the per-series means"
+        )
     limit = math.expm1(floor.limit(threshold))
     if limit > threshold:
-        out.append(f"the cells' ratios scatter by {math.expm1(floor.spread):.0%} (robust s.d.) around that: only changes beyond "
-                   f"{limit:.0%} count; quieter machines, pinned threads or more repeats lower this floor (docs/timing.md)")
+        out.append(
+            f"the cells' ratios scatter by {math.expm1(floor.spread):.0%} (robust s.d.) around that: only changes beyond "
+            f"{limit:.0%} count; quieter machines, pinned threads or more repeats lower this floor (docs/timing.md)"
+        )
     return out
 
 
@@ -210,7 +236,11 @@ def _noisy(row: pd.Series) -> str:
     parts = []
     for side in ("a", "b"):
         load = row.get(f"load_per_cpu_{side}")
-        if isinstance(row.get(f"noisy_{side}"), (bool, np.bool_)) and row.get(f"noisy_{side}") or (_finite(load) and float(load) >= HIGH_LOAD_PER_CPU):
+        if (
+            isinstance(row.get(f"noisy_{side}"), (bool, np.bool_))
+            and row.get(f"noisy_{side}")
+            or (_finite(load) and float(load) >= HIGH_LOAD_PER_CPU)
+        ):
             parts.append(f"{side.upper()}: {row.get(f'noise_reason_{side}') or f'load {float(load):.2f} per CPU'}")
     return "; ".join(parts)
 
@@ -226,8 +256,10 @@ def load_notes(run: AnalysedRun) -> list[str]:
     if noisy < NOISY_SHARE * len(rows) and not (high is not None and high >= HIGH_LOAD_PER_CPU):
         return []  # a few noisy rows: their cells say so, the run as a whole is not in question
     where = f"load up to {high:.2f} per CPU" if high is not None else "no load recorded"
-    return [f"{run.name} was measured under load or noisily ({noisy} of {len(rows)} rows noisy, {where}): its latency "
-            f"changes are the machine's, not the code's, and are not counted (docs/timing.md: quiet numbers)"]
+    return [
+        f"{run.name} was measured under load or noisily ({noisy} of {len(rows)} rows noisy, {where}): its latency "
+        f"changes are the machine's, not the code's, and are not counted (docs/timing.md: quiet numbers)"
+    ]
 
 
 def _keyed(run: AnalysedRun, notes: list[str]) -> pd.DataFrame:

@@ -1,5 +1,6 @@
 """compare's output: the printed summary, compare.md (the flagged cells side by side in the report's columns,
 harness.report.columns) and compare.csv (every matched cell, raw numbers)."""
+
 from __future__ import annotations
 
 import json
@@ -13,6 +14,7 @@ from harness.report.analysed import AnalysedRun
 from harness.report.columns import COLUMNS
 from harness.report.compare import MEASURED, Comparison
 from harness.schema import CELL_FIELDS, describe
+
 
 def summary_lines(comparison: Comparison, a: AnalysedRun, b: AnalysedRun, *, limit: int | None = None) -> list[str]:
     """The printed summary: what was compared, counts, and the flagged cells (the first `limit`, or all)."""
@@ -48,16 +50,22 @@ def write_outputs(comparison: Comparison, a: AnalysedRun, b: AnalysedRun, out: P
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UsageError(f"--out {out}: cannot create that folder ({exc.strerror or exc}); pass a folder path") from None
+        raise UsageError(
+            f"--out {out}: cannot create that folder ({exc.strerror or exc}); pass a folder path"
+        ) from None
     sides = [f"{name}_{side}" for name in ("status", "backend", *MEASURED) for side in ("a", "b")]
     columns = [*CELL_FIELDS, "series_a", *sides, "latency_ratio", "memory_ratio", "error_change", "verdict", "why"]
     csv_path = out / "compare.csv"
     frame = comparison.cells[columns].rename(columns={"series_a": "series"})
-    frame["config"] = [json.dumps(c, sort_keys=True, default=str) if isinstance(c, dict) else c for c in frame["config"]]
+    frame["config"] = [
+        json.dumps(c, sort_keys=True, default=str) if isinstance(c, dict) else c for c in frame["config"]
+    ]
     frame.to_csv(csv_path, index=False)
     md_path = out / "compare.md"
-    md = [f"# Compare {a.name} (A) with {b.name} (B)", ""] + [f"- {line}" if not line.startswith("  ") else f"    - {line.strip()}"
-                                                             for line in summary_lines(comparison, a, b)]
+    md = [f"# Compare {a.name} (A) with {b.name} (B)", ""] + [
+        f"- {line}" if not line.startswith("  ") else f"    - {line.strip()}"
+        for line in summary_lines(comparison, a, b)
+    ]
     md += _flagged_table(comparison.cells[comparison.cells["verdict"] != "same"])
     md_path.write_text("\n".join(md) + "\n", encoding="utf-8")
     return [csv_path, md_path]
@@ -68,22 +76,33 @@ def _flagged_table(flagged: pd.DataFrame) -> list[str]:
     if not len(flagged):
         return []
     shown = [c for c in COLUMNS if c.compared]
-    lines = ["", "| verdict | cell | " + " | ".join(f"{c.header} A -> B" for c in shown) + " |",
-             "|" + "---|" * (2 + len(shown))]
+    lines = [
+        "",
+        "| verdict | cell | " + " | ".join(f"{c.header} A -> B" for c in shown) + " |",
+        "|" + "---|" * (2 + len(shown)),
+    ]
     for _, r in flagged.iterrows():
         side = {x: pd.Series({k[:-2]: v for k, v in r.items() if k.endswith(f"_{x}")}) for x in ("a", "b")}
-        texts = [" -> ".join(c.text(side[x]) if side[x].get("status") == "ok" else str(side[x].get("status")) for x in "ab")
-                 for c in shown]
+        texts = [
+            " -> ".join(c.text(side[x]) if side[x].get("status") == "ok" else str(side[x].get("status")) for x in "ab")
+            for c in shown
+        ]
         lines.append(f"| {r['verdict']} | {_cell_name(r)} | " + " | ".join(texts) + " |")
     return lines
 
 
 def _machine(run: AnalysedRun) -> str:
     env = run.run.env
-    return ", ".join(str(x) for x in (env.get("gpu") or env.get("cpu"), f"torch {env.get('torch')}", f"commit {env.get('git_commit')}") if x)
+    return ", ".join(
+        str(x)
+        for x in (env.get("gpu") or env.get("cpu"), f"torch {env.get('torch')}", f"commit {env.get('git_commit')}")
+        if x
+    )
 
 
 def _cell_name(r: pd.Series) -> str:
     """'sliding_window@0.05 N=4096 float32 D=64 non-causal forward inputs local' (axes at their default left out)."""
-    names = [k for k in CELL_FIELDS if k not in ("variant", "config", "device", "batch", "heads", "seed", "matched_budget")]
+    names = [
+        k for k in CELL_FIELDS if k not in ("variant", "config", "device", "batch", "heads", "seed", "matched_budget")
+    ]
     return " ".join([str(r["series_a"]), *describe(r, names)])

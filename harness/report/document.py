@@ -4,6 +4,7 @@ Everything shown is computed from the analysed run (harness.report.analysed: row
 and the studies' .json files beside it; failed cells are shown with their reason, never dropped. The page is built once
 as a list of blocks (harness.report.page) and rendered twice (harness.report.render).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,10 +18,14 @@ from harness.report.render import render_html, render_markdown
 from harness.report.study_results import study_caveats, study_sections
 from harness.report.vs_published import published_comparison
 
-NO_ROWS = ("**This run has no rows**: no cell finished (the run may have been killed before the first cell, or every line "
-           "was unreadable). Nothing to answer.")
-NOTHING_OK = ("**No cell ran successfully** in this run, so there is no answer, and no figures or fits; the tables "
-              "below give each cell's status and reason.")
+NO_ROWS = (
+    "**This run has no rows**: no cell finished (the run may have been killed before the first cell, or every line "
+    "was unreadable). Nothing to answer."
+)
+NOTHING_OK = (
+    "**No cell ran successfully** in this run, so there is no answer, and no figures or fits; the tables "
+    "below give each cell's status and reason."
+)
 
 
 def write_report(

@@ -1,5 +1,6 @@
 """Every figure of the report declared once, as data: its file, the section it belongs to, how it is drawn, its
 caption and when it is drawn (FIGURES); `figure_section` draws a section's figures into the run folder."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,10 @@ from harness.report.winner_map import winner_map
 if TYPE_CHECKING:
     from harness.report.analysed import AnalysedRun
 
-OUTSIDE_CAPTION = ("Faded dotted lines, labelled '(outside every budget)': series none of whose cells on these inputs is within "
-                   "the largest error budget; drawn for honesty, never a candidate.")
+OUTSIDE_CAPTION = (
+    "Faded dotted lines, labelled '(outside every budget)': series none of whose cells on these inputs is within "
+    "the largest error budget; drawn for honesty, never a candidate."
+)
 MAPS_INPUTS_PREFERENCE = ("local", "global", "lowrank", "gaussian")  # structured inputs make the maps readable
 
 
@@ -59,8 +62,9 @@ class Figure:
     when: Callable[["AnalysedRun"], bool] = lambda analysed: True  # drawn at all (e.g. only with decode rows)
 
 
-def figure_section(analysed: "AnalysedRun", folder: Path, section: str, options: MapOptions = MapOptions()
-                   ) -> tuple[list[Path], list[Block]]:
+def figure_section(
+    analysed: "AnalysedRun", folder: Path, section: str, options: MapOptions = MapOptions()
+) -> tuple[list[Path], list[Block]]:
     """Draw the figures of one section into `folder`: (the PNGs written, an Image block per figure, with what follows it)."""
     paths, blocks = [], []
     for figure in FIGURES:
@@ -102,55 +106,135 @@ def _winner_map(a: "AnalysedRun", path: Path, _: MapOptions) -> Path | None:
 
 def _winner_caption(a: "AnalysedRun") -> str:
     empty = any(p.label is None for t in a.tables for p in t.picks.values())
-    return "The winner per N and error budget: its speed-up over dense (~ a tie) and config" + ("; grey: none within budget ran." if empty else ".")
+    return "The winner per N and error budget: its speed-up over dense (~ a tie) and config" + (
+        "; grey: none within budget ran." if empty else "."
+    )
 
 
 FIGURES: tuple[Figure, ...] = (
     Figure("winner_map.png", "answer", _winner_map, _winner_caption),
-    Figure("latency_vs_n.png", "measured",
-           lambda a, path, _: plots.plot_metric_vs_n(a.frame, "latency_s", path, ylabel="time per call (median)", title="Latency vs N",
-                                                     seconds_axis=True, band=("latency_p20_s", "latency_p80_s")),
-           lambda a: "Latency (median of the repeats) against N, log-log; the shaded band spans the 20th to 80th percentile of "
-                     "the repeats. Crosses: out of memory. " + OUTSIDE_CAPTION),
-    Figure("memory_vs_n.png", "measured",
-           lambda a, path, _: plots.plot_metric_vs_n(a.frame, "peak_memory_bytes", path, ylabel="peak memory beyond the inputs",
-                                                     title="Peak memory vs N", bytes_axis=True),
-           lambda a: "Peak memory beyond the inputs against N, log-log. Crosses: out of memory. " + OUTSIDE_CAPTION),
-    Figure("speedup_vs_n.png", "measured",
-           lambda a, path, _: plots.plot_metric_vs_n(a.frame, "dense_speedup", path, ylabel="speed-up over dense (x)",
-                                                     title="Speed-up over dense vs N", hline=1.0, ratio_axis=True),
-           lambda a: "Dense latency divided by the variant's at the same cell (paired in alternation inside the cell where the "
-                     "row was; else the ratio of the two medians); above the dashed line is faster than dense. The dense "
-                     "baseline is the dense row whose config asks for backend 'auto', else the fastest dense row. " + OUTSIDE_CAPTION),
-    Figure("error_vs_n.png", "measured",
-           lambda a, path, _: plots.plot_error_vs_n(a.frame, path, budgets=a.budgets, metric=a.metric, against=a.errors_against),
-           lambda a: f"The output's {METRIC_NAMES[a.metric]} against {a.errors_against}, per input distribution; dashed "
-                     f"lines: the error budgets ({_budget_list(a)}). " + OUTSIDE_CAPTION),
-    Figure("pareto.png", "measured",
-           lambda a, path, _: plots.plot_pareto(a.frame, path, budgets=a.budgets, metric=a.metric),
-           lambda a: f"{METRIC_NAMES[a.metric].capitalize()} (against {a.errors_against}) against latency at each N (one row "
-                     f"of panels per setting), on the '{analysis.primary_inputs(a.frame)}' inputs (the other distributions' "
-                     "errors are in error_vs_n.png). Filled points are within the largest budget; the Pareto front (outlined "
-                     "and joined) is computed over those only, so a fast but inaccurate series is never on it. Hollow points "
-                     f"are outside every budget. Dashed lines: the budgets ({_budget_list(a)})."),
-    Figure("max_length.png", "measured",
-           lambda a, path, _: plots.plot_memory_limits(analysis.memory_limits(a.frame), a.frame, path),
-           lambda a: "The longest N each series ran, and the first N where it ran out of memory or timed out (drawn only when "
-                     "some cell did)."),
-    Figure("decode_latency_vs_n.png", "decode",
-           lambda a, path, _: plots.plot_metric_vs_n(_decode(a), "latency_s", path, ylabel="time per generated token",
-                                                     title="Decode: per-token latency vs context N", seconds_axis=True),
-           lambda a: "Seconds per generated token (median over timed generations, each from a fresh state) against the "
-                     "context length N.",
-           when=lambda a: bool((_decode(a)["status"] == "ok").any())),
-    Figure("state_bytes_vs_n.png", "decode",
-           lambda a, path, _: plots.plot_metric_vs_n(_decode(a), "state_bytes", path, ylabel="decode state",
-                                                     title="Decode: state bytes vs context N", bytes_axis=True),
-           lambda a: "Bytes held by the decode state right after the N-token context: a KV cache grows with N, a window or a "
-                     "linear-attention state does not.",
-           when=lambda a: bool((_decode(a)["status"] == "ok").any())),
-    Figure("attention_maps.png", "maps", lambda a, path, options: _maps(a, path, options), lambda a: "",
-           when=lambda a: bool(len(a.frame))),
+    Figure(
+        "latency_vs_n.png",
+        "measured",
+        lambda a, path, _: plots.plot_metric_vs_n(
+            a.frame,
+            "latency_s",
+            path,
+            ylabel="time per call (median)",
+            title="Latency vs N",
+            seconds_axis=True,
+            band=("latency_p20_s", "latency_p80_s"),
+        ),
+        lambda a: (
+            "Latency (median of the repeats) against N, log-log; the shaded band spans the 20th to 80th percentile of "
+            "the repeats. Crosses: out of memory. " + OUTSIDE_CAPTION
+        ),
+    ),
+    Figure(
+        "memory_vs_n.png",
+        "measured",
+        lambda a, path, _: plots.plot_metric_vs_n(
+            a.frame,
+            "peak_memory_bytes",
+            path,
+            ylabel="peak memory beyond the inputs",
+            title="Peak memory vs N",
+            bytes_axis=True,
+        ),
+        lambda a: "Peak memory beyond the inputs against N, log-log. Crosses: out of memory. " + OUTSIDE_CAPTION,
+    ),
+    Figure(
+        "speedup_vs_n.png",
+        "measured",
+        lambda a, path, _: plots.plot_metric_vs_n(
+            a.frame,
+            "dense_speedup",
+            path,
+            ylabel="speed-up over dense (x)",
+            title="Speed-up over dense vs N",
+            hline=1.0,
+            ratio_axis=True,
+        ),
+        lambda a: (
+            "Dense latency divided by the variant's at the same cell (paired in alternation inside the cell where the "
+            "row was; else the ratio of the two medians); above the dashed line is faster than dense. The dense "
+            "baseline is the dense row whose config asks for backend 'auto', else the fastest dense row. "
+            + OUTSIDE_CAPTION
+        ),
+    ),
+    Figure(
+        "error_vs_n.png",
+        "measured",
+        lambda a, path, _: plots.plot_error_vs_n(
+            a.frame, path, budgets=a.budgets, metric=a.metric, against=a.errors_against
+        ),
+        lambda a: (
+            f"The output's {METRIC_NAMES[a.metric]} against {a.errors_against}, per input distribution; dashed "
+            f"lines: the error budgets ({_budget_list(a)}). " + OUTSIDE_CAPTION
+        ),
+    ),
+    Figure(
+        "pareto.png",
+        "measured",
+        lambda a, path, _: plots.plot_pareto(a.frame, path, budgets=a.budgets, metric=a.metric),
+        lambda a: (
+            f"{METRIC_NAMES[a.metric].capitalize()} (against {a.errors_against}) against latency at each N (one row "
+            f"of panels per setting), on the '{analysis.primary_inputs(a.frame)}' inputs (the other distributions' "
+            "errors are in error_vs_n.png). Filled points are within the largest budget; the Pareto front (outlined "
+            "and joined) is computed over those only, so a fast but inaccurate series is never on it. Hollow points "
+            f"are outside every budget. Dashed lines: the budgets ({_budget_list(a)})."
+        ),
+    ),
+    Figure(
+        "max_length.png",
+        "measured",
+        lambda a, path, _: plots.plot_memory_limits(analysis.memory_limits(a.frame), a.frame, path),
+        lambda a: (
+            "The longest N each series ran, and the first N where it ran out of memory or timed out (drawn only when "
+            "some cell did)."
+        ),
+    ),
+    Figure(
+        "decode_latency_vs_n.png",
+        "decode",
+        lambda a, path, _: plots.plot_metric_vs_n(
+            _decode(a),
+            "latency_s",
+            path,
+            ylabel="time per generated token",
+            title="Decode: per-token latency vs context N",
+            seconds_axis=True,
+        ),
+        lambda a: (
+            "Seconds per generated token (median over timed generations, each from a fresh state) against the "
+            "context length N."
+        ),
+        when=lambda a: bool((_decode(a)["status"] == "ok").any()),
+    ),
+    Figure(
+        "state_bytes_vs_n.png",
+        "decode",
+        lambda a, path, _: plots.plot_metric_vs_n(
+            _decode(a),
+            "state_bytes",
+            path,
+            ylabel="decode state",
+            title="Decode: state bytes vs context N",
+            bytes_axis=True,
+        ),
+        lambda a: (
+            "Bytes held by the decode state right after the N-token context: a KV cache grows with N, a window or a "
+            "linear-attention state does not."
+        ),
+        when=lambda a: bool((_decode(a)["status"] == "ok").any()),
+    ),
+    Figure(
+        "attention_maps.png",
+        "maps",
+        lambda a, path, options: _maps(a, path, options),
+        lambda a: "",
+        when=lambda a: bool(len(a.frame)),
+    ),
 )
 
 
@@ -188,7 +272,9 @@ def _maps(a: "AnalysedRun", path: Path, options: MapOptions) -> Drawn | None:
     measured = sorted({str(v) for v in frame["inputs"]})
     inputs = options.inputs
     if inputs is None:
-        names = {parse_entry(m)[0]: m for m in measured}  # the name only: a plugin's distribution may not be registered here
+        names = {
+            parse_entry(m)[0]: m for m in measured
+        }  # the name only: a plugin's distribution may not be registered here
         inputs = next((names[p] for p in MAPS_INPUTS_PREFERENCE if p in names), measured[0] if measured else "gaussian")
     causal = bool(len(frame)) and not (~frame["causal"].astype(bool)).any()
     series = _map_series(frame, inputs)
@@ -198,11 +284,18 @@ def _maps(a: "AnalysedRun", path: Path, options: MapOptions) -> Drawn | None:
     except ValueError:  # e.g. a plugin input distribution not registered here: draw on gaussian inputs
         found = isolated_maps(series, inputs="gaussian", **kwargs)
     path = plot_attention_maps(found, path, colors=variant_colors(list(frame["variant"])))
-    how = ("Learnable variants are fitted at this N with the calibration defaults (other seeds of the same distribution)."
-           if options.calibrate else
-           "Learnable variants are drawn as built (seeded, uncalibrated), not in the fitted state the sweep measured "
-           "(RUN_DIR/fitted/): their maps show the untrained starting point.")
-    caption = (f"What each variant actually applies, found by feeding v = identity at N = M = D = {n} on '{found.inputs}' inputs "
-               f"(CPU, float32). {how} Each panel's 'weights rel. error' compares its matrix with the exact one.")
-    rows = [[p.label, format_number(p.rel_error, ".3g") if p.weights is not None else "-", p.note or ""] for p in found.panels]
+    how = (
+        "Learnable variants are fitted at this N with the calibration defaults (other seeds of the same distribution)."
+        if options.calibrate
+        else "Learnable variants are drawn as built (seeded, uncalibrated), not in the fitted state the sweep measured "
+        "(RUN_DIR/fitted/): their maps show the untrained starting point."
+    )
+    caption = (
+        f"What each variant actually applies, found by feeding v = identity at N = M = D = {n} on '{found.inputs}' inputs "
+        f"(CPU, float32). {how} Each panel's 'weights rel. error' compares its matrix with the exact one."
+    )
+    rows = [
+        [p.label, format_number(p.rel_error, ".3g") if p.weights is not None else "-", p.note or ""]
+        for p in found.panels
+    ]
     return Drawn(path, caption, [Table(["series", "weights rel. error", "note"], rows)])

@@ -1,4 +1,5 @@
 """The report's answers: which variant to use per error budget and N, and how each one scales."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,9 +21,15 @@ def recommendation(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], lis
     """'Which one should I use': an intro, a table N x budget per setting and input distribution (choice.py), the
     winner map (in `folder`) and the run's conditions."""
     frame, tables, metric = analysed.frame, list(analysed.tables), analysed.metric
-    searched = bool(pd.to_numeric(frame["matched_budget"], errors="coerce").notna().any()) if "matched_budget" in frame else False
-    blocks: list[Block] = [Heading(2, "Which one should I use"),
-                           Paragraph(_intro(tables, metric, searched=searched, against=analysed.errors_against))]
+    searched = (
+        bool(pd.to_numeric(frame["matched_budget"], errors="coerce").notna().any())
+        if "matched_budget" in frame
+        else False
+    )
+    blocks: list[Block] = [
+        Heading(2, "Which one should I use"),
+        Paragraph(_intro(tables, metric, searched=searched, against=analysed.errors_against)),
+    ]
     varying = choice.varying_keys(tables)
     titles = [", ".join(choice.describe(t, varying)) for t in tables] if len(tables) > 1 else [""] * len(tables)
     for table, title in zip(tables, titles):
@@ -41,14 +48,20 @@ def recommendation(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], lis
 def _intro(tables: list[choice.AnswerTable], metric: str, *, searched: bool, against: str) -> str:
     metric_name = METRIC_NAMES.get(metric, metric)
     margin = f"{GENERALISATION_MARGIN:.0%}"
-    text = (f"Each cell names the fastest variant whose {metric_name} against {against} stays within the budget, with its paired speed-up "
-            "over dense and its 95% interval (its latency where dense did not run); a variant beats dense only when the "
-            "whole interval is above 1, and overlapping intervals of the top two are a tie.")
+    text = (
+        f"Each cell names the fastest variant whose {metric_name} against {against} stays within the budget, with its paired speed-up "
+        "over dense and its 95% interval (its latency where dense did not run); a variant beats dense only when the "
+        "whole interval is above 1, and overlapping intervals of the top two are a tie."
+    )
     if searched:
-        text += (" Variants with a quality knob were searched per budget on held-out calibration seeds and scored on the "
-                 f"evaluation seed, where a searched config may exceed its budget by up to {margin} (such a cell shows its error).")
+        text += (
+            " Variants with a quality knob were searched per budget on held-out calibration seeds and scored on the "
+            f"evaluation seed, where a searched config may exceed its budget by up to {margin} (such a cell shows its error)."
+        )
     else:
-        text += " This run searched no configs (no error_budgets in its spec): each variant counts at the config it ran."
+        text += (
+            " This run searched no configs (no error_budgets in its spec): each variant counts at the config it ran."
+        )
     if not tables:
         return text + " No setting has a row that ran."
     varying = choice.varying_keys(tables)
@@ -75,10 +88,18 @@ def _out_of_reach(frame: pd.DataFrame, table: choice.AnswerTable) -> list[Block]
         else:
             where = "; ".join(
                 f"for {budget_label(b, table.metric, ascii=False)} at {_lengths_text(sorted(n for n, bb in missed if bb == b))}"
-                for b in table.budgets if any(bb == b for _, bb in missed))
-        searched = [(r["tuning"], r["seq_len"]) for _, r in part.iterrows() if isinstance(r["tuning"], dict) and r["tuning"].get("tried")]
+                for b in table.budgets
+                if any(bb == b for _, bb in missed)
+            )
+        searched = [
+            (r["tuning"], r["seq_len"])
+            for _, r in part.iterrows()
+            if isinstance(r["tuning"], dict) and r["tuning"].get("tried")
+        ]
         tops = [(t["tried"].get(str(t["high"])), t["knob"], t["high"], n) for t, n in searched]
-        best = min(((float(e), *rest) for e, *rest in tops if isinstance(e, (int, float))), default=None)  # None: not finite
+        best = min(
+            ((float(e), *rest) for e, *rest in tops if isinstance(e, (int, float))), default=None
+        )  # None: not finite
         best_text = f" (best {best[0]:.2g}: {best[1]}={best[2]} at N={format_n(int(best[3]))})" if best else ""
         parts.append(f"{variant} {where}{best_text}")
     return [Paragraph("Out of reach (on the search's held-out seeds): " + "; ".join(parts) + ".")] if parts else []
@@ -96,8 +117,14 @@ def conditions(env: dict[str, Any], frame: pd.DataFrame) -> str:
     device = ", ".join(sorted({str(v) for v in frame["device_name"] if v is not None})) if len(frame) else ""
     device = device or env.get("gpu") or env.get("cpu") or "an unknown device"
     dtypes = ", ".join(sorted({str(v) for v in frame["dtype"] if v is not None})) if len(frame) else "-"
-    load = pd.to_numeric(frame["load_per_cpu"], errors="coerce").dropna() if "load_per_cpu" in frame else pd.Series(dtype=float)
-    load_text = f"load per CPU {load.max():.2f} max, {load.median():.2f} median" if len(load) else "load per CPU not recorded"
+    load = (
+        pd.to_numeric(frame["load_per_cpu"], errors="coerce").dropna()
+        if "load_per_cpu" in frame
+        else pd.Series(dtype=float)
+    )
+    load_text = (
+        f"load per CPU {load.max():.2f} max, {load.median():.2f} median" if len(load) else "load per CPU not recorded"
+    )
     threads = f"torch {format_text(env.get('torch_threads'))} threads of {format_text(env.get('cpu_count'))} CPUs"
     return f"Measured on {device}, {dtypes}; {load_text}; {threads}; torch {format_text(env.get('torch'))}."
 
@@ -106,21 +133,31 @@ def scaling(frame: pd.DataFrame) -> list[Block]:
     """The fitted exponents of latency and memory in N, and where each variant becomes faster than dense."""
     exps = analysis.scaling_exponents(frame)
     cross = analysis.crossovers(frame)
-    blocks: list[Block] = [Heading(2, "Scaling"), Paragraph(
-        f"Log-log slope of latency and of peak memory in N over the three longest lengths that ran "
-        f"(inputs: {analysis.primary_inputs(frame)}): dense attention should be near 2, linear-cost variants near 1. "
-        "Crossover: the N from which a variant is faster than dense at every longer measured N "
-        "(interpolated in log-log between the two bracketing lengths).")]
+    blocks: list[Block] = [
+        Heading(2, "Scaling"),
+        Paragraph(
+            f"Log-log slope of latency and of peak memory in N over the three longest lengths that ran "
+            f"(inputs: {analysis.primary_inputs(frame)}): dense attention should be near 2, linear-cost variants near 1. "
+            "Crossover: the N from which a variant is faster than dense at every longer measured N "
+            "(interpolated in log-log between the two bracketing lengths)."
+        ),
+    ]
     merged = exps.merge(cross, on=list(analysis.SETTING_KEYS) + ["series"], how="left")
     rows = []
     for _, r in merged.iterrows():
-        rows.append([
-            analysis.setting_title(r.to_dict()), r["series"], format_number(r["time_exponent"], ".2f"),
-            format_number(r["memory_exponent"], ".2f"),
-            f"{r['fit_from']}-{r['fit_to']}" if r["points"] and r["points"] > 1 else "too few points",
-            _crossover_text(r),
-        ])
-    blocks.append(Table(["setting", "series", "time exponent", "memory exponent", "fit over N", "faster than dense"], rows))
+        rows.append(
+            [
+                analysis.setting_title(r.to_dict()),
+                r["series"],
+                format_number(r["time_exponent"], ".2f"),
+                format_number(r["memory_exponent"], ".2f"),
+                f"{r['fit_from']}-{r['fit_to']}" if r["points"] and r["points"] > 1 else "too few points",
+                _crossover_text(r),
+            ]
+        )
+    blocks.append(
+        Table(["setting", "series", "time exponent", "memory exponent", "fit over N", "faster than dense"], rows)
+    )
     return blocks
 
 

@@ -3,6 +3,7 @@
 Rows store raw values (seconds, bytes, floats); everything shown (the report, its figures, the
 studies' tables, the sweep's terminal table) is formatted here. A missing or non-finite value is "-".
 """
+
 from __future__ import annotations
 
 import math

@@ -10,6 +10,7 @@ Runs on CPU in float32 at a small N (default 64, so D = 64 too); nothing here ne
 Learnable variants are used as built (seeded, uncalibrated) unless ``calibrate=True``, which fits
 them with variants.calibrate's default budget on other seeds of the same distribution at this N.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -107,8 +108,10 @@ def attention_maps(
 
     q, k, used = make_probe(n, inputs, seed=seed)
     exact = attention_weights(q, k, causal=causal)[0, 0].numpy()  # (N, N) float64
-    panels = [map_panel(label, name, config, q, k, used, seed=seed, causal=causal, calibrate=calibrate, exact=exact)
-              for label, name, config in series]
+    panels = [
+        map_panel(label, name, config, q, k, used, seed=seed, causal=causal, calibrate=calibrate, exact=exact)
+        for label, name, config in series
+    ]
     return MapSet(exact=exact, panels=panels, n=n, inputs=used, seed=seed, causal=causal, calibrated=calibrate)
 
 
@@ -144,7 +147,9 @@ def map_panel(label, name, config, q, k, inputs, *, seed, causal, calibrate, exa
     except NotSupportedError as exc:
         return MapPanel(label, None, "unsupported: " + "; ".join(exc.reasons), None)
     except Exception as exc:  # one failing variant must not sink the figure: its panel says why
-        return MapPanel(label, None, f"failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", None)
+        return MapPanel(
+            label, None, f"failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", None
+        )
     rel = float(np.linalg.norm(weights - exact) / np.linalg.norm(exact))
     return MapPanel(label, weights, note, rel)
 

@@ -5,6 +5,7 @@ hangs, crashes, calls sys.exit or returns garbage costs its own panel (a note sa
 never the report or the sweep. The panels run one after another in one child; when the child
 dies or a panel runs past the limit, that panel is marked failed and a fresh child takes the rest.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,9 +25,17 @@ DEFAULT_PANEL_TIMEOUT_S = 120.0  # a panel's limit when the run recorded no cell
 POLL_S = 0.05
 
 
-def isolated_maps(series: Sequence[tuple[str, str, dict]], *, n: int = 64, inputs: str = "gaussian", seed: int = 0,
-                  causal: bool = False, calibrate: bool = False, timeout_s: float | None = None,
-                  plugins: Sequence[str] = ()) -> MapSet:
+def isolated_maps(
+    series: Sequence[tuple[str, str, dict]],
+    *,
+    n: int = 64,
+    inputs: str = "gaussian",
+    seed: int = 0,
+    causal: bool = False,
+    calibrate: bool = False,
+    timeout_s: float | None = None,
+    plugins: Sequence[str] = (),
+) -> MapSet:
     """harness.report.maps.attention_maps, each panel in a child process with `timeout_s` seconds (default 120)."""
     from variants import attention_weights
 
@@ -36,7 +45,7 @@ def isolated_maps(series: Sequence[tuple[str, str, dict]], *, n: int = 64, input
     request = {"n": n, "inputs": used, "seed": seed, "causal": causal, "calibrate": calibrate, "plugins": list(plugins)}
     panels: list[MapPanel] = []
     while len(panels) < len(series):
-        todo = list(series[len(panels):])
+        todo = list(series[len(panels) :])
         got, failure = _run_child({**request, "series": [list(s) for s in todo]}, limit)
         panels += got
         if failure is not None and len(panels) < len(series):
@@ -52,8 +61,12 @@ def _run_child(request: dict, limit: float) -> tuple[list[MapPanel], str | None]
         path_out.touch()
         done = 0  # panels the child has finished (complete lines), counted without parsing them
         with open(path_err, "w", encoding="utf-8") as err:
-            child = subprocess.Popen([sys.executable, "-m", "harness.report.maps_isolated", str(path_in), str(path_out)],
-                                     env=child_env(), stdout=subprocess.DEVNULL, stderr=err)
+            child = subprocess.Popen(
+                [sys.executable, "-m", "harness.report.maps_isolated", str(path_in), str(path_out)],
+                env=child_env(),
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
             deadline = time.monotonic() + limit
             try:
                 while True:
@@ -72,7 +85,9 @@ def _run_child(request: dict, limit: float) -> tuple[list[MapPanel], str | None]
                     if time.monotonic() > deadline:
                         child.kill()
                         child.wait()
-                        return _read_panels(path_out), f"did not finish within {limit:g} s (the run's per-cell limit); its process was killed"
+                        return _read_panels(
+                            path_out
+                        ), f"did not finish within {limit:g} s (the run's per-cell limit); its process was killed"
                     time.sleep(POLL_S)
             finally:
                 if child.poll() is None:
@@ -110,10 +125,23 @@ def main(argv: list[str]) -> int:
     exact = attention_weights(q, k, causal=request["causal"])[0, 0].numpy()
     with open(path_out, "a", encoding="utf-8") as out:
         for label, name, config in request["series"]:
-            panel = map_panel(label, name, config, q, k, used, seed=request["seed"], causal=request["causal"],
-                              calibrate=request["calibrate"], exact=exact)
+            panel = map_panel(
+                label,
+                name,
+                config,
+                q,
+                k,
+                used,
+                seed=request["seed"],
+                causal=request["causal"],
+                calibrate=request["calibrate"],
+                exact=exact,
+            )
             weights = None if panel.weights is None else panel.weights.tolist()
-            out.write(json.dumps({"label": panel.label, "weights": weights, "note": panel.note, "rel_error": panel.rel_error}) + "\n")
+            out.write(
+                json.dumps({"label": panel.label, "weights": weights, "note": panel.note, "rel_error": panel.rel_error})
+                + "\n"
+            )
             out.flush()
     return 0
 

@@ -1,4 +1,5 @@
 """The report's opening sections: the environment, the devices of a mixed run, the spec, and the outcome counts."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -9,7 +10,14 @@ import pandas as pd
 from harness.report.formatting import format_text
 from harness.report.page import Block, Code, Heading, Paragraph, Table
 
-STATUS_ORDER = ("ok", "oom", "unsupported", "error", "nonfinite", "timeout")  # the outcome table's columns, then any other
+STATUS_ORDER = (
+    "ok",
+    "oom",
+    "unsupported",
+    "error",
+    "nonfinite",
+    "timeout",
+)  # the outcome table's columns, then any other
 
 
 def environment(env: dict[str, Any], frame: pd.DataFrame) -> list[Block]:
@@ -50,21 +58,36 @@ def load_warning(frame: pd.DataFrame) -> list[str]:
     high = float(load.max()) if load.notna().any() else None
     if noisy < NOISY_SHARE * len(ok) and (high is None or high < HIGH_LOAD_PER_CPU):
         return []
-    under = f"measured under load (up to {high:.2f} per CPU; {HIGH_LOAD_PER_CPU} counts as loaded)" if high is not None and high >= HIGH_LOAD_PER_CPU else "measured with noisy timings"
-    return [f"This run was {under}: {noisy} of {len(ok)} timed cells are marked noisy († in the tables, hollow markers "
-            "in the figures). Trust the paired speed-ups with their intervals over raw latencies; docs/timing.md says how to "
-            "get quiet numbers."]
+    under = (
+        f"measured under load (up to {high:.2f} per CPU; {HIGH_LOAD_PER_CPU} counts as loaded)"
+        if high is not None and high >= HIGH_LOAD_PER_CPU
+        else "measured with noisy timings"
+    )
+    return [
+        f"This run was {under}: {noisy} of {len(ok)} timed cells are marked noisy († in the tables, hollow markers "
+        "in the figures). Trust the paired speed-ups with their intervals over raw latencies; docs/timing.md says how to "
+        "get quiet numbers."
+    ]
 
 
 def devices(frame: pd.DataFrame) -> list[Block]:
     """Only when the run spans several devices (a Ray or Slurm sweep over mixed GPUs): cells per device and host."""
     if not len(frame) or frame["device_name"].nunique() < 2:
         return []
-    rows = [[str(name), ", ".join(sorted({str(h) for h in part["host"]})), str(len(part)), str(int((part["status"] == "ok").sum()))]
-            for name, part in frame.groupby("device_name", sort=True)]
-    note = ("This run's cells ran on different devices (see each table's device column). Latency, speed-up and memory "
-            "ratios compare cells measured on different hardware; for a clean comparison run each device type as its own "
-            "run (docs/scaling.md).")
+    rows = [
+        [
+            str(name),
+            ", ".join(sorted({str(h) for h in part["host"]})),
+            str(len(part)),
+            str(int((part["status"] == "ok").sum())),
+        ]
+        for name, part in frame.groupby("device_name", sort=True)
+    ]
+    note = (
+        "This run's cells ran on different devices (see each table's device column). Latency, speed-up and memory "
+        "ratios compare cells measured on different hardware; for a clean comparison run each device type as its own "
+        "run (docs/scaling.md)."
+    )
     return [Heading(2, "Devices"), Paragraph(note), Table(["device", "hosts", "cells", "ok"], rows)]
 
 
@@ -93,6 +116,10 @@ def math_fallback(frame: pd.DataFrame) -> list[Block]:
         return []
     where = ", ".join(sorted({f"{s} N={n}" for s, n in zip(fell["series"], fell["seq_len"])})[:6])
     more = f" and {len(fell) - 6} more" if len(fell) > 6 else ""
-    return [Paragraph(f"**Warning: SDPA fell back to the math kernel on CUDA** in {len(fell)} row(s) ({where}{more}): "
-                      "torch found no fused kernel for that dtype, head dim or mask, so those latencies and memory are not "
-                      "the fused kernel's (see the sdpa_kernel column).")]
+    return [
+        Paragraph(
+            f"**Warning: SDPA fell back to the math kernel on CUDA** in {len(fell)} row(s) ({where}{more}): "
+            "torch found no fused kernel for that dtype, head dim or mask, so those latencies and memory are not "
+            "the fused kernel's (see the sdpa_kernel column)."
+        )
+    ]

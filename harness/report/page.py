@@ -1,4 +1,5 @@
 """The page model: a report (or a study's summary) is a list of blocks, built once and rendered twice (harness.report.render)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -4,6 +4,7 @@ Log-log axes where scaling matters; OOM points are drawn as crosses at the top o
 Each function writes one PNG with a stable file name and returns its path, or None when there
 is nothing to draw.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,9 +24,20 @@ MIN_ERROR = 1e-12  # errors are drawn on log axes: an exact 0 is drawn here
 FRONT_GID, OUTSIDE_GID = "pareto-front", "outside-budget"  # gids of the Pareto points (the tests find them by these)
 
 
-def plot_metric_vs_n(frame: pd.DataFrame, metric: str, path: Path, *, ylabel: str, title: str,
-                     logy: bool = True, hline: float | None = None, bytes_axis: bool = False,
-                     ratio_axis: bool = False, seconds_axis: bool = False, band: tuple[str, str] | None = None) -> Path | None:
+def plot_metric_vs_n(
+    frame: pd.DataFrame,
+    metric: str,
+    path: Path,
+    *,
+    ylabel: str,
+    title: str,
+    logy: bool = True,
+    hline: float | None = None,
+    bytes_axis: bool = False,
+    ratio_axis: bool = False,
+    seconds_axis: bool = False,
+    band: tuple[str, str] | None = None,
+) -> Path | None:
     """One subplot per setting: `metric` of every series against N, one input distribution, OOM marked.
 
     `band` (low, high columns, e.g. the p20 and p80 latency) shades the spread around each median line where both are
@@ -49,8 +61,16 @@ def plot_metric_vs_n(frame: pd.DataFrame, metric: str, path: Path, *, ylabel: st
                     _band(ax, ok_rows, band, styles[label])
                 noisy = group[(group["noisy"] == True) & group["seq_len"].isin(ok.index)]["seq_len"].unique()  # noqa: E712
                 if len(noisy):  # hollow markers: timed under load or noisily (docs/timing.md)
-                    ax.plot(noisy, ok.loc[noisy].values, linestyle="none", marker=styles[label].get("marker", "o"),
-                            markersize=8, markerfacecolor="white", markeredgecolor=styles[label].get("color"), zorder=3)
+                    ax.plot(
+                        noisy,
+                        ok.loc[noisy].values,
+                        linestyle="none",
+                        marker=styles[label].get("marker", "o"),
+                        markersize=8,
+                        markerfacecolor="white",
+                        markeredgecolor=styles[label].get("color"),
+                        zorder=3,
+                    )
             plotting.mark_oom(ax, group, styles[label])
         if hline is not None:
             ax.axhline(hline, color="gray", linewidth=0.8, linestyle="--")
@@ -74,12 +94,19 @@ def _band(ax, ok_rows: pd.DataFrame, band: tuple[str, str], style: dict) -> None
     """Shade between the `band` columns (medians per N) where both are measured."""
     spread = ok_rows.dropna(subset=list(band)).groupby("seq_len")[list(band)].median()
     if len(spread):
-        ax.fill_between(spread.index, spread[band[0]], spread[band[1]], color=style["color"], linewidth=0,
-                        alpha=plotting.BAND_ALPHA * style.get("alpha", 1.0))
+        ax.fill_between(
+            spread.index,
+            spread[band[0]],
+            spread[band[1]],
+            color=style["color"],
+            linewidth=0,
+            alpha=plotting.BAND_ALPHA * style.get("alpha", 1.0),
+        )
 
 
-def plot_error_vs_n(frame: pd.DataFrame, path: Path, *, budgets: Sequence[float], metric: str,
-                    against: str = "exact float64 attention") -> Path | None:
+def plot_error_vs_n(
+    frame: pd.DataFrame, path: Path, *, budgets: Sequence[float], metric: str, against: str = "exact float64 attention"
+) -> Path | None:
     """The error metric (frame's "error", harness.report.budgets) against N: a row of subplots per setting, one column
     per input distribution; each error budget a dashed line. `against`: what the errors are measured against."""
     if not len(frame) or not frame["error"].notna().any():
@@ -116,53 +143,101 @@ def plot_pareto(frame: pd.DataFrame, path: Path, *, budgets: Sequence[float], me
     outside every budget, drawn but never on the front. Each budget is a dashed line.
     """
     inputs = primary_inputs(frame)
-    ok = frame[(frame["status"] == "ok") & (frame["inputs"] == inputs) & frame["error"].notna() & frame["latency_s"].notna()] \
-        if len(frame) else frame
+    ok = (
+        frame[
+            (frame["status"] == "ok")
+            & (frame["inputs"] == inputs)
+            & frame["error"].notna()
+            & frame["latency_s"].notna()
+        ]
+        if len(frame)
+        else frame
+    )
     if not len(ok):
         return None
     blocks = [(setting, sorted(set(select(ok, setting)["seq_len"]))) for setting in settings(ok)]
     ncols = min(PARETO_COLUMNS, max(len(lengths) for _, lengths in blocks))
-    lines = [(setting, lengths[k: k + ncols]) for setting, lengths in blocks for k in range(0, len(lengths), ncols)]
+    lines = [(setting, lengths[k : k + ncols]) for setting, lengths in blocks for k in range(0, len(lengths), ncols)]
     plt, fig, axes = plotting.grid(len(lines) * ncols, ncols=ncols, width=3.6, height=3.0)
     styles = plotting.series_styles(frame, outside=plotting.outside_budget(ok))
     shared: dict[int, list] = {}  # a setting's panels share one error range
     for i, (setting, lengths) in enumerate(lines):
         part = select(ok, setting)
-        for j, (ax, n) in enumerate(zip(axes[i * ncols: i * ncols + len(lengths)], lengths)):
+        for j, (ax, n) in enumerate(zip(axes[i * ncols : i * ncols + len(lengths)], lengths)):
             _pareto_panel(ax, part[part["seq_len"] == n], styles, budgets, metric)
             first = n == min(part["seq_len"])
-            ax.set_title(f"{setting_title(setting)}\nN = {format_n(n)}" if first else f"N = {format_n(n)}", fontsize=8,
-                         loc="left" if first else "center")
+            ax.set_title(
+                f"{setting_title(setting)}\nN = {format_n(n)}" if first else f"N = {format_n(n)}",
+                fontsize=8,
+                loc="left" if first else "center",
+            )
             ax.set_xlabel(f"latency (inputs: {inputs})", fontsize=8)
             if j == 0:
                 ax.set_ylabel(METRIC_NAMES[metric], fontsize=8)
             shared.setdefault(id(setting), [part["error"]]).append(ax)
     for errors, *panels in shared.values():
         _share_y(panels, errors, budgets)
-    plotting.finish(plt, fig, axes, styles, "Error vs latency at each N, better is lower-left\nfilled: within the largest budget; "
-                    "outlined: the Pareto front among them; hollow: outside every budget; dashed: the budgets", path)
+    plotting.finish(
+        plt,
+        fig,
+        axes,
+        styles,
+        "Error vs latency at each N, better is lower-left\nfilled: within the largest budget; "
+        "outlined: the Pareto front among them; hollow: outside every budget; dashed: the budgets",
+        path,
+    )
     return path
 
 
 def _pareto_panel(ax, at_n: pd.DataFrame, styles: dict, budgets: tuple[float, ...], metric: str) -> None:
     """One N's points (a series' median latency and error), the front over the in-budget ones, the budget lines."""
-    points = at_n.groupby("series").agg(latency=("latency_s", "median"), error=("error", "median"),
-                                        in_budget=("in_budget", "all")).reset_index()
+    points = (
+        at_n.groupby("series")
+        .agg(latency=("latency_s", "median"), error=("error", "median"), in_budget=("in_budget", "all"))
+        .reset_index()
+    )
     points["error"] = points["error"].clip(lower=MIN_ERROR)
     front = pareto_front(points[points["in_budget"].astype(bool)], "latency", "error")
     if len(front) > 1:
-        ax.step(front["latency"], front["error"], where="post", color="gray", linewidth=1, alpha=0.7, label="_front",
-                gid=FRONT_GID)
+        ax.step(
+            front["latency"],
+            front["error"],
+            where="post",
+            color="gray",
+            linewidth=1,
+            alpha=0.7,
+            label="_front",
+            gid=FRONT_GID,
+        )
     on_front = set(front["series"])
     for _, p in points.iterrows():
         style = styles[p["series"]]
         if p["in_budget"]:
             big = p["series"] in on_front
-            ax.scatter(p["latency"], p["error"], color=style["color"], marker=style["marker"], s=70 if big else 35,
-                       edgecolors="black" if big else "none", zorder=3, label=style["label"], gid=FRONT_GID if big else None)
+            ax.scatter(
+                p["latency"],
+                p["error"],
+                color=style["color"],
+                marker=style["marker"],
+                s=70 if big else 35,
+                edgecolors="black" if big else "none",
+                zorder=3,
+                label=style["label"],
+                gid=FRONT_GID if big else None,
+            )
         else:
-            ax.scatter(p["latency"], p["error"], facecolors="none", edgecolors=style["color"], marker=style["marker"], s=40,
-                       linewidths=1.2, zorder=3, label=style["label"], gid=OUTSIDE_GID)
+            ax.scatter(
+                p["latency"],
+                p["error"],
+                facecolors="none",
+                edgecolors=style["color"],
+                marker=style["marker"],
+                s=40,
+                linewidths=1.2,
+                zorder=3,
+                label=style["label"],
+                gid=OUTSIDE_GID,
+            )
     plotting.budget_lines(ax, budgets, metric)
     plotting.log_axis(ax.xaxis, ax.set_xscale)
     plotting.seconds_axis(ax.xaxis)
@@ -205,13 +280,15 @@ def plot_memory_limits(limits: pd.DataFrame, frame: pd.DataFrame, path: Path) ->
             ax.text(max(row["longest_ok"] or 0, 1) * 1.1, yi, text, va="center", fontsize=7)
         ax.set_yticks(y, part["series"], fontsize=8)
         ax.set_xscale("log", base=2)
-        ax.set_xlim(left=max(1, float(longest[longest > 0].min()) / 2) if (longest > 0).any() else 1,
-                    right=float(part["longest_tried"].max()) * 4)
+        ax.set_xlim(
+            left=max(1, float(longest[longest > 0].min()) / 2) if (longest > 0).any() else 1,
+            right=float(part["longest_tried"].max()) * 4,
+        )
         ax.xaxis.set_major_formatter(plotting.n_formatter())
         ax.set_xlabel("longest N that ran")
         ax.set_title(setting_title(setting), fontsize=9)
         ax.grid(True, axis="x", alpha=0.3)
-    for ax in axes[len(found):]:
+    for ax in axes[len(found) :]:
         ax.set_visible(False)
     fig.suptitle("Longest sequence each variant ran, and what stopped it (any input distribution)", fontsize=11)
     plotting.save(plt, fig, path)

@@ -4,6 +4,7 @@ One colour per variant in every figure (dense black, built-ins fixed, others fro
 names), one line style and marker per config within a variant. Nothing here runs at import time:
 matplotlib is imported inside the helpers. The studies' figures use pyplot() too.
 """
+
 from __future__ import annotations
 
 import textwrap
@@ -17,8 +18,25 @@ from harness.report.analysis import select, settings
 from harness.report.budgets import budget_text
 from harness.report.formatting import format_bytes, format_n, format_seconds
 
-FIXED_COLORS = {"dense": "black", "chunked": "tab:blue", "sliding_window": "tab:orange", "linformer": "tab:green", "distilled": "tab:red"}
-OTHER_COLORS = ("tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray", "gold", "navy", "teal", "maroon")
+FIXED_COLORS = {
+    "dense": "black",
+    "chunked": "tab:blue",
+    "sliding_window": "tab:orange",
+    "linformer": "tab:green",
+    "distilled": "tab:red",
+}
+OTHER_COLORS = (
+    "tab:purple",
+    "tab:brown",
+    "tab:pink",
+    "tab:olive",
+    "tab:cyan",
+    "tab:gray",
+    "gold",
+    "navy",
+    "teal",
+    "maroon",
+)
 LINESTYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 DPI = 110
@@ -62,8 +80,12 @@ def series_styles(frame: pd.DataFrame, *, outside: Collection[str] = ()) -> dict
     for variant in sorted({v for v, _ in pairs}):
         labels = [s for v, s in pairs if v == variant]
         for i, label in enumerate(labels):
-            styles[label] = dict(color=colors[variant], linestyle=LINESTYLES[i % len(LINESTYLES)], marker=MARKERS[i % len(MARKERS)],
-                                 label=label)
+            styles[label] = dict(
+                color=colors[variant],
+                linestyle=LINESTYLES[i % len(LINESTYLES)],
+                marker=MARKERS[i % len(MARKERS)],
+                label=label,
+            )
             if label in outside:
                 styles[label].update(linestyle=":", alpha=OUTSIDE_ALPHA, label=label + OUTSIDE_LABEL)
     return styles
@@ -87,7 +109,9 @@ def grid(count: int, *, ncols: int | None = None, width: float = 5.2, height: fl
     plt = pyplot()
     ncols = ncols or min(2, max(1, count))
     nrows = max(1, -(-count // ncols))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols + 2.2, height * nrows + 0.7), squeeze=False, constrained_layout=True)
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(width * ncols + 2.2, height * nrows + 0.7), squeeze=False, constrained_layout=True
+    )
     return plt, fig, list(axes.ravel())
 
 
@@ -100,7 +124,9 @@ def finish(plt, fig, axes, styles: dict, title: str, path: Path) -> None:
     used = sorted({label for ax in axes for label in ax.get_legend_handles_labels()[1] if not label.startswith("_")})
     handles = [Line2D([], [], **by_label[label]) for label in used if label in by_label]
     if any(line.get_gid() == OOM_GID for ax in axes for line in ax.get_lines()):
-        handles.append(Line2D([], [], color="dimgray", marker="x", linestyle="none", markersize=7, label="out of memory"))
+        handles.append(
+            Line2D([], [], color="dimgray", marker="x", linestyle="none", markersize=7, label="out of memory")
+        )
     if handles:
         fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
     for ax in axes:
@@ -115,8 +141,16 @@ def budget_lines(ax, budgets: Sequence[float], metric: str) -> None:
     """A dashed horizontal line per error budget, its value written at the right edge."""
     for budget in budgets:
         ax.axhline(budget, color="dimgray", linestyle="--", linewidth=0.9, label="_budget", gid=BUDGET_GID)
-        ax.text(0.99, budget, f"budget {budget_text(budget, metric)}", transform=ax.get_yaxis_transform(), ha="right",
-                va="bottom", fontsize=7, color="dimgray")
+        ax.text(
+            0.99,
+            budget,
+            f"budget {budget_text(budget, metric)}",
+            transform=ax.get_yaxis_transform(),
+            ha="right",
+            va="bottom",
+            fontsize=7,
+            color="dimgray",
+        )
 
 
 def save(plt, fig, path: Path) -> None:
@@ -128,8 +162,18 @@ def mark_oom(ax, group: pd.DataFrame, style: dict) -> None:
     """Crosses at the top of the axes at each N where the series ran out of memory."""
     oom = sorted(set(group[group["status"] == "oom"]["seq_len"]))
     if oom:
-        ax.plot(oom, [0.96] * len(oom), transform=ax.get_xaxis_transform(), linestyle="none", marker="x",
-                color=style["color"], markersize=8, markeredgewidth=2, clip_on=False, gid=OOM_GID)
+        ax.plot(
+            oom,
+            [0.96] * len(oom),
+            transform=ax.get_xaxis_transform(),
+            linestyle="none",
+            marker="x",
+            color=style["color"],
+            markersize=8,
+            markeredgewidth=2,
+            clip_on=False,
+            gid=OOM_GID,
+        )
 
 
 def log_axis(axis, set_scale) -> None:

@@ -3,6 +3,7 @@
 Data only, never used as expected values: a report shows "the paper saw X on <hardware>; we see Y
 on <our hardware>". Sources as cited; the numbers were transcribed from the project's ANCHORS notes.
 """
+
 from __future__ import annotations
 
 # Linformer (Wang et al. 2020), Table 3: inference speed-up over the Transformer, NVIDIA V100.
@@ -12,11 +13,21 @@ LINFORMER_SPEEDUP = {
     "mode": "forward",
     # (sequence length n, projected length k) -> speed-up over the standard Transformer
     "speedup": {
-        (2048, 128): 2.6, (2048, 256): 2.4, (2048, 512): 2.1,
-        (4096, 128): 3.4, (4096, 256): 3.2, (4096, 512): 2.8,
-        (8192, 128): 5.5, (8192, 256): 5.0, (8192, 512): 4.4,
-        (16384, 128): 8.6, (16384, 256): 7.8, (16384, 512): 7.0,
-        (65536, 128): 20.0, (65536, 256): 18.0, (65536, 512): 16.0,
+        (2048, 128): 2.6,
+        (2048, 256): 2.4,
+        (2048, 512): 2.1,
+        (4096, 128): 3.4,
+        (4096, 256): 3.2,
+        (4096, 512): 2.8,
+        (8192, 128): 5.5,
+        (8192, 256): 5.0,
+        (8192, 512): 4.4,
+        (16384, 128): 8.6,
+        (16384, 256): 7.8,
+        (16384, 512): 7.0,
+        (65536, 128): 20.0,
+        (65536, 256): 18.0,
+        (65536, 512): 16.0,
     },
 }
 

@@ -1,4 +1,5 @@
 """The two renderers of a page (harness.report.page): GitHub Markdown and one self-contained HTML file."""
+
 from __future__ import annotations
 
 import base64
@@ -9,9 +10,11 @@ from typing import Any, Iterable
 
 from harness.report.page import Block, Code, Heading, Image, Paragraph, Table
 
-STYLE = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
-         "table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
-         "th{background:#f3f3f3}img{max-width:100%}figcaption{font-size:13px;color:#555}pre{background:#f6f6f6;padding:1em}")
+STYLE = (
+    "body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
+    "table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
+    "th{background:#f3f3f3}img{max-width:100%}figcaption{font-size:13px;color:#555}pre{background:#f6f6f6;padding:1em}"
+)
 
 
 def render_markdown(blocks: Iterable[Block]) -> str:
@@ -52,16 +55,20 @@ def render_html(blocks: Iterable[Block], folder: Path, *, title: str) -> str:
             body.append(f"<pre>{html.escape(block.text)}</pre>")
         elif isinstance(block, Image):
             data = base64.b64encode((folder / block.file).read_bytes()).decode("ascii")
-            body.append(f'<figure><img alt="{html.escape(block.file)}" src="data:image/png;base64,{data}">'
-                        f"<figcaption>{_inline(block.caption)}</figcaption></figure>")
+            body.append(
+                f'<figure><img alt="{html.escape(block.file)}" src="data:image/png;base64,{data}">'
+                f"<figcaption>{_inline(block.caption)}</figcaption></figure>"
+            )
         elif isinstance(block, Table):
             head = "".join(f"<th>{_inline(h)}</th>" for h in block.headers)
             rows = "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>" for row in block.rows)
             body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
         else:
             raise TypeError(f"not a page block: {block!r}")
-    return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+    return (
+        f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
 
 
 def _inline(text: Any) -> str:

@@ -1,4 +1,5 @@
 """The report's layer section: attention's share of a transformer block (the decode figures are in harness.report.figures)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -43,18 +44,24 @@ def _share_table(setting: pd.DataFrame) -> Table | None:
     def at(scope: str) -> pd.DataFrame:
         return setting[setting["scope"] == scope]
 
-    dense = {s: at(s)[at(s)["variant"] == BASELINE].groupby("seq_len")["latency_s"].median() for s in ("attention", "layer")}
+    dense = {
+        s: at(s)[at(s)["variant"] == BASELINE].groupby("seq_len")["latency_s"].median() for s in ("attention", "layer")
+    }
     lengths = sorted(set(dense["attention"].index) & set(dense["layer"].index))
     if not lengths:
         return None
     series = sorted(set(setting.loc[setting["variant"] != BASELINE, "series"]))
     speed = {s: at(s).groupby(["series", "seq_len"])["dense_speedup"].median() for s in ("attention", "layer")}
-    headers = ["N", "dense attention", "dense layer", "attention share"] + [f"{name} (attention / layer)" for name in series]
+    headers = ["N", "dense attention", "dense layer", "attention share"] + [
+        f"{name} (attention / layer)" for name in series
+    ]
     rows = []
     for n in lengths:
         attention, layer = dense["attention"][n], dense["layer"][n]
         line = [format_n(n), format_seconds(attention), format_seconds(layer), f"{100 * attention / layer:.0f}%"]
         for name in series:
-            line.append(f"{format_ratio(speed['attention'].get((name, n), np.nan))} / {format_ratio(speed['layer'].get((name, n), np.nan))}")
+            line.append(
+                f"{format_ratio(speed['attention'].get((name, n), np.nan))} / {format_ratio(speed['layer'].get((name, n), np.nan))}"
+            )
         rows.append(line)
     return Table(headers, rows)

@@ -4,6 +4,7 @@
 <stem>.csv/.json/.md/.png in a run folder; <stem>.json is {"meta": {...}, "rows": [...]}. The
 tables here are the ones the studies write into their .md, so the report and the .md agree.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,11 +28,20 @@ def model_eval_table(rows: list[dict[str, Any]]) -> Table:
         mean_tokens = "-" if r.get("seq_len_mean") is None else str(round(r["seq_len_mean"]))
         head = [str(r.get("variant")), str(r.get("max_len")), mean_tokens]
         if r.get("status") == "ok":
-            body.append(head + [format_number(r.get("cosine_mean"), ".5f"), format_number(r.get("cosine_min"), ".5f"),
-                                format_number(r.get("retrieval_agreement"), ".3f"), ""])
+            body.append(
+                head
+                + [
+                    format_number(r.get("cosine_mean"), ".5f"),
+                    format_number(r.get("cosine_min"), ".5f"),
+                    format_number(r.get("retrieval_agreement"), ".3f"),
+                    "",
+                ]
+            )
         else:
             body.append(head + ["-", "-", "-", f"{r.get('status')}: {short_reason(r.get('reason'), missing='')}"])
-    return Table(["variant", "max_len", "mean tokens", "cosine mean", "cosine min", "retrieval agreement", "note"], body)
+    return Table(
+        ["variant", "max_len", "mean tokens", "cosine mean", "cosine min", "retrieval agreement", "note"], body
+    )
 
 
 def model_eval_note(model: str) -> str:
@@ -61,20 +71,26 @@ def tasks_table(rows: list[dict[str, Any]]) -> Table:
 
 def tasks_note(rows: list[dict[str, Any]]) -> str:
     chance = ", ".join(sorted({f"{r['task']} {r['chance']:.3f}" for r in rows if r.get("chance") is not None}))
-    majority = ", ".join(sorted({f"{r['task']} N={r['seq_len']} {r['majority']:.3f}" for r in rows if r.get("majority") is not None}))
+    majority = ", ".join(
+        sorted({f"{r['task']} N={r['seq_len']} {r['majority']:.3f}" for r in rows if r.get("majority") is not None})
+    )
     return f"Test accuracy (delta to dense). Chance: {chance}. Majority class of the test set: {majority}."
 
 
 # stem -> (section title, what it measured, its table)
 STUDIES: dict[str, tuple[str, str, Callable[[list[dict[str, Any]]], Table]]] = {
-    MODEL_EVAL: ("Inside a pretrained model (model-eval)",
-                 "Each variant swapped into every attention layer of all-MiniLM-L6-v2 (its weights kept): sentence-embedding "
-                 "cosine to the unmodified model and how often each passage's nearest neighbour stays the same.",
-                 model_eval_table),
-    TASKS: ("Trained from scratch on long-range tasks (tasks)",
-            "Tiny transformers of one size, one per variant, trained with the same budget on MQAR (associative recall) and "
-            "ListOps; test accuracy, and in brackets the change against dense.",
-            tasks_table),
+    MODEL_EVAL: (
+        "Inside a pretrained model (model-eval)",
+        "Each variant swapped into every attention layer of all-MiniLM-L6-v2 (its weights kept): sentence-embedding "
+        "cosine to the unmodified model and how often each passage's nearest neighbour stays the same.",
+        model_eval_table,
+    ),
+    TASKS: (
+        "Trained from scratch on long-range tasks (tasks)",
+        "Tiny transformers of one size, one per variant, trained with the same budget on MQAR (associative recall) and "
+        "ListOps; test accuracy, and in brackets the change against dense.",
+        tasks_table,
+    ),
 }
 
 
@@ -111,15 +127,25 @@ def study_caveats(folder: Path) -> list[str]:
     for r in study_rows(folder, TASKS) or []:
         delta = r.get("delta_to_dense")
         if r.get("status") == "ok" and delta is not None and delta < -TASK_LOSS_FLAG:
-            losses.setdefault(config_label(r["variant"], r.get("config")), []).append(f"{r['task']} N={r['seq_len']}: {delta:+.2f}")
+            losses.setdefault(config_label(r["variant"], r.get("config")), []).append(
+                f"{r['task']} N={r['seq_len']}: {delta:+.2f}"
+            )
     if losses:
         parts = "; ".join(f"{v} ({', '.join(items)})" for v, items in sorted(losses.items()))
-        out.append(f"**Trained tasks:** these lose more than {TASK_LOSS_FLAG:.0%} accuracy against dense: {parts}. "
-                   "A small error on random inputs does not guarantee a model trains as well.")
-    weak = sorted({f"{config_label(r['variant'], r.get('config'))} (cosine {r['cosine_mean']:.3f} at {r['max_len']} tokens)"
-                   for r in study_rows(folder, MODEL_EVAL) or []
-                   if r.get("status") == "ok" and r.get("cosine_mean") is not None and r["cosine_mean"] < MODEL_COSINE_FLAG})
+        out.append(
+            f"**Trained tasks:** these lose more than {TASK_LOSS_FLAG:.0%} accuracy against dense: {parts}. "
+            "A small error on random inputs does not guarantee a model trains as well."
+        )
+    weak = sorted(
+        {
+            f"{config_label(r['variant'], r.get('config'))} (cosine {r['cosine_mean']:.3f} at {r['max_len']} tokens)"
+            for r in study_rows(folder, MODEL_EVAL) or []
+            if r.get("status") == "ok" and r.get("cosine_mean") is not None and r["cosine_mean"] < MODEL_COSINE_FLAG
+        }
+    )
     if weak:
-        out.append(f"**Inside a pretrained model:** swapped in without retraining, these move sentence embeddings "
-                   f"below cosine {MODEL_COSINE_FLAG}: {', '.join(weak)}.")
+        out.append(
+            f"**Inside a pretrained model:** swapped in without retraining, these move sentence embeddings "
+            f"below cosine {MODEL_COSINE_FLAG}: {', '.join(weak)}."
+        )
     return out

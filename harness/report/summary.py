@@ -1,6 +1,7 @@
 """What a sweep prints at the end, from the run analysed once: variant x N per setting and inputs (the terminal
 columns of harness.report.columns, and for a series matched to an error budget the knob value found at each N), and
 the answer at the largest N."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -25,8 +26,11 @@ def summary_table(analysed: "AnalysedRun") -> str:
     blocks = []
     for setting, group in frame.groupby(keys, sort=False):
         s = dict(zip(keys, setting))
-        title = (" ".join(describe(s, ("mode", "dtype", "causal", "batch", "heads", "head_dim"), skip_defaults=False))
-                 + axes_title(s) + f" inputs={s['inputs']} on {s['device']}")  # 'forward float32 causal B=1 H=8 D=64 inputs=local on cpu'
+        title = (
+            " ".join(describe(s, ("mode", "dtype", "causal", "batch", "heads", "head_dim"), skip_defaults=False))
+            + axes_title(s)
+            + f" inputs={s['inputs']} on {s['device']}"
+        )  # 'forward float32 causal B=1 H=8 D=64 inputs=local on cpu'
 
         lengths = sorted(group["seq_len"].unique())
         header = ["variant", "metric"] + [format_n(n) for n in lengths]
@@ -48,8 +52,12 @@ def summary_table(analysed: "AnalysedRun") -> str:
                         cells.append(text(r))
                 lines.append([series if i == 0 else "", metric] + cells)
         widths = [max(len(line[c]) for line in lines) for c in range(len(header))]
-        text = "\n".join("  ".join(cell.ljust(w) if c < 2 else cell.rjust(w) for c, (cell, w) in enumerate(zip(line, widths))).rstrip()
-                         for line in lines)
+        text = "\n".join(
+            "  ".join(
+                cell.ljust(w) if c < 2 else cell.rjust(w) for c, (cell, w) in enumerate(zip(line, widths))
+            ).rstrip()
+            for line in lines
+        )
         blocks.append(f"{title}\n{text}")
     return "\n\n".join(blocks)
 

@@ -1,6 +1,7 @@
 """The winner map: a grid N x error budget per setting and inputs, coloured by the winning variant.
 
 Each cell is the winner of harness.report.choice, labelled with its speed-up over dense and its config."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,18 +30,31 @@ def winner_map(tables: list[AnswerTable], titles: list[str], path: Path) -> Path
     width = max(len(t.lengths) for t in tables)
     height = max(len(t.budgets) for t in tables)
     fig_width = ncols * (1.0 + 0.95 * width) + 1.6
-    fig, axes = plt.subplots(nrows, ncols, squeeze=False, constrained_layout=True,
-                             figsize=(fig_width, nrows * (1.0 + 0.55 * height) + 0.8))
+    fig, axes = plt.subplots(
+        nrows, ncols, squeeze=False, constrained_layout=True, figsize=(fig_width, nrows * (1.0 + 0.55 * height) + 0.8)
+    )
     flat = list(axes.ravel())
     for ax, table, title in zip(flat, tables, titles):
-        image = [[to_rgb(colors[p.variant]) if p.variant else to_rgb(NONE_COLOR)
-                  for p in (table.picks[(n, b)] for n in table.lengths)] for b in table.budgets]
+        image = [
+            [
+                to_rgb(colors[p.variant]) if p.variant else to_rgb(NONE_COLOR)
+                for p in (table.picks[(n, b)] for n in table.lengths)
+            ]
+            for b in table.budgets
+        ]
         ax.imshow(image, aspect="auto", origin="lower", alpha=0.85)
         for x, n in enumerate(table.lengths):
             for y, b in enumerate(table.budgets):
                 p = table.picks[(n, b)]
-                ax.text(x, y, _cell_text(p), ha="center", va="center", fontsize=8,
-                        color=_ink(colors[p.variant]) if p.variant else "dimgray")
+                ax.text(
+                    x,
+                    y,
+                    _cell_text(p),
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color=_ink(colors[p.variant]) if p.variant else "dimgray",
+                )
         for x in range(1, len(table.lengths)):
             ax.axvline(x - 0.5, color="white", linewidth=1.5)
         for y in range(1, len(table.budgets)):
@@ -52,15 +66,20 @@ def winner_map(tables: list[AnswerTable], titles: list[str], path: Path) -> Path
         ax.tick_params(length=0)
         for spine in ax.spines.values():
             spine.set_visible(False)
-    for ax in flat[len(tables):]:
+    for ax in flat[len(tables) :]:
         ax.set_visible(False)
     handles = [Patch(color=colors[v], alpha=0.85, label=v) for v in winners]
     if any(p.label is None for t in tables for p in t.picks.values()):
         handles.append(Patch(color=NONE_COLOR, label="none within budget ran"))
     fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False, title="winner", title_fontsize=8)
     # a narrow map (few N) gets its title on several lines: wider than the figure it would be cut at both ends
-    fig.suptitle(wrap("Which one should I use: the fastest within each error budget (speed-up over dense)", int(9 * (fig_width - 1.6))),
-                 fontsize=10)
+    fig.suptitle(
+        wrap(
+            "Which one should I use: the fastest within each error budget (speed-up over dense)",
+            int(9 * (fig_width - 1.6)),
+        ),
+        fontsize=10,
+    )
     save(plt, fig, path)
     return path
 
@@ -72,8 +91,12 @@ def _cell_text(p) -> str:
         return "-"
     if p.variant == BASELINE and p.speedup == 1:
         return "dense" + ("~" if p.tie else "")
-    number = f"{format_times(p.speedup)}x" + ("~" if p.tie else "") if p.speedup == p.speedup else format_seconds(p.latency_s)
-    config = p.label[len(p.variant) + 1:-1] if p.label.startswith(f"{p.variant}(") else ""
+    number = (
+        f"{format_times(p.speedup)}x" + ("~" if p.tie else "")
+        if p.speedup == p.speedup
+        else format_seconds(p.latency_s)
+    )
+    config = p.label[len(p.variant) + 1 : -1] if p.label.startswith(f"{p.variant}(") else ""
     return f"{number}\n{config}" if config else number
 
 

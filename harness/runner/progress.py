@@ -5,6 +5,7 @@ fixed per-cell overhead), so a run whose long cells come last is not promised an
 that are skipped (already done, or not run after an OOM) leave the total instead of advancing it.
 Silent when disabled or when stderr is not a terminal.
 """
+
 from __future__ import annotations
 
 import sys
@@ -24,7 +25,9 @@ def expected_cost(cell: Cell) -> float:
 class Progress:
     """One redrawn stderr line; `start(cell)` before a cell runs, `finish(cell, row, measured)` when its row arrives."""
 
-    def __init__(self, cells: Iterable[Cell], done: set[str] = frozenset(), *, enabled: bool = True, stream: TextIO | None = None):
+    def __init__(
+        self, cells: Iterable[Cell], done: set[str] = frozenset(), *, enabled: bool = True, stream: TextIO | None = None
+    ):
         from tqdm import tqdm
 
         cells = list(cells)
@@ -34,10 +37,19 @@ class Progress:
         self.done = sum(cell.cell_id in done for cell in cells)
         self.last = ""
         self._costs = {cell.cell_id: expected_cost(cell) for cell in cells}
-        self.planned_cost = sum(cost for cell_id, cost in self._costs.items() if cell_id not in done)  # what the ETA covers
+        self.planned_cost = sum(
+            cost for cell_id, cost in self._costs.items() if cell_id not in done
+        )  # what the ETA covers
         self.measured_cost = 0.0  # of it, the cells measured so far
-        self._bar = tqdm(total=self.planned_cost, file=self.stream, disable=not self.enabled, leave=False, dynamic_ncols=True,
-                         smoothing=0, bar_format="{desc} |{bar:16}| ETA {remaining} {postfix}")
+        self._bar = tqdm(
+            total=self.planned_cost,
+            file=self.stream,
+            disable=not self.enabled,
+            leave=False,
+            dynamic_ncols=True,
+            smoothing=0,
+            bar_format="{desc} |{bar:16}| ETA {remaining} {postfix}",
+        )
         self._describe()
 
     def start(self, cell: Cell) -> None:

@@ -6,6 +6,7 @@ it arrives (this driver is its only writer) -> at the end rows.csv, the report a
 table on stdout.
 From Python: ``run_sweep(sweep_spec(cli={"seq_lens": "256,512"}), out="results")``.
 """
+
 from __future__ import annotations
 
 import sys
@@ -16,13 +17,21 @@ from harness.errors import UsageError
 from harness.spec import SweepSpec, build_spec, describe, spec_to_toml
 
 
-def sweep_spec(*, toml_path: str | Path | None = None, toml: dict[str, Any] | None = None, cli: dict[str, Any] | None = None,
-               plan_only: bool = False, trust_plugins: bool = False) -> SweepSpec:
+def sweep_spec(
+    *,
+    toml_path: str | Path | None = None,
+    toml: dict[str, Any] | None = None,
+    cli: dict[str, Any] | None = None,
+    plan_only: bool = False,
+    trust_plugins: bool = False,
+) -> SweepSpec:
     """build_spec with the executors' option keys, then checked by the executor it names (harness.executors.resolve_spec)."""
     from harness.executors import option_knobs, resolve_spec
 
     flags = {key: k.flag or key for key, (k, _) in option_knobs().items()}
-    spec = build_spec(toml_path=toml_path, toml=toml, cli=cli, plan_only=plan_only, executor_flags=flags, trust_plugins=trust_plugins)
+    spec = build_spec(
+        toml_path=toml_path, toml=toml, cli=cli, plan_only=plan_only, executor_flags=flags, trust_plugins=trust_plugins
+    )
     return resolve_spec(spec, plan_only=plan_only)
 
 
@@ -48,17 +57,23 @@ def check_resume(resume: str | Path, *, run_id: str | None = None, out: str | Pa
     return run_dir
 
 
-def resume_spec(run_dir: Path, *, overrides: dict[str, Any], plan_only: bool = False, trust_plugins: bool = False) -> SweepSpec:
+def resume_spec(
+    run_dir: Path, *, overrides: dict[str, Any], plan_only: bool = False, trust_plugins: bool = False
+) -> SweepSpec:
     """The spec a resumed run replays: its spec.toml, keys it predates at what they meant then (RESUMED_SPEC_DEFAULTS),
     and from `overrides` only where cells run (WHERE_KEYS); another executor drops the stored executor settings."""
     from harness.spec import RESUMED_SPEC_DEFAULTS, load_toml
 
     if not (run_dir / "spec.toml").is_file():
-        raise UsageError(f"--resume {run_dir}: not a run folder (no spec.toml); pass a folder made by `python -m harness sweep`")
+        raise UsageError(
+            f"--resume {run_dir}: not a run folder (no spec.toml); pass a folder made by `python -m harness sweep`"
+        )
     stored = load_toml(run_dir / "spec.toml")
     older = {k: v for k, v in RESUMED_SPEC_DEFAULTS.items() if k not in stored}
     if overrides.get("executor") is None:
-        return sweep_spec(toml_path=run_dir / "spec.toml", toml=older, cli=overrides, plan_only=plan_only, trust_plugins=trust_plugins)
+        return sweep_spec(
+            toml_path=run_dir / "spec.toml", toml=older, cli=overrides, plan_only=plan_only, trust_plugins=trust_plugins
+        )
     stored = {k: v for k, v in stored.items() if k not in where_keys() - {"plugins"}}
     return sweep_spec(toml={**stored, **older}, cli=overrides, plan_only=plan_only, trust_plugins=trust_plugins)
 
@@ -122,7 +137,16 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
     from harness.plan import plan
     from harness.runner.progress import Progress
     from harness.schema import NOT_RUN_PREFIX
-    from harness.store import ENV_FILE, ROWS_FILE, SPEC_FILE, RowWriter, completed_cell_ids, read_rows, repair_tail, write_json
+    from harness.store import (
+        ENV_FILE,
+        ROWS_FILE,
+        SPEC_FILE,
+        RowWriter,
+        completed_cell_ids,
+        read_rows,
+        repair_tail,
+        write_json,
+    )
 
     if spec.device.startswith("cuda:"):
         torch.cuda.set_device(torch.device(spec.device))
@@ -135,8 +159,13 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
     }
     env["measure_settings"] = settings.to_dict()
     env["executor"] = spec.executor  # of the first part; each row's host and device_name say where it ran
-    if fresh and (run_dir / SPEC_FILE).exists():  # a chosen --run-id whose folder holds no rows (create_run_dir checked)
-        print(f"note: {run_dir} held a {SPEC_FILE} but no rows; replacing it (and {ENV_FILE}) with this sweep's", file=sys.stderr)
+    if (
+        fresh and (run_dir / SPEC_FILE).exists()
+    ):  # a chosen --run-id whose folder holds no rows (create_run_dir checked)
+        print(
+            f"note: {run_dir} held a {SPEC_FILE} but no rows; replacing it (and {ENV_FILE}) with this sweep's",
+            file=sys.stderr,
+        )
     if fresh or not (run_dir / ENV_FILE).exists():
         write_json(run_dir / ENV_FILE, env)
     if fresh or not (run_dir / SPEC_FILE).exists():
@@ -150,7 +179,10 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
     )
     remote = executor_class(spec.executor).remote
     job = CellJob(
-        settings=settings.to_dict(), run=dataclasses.asdict(info), run_dir=str(run_dir.resolve()), remote=remote,
+        settings=settings.to_dict(),
+        run=dataclasses.asdict(info),
+        run_dir=str(run_dir.resolve()),
+        remote=remote,
         plugins=tuple(str(Path(p).resolve()) if Path(p).is_file() else p for p in spec.plugins),
         threads=spec.executor_options.get("cpus_per_cell") if remote and spec.device_type == "cpu" else None,
     )
@@ -165,7 +197,9 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
         stop = blocked.get((cell.series_key, "stop"))
         if stop is not None and cell.seq_len > stop[1]:
             status, at = stop
-            return outcome_row(cell, info, status, f"{NOT_RUN_PREFIX}: {status} at N={at} for the same variant, config and setting")
+            return outcome_row(
+                cell, info, status, f"{NOT_RUN_PREFIX}: {status} at N={at} for the same variant, config and setting"
+            )
         missed = blocked.get((cell.series_key, "unreachable"))
         if missed is not None and cell.seq_len > missed[1]:
             same_range = unreachable_carries_over(cell, missed[1])
@@ -177,7 +211,11 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
         return None
 
     try:
-        with make_executor(spec, job) as executor, RowWriter(run_dir) as writer:  # an engine that fails to start leaves no rows.jsonl
+        with (
+            make_executor(spec, job) as executor,
+            RowWriter(run_dir) as writer,
+        ):  # an engine that fails to start leaves no rows.jsonl
+
             def on_row(cell, row: dict[str, Any], measured: bool) -> None:
                 writer.append(row)
                 done.add(cell.cell_id)
@@ -190,13 +228,14 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
     except KeyboardInterrupt:
         progress.close()
         plugins = "".join(f" --plugin {p}" for p in job.plugins)  # a spec file's plugins are imported only when named
-        print(f"interrupted; the rows so far are in {run_dir}; continue with "
-              f"python -m harness sweep --resume {run_dir}{plugins}", file=sys.stderr)
+        print(
+            f"interrupted; the rows so far are in {run_dir}; continue with "
+            f"python -m harness sweep --resume {run_dir}{plugins}",
+            file=sys.stderr,
+        )
         raise
     progress.close()
     finish_run(run_dir, plugins=job.plugins)
-
-
 
 
 # Statuses at N that spare a series its longer N: out of memory, the time limit, and an error budget no value of the
@@ -252,8 +291,11 @@ def finish_run(run_dir: Path, *, plugins: tuple[str, ...] = ()) -> None:
         write_report(analysed, plugins=plugins)
         reported = True
     except Exception as exc:  # the rows are safe on disk; a report failure is a warning, never silent
-        print(f"warning: the report failed ({type(exc).__name__}: {exc}); "
-              f"the rows are in {run_dir}; retry with python -m harness report {run_dir}", file=sys.stderr)
+        print(
+            f"warning: the report failed ({type(exc).__name__}: {exc}); "
+            f"the rows are in {run_dir}; retry with python -m harness report {run_dir}",
+            file=sys.stderr,
+        )
     print(summary_table(analysed))
     if reported and (run_dir / "report.html").is_file():
         print(f"report: {run_dir / 'report.html'}")
@@ -261,5 +303,8 @@ def finish_run(run_dir: Path, *, plugins: tuple[str, ...] = ()) -> None:
         for line in answer_lines(analysed):
             print(line)
     except Exception as exc:  # like the report's: the rows are safe, the answer is in the report or a retry away
-        print(f"warning: the answer failed ({type(exc).__name__}: {exc}); see python -m harness report {run_dir}", file=sys.stderr)
+        print(
+            f"warning: the answer failed ({type(exc).__name__}: {exc}); see python -m harness report {run_dir}",
+            file=sys.stderr,
+        )
     print(f"run folder: {run_dir}")

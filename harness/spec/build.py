@@ -5,6 +5,7 @@ line naming where the bad value came from (``--seq-lens``, ``sweep.toml: seq_len
 it. Keys an executor declares (``executor_flags``: key -> flag) are carried raw in
 ``spec.executor_options``; harness.executors validates them, the spec does not know them.
 """
+
 from __future__ import annotations
 
 import sys
@@ -23,7 +24,9 @@ from harness.spec.toml_io import load_toml, toml_library
 from harness.spec.variants import expand_variants, variant_config_layers
 from variants._checks import did_you_mean
 
-KEYS = tuple(k.key for k in knobs(SweepSpec)) + (VARIANT_CONFIG_KEY,)  # what a spec file may hold (besides executor keys)
+KEYS = tuple(k.key for k in knobs(SweepSpec)) + (
+    VARIANT_CONFIG_KEY,
+)  # what a spec file may hold (besides executor keys)
 FLAGS = {k.key: k.flag for k in knobs(SweepSpec) if k.flag}  # spec key -> its flag, for messages
 
 
@@ -34,8 +37,13 @@ def default_text(device: str) -> str:
 
 
 def build_spec(
-    *, toml_path: str | Path | None = None, toml: dict[str, Any] | None = None, cli: dict[str, Any] | None = None,
-    plan_only: bool = False, executor_flags: Mapping[str, str] | None = None, trust_plugins: bool = False,
+    *,
+    toml_path: str | Path | None = None,
+    toml: dict[str, Any] | None = None,
+    cli: dict[str, Any] | None = None,
+    plan_only: bool = False,
+    executor_flags: Mapping[str, str] | None = None,
+    trust_plugins: bool = False,
 ) -> SweepSpec:
     """Merge defaults < TOML < CLI (CLI values are the flags' raw strings) and validate every measurement key.
 
@@ -58,7 +66,9 @@ def build_spec(
     for where, keys in ((source, file_values), ("cli", cli)):
         unknown = [k for k in keys if k not in known]
         if unknown:
-            raise UsageError(f"{where}: unknown key {unknown[0]!r}; known keys: {', '.join(known)}{did_you_mean(unknown[0], known)}")
+            raise UsageError(
+                f"{where}: unknown key {unknown[0]!r}; known keys: {', '.join(known)}{did_you_mean(unknown[0], known)}"
+            )
     _check_file_plugins(source, as_list(file_values.get("plugins", ())), as_list(cli.get("plugins", ())), trust_plugins)
     device, was_auto = _raw_device(cli, file_values, source)
     defaults = toml_library().loads(default_text(device))
@@ -84,11 +94,15 @@ def build_spec(
                 values[k.key] = k.parse(merged[k.key], where(k.key))
         budget, limit = values.get("time_budget_s"), values.get("cell_timeout_s")
         if budget and limit and budget >= limit:
-            raise SpecError(f"{where('time_budget_s')} = {budget:g} s: the timing budget must be below the per-cell limit "
-                            f"({where('cell_timeout_s')} = {limit:g} s), which must also cover set-up, the accuracy check "
-                            "and the memory probe; lower the budget or raise the limit well above it")
+            raise SpecError(
+                f"{where('time_budget_s')} = {budget:g} s: the timing budget must be below the per-cell limit "
+                f"({where('cell_timeout_s')} = {limit:g} s), which must also cover set-up, the accuracy check "
+                "and the memory probe; lower the budget or raise the limit well above it"
+            )
         _check_heads_and_padding(values, where)
-        variant_config = variant_config_layers(defaults.get(VARIANT_CONFIG_KEY, {}), merged.get(VARIANT_CONFIG_KEY, {}), where)
+        variant_config = variant_config_layers(
+            defaults.get(VARIANT_CONFIG_KEY, {}), merged.get(VARIANT_CONFIG_KEY, {}), where
+        )
         problem = device_problem(device, present=False)
         if problem:
             raise SpecError(f"{where('device')}: {problem}")
@@ -111,16 +125,22 @@ def _renamed(values: dict[str, Any], source: str) -> dict[str, Any]:
     old = [key for key in values if key in RENAMED_KEYS]
     for key in old:
         if RENAMED_KEYS[key] in values:
-            raise UsageError(f"{source}: both '{key}' and '{RENAMED_KEYS[key]}' are given; '{key}' is the old name of "
-                             f"'{RENAMED_KEYS[key]}': keep one")
+            raise UsageError(
+                f"{source}: both '{key}' and '{RENAMED_KEYS[key]}' are given; '{key}' is the old name of "
+                f"'{RENAMED_KEYS[key]}': keep one"
+            )
     if old:
         renames = ", ".join(f"'{key}' as '{RENAMED_KEYS[key]}'" for key in old)
-        print(f"note: {source}: read the older key names {renames} (every list of a cell axis is plural now)", file=sys.stderr)
+        print(
+            f"note: {source}: read the older key names {renames} (every list of a cell axis is plural now)",
+            file=sys.stderr,
+        )
     return {RENAMED_KEYS.get(key, key): value for key, value in values.items()}
 
 
 def _check_file_plugins(source: str, from_file: list, given: list, trust: bool) -> None:
     """Refuse to import plugins named by a spec file unless the user named them too (or trusts the file)."""
+
     def key(target: Any) -> str:
         path = Path(str(target))
         return str(path.resolve()) if path.suffix == ".py" else str(target)
@@ -128,8 +148,10 @@ def _check_file_plugins(source: str, from_file: list, given: list, trust: bool) 
     untrusted = [str(p) for p in from_file if key(p) not in {key(g) for g in given}]
     if untrusted and not trust:
         flags = " ".join(f"--plugin {p}" for p in untrusted)
-        raise UsageError(f"{source} names plugins {', '.join(untrusted)}: importing them runs their code; "
-                         f"to allow it pass {flags} (or --trust-plugins)")
+        raise UsageError(
+            f"{source} names plugins {', '.join(untrusted)}: importing them runs their code; "
+            f"to allow it pass {flags} (or --trust-plugins)"
+        )
 
 
 def _check_heads_and_padding(values: dict[str, Any], where: Any) -> None:
@@ -140,12 +162,16 @@ def _check_heads_and_padding(values: dict[str, Any], where: Any) -> None:
         values["kv_heads"] = tuple(dict.fromkeys(kv if heads % kv == 0 else heads for kv in values.get("kv_heads", ())))
     for kv in values.get("kv_heads", ()):
         if heads is not None and heads % kv:
-            raise SpecError(f"{where('kv_heads')}: {kv} key/value heads do not divide {where('heads')} = {heads} query heads; "
-                            f"use a divisor of {heads}: {', '.join(str(d) for d in range(1, heads + 1) if heads % d == 0)}")
+            raise SpecError(
+                f"{where('kv_heads')}: {kv} key/value heads do not divide {where('heads')} = {heads} query heads; "
+                f"use a divisor of {heads}: {', '.join(str(d) for d in range(1, heads + 1) if heads % d == 0)}"
+            )
     padded = [p for p in values.get("paddings", ()) if p > 0]
     if padded and batch is not None and batch < 2:
-        raise SpecError(f"{where('paddings')} = {padded[0]:g} needs {where('batch')} >= 2 (each batch row keeps a different "
-                        f"length), got {batch}; raise the batch or use padding 0")
+        raise SpecError(
+            f"{where('paddings')} = {padded[0]:g} needs {where('batch')} >= 2 (each batch row keeps a different "
+            f"length), got {batch}; raise the batch or use padding 0"
+        )
 
 
 def _raw_device(cli: dict, file_values: dict, source: str) -> tuple[str, bool]:

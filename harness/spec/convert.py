@@ -2,6 +2,7 @@
 
 Values come from TOML (typed) or flags (strings); both are accepted.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -42,6 +43,7 @@ def positive_int(value: Any, where: str) -> int:
 
 def optional_int(minimum: int):
     """A converter for an integer >= minimum, or None ('' / 'none')."""
+
     def convert(value: Any, where: str) -> int | None:
         if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
             return None
@@ -142,8 +144,10 @@ def budgets(value: Any, where: str) -> tuple[float, ...]:
     for item in as_list(value):
         x = number(item, where)
         if not 0 < x <= 2:
-            raise SpecError(f"{where}: an error budget must be in (0, 2] (relative L2 error or 1 - cosine), got {item!r}; "
-                            "e.g. --error-budgets 0.01,0.05,0.1")
+            raise SpecError(
+                f"{where}: an error budget must be in (0, 2] (relative L2 error or 1 - cosine), got {item!r}; "
+                "e.g. --error-budgets 0.01,0.05,0.1"
+            )
         out.add(x)
     return tuple(sorted(out))
 
@@ -164,7 +168,9 @@ def choices(options: tuple[str, ...], aliases: dict[str, str] | None = None, *, 
         for item in items:
             name = aliases.get(str(item).strip().lower(), str(item).strip().lower())
             if name not in options:
-                raise SpecError(f"{where}: unknown value {item!r}; expected one of {', '.join(options)}{did_you_mean(item, options)}")
+                raise SpecError(
+                    f"{where}: unknown value {item!r}; expected one of {', '.join(options)}{did_you_mean(item, options)}"
+                )
             if name not in out:
                 out.append(name)
         if single:
@@ -201,7 +207,7 @@ def texts(value: Any, where: str) -> tuple[str, ...]:
 
 
 def key_values(value: Any, where: str) -> tuple[str, ...]:
-    """"key=value" items (repeated flags and comma lists alike)."""
+    """ "key=value" items (repeated flags and comma lists alike)."""
     out = []
     for item in [part for item in as_list(value) for part in as_list(str(item))]:
         key, eq, val = str(item).partition("=")

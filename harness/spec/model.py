@@ -1,4 +1,5 @@
 """SweepSpec: what a sweep measures. Each field is a knob: its TOML key, flag and help are declared here once."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -10,7 +11,14 @@ from harness.error_metrics import ERROR_METRICS
 import harness.spec.convert as c
 
 DTYPES = ("float32", "bfloat16", "float16")
-DTYPE_ALIASES = {"fp32": "float32", "f32": "float32", "bf16": "bfloat16", "fp16": "float16", "f16": "float16", "half": "float16"}
+DTYPE_ALIASES = {
+    "fp32": "float32",
+    "f32": "float32",
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "f16": "float16",
+    "half": "float16",
+}
 MODES = ("forward", "train")
 MODE_ALIASES = {"fwd": "forward", "training": "train", "backward": "train", "bwd": "train"}
 ACCURACY_REFERENCES = ("full", "pattern")
@@ -21,7 +29,9 @@ SCOPES = ("attention", "layer")
 RESUMED_SPEC_DEFAULTS = {"error_budgets": []}  # a run from before error budgets searched no configs
 # Keys that were renamed (every list of a cell axis is plural now): the old name is still read, with a one-line note.
 RENAMED_KEYS = {"causal": "causals", "padding": "paddings", "scope": "scopes"}
-VARIANT_CONFIG_KEY = "variant_config"  # TOML-only table: variant -> {field = value}, applied to every entry of that variant
+VARIANT_CONFIG_KEY = (
+    "variant_config"  # TOML-only table: variant -> {field = value}, applied to every entry of that variant
+)
 
 
 @dataclass(frozen=True)
@@ -44,57 +54,148 @@ class SweepSpec:
 
     device: str = knob(flag="--device", help="cpu, cuda or cuda:N (default: cuda if present, else cpu)")
     variants: tuple[VariantEntry, ...] = knob(
-        flag="--variants", metavar="LIST", repeatable=True,
-        help="names or globs with config overrides: 'dense,sliding_window:window=512,backend=banded' (default: all registered)")
-    seq_lens: tuple[int, ...] = knob(flag="--seq-lens", metavar="LIST", parse=c.seq_lens,
-                                     help="sequence lengths: '256,1k,4k' or a doubling range '256..8192'")
+        flag="--variants",
+        metavar="LIST",
+        repeatable=True,
+        help="names or globs with config overrides: 'dense,sliding_window:window=512,backend=banded' (default: all registered)",
+    )
+    seq_lens: tuple[int, ...] = knob(
+        flag="--seq-lens",
+        metavar="LIST",
+        parse=c.seq_lens,
+        help="sequence lengths: '256,1k,4k' or a doubling range '256..8192'",
+    )
     batch: int = knob(flag="--batch", metavar="B", parse=c.positive_int, help="batch size")
     heads: int = knob(flag="--heads", metavar="H", parse=c.positive_int, help="number of heads")
-    kv_heads: tuple[int, ...] = knob((), flag="--kv-heads", metavar="LIST", parse=c.optional_positive_ints,
-                                     help="key/value heads (GQA; each must divide --heads), e.g. '8,2,1' (default: = heads)")
-    head_dims: tuple[int, ...] = knob(flag="--head-dim", metavar="LIST", parse=c.positive_ints, help="head dims, e.g. '64,128'")
+    kv_heads: tuple[int, ...] = knob(
+        (),
+        flag="--kv-heads",
+        metavar="LIST",
+        parse=c.optional_positive_ints,
+        help="key/value heads (GQA; each must divide --heads), e.g. '8,2,1' (default: = heads)",
+    )
+    head_dims: tuple[int, ...] = knob(
+        flag="--head-dim", metavar="LIST", parse=c.positive_ints, help="head dims, e.g. '64,128'"
+    )
     dtypes: tuple[str, ...] = knob(flag="--dtypes", metavar="LIST", help="float32, bfloat16 (bf16), float16 (fp16)")
     causals: tuple[bool, ...] = knob(flag="--causal", metavar="LIST", parse=c.bools, help="false, true or both")
-    modes: tuple[str, ...] = knob(flag="--modes", metavar="LIST", parse=c.choices(MODES, MODE_ALIASES),
-                                  help="forward (no grad), train (forward + backward)")
-    phases: tuple[str, ...] = knob(("prefill",), flag="--phases", metavar="LIST", parse=c.choices(PHASES),
-                                   help="prefill (one call on N tokens), decode (tokens generated one at a time after an N-token context; forward, causal)")
-    decode_steps: int = knob(32, flag="--decode-steps", metavar="S", parse=c.positive_int,
-                             help="tokens generated per timed decode call (latency is per token)")
-    paddings: tuple[float, ...] = knob((0.0,), flag="--padding", metavar="LIST", parse=c.fractions,
-                                      help="mean fraction of key positions that are padding, ragged over the batch (needs --batch >= 2), e.g. '0,0.25'")
-    scopes: tuple[str, ...] = knob(("attention",), flag="--scope", metavar="LIST", parse=c.choices(SCOPES),
-                                  help="attention (the variant alone), layer (a pre-norm transformer block around it)")
-    inputs: tuple[str, ...] = knob(flag="--inputs", metavar="LIST",
-                                   help="input distributions, e.g. 'gaussian,local,gaussian:scale=4'")
-    seed: int = knob(flag="--seed", parse=lambda v, w: c.to_int(v, w, minimum=0, maximum=2**63 - 1), help="evaluation seed (calibration uses other seeds)")
-    plugins: tuple[str, ...] = knob((), flag="--plugin", metavar="MODULE_OR_FILE", repeatable=True, parse=c.texts,
-                                    help="import a user's variants first (repeatable)")
-    time_budget_s: float = knob(flag="--time-budget", metavar="SECONDS", group="how", parse=c.positive_number,
-                                help="seconds of timing per cell")
-    repeats: int = knob(flag="--repeats", metavar="N", group="how", parse=c.positive_int, help="at least N timed calls per cell")
-    cell_timeout_s: float | None = knob(flag="--timeout", metavar="SECONDS", group="how", parse=c.timeout,
-                                        help="per-cell limit; a cell past it becomes a 'timeout' row (0: none)")
-    error_rows: int = knob(flag="--error-rows", metavar="R", group="how", parse=lambda v, w: c.to_int(v, w, minimum=2),
-                           help="query rows sampled for the float64 accuracy check")
-    calibration_steps: int = knob(flag="--calibration-steps", metavar="STEPS", group="how",
-                                  parse=lambda v, w: c.to_int(v, w, minimum=0), help="optimizer steps for learnable variants")
-    calibration_batches: int = knob(group="how", parse=c.positive_int, help="calibration batches (seeds other than the evaluation's)")
+    modes: tuple[str, ...] = knob(
+        flag="--modes",
+        metavar="LIST",
+        parse=c.choices(MODES, MODE_ALIASES),
+        help="forward (no grad), train (forward + backward)",
+    )
+    phases: tuple[str, ...] = knob(
+        ("prefill",),
+        flag="--phases",
+        metavar="LIST",
+        parse=c.choices(PHASES),
+        help="prefill (one call on N tokens), decode (tokens generated one at a time after an N-token context; forward, causal)",
+    )
+    decode_steps: int = knob(
+        32,
+        flag="--decode-steps",
+        metavar="S",
+        parse=c.positive_int,
+        help="tokens generated per timed decode call (latency is per token)",
+    )
+    paddings: tuple[float, ...] = knob(
+        (0.0,),
+        flag="--padding",
+        metavar="LIST",
+        parse=c.fractions,
+        help="mean fraction of key positions that are padding, ragged over the batch (needs --batch >= 2), e.g. '0,0.25'",
+    )
+    scopes: tuple[str, ...] = knob(
+        ("attention",),
+        flag="--scope",
+        metavar="LIST",
+        parse=c.choices(SCOPES),
+        help="attention (the variant alone), layer (a pre-norm transformer block around it)",
+    )
+    inputs: tuple[str, ...] = knob(
+        flag="--inputs", metavar="LIST", help="input distributions, e.g. 'gaussian,local,gaussian:scale=4'"
+    )
+    seed: int = knob(
+        flag="--seed",
+        parse=lambda v, w: c.to_int(v, w, minimum=0, maximum=2**63 - 1),
+        help="evaluation seed (calibration uses other seeds)",
+    )
+    plugins: tuple[str, ...] = knob(
+        (),
+        flag="--plugin",
+        metavar="MODULE_OR_FILE",
+        repeatable=True,
+        parse=c.texts,
+        help="import a user's variants first (repeatable)",
+    )
+    time_budget_s: float = knob(
+        flag="--time-budget", metavar="SECONDS", group="how", parse=c.positive_number, help="seconds of timing per cell"
+    )
+    repeats: int = knob(
+        flag="--repeats", metavar="N", group="how", parse=c.positive_int, help="at least N timed calls per cell"
+    )
+    cell_timeout_s: float | None = knob(
+        flag="--timeout",
+        metavar="SECONDS",
+        group="how",
+        parse=c.timeout,
+        help="per-cell limit; a cell past it becomes a 'timeout' row (0: none)",
+    )
+    error_rows: int = knob(
+        flag="--error-rows",
+        metavar="R",
+        group="how",
+        parse=lambda v, w: c.to_int(v, w, minimum=2),
+        help="query rows sampled for the float64 accuracy check",
+    )
+    calibration_steps: int = knob(
+        flag="--calibration-steps",
+        metavar="STEPS",
+        group="how",
+        parse=lambda v, w: c.to_int(v, w, minimum=0),
+        help="optimizer steps for learnable variants",
+    )
+    calibration_batches: int = knob(
+        group="how", parse=c.positive_int, help="calibration batches (seeds other than the evaluation's)"
+    )
     calibration_max_seq_len: int = knob(group="how", parse=c.positive_int, help="calibration length is min(N, this)")
     error_budgets: tuple[float, ...] = knob(
-        (), flag="--error-budgets", metavar="LIST", parse=c.budgets,
+        (),
+        flag="--error-budgets",
+        metavar="LIST",
+        parse=c.budgets,
         help="error budgets, e.g. '0.01,0.05,0.1': each variant with a quality knob (window, k, features) is searched on "
-             "calibration seeds for the cheapest value within each budget, and that config is measured (none: configs as given)")
-    error_metric: str = knob("rel_l2", flag="--error-metric", metavar="METRIC", parse=c.choices(ERROR_METRICS, single=True),
-                             help="what a budget bounds: rel_l2 (relative L2 error of the output) or cosine (1 - cosine similarity)")
-    accuracy_reference: str = knob(group="how", parse=c.choices(ACCURACY_REFERENCES, single=True),
-                                   help="full: error vs exact softmax attention | pattern: vs the variant's own sparsity pattern")
+        "calibration seeds for the cheapest value within each budget, and that config is measured (none: configs as given)",
+    )
+    error_metric: str = knob(
+        "rel_l2",
+        flag="--error-metric",
+        metavar="METRIC",
+        parse=c.choices(ERROR_METRICS, single=True),
+        help="what a budget bounds: rel_l2 (relative L2 error of the output) or cosine (1 - cosine similarity)",
+    )
+    accuracy_reference: str = knob(
+        group="how",
+        parse=c.choices(ACCURACY_REFERENCES, single=True),
+        help="full: error vs exact softmax attention | pattern: vs the variant's own sparsity pattern",
+    )
     # Where cells run: the executor's name here; its own options (validated by harness.executors) beside it.
-    executor: str = knob("local", flag="--executor", metavar="NAME", group="where",
-                         parse=lambda v, w: str(v).strip().lower(), help="local (default), subprocess, ray or slurm")
-    executor_options: dict[str, Any] = field(default_factory=dict)  # the executor's option keys (ray_address, slurm_*, ...)
+    executor: str = knob(
+        "local",
+        flag="--executor",
+        metavar="NAME",
+        group="where",
+        parse=lambda v, w: str(v).strip().lower(),
+        help="local (default), subprocess, ray or slurm",
+    )
+    executor_options: dict[str, Any] = field(
+        default_factory=dict
+    )  # the executor's option keys (ray_address, slurm_*, ...)
     device_was_auto: bool = False  # the device came from "auto" (a remote executor needs an explicit one); not written
-    sources: dict[str, str] = field(default_factory=dict, compare=False)  # key -> where its value came from, for messages
+    sources: dict[str, str] = field(
+        default_factory=dict, compare=False
+    )  # key -> where its value came from, for messages
 
     def where(self, key: str) -> str:
         """Where a key's value came from ('--slurm-time', 'sweep.toml: slurm_time_min'), for a message."""
@@ -110,8 +211,16 @@ def describe(spec: SweepSpec) -> str:
     return (
         f"{len(spec.variants)} variants x {len(spec.seq_lens)} lengths x {len(spec.head_dims)} head dims x "
         f"{len(spec.dtypes)} dtypes x {len(spec.causals)} causal x {len(spec.modes)} modes x {len(spec.inputs)} inputs"
-        + "".join(f" x {len(values)} {name}" for name, values in (("kv heads", spec.kv_heads), ("phases", spec.phases),
-                                                               ("paddings", spec.paddings), ("scopes", spec.scopes)) if len(values) > 1)
+        + "".join(
+            f" x {len(values)} {name}"
+            for name, values in (
+                ("kv heads", spec.kv_heads),
+                ("phases", spec.phases),
+                ("paddings", spec.paddings),
+                ("scopes", spec.scopes),
+            )
+            if len(values) > 1
+        )
         + " "
         f"on {spec.device} (B={spec.batch}, H={spec.heads})"
     )

@@ -1,4 +1,5 @@
 """The spec as TOML: reading a file (errors with file, line and column) and writing the effective spec."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,10 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     except OSError as exc:
         raise UsageError(f"--config {path}: cannot read it ({exc.strerror or exc})") from None
     except UnicodeDecodeError as exc:
-        raise UsageError(f"--config {path}: not a TOML text file (byte {exc.object[exc.start]:#04x} at offset {exc.start} "
-                         "is not UTF-8); pass a sweep spec .toml (see docs/sweep.md)") from None
+        raise UsageError(
+            f"--config {path}: not a TOML text file (byte {exc.object[exc.start]:#04x} at offset {exc.start} "
+            "is not UTF-8); pass a sweep spec .toml (see docs/sweep.md)"
+        ) from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -1,4 +1,5 @@
 """Variant expansion: names and globs with overrides -> VariantEntry, configs built (so validated) by the registry."""
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,9 @@ def variant_config_layers(defaults: dict, given: Any, where) -> dict[str, dict[s
     out = {name: dict(fields) for name, fields in defaults.items() if name in registered}
     for name, fields in given.items():
         if name not in registered:
-            raise SpecError(f"{where('variant_config')}: unknown variant {name!r}; available: {', '.join(sorted(registered))}{did_you_mean(name, registered)}")
+            raise SpecError(
+                f"{where('variant_config')}: unknown variant {name!r}; available: {', '.join(sorted(registered))}{did_you_mean(name, registered)}"
+            )
         if not isinstance(fields, dict):
             raise SpecError(f"{where('variant_config')}.{name}: expected a table of field = value, got {fields!r}")
         out.setdefault(name, {}).update(fields)
@@ -45,7 +48,7 @@ def expand_variants(value: Any, variant_config: dict[str, dict[str, Any]], where
             item = dict(item)
             pattern = item.pop("name", None)
             if not isinstance(pattern, str):
-                raise SpecError(f"{where}: a variant table needs name = \"...\", got {item!r}")
+                raise SpecError(f'{where}: a variant table needs name = "...", got {item!r}')
             typed, raw = item, {}
         else:
             try:
@@ -55,7 +58,9 @@ def expand_variants(value: Any, variant_config: dict[str, dict[str, Any]], where
             typed = {}
         names = list_variants(pattern) if any(c in pattern for c in "*?[") else [pattern]
         if not names:
-            raise SpecError(f"{where}: no registered variant matches {pattern!r}; available: {', '.join(list_variants())}")
+            raise SpecError(
+                f"{where}: no registered variant matches {pattern!r}; available: {', '.join(list_variants())}"
+            )
         for name in names:
             try:
                 spec = get_variant(name)

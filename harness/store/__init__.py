@@ -3,13 +3,56 @@
 ``results/<run-id>/`` holds rows.jsonl (one JSON object per cell, harness.row.Row), env.json,
 spec.toml and, at the end, rows.csv (rows.parquet with pyarrow), the figures and the report.
 """
+
 from harness.store.lock import LOCK_FILE, lock_run_dir
-from harness.store.reader import Run, completed_cell_ids, config_key, load_run, read_row_lines, read_rows, resolve_run_dir, rows_frame, series_labels, warn_note
-from harness.store.run_dir import CSV_FILE, ENV_FILE, PARQUET_FILE, ROWS_FILE, SPEC_FILE, check_run_id, create_run_dir, new_run_id
+from harness.store.reader import (
+    Run,
+    completed_cell_ids,
+    config_key,
+    load_run,
+    read_row_lines,
+    read_rows,
+    resolve_run_dir,
+    rows_frame,
+    series_labels,
+    warn_note,
+)
+from harness.store.run_dir import (
+    CSV_FILE,
+    ENV_FILE,
+    PARQUET_FILE,
+    ROWS_FILE,
+    SPEC_FILE,
+    check_run_id,
+    create_run_dir,
+    new_run_id,
+)
 from harness.store.writer import RowWriter, repair_tail, rows_dataframe, write_json, write_tables
 
 __all__ = [
-    "CSV_FILE", "ENV_FILE", "LOCK_FILE", "PARQUET_FILE", "ROWS_FILE", "SPEC_FILE", "Run", "RowWriter", "check_run_id", "completed_cell_ids", "config_key",
-    "create_run_dir", "load_run", "lock_run_dir", "new_run_id", "read_row_lines", "read_rows", "repair_tail", "resolve_run_dir", "rows_dataframe",
-    "rows_frame", "series_labels", "warn_note", "write_json", "write_tables",
+    "CSV_FILE",
+    "ENV_FILE",
+    "LOCK_FILE",
+    "PARQUET_FILE",
+    "ROWS_FILE",
+    "SPEC_FILE",
+    "Run",
+    "RowWriter",
+    "check_run_id",
+    "completed_cell_ids",
+    "config_key",
+    "create_run_dir",
+    "load_run",
+    "lock_run_dir",
+    "new_run_id",
+    "read_row_lines",
+    "read_rows",
+    "repair_tail",
+    "resolve_run_dir",
+    "rows_dataframe",
+    "rows_frame",
+    "series_labels",
+    "warn_note",
+    "write_json",
+    "write_tables",
 ]

@@ -5,6 +5,7 @@ table are written, so two writers never append the same cells. The OS drops the 
 process dies (SIGKILL included): a stale .lock file never blocks. Readers (report, compare) take
 no lock. Where ``fcntl`` is missing (Windows) there is no lock.
 """
+
 from __future__ import annotations
 
 import contextlib

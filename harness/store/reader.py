@@ -4,6 +4,7 @@ Tolerant by design: a truncated line (a killed run) is skipped with a warning, n
 fields an older writer did not record become missing values; a folder that is not a run is a
 ``UsageError`` with one line saying what to pass instead.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,7 +49,9 @@ def resolve_run_dir(run_dir: str | Path) -> Path:
     if path.is_file() and path.name == ROWS_FILE:
         path = path.parent
     if not path.exists():
-        raise UsageError(f"run folder '{run_dir}' does not exist; pass a folder made by `python -m harness sweep` (e.g. results/<run-id>)")
+        raise UsageError(
+            f"run folder '{run_dir}' does not exist; pass a folder made by `python -m harness sweep` (e.g. results/<run-id>)"
+        )
     if not path.is_dir():
         raise UsageError(f"'{run_dir}' is a file, not a run folder; pass the folder that holds rows.jsonl")
     if not (path / ROWS_FILE).is_file():
@@ -84,13 +87,20 @@ def rows_frame(rows: list[dict[str, Any]], notes: list[str] | None = None, sourc
     if not_lengths:
         warn_note(notes, f"{source}: skipped {not_lengths} row(s) whose seq_len or kv_len is not a positive integer")
     if len(kept) + not_lengths < len(rows):
-        warn_note(notes, f"{source}: skipped {len(rows) - len(kept) - not_lengths} row(s) without {'/'.join(REQUIRED_FIELDS)}")
+        warn_note(
+            notes, f"{source}: skipped {len(rows) - len(kept) - not_lengths} row(s) without {'/'.join(REQUIRED_FIELDS)}"
+        )
     versions = {r.get("schema_version") for r in kept}
     if any(isinstance(v, int) and v > SCHEMA_VERSION for v in versions):
-        warn_note(notes, f"{source}: rows from a newer schema ({sorted(v for v in versions if isinstance(v, int))}); fields unknown here are ignored")
+        warn_note(
+            notes,
+            f"{source}: rows from a newer schema ({sorted(v for v in versions if isinstance(v, int))}); fields unknown here are ignored",
+        )
     absent = [f for f in ROW_FIELDS if kept and all(f not in r for r in kept)]
     if kept and (None in versions or absent):
-        important = [f for f in absent if f in ("latency_s", "peak_memory_bytes", "rel_l2_error", "mode", "inputs", "dtype")]
+        important = [
+            f for f in absent if f in ("latency_s", "peak_memory_bytes", "rel_l2_error", "mode", "inputs", "dtype")
+        ]
         if important:
             warn_note(notes, f"{source}: older row format, missing {', '.join(important)}; shown as '-'")
     frame = pd.DataFrame(kept, columns=list(dict.fromkeys(list(ROW_FIELDS) + [k for r in kept for k in r])))
@@ -126,8 +136,14 @@ def load_run(run_dir: str | Path) -> Run:
         except json.JSONDecodeError as exc:
             warn_note(notes, f"{path / ENV_FILE}: not valid JSON ({exc.msg}); environment unknown")
     spec_text = (path / SPEC_FILE).read_text(encoding="utf-8") if (path / SPEC_FILE).is_file() else None
-    return Run(path=path, rows=frame, env=env if isinstance(env, dict) else {}, spec_text=spec_text, notes=notes,
-               records=[row for row in rows if row.get("cell_id")])
+    return Run(
+        path=path,
+        rows=frame,
+        env=env if isinstance(env, dict) else {},
+        spec_text=spec_text,
+        notes=notes,
+        records=[row for row in rows if row.get("cell_id")],
+    )
 
 
 def config_key(config: Any) -> str:
@@ -151,7 +167,9 @@ def series_labels(frame: pd.DataFrame) -> list[str]:
     if not len(frame):
         return []
     keys = [config_key(c) for c in frame["config"]]
-    budgets = frame["matched_budget"] if "matched_budget" in frame else pd.Series([None] * len(frame), index=frame.index)
+    budgets = (
+        frame["matched_budget"] if "matched_budget" in frame else pd.Series([None] * len(frame), index=frame.index)
+    )
     metrics = frame["error_metric"] if "error_metric" in frame else pd.Series([None] * len(frame), index=frame.index)
     matched = [b is not None and not (isinstance(b, float) and math.isnan(b)) for b in budgets]
     configs: dict[tuple[str, bool], dict[str, dict]] = {}  # (variant, matched) -> config key -> config
@@ -159,10 +177,13 @@ def series_labels(frame: pd.DataFrame) -> list[str]:
         configs.setdefault((variant, is_matched), {})[key] = json.loads(key)
     varying: dict[tuple[str, bool], list[str]] = {}
     for (variant, is_matched), found in configs.items():
-        left_out = set(length_fields(variant)) | ({knob_field(variant)} if is_matched else set())  # the search sets the knob
+        left_out = set(length_fields(variant)) | (
+            {knob_field(variant)} if is_matched else set()
+        )  # the search sets the knob
         fields = sorted({f for c in found.values() for f in c} - left_out)
         varying[(variant, is_matched)] = [
-            f for f in fields if len({json.dumps(c.get(f), sort_keys=True, default=str) for c in found.values()}) > 1]
+            f for f in fields if len({json.dumps(c.get(f), sort_keys=True, default=str) for c in found.values()}) > 1
+        ]
     labels = []
     for variant, key, is_matched, budget, metric in zip(frame["variant"], keys, matched, budgets, metrics):
         fields, config = varying[(variant, is_matched)], json.loads(key)
@@ -184,8 +205,10 @@ def _fill_defaults(frame: pd.DataFrame) -> None:
     records = frame[list(CELL_FIELDS)].to_dict("records")
     for name in CELL_FIELDS:
         cast = SETTINGS[name].cast or (lambda v: v)
-        filled = [_legacy(name, r) if r[name] is None or (name == "config" and not isinstance(r[name], dict)) else r[name]
-                  for r in records]
+        filled = [
+            _legacy(name, r) if r[name] is None or (name == "config" and not isinstance(r[name], dict)) else r[name]
+            for r in records
+        ]
         frame[name] = [None if v is None else cast(v) for v in filled]
 
 
@@ -214,7 +237,9 @@ def read_row_lines(path: str | Path, notes: list[str] | None = None) -> list[dic
             warn_note(notes, f"{path}: skipped {where}, not valid JSON ({exc.msg}); probably a run killed mid-write")
             continue
         if not isinstance(row, dict):
-            warn_note(notes, f"{path}: skipped line {number}, a JSON {type(row).__name__} where a row object was expected")
+            warn_note(
+                notes, f"{path}: skipped line {number}, a JSON {type(row).__name__} where a row object was expected"
+            )
             continue
         rows.append(row)
     return rows

@@ -1,4 +1,5 @@
 """Run folders: their files and how a new one is made."""
+
 from __future__ import annotations
 
 import re
@@ -7,7 +8,13 @@ from pathlib import Path
 
 from harness.errors import UsageError
 
-ROWS_FILE, ENV_FILE, SPEC_FILE, CSV_FILE, PARQUET_FILE = "rows.jsonl", "env.json", "spec.toml", "rows.csv", "rows.parquet"
+ROWS_FILE, ENV_FILE, SPEC_FILE, CSV_FILE, PARQUET_FILE = (
+    "rows.jsonl",
+    "env.json",
+    "spec.toml",
+    "rows.csv",
+    "rows.parquet",
+)
 
 
 _RUN_ID = re.compile(r"[A-Za-z0-9_.-]+")
@@ -35,7 +42,9 @@ def create_run_dir(out: str | Path, run_id: str, *, exact: bool = False) -> Path
     """
     run_dir = Path(out) / check_run_id(run_id)
     if exact and (run_dir / ROWS_FILE).exists():
-        raise UsageError(f"run folder {run_dir} already holds rows; continue it with --resume {run_dir} or pick another --run-id")
+        raise UsageError(
+            f"run folder {run_dir} already holds rows; continue it with --resume {run_dir} or pick another --run-id"
+        )
     suffix = 2
     while not exact and run_dir.exists():
         run_dir, suffix = Path(out) / f"{run_id}-{suffix}", suffix + 1

@@ -5,6 +5,7 @@ A run folder ``results/<run-id>/`` holds ``rows.jsonl`` (one JSON object per cel
 when pyarrow is installed). A run killed mid-write leaves at most one partial last line; resuming
 repairs it (repair_tail) before counting and appending, so every line stays one complete row.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,6 @@ from typing import Any
 from harness.row import ROW_FIELDS, Row, row_record
 from harness.store.reader import Run, read_rows, warn_note
 from harness.store.run_dir import CSV_FILE, PARQUET_FILE, ROWS_FILE
-
 
 
 class RowWriter:
@@ -67,7 +67,10 @@ def repair_tail(path: Path) -> None:
         f.flush()
         os.fsync(f.fileno())
     if not complete:
-        warn_note(None, f"{path}: cut a partial last line ({len(data)} bytes, not valid JSON); probably a run killed mid-write")
+        warn_note(
+            None,
+            f"{path}: cut a partial last line ({len(data)} bytes, not valid JSON); probably a run killed mid-write",
+        )
 
 
 def _last_line(f: Any, block: int = 1 << 16) -> tuple[int, bytes]:
@@ -83,7 +86,7 @@ def _last_line(f: Any, block: int = 1 << 16) -> tuple[int, bytes]:
         chunk = f.read(end - position)
         cut = chunk.rfind(b"\n")
         if cut >= 0:
-            return position + cut + 1, chunk[cut + 1:]
+            return position + cut + 1, chunk[cut + 1 :]
     f.seek(0)
     return 0, f.read(end)
 
@@ -118,5 +121,3 @@ def write_tables(run: "str | Path | Run") -> list[Path]:
         frame.to_parquet(run_dir / PARQUET_FILE, index=False)
         written.append(run_dir / PARQUET_FILE)
     return written
-
-

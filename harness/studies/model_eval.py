@@ -10,6 +10,7 @@ Learnable variants are calibrated per layer (``variants.calibrate``) on the mode
 from calibration passages, which are never evaluated. First, the `dense` swap must reproduce
 the unmodified model (cosine > 0.9999 for every passage), or the command fails.
 """
+
 from __future__ import annotations
 
 import functools
@@ -64,7 +65,9 @@ def split_passages(max_len: int, n_eval: int, n_calibration: int) -> tuple[list[
     return evaluation[:n_eval], calibration[:n_calibration]
 
 
-def encode_each(tokenizer: minilm.Tokenizer, texts: list[str], max_len: int, device: str) -> list[tuple[Tensor, Tensor]]:
+def encode_each(
+    tokenizer: minilm.Tokenizer, texts: list[str], max_len: int, device: str
+) -> list[tuple[Tensor, Tensor]]:
     """Each text alone as (ids (1, N), mask (1, N)): no padding, so every variant sees only real tokens."""
     return [tokenizer.encode([t], max_len=max_len, device=device) for t in texts]
 
@@ -93,7 +96,9 @@ def nearest(embeddings: Tensor) -> Tensor:
     return sims.argmax(-1)
 
 
-def layer_batches(model: minilm.MiniLM, encoded: list[tuple[Tensor, Tensor]]) -> list[list[tuple[Tensor, Tensor, Tensor]]]:
+def layer_batches(
+    model: minilm.MiniLM, encoded: list[tuple[Tensor, Tensor]]
+) -> list[list[tuple[Tensor, Tensor, Tensor]]]:
     """For each layer, the (q, k, v) of every calibration passage under the unmodified model."""
     per_layer: list[list[tuple[Tensor, Tensor, Tensor]]] = [[] for _ in model.layers]
     for ids, mask in encoded:
@@ -103,7 +108,12 @@ def layer_batches(model: minilm.MiniLM, encoded: list[tuple[Tensor, Tensor]]) ->
 
 
 def swapped_model(
-    name: str, fields: dict[str, Any], *, device: str, seed: int, calibration: list[list[tuple[Tensor, Tensor, Tensor]]] | None,
+    name: str,
+    fields: dict[str, Any],
+    *,
+    device: str,
+    seed: int,
+    calibration: list[list[tuple[Tensor, Tensor, Tensor]]] | None,
     steps: int,
 ) -> tuple[minilm.MiniLM, dict[str, Any] | None]:
     """A fresh model with `name` in every layer; learnable variants calibrated per layer. Returns (model, calibration summary)."""
@@ -126,31 +136,58 @@ def swapped_model(
     if not learnable:
         return model, None
     summary = {
-        "steps_per_layer": steps, "layers": len(reports), "passages": len(calibration[0]) if calibration else 0,
-        "loss": reports[0]["loss"], "loss_before_mean": sum(r["loss_before"] for r in reports) / len(reports),
-        "loss_after_mean": sum(r["loss_after"] for r in reports) / len(reports), "per_layer": reports,
+        "steps_per_layer": steps,
+        "layers": len(reports),
+        "passages": len(calibration[0]) if calibration else 0,
+        "loss": reports[0]["loss"],
+        "loss_before_mean": sum(r["loss_before"] for r in reports) / len(reports),
+        "loss_after_mean": sum(r["loss_after"] for r in reports) / len(reports),
+        "per_layer": reports,
     }
     return model, summary
 
 
 def evaluate_variant(
-    name: str, max_len: int, *, reference: Tensor, encoded: list[tuple[Tensor, Tensor]],
-    calibration: Callable[[], list[list[tuple[Tensor, Tensor, Tensor]]]], steps: int, device: str, seed: int,
+    name: str,
+    max_len: int,
+    *,
+    reference: Tensor,
+    encoded: list[tuple[Tensor, Tensor]],
+    calibration: Callable[[], list[list[tuple[Tensor, Tensor, Tensor]]]],
+    steps: int,
+    device: str,
+    seed: int,
     overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One row: `name` swapped into the model at this length limit, compared to `reference` embeddings."""
     fields = variant_fields(name, max_len, overrides)
     lengths = [int(mask.sum()) for _, mask in encoded]
     row: dict[str, Any] = {
-        "model": minilm.MODEL_NAME, "variant": name, "config": None, "max_len": max_len, "seq_len_mean": sum(lengths) / len(lengths),
-        "seq_len_max": max(lengths), "texts": len(encoded), "status": "ok", "reason": None, "cosine_mean": None, "cosine_min": None,
-        "retrieval_agreement": None, "calibration": None, "calibration_s": None, "eval_s": None, "device": device, "seed": seed,
+        "model": minilm.MODEL_NAME,
+        "variant": name,
+        "config": None,
+        "max_len": max_len,
+        "seq_len_mean": sum(lengths) / len(lengths),
+        "seq_len_max": max(lengths),
+        "texts": len(encoded),
+        "status": "ok",
+        "reason": None,
+        "cosine_mean": None,
+        "cosine_min": None,
+        "retrieval_agreement": None,
+        "calibration": None,
+        "calibration_s": None,
+        "eval_s": None,
+        "device": device,
+        "seed": seed,
     }
     try:
         row["config"] = build_variant(name, **fields).config.to_dict()
         start = time.perf_counter()
         needs = get_variant(name).capabilities.learnable
-        model, row["calibration"] = swapped_model(name, fields, device=device, seed=seed, calibration=calibration() if needs else None, steps=steps)
+        model, row["calibration"] = swapped_model(
+            name, fields, device=device, seed=seed, calibration=calibration() if needs else None, steps=steps
+        )
         row["calibration_s"] = time.perf_counter() - start if needs else None
         start = time.perf_counter()
         embeddings = embed_all(model, encoded)
@@ -165,8 +202,16 @@ def evaluate_variant(
 
 
 def run_model_eval(
-    variants: list[str], max_lens: list[int], *, n_eval: int, n_calibration: int, steps: int, device: str = "cpu", seed: int = 0,
-    overrides: dict[str, dict[str, Any]] | None = None, log: Callable[[str], None] | None = None,
+    variants: list[str],
+    max_lens: list[int],
+    *,
+    n_eval: int,
+    n_calibration: int,
+    steps: int,
+    device: str = "cpu",
+    seed: int = 0,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows for every (max_len, variant), and meta with the dense-swap check per max_len.
 
@@ -186,7 +231,10 @@ def run_model_eval(
                 cache["batches"] = layer_batches(original, encode_each(tokenizer, calibration_texts, max_len, device))
             return cache["batches"]
 
-        dense = embed_all(minilm.swap_attention(minilm.load_model(device=device), lambda i: build_variant("dense").to(device)), encoded)
+        dense = embed_all(
+            minilm.swap_attention(minilm.load_model(device=device), lambda i: build_variant("dense").to(device)),
+            encoded,
+        )
         checks[max_len] = compare(reference, dense)
         if checks[max_len]["cosine_min"] <= DENSE_MIN_COSINE:
             raise RuntimeError(
@@ -194,16 +242,35 @@ def run_model_eval(
                 f"{checks[max_len]['cosine_min']:.6f} <= {DENSE_MIN_COSINE}; the swap or the weights are wrong"
             )
         for name in variants:
-            row = evaluate_variant(name, max_len, reference=reference, encoded=encoded, calibration=calibration, steps=steps,
-                                   device=device, seed=seed, overrides=(overrides or {}).get(name))
+            row = evaluate_variant(
+                name,
+                max_len,
+                reference=reference,
+                encoded=encoded,
+                calibration=calibration,
+                steps=steps,
+                device=device,
+                seed=seed,
+                overrides=(overrides or {}).get(name),
+            )
             rows.append(row)
             if log:
-                shown = (f"cosine {row['cosine_mean']:.5f} (min {row['cosine_min']:.5f}), retrieval {row['retrieval_agreement']:.3f}"
-                         if row["status"] == "ok" else f"{row['status']}: {row['reason']}")
+                shown = (
+                    f"cosine {row['cosine_mean']:.5f} (min {row['cosine_min']:.5f}), retrieval {row['retrieval_agreement']:.3f}"
+                    if row["status"] == "ok"
+                    else f"{row['status']}: {row['reason']}"
+                )
                 log(f"max_len={max_len:<4d} {name:15s} {shown}")
-    meta = {"model": minilm.MODEL_NAME, "corpus": "pydoc_data.topics (CPython's documentation), paragraphs joined into passages",
-            "texts": n_eval, "calibration_texts": n_calibration, "calibration_steps": steps, "max_lens": max_lens,
-            "dense_check": {str(k): v for k, v in checks.items()}, "dense_min_cosine_required": DENSE_MIN_COSINE}
+    meta = {
+        "model": minilm.MODEL_NAME,
+        "corpus": "pydoc_data.topics (CPython's documentation), paragraphs joined into passages",
+        "texts": n_eval,
+        "calibration_texts": n_calibration,
+        "calibration_steps": steps,
+        "max_lens": max_lens,
+        "dense_check": {str(k): v for k, v in checks.items()},
+        "dense_min_cosine_required": DENSE_MIN_COSINE,
+    }
     return rows, meta
 
 
@@ -214,4 +281,11 @@ def summary(rows: list[dict[str, Any]]) -> list[Block]:
 
 def write_model_eval(folder: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[Path]:
     """model_eval.csv, .json, .md and .png in `folder`; returns the paths."""
-    return write_results(folder, STEM, rows, meta, summary=summary(rows), plot=functools.partial(plot_model_eval, model=minilm.MODEL_NAME))
+    return write_results(
+        folder,
+        STEM,
+        rows,
+        meta,
+        summary=summary(rows),
+        plot=functools.partial(plot_model_eval, model=minilm.MODEL_NAME),
+    )

@@ -1,4 +1,5 @@
 """The studies' figures: model-eval's cosine and retrieval bars, tasks' accuracy bars (pyplot from harness.report.plotting)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,8 +20,18 @@ def plot_model_eval(rows: list[dict[str, Any]], path: Path, *, model: str) -> Pa
     for j, max_len in enumerate(lens):
         by = {r["variant"]: r for r in rows if r["max_len"] == max_len and r["status"] == "ok"}
         xs = [i + j * width for i in range(len(variants))]
-        ax1.bar(xs, [max(1 - by[v]["cosine_mean"], 1e-8) if v in by else float("nan") for v in variants], width, label=f"max_len {max_len}")
-        ax2.bar(xs, [by[v]["retrieval_agreement"] if v in by else float("nan") for v in variants], width, label=f"max_len {max_len}")
+        ax1.bar(
+            xs,
+            [max(1 - by[v]["cosine_mean"], 1e-8) if v in by else float("nan") for v in variants],
+            width,
+            label=f"max_len {max_len}",
+        )
+        ax2.bar(
+            xs,
+            [by[v]["retrieval_agreement"] if v in by else float("nan") for v in variants],
+            width,
+            label=f"max_len {max_len}",
+        )
     for ax in (ax1, ax2):
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(variants))], variants, rotation=20)
     ax1.set_yscale("log")

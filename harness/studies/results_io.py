@@ -4,6 +4,7 @@
 {"meta": ..., "rows": [...]} (what the report reads, harness.report.study_results); ``<stem>.md``
 a summary for people; ``<stem>.png`` a figure. The folder is a new results/<id>/ or an existing run folder.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,15 +25,24 @@ def output_dir(kind: str, *, run: str | None = None, out: str | None = None) -> 
     if run:
         path = Path(run)
         if not path.is_dir():
-            raise UsageError(f"--run {run!r} is not an existing folder; pass a run folder (e.g. results/<run-id>) or use --out DIR")
+            raise UsageError(
+                f"--run {run!r} is not an existing folder; pass a run folder (e.g. results/<run-id>) or use --out DIR"
+            )
         return path
     path = Path(out) if out else Path("results") / f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{kind}"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
-def write_results(folder: Path, stem: str, rows: list[dict[str, Any]], meta: dict[str, Any], *,
-                  summary: Sequence[Block], plot: Callable[[list[dict[str, Any]], Path], Path]) -> list[Path]:
+def write_results(
+    folder: Path,
+    stem: str,
+    rows: list[dict[str, Any]],
+    meta: dict[str, Any],
+    *,
+    summary: Sequence[Block],
+    plot: Callable[[list[dict[str, Any]], Path], Path],
+) -> list[Path]:
     """All four files of a study: <stem>.csv and .json (write_table), .md (the `summary` blocks), .png (`plot`)."""
     paths = write_table(folder, stem, rows, meta)
     md_path = folder / f"{stem}.md"
@@ -47,7 +57,9 @@ def write_table(folder: Path, stem: str, rows: list[dict[str, Any]], meta: dict[
     frame = pd.DataFrame(rows)
     for column in frame.columns:  # dicts (configs, calibration reports) as JSON text in the CSV
         if frame[column].map(lambda x: isinstance(x, (dict, list))).any():
-            frame[column] = frame[column].map(lambda x: json.dumps(x, sort_keys=True) if isinstance(x, (dict, list)) else x)
+            frame[column] = frame[column].map(
+                lambda x: json.dumps(x, sort_keys=True) if isinstance(x, (dict, list)) else x
+            )
     csv_path, json_path = folder / f"{stem}.csv", folder / f"{stem}.json"
     frame.to_csv(csv_path, index=False)
     json_path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=_jsonable) + "\n")

@@ -1,4 +1,5 @@
 """Which variants a study runs, and with which config fields (globs over the registry, --set overrides)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,7 +18,9 @@ def select_variants(patterns: str) -> list[str]:
     for pattern in (p.strip() for p in patterns.split(",") if p.strip()):
         matched = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
         if not matched:
-            raise UsageError(f"no registered variant matches {pattern!r}. Available: {', '.join(names)}{did_you_mean(pattern, names)}")
+            raise UsageError(
+                f"no registered variant matches {pattern!r}. Available: {', '.join(names)}{did_you_mean(pattern, names)}"
+            )
         chosen += [n for n in matched if n not in chosen]
     return sorted(chosen, key=lambda n: (n != "dense", n))
 

@@ -11,6 +11,7 @@ the answer (a digit) is one class per sequence. Sequences are padded to N with a
 
 Every batch comes from ``random.Random(seed)``: the same seed gives the same tokens everywhere.
 """
+
 from __future__ import annotations
 
 import random
@@ -174,7 +175,7 @@ def _apply(op: str, args: list[int]) -> int:
 def listops_text(tokens: Tensor | list[int]) -> str:
     """An expression as text, e.g. '[MAX 2 9 [MIN 4 7 ] 0 ]' (padding dropped)."""
     words = []
-    for t in (tokens.tolist() if isinstance(tokens, Tensor) else tokens):
+    for t in tokens.tolist() if isinstance(tokens, Tensor) else tokens:
         if t == PAD:
             continue
         words.append("]" if t == CLOSE else str(t - DIGIT0) if t < OP0 else "[" + LISTOPS_OPS[t - OP0])

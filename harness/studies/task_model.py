@@ -1,4 +1,5 @@
 """The tasks study's model: a tiny bidirectional encoder (pre-LN, sinusoidal positions) around a swappable attention."""
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,18 @@ class TinyTransformer(nn.Module):
     then equally easy at every position, so a short budget is not spent learning N position vectors.
     """
 
-    def __init__(self, *, vocab: int, classes: int, seq_len: int, d_model: int, layers: int, heads: int, per_token: bool,
-                 value_vocab: int = 0):
+    def __init__(
+        self,
+        *,
+        vocab: int,
+        classes: int,
+        seq_len: int,
+        d_model: int,
+        layers: int,
+        heads: int,
+        per_token: bool,
+        value_vocab: int = 0,
+    ):
         super().__init__()
         self.per_token = per_token
         self.embed = nn.Embedding(vocab, d_model)

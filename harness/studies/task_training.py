@@ -5,6 +5,7 @@ attention), the same seeded data stream and the same budget (steps x tokens per 
 attention inside ``variants.MultiHeadAttention`` differs. MQAR is scored per query token,
 ListOps per sequence. Variant configs with a ``max_seq_len`` field are built with max_seq_len = N.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,7 +32,10 @@ class TaskPreset:
     d_model: int = 64  # model width E
     layers: int = 2  # transformer blocks
     heads: int = 4  # attention heads (head_dim = d_model / heads)
-    seq_lens: tuple[int, ...] = (64, 128)  # N of each setting (one-hop MQAR at N=256 needs more steps than a CPU budget)
+    seq_lens: tuple[int, ...] = (
+        64,
+        128,
+    )  # N of each setting (one-hop MQAR at N=256 needs more steps than a CPU budget)
     steps: int = 300  # AdamW steps
     tokens_per_step: int = 1024  # batch = tokens_per_step // N sequences (at least 1): the same tokens at every N
     lr: float = 3e-3  # peak learning rate (linear warm-up over 10%, cosine decay to 10%)
@@ -48,8 +52,18 @@ class TaskPreset:
 PRESETS = {
     "cpu": TaskPreset(),  # all variants, both tasks, in a few minutes on 2 CPU cores
     # Longer sequences, a larger model and budget; still one-hop MQAR (--mqar-two-hop for Zoology's form).
-    "gpu": TaskPreset(d_model=128, layers=2, heads=4, seq_lens=(256, 1024, 4096), steps=3000, tokens_per_step=32768, lr=1e-3,
-                      test_size=1024, mqar_pairs_per_token=1 / 16, mqar_values=64),
+    "gpu": TaskPreset(
+        d_model=128,
+        layers=2,
+        heads=4,
+        seq_lens=(256, 1024, 4096),
+        steps=3000,
+        tokens_per_step=32768,
+        lr=1e-3,
+        test_size=1024,
+        mqar_pairs_per_token=1 / 16,
+        mqar_values=64,
+    ),
 }
 
 
@@ -72,14 +86,40 @@ def task_setting(task: str, N: int, preset: TaskPreset) -> TaskSetting:
     """The setting of `task` at length N under `preset`; ValueError for an unknown task or too short N."""
     if task == "mqar":
         pairs = max(2, int(N * preset.mqar_pairs_per_token))
-        spec = MQARSpec(seq_len=N, num_pairs=pairs, num_keys=max(64, pairs), num_values=preset.mqar_values, one_hop=preset.mqar_one_hop)
+        spec = MQARSpec(
+            seq_len=N,
+            num_pairs=pairs,
+            num_keys=max(64, pairs),
+            num_values=preset.mqar_values,
+            one_hop=preset.mqar_one_hop,
+        )
         make = lambda b, s: mqar_batch(spec, b, s)  # noqa: E731
         value_vocab = 1 + spec.num_values if spec.one_hop else 0
-        return TaskSetting(task, N, make, spec.vocab_size, spec.num_classes, True, value_vocab, 1 / spec.num_values, dataclasses.asdict(spec))
+        return TaskSetting(
+            task,
+            N,
+            make,
+            spec.vocab_size,
+            spec.num_classes,
+            True,
+            value_vocab,
+            1 / spec.num_values,
+            dataclasses.asdict(spec),
+        )
     if task == "listops":
         lspec = ListOpsSpec(seq_len=N)
         make = lambda b, s: listops_batch(lspec, b, s)  # noqa: E731
-        return TaskSetting(task, N, make, lspec.vocab_size, lspec.num_classes, False, 0, 1 / lspec.num_classes, dataclasses.asdict(lspec))
+        return TaskSetting(
+            task,
+            N,
+            make,
+            lspec.vocab_size,
+            lspec.num_classes,
+            False,
+            0,
+            1 / lspec.num_classes,
+            dataclasses.asdict(lspec),
+        )
     raise ValueError(unknown_task_message(task))
 
 
@@ -89,23 +129,55 @@ def unknown_task_message(task: str) -> str:
 
 
 def train_and_test(
-    setting: TaskSetting, variant: str, preset: TaskPreset, *, seed: int = 0, device: str = "cpu", overrides: dict[str, Any] | None = None
+    setting: TaskSetting,
+    variant: str,
+    preset: TaskPreset,
+    *,
+    seed: int = 0,
+    device: str = "cpu",
+    overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train a fresh TinyTransformer with `variant` on `setting` and measure test accuracy: one result row."""
     fields = variant_fields(variant, setting.seq_len, overrides)
     row: dict[str, Any] = {
-        "task": setting.task, "variant": variant, "config": None, "seq_len": setting.seq_len, "status": "ok", "reason": None,
-        "accuracy": None, "chance": setting.chance, "majority": None, "delta_to_dense": None, "final_loss": None,
-        "steps": preset.steps, "batch": preset.batch_size(setting.seq_len), "d_model": preset.d_model, "layers": preset.layers,
-        "heads": preset.heads, "lr": preset.lr, "params": None, "train_s": None, "seed": seed, "device": device,
-        "test_size": preset.test_size, "task_details": setting.details,
+        "task": setting.task,
+        "variant": variant,
+        "config": None,
+        "seq_len": setting.seq_len,
+        "status": "ok",
+        "reason": None,
+        "accuracy": None,
+        "chance": setting.chance,
+        "majority": None,
+        "delta_to_dense": None,
+        "final_loss": None,
+        "steps": preset.steps,
+        "batch": preset.batch_size(setting.seq_len),
+        "d_model": preset.d_model,
+        "layers": preset.layers,
+        "heads": preset.heads,
+        "lr": preset.lr,
+        "params": None,
+        "train_s": None,
+        "seed": seed,
+        "device": device,
+        "test_size": preset.test_size,
+        "task_details": setting.details,
     }
     test = _to(setting.make(preset.test_size, 10**9 + seed), device)
     row["majority"] = _majority(test.targets)
     try:
         torch.manual_seed(seed)  # the same initial weights outside the attention for every variant
-        model = TinyTransformer(vocab=setting.vocab, classes=setting.classes, seq_len=setting.seq_len, d_model=preset.d_model,
-                                layers=preset.layers, heads=preset.heads, per_token=setting.per_token, value_vocab=setting.value_vocab)
+        model = TinyTransformer(
+            vocab=setting.vocab,
+            classes=setting.classes,
+            seq_len=setting.seq_len,
+            d_model=preset.d_model,
+            layers=preset.layers,
+            heads=preset.heads,
+            per_token=setting.per_token,
+            value_vocab=setting.value_vocab,
+        )
         torch.manual_seed(seed + 1)
         model.set_attention(lambda: build_variant(variant, **fields))
         row["config"] = model.blocks[0].attention.attention.config.to_dict()

@@ -4,6 +4,7 @@ Each (task, N, variant) is one row (task_training.train_and_test); this module r
 each row's delta to dense and writes tasks.csv/.json/.md/.png. A variant that cannot run a setting
 is an `unsupported` row with its reason. The model is in task_model, the data in task_data.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,8 +20,14 @@ STEM = TASKS  # tasks.csv/.json/.md/.png
 
 
 def run_tasks(
-    tasks: list[str], variants: list[str], preset: TaskPreset, *, seed: int = 0, device: str = "cpu",
-    overrides: dict[str, dict[str, Any]] | None = None, log: Callable[[str], None] | None = None,
+    tasks: list[str],
+    variants: list[str],
+    preset: TaskPreset,
+    *,
+    seed: int = 0,
+    device: str = "cpu",
+    overrides: dict[str, dict[str, Any]] | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Every (task, N, variant): train and test; then each row's delta_to_dense (accuracy - dense's)."""
     rows = []
@@ -28,12 +35,18 @@ def run_tasks(
         for N in preset.seq_lens:
             setting = task_setting(task, N, preset)
             for variant in variants:
-                row = train_and_test(setting, variant, preset, seed=seed, device=device, overrides=(overrides or {}).get(variant))
+                row = train_and_test(
+                    setting, variant, preset, seed=seed, device=device, overrides=(overrides or {}).get(variant)
+                )
                 rows.append(row)
                 if log:
-                    shown = f"{row['accuracy']:.3f}" if row["accuracy"] is not None else f"{row['status']}: {row['reason']}"
+                    shown = (
+                        f"{row['accuracy']:.3f}" if row["accuracy"] is not None else f"{row['status']}: {row['reason']}"
+                    )
                     log(f"{task:8s} N={N:<5d} {variant:15s} {shown}  ({row['train_s'] or 0:.1f}s)")
-    dense = {(r["task"], r["seq_len"]): r["accuracy"] for r in rows if r["variant"] == "dense" and r["accuracy"] is not None}
+    dense = {
+        (r["task"], r["seq_len"]): r["accuracy"] for r in rows if r["variant"] == "dense" and r["accuracy"] is not None
+    }
     for r in rows:
         base = dense.get((r["task"], r["seq_len"]))
         if r["accuracy"] is not None and base is not None:

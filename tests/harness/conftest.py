@@ -1,4 +1,5 @@
 """Fixtures shared by the sweep, executor and spec tests."""
+
 from __future__ import annotations
 
 import pytest

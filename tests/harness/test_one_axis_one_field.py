@@ -1,6 +1,7 @@
 """A new axis is one field of Cell (plus its list in SweepSpec): planning, ids, old rows, labels, compare's key and
 the report's setting keys and the row's columns all follow from that field. Proven on a copy of harness/schema.py (and
 of harness/row.py over it) with a throwaway axis."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,9 +14,9 @@ import pytest
 import harness.schema as real
 from tests.helpers import REPO
 
-THROWAWAY = '''    # a throwaway axis, added by the test: one line
+THROWAWAY = """    # a throwaway axis, added by the test: one line
     flavour: str = _field("plain", role="setting", axis="flavours", text=lambda v, _: f"flavour={v}", added=True)
-'''
+"""
 
 
 @pytest.fixture
@@ -30,7 +31,11 @@ def schema(monkeypatch):
     exec(compile(source.replace(anchor, THROWAWAY + anchor, 1), "schema_with_flavour", "exec"), module.__dict__)
     rows = importlib.util.module_from_spec(importlib.util.spec_from_loader("row_with_flavour", loader=None))
     sys.modules["row_with_flavour"] = rows  # harness/row.py over the copy: its columns follow the cell's
-    row_source = (REPO / "harness" / "row.py").read_text().replace("from harness.schema import", "from schema_with_flavour import")
+    row_source = (
+        (REPO / "harness" / "row.py")
+        .read_text()
+        .replace("from harness.schema import", "from schema_with_flavour import")
+    )
     exec(compile(row_source, "row_with_flavour", "exec"), rows.__dict__)
     module.ROW_FIELDS = rows.ROW_FIELDS
     import harness.plan
@@ -45,8 +50,22 @@ def schema(monkeypatch):
 
 
 def _values(**fields):
-    return dict(variant="dense", config={"backend": "auto"}, seq_len=64, kv_len=64, batch=1, heads=8, head_dim=16,
-                dtype="float32", device="cpu", causal=False, mode="forward", inputs="gaussian", seed=0, **fields)
+    return dict(
+        variant="dense",
+        config={"backend": "auto"},
+        seq_len=64,
+        kv_len=64,
+        batch=1,
+        heads=8,
+        head_dim=16,
+        dtype="float32",
+        device="cpu",
+        causal=False,
+        mode="forward",
+        inputs="gaussian",
+        seed=0,
+        **fields,
+    )
 
 
 def test_a_throwaway_axis_is_planned_identified_read_labelled_and_matched(schema):
@@ -71,8 +90,17 @@ def test_a_throwaway_axis_is_planned_identified_read_labelled_and_matched(schema
 
 
 def _spec_lists():
-    return SimpleNamespace(inputs=("gaussian",), dtypes=("float32",), head_dims=(16,), causals=(False,), modes=("forward",),
-                           phases=("prefill",), scopes=("attention",), kv_heads=(), paddings=(0.0,))
+    return SimpleNamespace(
+        inputs=("gaussian",),
+        dtypes=("float32",),
+        head_dims=(16,),
+        causals=(False,),
+        modes=("forward",),
+        phases=("prefill",),
+        scopes=("attention",),
+        kv_heads=(),
+        paddings=(0.0,),
+    )
 
 
 def test_every_field_of_the_real_cell_declares_its_role():

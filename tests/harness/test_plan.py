@@ -1,4 +1,5 @@
 """spec -> cells: counts, order, stable ids."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,7 +10,15 @@ from harness.runner import sweep_spec as build_spec
 
 
 def _spec(**cli):
-    return build_spec(cli={"device": "cpu", "variants": "dense,dense:backend=reference", "seq_lens": "512,128,256", "inputs": "gaussian", **cli})
+    return build_spec(
+        cli={
+            "device": "cpu",
+            "variants": "dense,dense:backend=reference",
+            "seq_lens": "512,128,256",
+            "inputs": "gaussian",
+            **cli,
+        }
+    )
 
 
 def test_one_cell_per_combination():
@@ -33,7 +42,13 @@ def test_cell_id_is_stable_and_depends_on_every_field():
     cell = plan(_spec())[0]
     same = Cell.from_dict(cell.fields())
     assert same.cell_id == cell.cell_id
-    for change in ({"seq_len": 999}, {"seed": 1}, {"config": {"backend": "sdpa"}}, {"inputs": "local"}, {"causal": True}):
+    for change in (
+        {"seq_len": 999},
+        {"seed": 1},
+        {"config": {"backend": "sdpa"}},
+        {"inputs": "local"},
+        {"causal": True},
+    ):
         assert Cell.from_dict({**cell.fields(), **change}).cell_id != cell.cell_id
 
 
@@ -56,40 +71,73 @@ def test_every_cell_field_changes_the_cell_id(field):
 
 
 def test_a_plan_over_two_dtypes_has_a_cell_per_dtype():
-    spec = build_spec(cli={"device": "cpu", "variants": "dense", "seq_lens": "64", "inputs": "gaussian", "dtypes": "float32,bfloat16"})
+    spec = build_spec(
+        cli={"device": "cpu", "variants": "dense", "seq_lens": "64", "inputs": "gaussian", "dtypes": "float32,bfloat16"}
+    )
     cells = plan(spec)
     assert sorted(c.dtype for c in cells) == ["bfloat16", "float32"] and len({c.cell_id for c in cells}) == 2
 
 
 def test_duplicates_are_planned_once():
-    cells = plan(build_spec(cli={"device": "cpu", "variants": "dense,dense:backend=auto", "seq_lens": "64,64", "inputs": "gaussian"}))
+    cells = plan(
+        build_spec(
+            cli={"device": "cpu", "variants": "dense,dense:backend=auto", "seq_lens": "64,64", "inputs": "gaussian"}
+        )
+    )
     assert len(cells) == 1
 
 
 def test_label_shows_only_non_default_config():
     labels = [c.label for c in plan(_spec())[:2]]
-    assert labels == ["dense N=128 forward float32 D=64 gaussian", "dense(backend=reference) N=128 forward float32 D=64 gaussian"]
+    assert labels == [
+        "dense N=128 forward float32 D=64 gaussian",
+        "dense(backend=reference) N=128 forward float32 D=64 gaussian",
+    ]
 
 
 def test_linformer_projections_follow_each_n_unless_the_user_sets_them():
-    spec = build_spec(cli={"device": "cpu", "variants": "linformer,linformer:max_seq_len=8192,k=32", "seq_lens": "32,256,1024",
-                           "inputs": "gaussian", "error_budgets": ""})
+    spec = build_spec(
+        cli={
+            "device": "cpu",
+            "variants": "linformer,linformer:max_seq_len=8192,k=32",
+            "seq_lens": "32,256,1024",
+            "inputs": "gaussian",
+            "error_budgets": "",
+        }
+    )
     cells = plan(spec)
     followed = [c for c in cells if c.config["k"] == 64]
     fixed = [c for c in cells if c.config["k"] == 32]
-    assert [(c.seq_len, c.config["max_seq_len"]) for c in followed] == [(32, 64), (256, 256), (1024, 1024)]  # at least k
+    assert [(c.seq_len, c.config["max_seq_len"]) for c in followed] == [
+        (32, 64),
+        (256, 256),
+        (1024, 1024),
+    ]  # at least k
     assert {c.config["max_seq_len"] for c in fixed} == {8192}
     assert len({c.series_key for c in followed}) == 1  # one series across N: an OOM at N still stops the longer ones
     assert {c.label.split(" ")[0] for c in followed} == {"linformer"}
 
 
 def test_error_budgets_plan_one_cell_per_budget_for_a_free_quality_knob():
-    spec = build_spec(cli={"device": "cpu", "variants": "dense,sliding_window,sliding_window:window=64,distilled", "seq_lens": "128",
-                           "inputs": "gaussian", "error_budgets": "0.1,0.01"})
+    spec = build_spec(
+        cli={
+            "device": "cpu",
+            "variants": "dense,sliding_window,sliding_window:window=64,distilled",
+            "seq_lens": "128",
+            "inputs": "gaussian",
+            "error_budgets": "0.1,0.01",
+        }
+    )
     cells = plan(spec)
     by = {(c.variant, c.matched_budget, c.config.get("window")) for c in cells}
-    assert by == {("dense", None, None), ("sliding_window", 0.01, 256), ("sliding_window", 0.1, 256),
-                  ("sliding_window", None, 64), ("distilled", 0.01, None), ("distilled", 0.1, None)}
+    assert by == {
+        ("dense", None, None),
+        ("sliding_window", 0.01, 256),
+        ("sliding_window", 0.1, 256),
+        ("sliding_window", None, 64),
+        ("distilled", 0.01, None),
+        ("distilled", 0.1, None),
+    }
     assert [c.matched_budget for c in cells if c.variant == "distilled"] == [0.01, 0.1]  # budgets ascending
     assert all(c.error_metric == "rel_l2" for c in cells)
     assert len({c.cell_id for c in cells}) == len(cells) == 6

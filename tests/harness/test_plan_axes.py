@@ -1,4 +1,5 @@
 """The GQA, decode, padding and scope axes: spec values, the cells planned, and ids that older runs still match."""
+
 from __future__ import annotations
 
 from harness.plan import plan
@@ -10,7 +11,9 @@ from tests.helpers import REPO
 
 
 def _spec(**cli):
-    return build_spec(cli={"device": "cpu", "variants": "dense", "seq_lens": "64,128", "inputs": "gaussian", "heads": "4", **cli})
+    return build_spec(
+        cli={"device": "cpu", "variants": "dense", "seq_lens": "64,128", "inputs": "gaussian", "heads": "4", **cli}
+    )
 
 
 def test_defaults_plan_one_prefill_attention_cell_per_length_with_kv_heads_equal_to_heads():
@@ -42,8 +45,21 @@ def test_decode_steps_reach_the_measure_settings():
 
 
 def test_new_fields_at_their_defaults_keep_the_old_cell_id():
-    base = dict(variant="dense", config={}, seq_len=64, kv_len=64, batch=1, heads=4, head_dim=16, dtype="float32",
-                device="cpu", causal=False, mode="forward", inputs="gaussian", seed=0)
+    base = dict(
+        variant="dense",
+        config={},
+        seq_len=64,
+        kv_len=64,
+        batch=1,
+        heads=4,
+        head_dim=16,
+        dtype="float32",
+        device="cpu",
+        causal=False,
+        mode="forward",
+        inputs="gaussian",
+        seed=0,
+    )
     old = Cell(**base)
     assert Cell(**base, kv_heads=4, phase="prefill", scope="attention", padding=0.0).cell_id == old.cell_id
     for change in ({"kv_heads": 2}, {"phase": "decode"}, {"scope": "layer"}, {"padding": 0.25}):

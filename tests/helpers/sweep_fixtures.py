@@ -1,4 +1,5 @@
 """Shared helpers for the sweep tests (imported by them; registers nothing at import)."""
+
 from __future__ import annotations
 
 import sys

@@ -3,6 +3,7 @@
 Loaded with ``variants.load_plugin(PATH)`` (or ``--plugin PATH`` for a subprocess) inside a
 fixture, never at collection time, so the contract tests never see them.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,9 +17,29 @@ from variants import NotSupportedError, AttentionVariant, Capabilities, VariantC
 from variants.reference import reference_attention
 
 PATH = os.path.abspath(__file__)
-NAMES = ("t_noop", "t_oom", "t_cpu_oom", "t_memerror", "t_alloc", "t_nan", "t_raise", "t_crash", "t_sigkill", "t_sleep",
-         "t_prepare", "t_learn", "t_nocausal", "t_badgrad",
-         "t_oneheaded", "t_float64", "t_rowshort", "t_tuple", "t_exit", "t_refuse", "t_fivedim")
+NAMES = (
+    "t_noop",
+    "t_oom",
+    "t_cpu_oom",
+    "t_memerror",
+    "t_alloc",
+    "t_nan",
+    "t_raise",
+    "t_crash",
+    "t_sigkill",
+    "t_sleep",
+    "t_prepare",
+    "t_learn",
+    "t_nocausal",
+    "t_badgrad",
+    "t_oneheaded",
+    "t_float64",
+    "t_rowshort",
+    "t_tuple",
+    "t_exit",
+    "t_refuse",
+    "t_fivedim",
+)
 
 
 def _exact(q, k, v, causal):
@@ -53,7 +74,9 @@ class CpuOomAttention(AttentionVariant):
     """Raises the CPU allocator's RuntimeError."""
 
     def forward(self, q, k, v, *, causal=False, kv_mask=None):
-        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you tried to allocate 68719476736 bytes")
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you tried to allocate 68719476736 bytes"
+        )
 
 
 @register_variant("t_memerror")

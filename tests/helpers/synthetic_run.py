@@ -3,6 +3,7 @@
 Latency and memory follow exact power laws (dense N^2, the efficient variants N^1), so tests can
 check the fitted exponents and crossovers against the numbers planted here.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,10 +48,19 @@ def make_rows(
                         row.update(status="error", reason="RuntimeError: planted failure")
                     else:
                         row.update(
-                            status="ok", latency_s=t, latency_p20_s=t * (1 - SPREAD), latency_p80_s=t * (1 + SPREAD),
-                            repeats=10, peak_memory_bytes=int(mc * n**mp), memory_method="synthetic",
-                            flops=4 * n * n * 64, tflops=4 * n * n * 64 / t / 1e12, rel_l2_error=err,
-                            max_abs_error=err * 3, cosine=1 - err, error_rows=64,
+                            status="ok",
+                            latency_s=t,
+                            latency_p20_s=t * (1 - SPREAD),
+                            latency_p80_s=t * (1 + SPREAD),
+                            repeats=10,
+                            peak_memory_bytes=int(mc * n**mp),
+                            memory_method="synthetic",
+                            flops=4 * n * n * 64,
+                            tflops=4 * n * n * 64 / t / 1e12,
+                            rel_l2_error=err,
+                            max_abs_error=err * 3,
+                            cosine=1 - err,
+                            error_rows=64,
                         )
                     rows.append(row)
     if with_failures:
@@ -62,22 +72,47 @@ def make_rows(
 
 def _row(run_id: str, variant: str, config: dict, n: int, mode: str, dist: str, device_name: str) -> dict[str, Any]:
     return {
-        "run_id": run_id, "cell_id": f"{variant}-{n}-{mode}-{dist}", "variant": variant, "config": dict(config),
-        "backend": config.get("backend", "default").replace("auto", "sdpa"), "seq_len": n, "kv_len": n, "batch": 1,
-        "heads": 8, "head_dim": 64, "dtype": "float32", "device": "cpu", "device_name": device_name, "host": "synth",
-        "causal": False, "mode": mode, "inputs": dist, "seed": 0, "threads": 2, "status": None, "reason": None,
-        "latency_s": None, "latency_p20_s": None, "latency_p80_s": None, "peak_memory_bytes": None,
-        "rel_l2_error": None, "schema_version": 1,
+        "run_id": run_id,
+        "cell_id": f"{variant}-{n}-{mode}-{dist}",
+        "variant": variant,
+        "config": dict(config),
+        "backend": config.get("backend", "default").replace("auto", "sdpa"),
+        "seq_len": n,
+        "kv_len": n,
+        "batch": 1,
+        "heads": 8,
+        "head_dim": 64,
+        "dtype": "float32",
+        "device": "cpu",
+        "device_name": device_name,
+        "host": "synth",
+        "causal": False,
+        "mode": mode,
+        "inputs": dist,
+        "seed": 0,
+        "threads": 2,
+        "status": None,
+        "reason": None,
+        "latency_s": None,
+        "latency_p20_s": None,
+        "latency_p80_s": None,
+        "peak_memory_bytes": None,
+        "rel_l2_error": None,
+        "schema_version": 1,
     }
 
 
 BUDGET_SPEC = 'variants = ["dense", "chunked", "sliding_window", "linformer"]\nerror_budgets = [0.05, 0.1]\nerror_metric = "rel_l2"\n'
 BUDGET_LENGTHS = (1024, 2048, 4096, 8192)
-UNREACHABLE = ("relative L2 error 0.31 at k 1024, the largest declared (searched 64-1024 on calibration seeds), "
-               "is above the budget 0.05")
+UNREACHABLE = (
+    "relative L2 error 0.31 at k 1024, the largest declared (searched 64-1024 on calibration seeds), "
+    "is above the budget 0.05"
+)
 
 
-def make_budget_rows(*, inputs: tuple[str, ...] = ("local",), lengths: tuple[int, ...] = BUDGET_LENGTHS) -> list[dict[str, Any]]:
+def make_budget_rows(
+    *, inputs: tuple[str, ...] = ("local",), lengths: tuple[int, ...] = BUDGET_LENGTHS
+) -> list[dict[str, Any]]:
     """Rows of a run with error budgets 0.05 and 0.1 (BUDGET_SPEC), every timed row with a paired speed-up interval.
 
     dense and chunked (0.9x, slower) are exact; sliding_window was matched to each budget (window 512 at 0.05, error
@@ -89,33 +124,61 @@ def make_budget_rows(*, inputs: tuple[str, ...] = ("local",), lengths: tuple[int
     for dist in inputs:
         for n in lengths:
             dense_t = 1e-9 * n**2
-            plan = [("dense", {"backend": "auto"}, None, 1e-7, 1.0, None),
-                    ("chunked", {"chunk_size": 256}, None, 2e-7, 0.9, (0.85, 0.95))]
+            plan = [
+                ("dense", {"backend": "auto"}, None, 1e-7, 1.0, None),
+                ("chunked", {"chunk_size": 256}, None, 2e-7, 0.9, (0.85, 0.95)),
+            ]
             scale = n / 1024
-            plan += [("sliding_window", {"backend": "auto", "window": 512}, 0.05, 0.04, 1.05 * scale, (0.9, 1.1)),
-                     ("sliding_window", {"backend": "auto", "window": 256}, 0.1, 0.09, 1.6 * scale, (0.9, 1.1))]
+            plan += [
+                ("sliding_window", {"backend": "auto", "window": 512}, 0.05, 0.04, 1.05 * scale, (0.9, 1.1)),
+                ("sliding_window", {"backend": "auto", "window": 256}, 0.1, 0.09, 1.6 * scale, (0.9, 1.1)),
+            ]
             spread = (0.5, 1.5) if n == lengths[-1] else (0.98, 1.02)  # linformer's interval at the largest N is wide
             plan += [("linformer", {"k": 256}, 0.1, 0.105, 3.2 * scale, spread)]
             for variant, config, budget, err, speedup, interval in plan:
                 row = _row("budgets", variant, config, n, "forward", dist, "Synthetic CPU")
                 row["cell_id"] += f"-{budget}"
                 t = dense_t / speedup
-                row.update(status="ok", latency_s=t, latency_p20_s=t * 0.98, latency_p80_s=t * 1.02, repeats=10,
-                           peak_memory_bytes=1024 * n, rel_l2_error=err, cosine=1 - err, error_rows=64, load_per_cpu=0.1,
-                           matched_budget=budget, error_metric="rel_l2" if budget else None, tuning_s=2.0 if budget else None)
+                row.update(
+                    status="ok",
+                    latency_s=t,
+                    latency_p20_s=t * 0.98,
+                    latency_p80_s=t * 1.02,
+                    repeats=10,
+                    peak_memory_bytes=1024 * n,
+                    rel_l2_error=err,
+                    cosine=1 - err,
+                    error_rows=64,
+                    load_per_cpu=0.1,
+                    matched_budget=budget,
+                    error_metric="rel_l2" if budget else None,
+                    tuning_s=2.0 if budget else None,
+                )
                 if interval:
                     row.update(speedup=speedup, speedup_low=speedup * interval[0], speedup_high=speedup * interval[1])
                 rows.append(row)
             unreachable = _row("budgets", "linformer", {"k": 1024}, n, "forward", dist, "Synthetic CPU")
-            unreachable.update(cell_id=unreachable["cell_id"] + "-0.05", status="unreachable", reason=UNREACHABLE,
-                               matched_budget=0.05, error_metric="rel_l2", tuning_s=5.0,
-                               tuning={"knob": "k", "low": 64, "high": 1024, "tried": {"1024": 0.31 + n / 1e6}})
+            unreachable.update(
+                cell_id=unreachable["cell_id"] + "-0.05",
+                status="unreachable",
+                reason=UNREACHABLE,
+                matched_budget=0.05,
+                error_metric="rel_l2",
+                tuning_s=5.0,
+                tuning={"knob": "k", "low": 64, "high": 1024, "tried": {"1024": 0.31 + n / 1e6}},
+            )
             rows.append(unreachable)
     return rows
 
 
-def write_run(folder: Path, rows: list[dict[str, Any]] | None = None, *, truncate_last: bool = False,
-              spec_text: str = 'variants = ["dense", "chunked"]\nseq_lens = [256, 512]\n', **kwargs) -> Path:
+def write_run(
+    folder: Path,
+    rows: list[dict[str, Any]] | None = None,
+    *,
+    truncate_last: bool = False,
+    spec_text: str = 'variants = ["dense", "chunked"]\nseq_lens = [256, 512]\n',
+    **kwargs,
+) -> Path:
     """Write a run folder (rows.jsonl, env.json, spec.toml) and return it."""
     folder.mkdir(parents=True, exist_ok=True)
     rows = make_rows(**kwargs) if rows is None else rows
@@ -123,8 +186,18 @@ def write_run(folder: Path, rows: list[dict[str, Any]] | None = None, *, truncat
     if truncate_last:
         text += json.dumps(rows[-1])[:25]  # a killed run: half a line, no newline
     (folder / "rows.jsonl").write_text(text)
-    env = {"python": "3.11", "torch": "2.13.0", "cuda": None, "gpu": None, "cpu": "Synthetic CPU", "cpu_count": 2,
-           "torch_threads": 2, "git_commit": "abc123", "host": "synth", "packages": {}}
+    env = {
+        "python": "3.11",
+        "torch": "2.13.0",
+        "cuda": None,
+        "gpu": None,
+        "cpu": "Synthetic CPU",
+        "cpu_count": 2,
+        "torch_threads": 2,
+        "git_commit": "abc123",
+        "host": "synth",
+        "packages": {},
+    }
     (folder / "env.json").write_text(json.dumps(env))
     (folder / "spec.toml").write_text(spec_text)
     return folder

@@ -2,6 +2,7 @@
 
 Built-ins must declare every refusal first (not_supported_reasons), so for them it stays a failure.
 """
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Bad input to any variant: one clear TypeError/ValueError naming the argument, given and expected."""
+
 import pytest
 import torch
 
@@ -10,17 +11,47 @@ q = torch.randn(2, 3, 8, 4)
 @pytest.mark.parametrize(
     "args,kwargs,error,match",
     [
-        ((q[0], q, q), {}, ValueError, r"q must have 4 dims \(B, H, N, D\), got shape \(3, 8, 4\); for \(B, N, E\) inputs use variants.MultiHeadAttention"),
+        (
+            (q[0], q, q),
+            {},
+            ValueError,
+            r"q must have 4 dims \(B, H, N, D\), got shape \(3, 8, 4\); for \(B, N, E\) inputs use variants.MultiHeadAttention",
+        ),
         (([1.0], q, q), {}, TypeError, r"q must be a torch.Tensor of shape \(B, H, N, D\), got list"),
         ((q, q.long(), q), {}, TypeError, r"k must be a floating-point tensor, got dtype torch.int64"),
         ((q, q.double(), q), {}, TypeError, r"q, k, v must share one dtype, got q=torch.float32, k=torch.float64"),
         ((q, q, q[:, :, :5]), {}, ValueError, r"k and v must have the same shape"),
-        ((q, q[:, :2], q[:, :2]), {}, ValueError, r"k and v have H_kv=2 heads, which does not divide the H=3 query heads \(got q \(2, 3, 8, 4\), k \(2, 2, 8, 4\)\); grouped-query attention needs H % H_kv == 0 .*use H_kv in \(1, 3\)"),
-        ((q, q[:, :, :5], q[:, :, :5]), {"causal": True}, ValueError, r"causal=True needs as many queries as keys .* got N=8, M=5"),
+        (
+            (q, q[:, :2], q[:, :2]),
+            {},
+            ValueError,
+            r"k and v have H_kv=2 heads, which does not divide the H=3 query heads \(got q \(2, 3, 8, 4\), k \(2, 2, 8, 4\)\); grouped-query attention needs H % H_kv == 0 .*use H_kv in \(1, 3\)",
+        ),
+        (
+            (q, q[:, :, :5], q[:, :, :5]),
+            {"causal": True},
+            ValueError,
+            r"causal=True needs as many queries as keys .* got N=8, M=5",
+        ),
         ((q, q, q), {"causal": "yes"}, TypeError, r"causal must be a bool, got 'yes'"),
-        ((q, q, q), {"kv_mask": torch.ones(2, 8)}, TypeError, r"kv_mask must have dtype torch.bool .* got torch.float32; convert with kv_mask.bool\(\)"),
-        ((q, q, q), {"kv_mask": torch.ones(2, 7, dtype=torch.bool)}, ValueError, r"kv_mask must have shape \(B, M\) = \(2, 8\), got \(2, 7\)"),
-        ((q, q, q), {"kv_mask": [True] * 8}, TypeError, r"kv_mask must be a bool tensor of shape \(B, M\) or None, got list"),
+        (
+            (q, q, q),
+            {"kv_mask": torch.ones(2, 8)},
+            TypeError,
+            r"kv_mask must have dtype torch.bool .* got torch.float32; convert with kv_mask.bool\(\)",
+        ),
+        (
+            (q, q, q),
+            {"kv_mask": torch.ones(2, 7, dtype=torch.bool)},
+            ValueError,
+            r"kv_mask must have shape \(B, M\) = \(2, 8\), got \(2, 7\)",
+        ),
+        (
+            (q, q, q),
+            {"kv_mask": [True] * 8},
+            TypeError,
+            r"kv_mask must be a bool tensor of shape \(B, M\) or None, got list",
+        ),
     ],
 )
 def test_bad_tensors_get_clear_messages(args, kwargs, error, match):
@@ -49,5 +80,7 @@ def test_multihead_checks_its_input_width():
 
 
 def test_kv_batch_or_head_dim_mismatch_is_named():
-    with pytest.raises(ValueError, match=r"k must be \(B=2, H_kv, M, D=4\) to match q \(2, 3, 8, 4\), got \(2, 3, 8, 5\)"):
+    with pytest.raises(
+        ValueError, match=r"k must be \(B=2, H_kv, M, D=4\) to match q \(2, 3, 8, 4\), got \(2, 3, 8, 5\)"
+    ):
         build_variant("dense")(q, torch.randn(2, 3, 8, 5), torch.randn(2, 3, 8, 5))

@@ -1,4 +1,5 @@
 """variants._band: the one band predicate, and what is counted or computed without it checked against it."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """The calibration protocol: it lowers held-out loss, records its budget, and rejects bad input clearly."""
+
 from __future__ import annotations
 
 import pytest
@@ -42,7 +43,14 @@ def test_report_records_the_budget_and_is_deterministic_for_a_seed():
     r = reports[0]
     assert isinstance(r, CalibrationReport)
     assert (r.variant, r.learnable, r.steps, r.lr, r.seq_len, r.batches, r.causal, r.teacher) == (
-        "distilled", True, 7, 0.02, 48, 2, True, "exact"
+        "distilled",
+        True,
+        7,
+        0.02,
+        48,
+        2,
+        True,
+        "exact",
     )
     assert r.wall_s > 0 and set(r.to_dict()) >= {"loss_before", "loss_after", "steps", "lr", "seq_len", "wall_s"}
     assert reports[1].loss_after == r.loss_after
@@ -72,17 +80,35 @@ def test_calibrate_is_exported_from_the_package():
     [
         ([], {}, ValueError, r"batches is empty: calibrate needs at least one \(q, k, v\) batch"),
         (
-            [(torch.zeros(1, 2, 8, 4),) * 3, (torch.zeros(1, 2, 8, 4), torch.zeros(1, 3, 8, 4), torch.zeros(1, 3, 8, 4))],
+            [
+                (torch.zeros(1, 2, 8, 4),) * 3,
+                (torch.zeros(1, 2, 8, 4), torch.zeros(1, 3, 8, 4), torch.zeros(1, 3, 8, 4)),
+            ],
             {},
             ValueError,
             r"batch 1: k and v have H_kv=3 heads, which does not divide the H=2 query heads "
             r"\(got q \(1, 2, 8, 4\), k \(1, 3, 8, 4\)\)",
         ),
-        ([torch.zeros(1, 2, 8, 4)], {}, TypeError, r"batch 0 must be a \(q, k, v\) tuple of tensors, got a Tensor of shape \(1, 2, 8, 4\)"),
-        (torch.zeros(3, 1, 2, 8, 4), {}, TypeError, r"batches must be a list or iterable of \(q, k, v\) tuples, got Tensor"),
+        (
+            [torch.zeros(1, 2, 8, 4)],
+            {},
+            TypeError,
+            r"batch 0 must be a \(q, k, v\) tuple of tensors, got a Tensor of shape \(1, 2, 8, 4\)",
+        ),
+        (
+            torch.zeros(3, 1, 2, 8, 4),
+            {},
+            TypeError,
+            r"batches must be a list or iterable of \(q, k, v\) tuples, got Tensor",
+        ),
         ([(torch.zeros(1, 2, 8, 4),) * 3], {"steps": -1}, ValueError, r"steps must be >= 0, got -1"),
         ([(torch.zeros(1, 2, 8, 4),) * 3], {"lr": 0.0}, ValueError, r"lr must be > 0, got 0.0"),
-        ([(torch.zeros(1, 2, 8, 4),) * 3], {"loss": "ce"}, ValueError, r"loss must be one of 'auto', 'weight_ce', 'mse', got 'ce'"),
+        (
+            [(torch.zeros(1, 2, 8, 4),) * 3],
+            {"loss": "ce"},
+            ValueError,
+            r"loss must be one of 'auto', 'weight_ce', 'mse', got 'ce'",
+        ),
     ],
 )
 def test_bad_input_names_what_was_given_and_expected(batches, kwargs, error, match):
@@ -130,14 +156,18 @@ def test_the_reported_loss_is_the_loss_against_the_given_teacher(loss, causal):
     assert (report.loss, report.teacher, report.causal) == (loss, "exact_q_times_2.0", causal)
     with torch.no_grad():
         if loss == "weight_ce":  # Hedgehog's -sum_j A_ij log A'_ij, averaged over rows
+
             def formula(q, k, v, want):
                 got = attn.attention_weights(q, k, causal=causal)
                 return float(-(want * got.clamp_min(1e-12).log()).sum(-1).mean())
+
             wants = [teacher.attention_weights(q, k, causal=causal) for q, k, _ in batches]
             exact = [attention_weights(q, k, causal=causal, dtype=torch.float32) for q, k, _ in batches]
         else:
+
             def formula(q, k, v, want):
                 return _mse(attn(q, k, v, causal=causal), want)
+
             wants = [teacher(q, k, v, causal=causal) for q, k, v in batches]
             exact = [reference_attention(q, k, v, causal=causal, dtype=torch.float32) for q, k, v in batches]
         against_teacher = sum(formula(*b, w) for b, w in zip(batches, wants)) / len(batches)

@@ -1,4 +1,5 @@
 """chunked: exact to float64 in value and gradient for any chunking, O(N*c) bytes, causal skips tiles, bad input."""
+
 from __future__ import annotations
 
 import pytest

@@ -3,6 +3,7 @@
 Parametrized over list_variants() at collection time, so a plugin (ATTNSUITE_PLUGINS,
 --variant-plugin, an entry point) is covered with no test code of its own.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -293,7 +294,9 @@ def test_cuda_matches_reference(name, backend, dtype):
             assert torch.isfinite(out[rows]).all()
             if attn.capabilities.exact:
                 ref = reference_attention(q, k, v, causal=causal, kv_mask=mask, pattern=attn.pattern)
-                assert _rel_l2(out[rows], ref[rows]) < 5 * TOLERANCE[dtype], f"causal={causal}, padded={mask is not None}"
+                assert _rel_l2(out[rows], ref[rows]) < 5 * TOLERANCE[dtype], (
+                    f"causal={causal}, padded={mask is not None}"
+                )
             checked += 1
     if not checked:  # every combination refused: say so instead of passing with nothing checked
         pytest.skip("declared unsupported: " + "; ".join(dict.fromkeys(refused)))
@@ -345,7 +348,9 @@ def test_gqa_exact_variants_match_float64_reference(name, backend, kv_heads):
             ref = reference_attention(q, k, v, causal=causal, kv_mask=mask, pattern=attn.pattern)
             rows = slice(None) if mask is None else mask[:, None, :, None].expand_as(out)
             assert out.shape == q.shape
-            assert _rel_l2(out[rows], ref[rows]) < TOLERANCE[torch.float32], f"causal={causal}, padded={mask is not None}"
+            assert _rel_l2(out[rows], ref[rows]) < TOLERANCE[torch.float32], (
+                f"causal={causal}, padded={mask is not None}"
+            )
             checked += 1
     if not checked:
         pytest.skip("declared unsupported: " + "; ".join(attn.not_supported_reasons(q, k, v, training=False)))
@@ -427,7 +432,9 @@ def test_sliding_window_sinks_match_float64_reference(backend, sinks, kv_heads):
                 out = attn(q, k, v, causal=causal, kv_mask=mask)
             ref = reference_attention(q, k, v, causal=causal, kv_mask=mask, pattern=attn.pattern)
             rows = slice(None) if mask is None else mask[:, None, :, None].expand_as(out)
-            assert _rel_l2(out[rows], ref[rows]) < TOLERANCE[torch.float32], f"causal={causal}, padded={mask is not None}"
+            assert _rel_l2(out[rows], ref[rows]) < TOLERANCE[torch.float32], (
+                f"causal={causal}, padded={mask is not None}"
+            )
             checked += 1
     if not checked:
         pytest.skip("declared unsupported: " + "; ".join(attn.not_supported_reasons(q, k, v, training=False)))
@@ -449,13 +456,18 @@ def test_xformers_refuses_sinks_with_a_reason():
     attn = build_variant("sliding_window", window=4, sinks=2, backend="xformers")
     q, k, v = _inputs(16)
     assert any("no attention sinks" in r for r in attn.not_supported_reasons(q, k, v, causal=True))
-    with pytest.raises(NotSupportedError, match=r"\(xformers\) has no attention sinks .* got sinks=2; use backend 'banded'"):
+    with pytest.raises(
+        NotSupportedError, match=r"\(xformers\) has no attention sinks .* got sinks=2; use backend 'banded'"
+    ):
         attn(q, k, v, causal=True)
 
 
 @pytest.mark.parametrize(
     "fields,error,match",
-    [(dict(sinks=-1), ValueError, r"sinks must be >= 0, got -1"), (dict(sinks=1.5), TypeError, r"sinks must be an integer, got 1.5")],
+    [
+        (dict(sinks=-1), ValueError, r"sinks must be >= 0, got -1"),
+        (dict(sinks=1.5), TypeError, r"sinks must be an integer, got 1.5"),
+    ],
 )
 def test_bad_sinks_are_refused(fields, error, match):
     with pytest.raises(error, match=match):
@@ -469,8 +481,9 @@ CONTEXT, STEPS = 13, 6  # context length, then decoded tokens (the window of sma
 def _decode_all(attn, q, k, v, kv_mask=None):
     """init_state over the first CONTEXT tokens, then step through the rest: (B, H, STEPS, D)."""
     with torch.no_grad():
-        state = attn.init_state(k[:, :, :CONTEXT], v[:, :, :CONTEXT],
-                                kv_mask=None if kv_mask is None else kv_mask[:, :CONTEXT])
+        state = attn.init_state(
+            k[:, :, :CONTEXT], v[:, :, :CONTEXT], kv_mask=None if kv_mask is None else kv_mask[:, :CONTEXT]
+        )
         outs = []
         for t in range(CONTEXT, CONTEXT + STEPS):
             out, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
@@ -557,7 +570,9 @@ def test_kv_cache_state_grows_linearly_in_n(name):
     assert _state_bytes_at(name, 64, steps=65) == 2 * _state_bytes_at(name, 64)
 
 
-@pytest.mark.parametrize("name,config", [("sliding_window", dict(window=64, sinks=4)), ("distilled", dict(features=16))])
+@pytest.mark.parametrize(
+    "name,config", [("sliding_window", dict(window=64, sinks=4)), ("distilled", dict(features=16))]
+)
 def test_bounded_state_is_constant_in_n(name, config):
     sizes = {n: _state_bytes_at(name, n, steps=3, **config) for n in (256, 1024, 4096)}
     assert len(set(sizes.values())) == 1, sizes
@@ -588,9 +603,24 @@ def _dense_state(kv_heads: int = 2, n: int = 5):
 @pytest.mark.parametrize(
     "q_shape,kv_shape,error,match",
     [
-        ((B, 4, 2, D), (B, 2, 1, D), ValueError, r"step: q_t must be one token, shape \(B, H, 1, D\), got \(2, 4, 2, 16\)"),
-        ((B, 4, 1, D), (B, 4, 1, D), ValueError, r"step: k_t must be \(B, H_kv, 1, D\) = \(2, 2, 1, 16\) to match the state, got \(2, 4, 1, 16\)"),
-        ((B, 4, 1, 8), (B, 2, 1, D), ValueError, r"step: q_t must be \(B=2, H, 1, D=16\) to match the state, got \(2, 4, 1, 8\)"),
+        (
+            (B, 4, 2, D),
+            (B, 2, 1, D),
+            ValueError,
+            r"step: q_t must be one token, shape \(B, H, 1, D\), got \(2, 4, 2, 16\)",
+        ),
+        (
+            (B, 4, 1, D),
+            (B, 4, 1, D),
+            ValueError,
+            r"step: k_t must be \(B, H_kv, 1, D\) = \(2, 2, 1, 16\) to match the state, got \(2, 4, 1, 16\)",
+        ),
+        (
+            (B, 4, 1, 8),
+            (B, 2, 1, D),
+            ValueError,
+            r"step: q_t must be \(B=2, H, 1, D=16\) to match the state, got \(2, 4, 1, 8\)",
+        ),
         ((B, 3, 1, D), (B, 2, 1, D), ValueError, r"H_kv=2 heads, which does not divide the H=3 query heads"),
     ],
 )
@@ -603,14 +633,19 @@ def test_step_with_wrong_shapes_is_refused(q_shape, kv_shape, error, match):
 def test_step_with_another_variants_state_is_refused():
     attn, state = _dense_state()
     sliding = build_variant("sliding_window", window=4)
-    with pytest.raises(TypeError, match=r"step: state must be the SlidingWindowState that sliding_window.init_state/step returned, got KVCache"):
+    with pytest.raises(
+        TypeError,
+        match=r"step: state must be the SlidingWindowState that sliding_window.init_state/step returned, got KVCache",
+    ):
         sliding.step(torch.randn(B, 4, 1, D), torch.randn(B, 2, 1, D), torch.randn(B, 2, 1, D), state)
 
 
 def test_init_state_checks_its_context():
     attn = build_variant("dense")
     k = torch.randn(B, 2, 5, D)
-    with pytest.raises(ValueError, match=r"init_state: kv_mask must be a bool tensor of shape \(B, N\) = \(2, 5\), got \(2, 4\)"):
+    with pytest.raises(
+        ValueError, match=r"init_state: kv_mask must be a bool tensor of shape \(B, N\) = \(2, 5\), got \(2, 4\)"
+    ):
         attn.init_state(k, k, kv_mask=torch.ones(B, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"init_state: k and v must have one shape, dtype and device"):
         attn.init_state(k, k[:, :1])
@@ -648,13 +683,18 @@ def test_cuda_gqa_matches_reference_and_decodes(name, backend, kv_heads):
             assert torch.isfinite(out[rows]).all()
             if attn.capabilities.exact:
                 ref = reference_attention(q, k, v, causal=causal, kv_mask=mask, pattern=attn.pattern)
-                assert _rel_l2(out[rows], ref[rows]) < 5 * TOLERANCE[torch.bfloat16], f"causal={causal}, padded={mask is not None}"
+                assert _rel_l2(out[rows], ref[rows]) < 5 * TOLERANCE[torch.bfloat16], (
+                    f"causal={causal}, padded={mask is not None}"
+                )
             checked += 1
     if not attn.decode_reasons(q[:, :, :1], k, v):
         got, _ = _decode_all(attn, q, k, v)
         with torch.no_grad():
-            want = (reference_attention(q, k, v, causal=True, pattern=attn.pattern) if attn.capabilities.exact
-                    else attn(q, k, v, causal=True))[:, :, CONTEXT : CONTEXT + STEPS]
+            want = (
+                reference_attention(q, k, v, causal=True, pattern=attn.pattern)
+                if attn.capabilities.exact
+                else attn(q, k, v, causal=True)
+            )[:, :, CONTEXT : CONTEXT + STEPS]
         assert _rel_l2(got, want) < 5 * TOLERANCE[torch.bfloat16]
         checked += 1
     if not checked:

@@ -1,4 +1,5 @@
 """Dense attention: FLOP formula against torch's counter, backends agreeing, float16-safe masking."""
+
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode

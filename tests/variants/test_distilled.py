@@ -1,4 +1,5 @@
 """The distilled linear-attention student: its formula, causal chunks, stability, cost, save/load."""
+
 from __future__ import annotations
 
 import pytest

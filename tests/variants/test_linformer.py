@@ -1,4 +1,5 @@
 """Linformer: its formula, its refusals with reasons, bad configs, linear cost, and calibration."""
+
 from __future__ import annotations
 
 import math
@@ -106,7 +107,9 @@ def test_each_initialisation_draws_the_distribution_it_promises(share, heads):
     K, L = 16, 512
     a = math.sqrt(6 / (K + L)) / math.sqrt(2)  # 0.0754; scaled_random's E has a similar std (1/sqrt(L) = 0.0442)
     torch.manual_seed(0)
-    paper = _effective_projections(build_variant("linformer", k=K, max_seq_len=L, share=share, heads=heads, init="paper"))
+    paper = _effective_projections(
+        build_variant("linformer", k=K, max_seq_len=L, share=share, heads=heads, init="paper")
+    )
     torch.manual_seed(0)
     scaled = _effective_projections(build_variant("linformer", k=K, max_seq_len=L, share=share, heads=heads))
     assert len(paper) == len(scaled) == (1 if share == "kv" else 2)

@@ -1,4 +1,5 @@
 """MultiHeadAttention: the projections, the per-head scale, masks, and any variant inside."""
+
 import math
 
 import pytest
@@ -70,8 +71,9 @@ def test_every_variant_works_inside_the_layer(name):
     dense.load_state_dict(layer.state_dict())  # exact variants have no parameters of their own
     with torch.no_grad():
         for causal in (False, True):
-            torch.testing.assert_close(layer(x, causal=causal, kv_mask=mask), dense(x, causal=causal, kv_mask=mask),
-                                       rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(
+                layer(x, causal=causal, kv_mask=mask), dense(x, causal=causal, kv_mask=mask), rtol=1e-5, atol=1e-5
+            )
 
 
 def test_float16_masked_layer_stays_finite_and_accurate():
@@ -124,11 +126,15 @@ def test_grouped_query_layer_equals_the_reference_on_its_projections():
     x = torch.randn(2, 10, 32)
     q = rearrange(layer.q_proj(x), "b n (h d) -> b h n d", h=4)
     k, v = (rearrange(p(x), "b n (h d) -> b h n d", h=2) for p in (layer.k_proj, layer.v_proj))
-    ref = reference_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), causal=True)  # head h reads h // 2
+    ref = reference_attention(
+        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), causal=True
+    )  # head h reads h // 2
     expected = layer.out_proj(rearrange(ref.float(), "b h n d -> b n (h d)"))
     torch.testing.assert_close(layer(x, causal=True), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_kv_heads_must_divide_num_heads():
-    with pytest.raises(ValueError, match=r"kv_heads \(3\) must divide num_heads \(4\) for grouped-query attention; e.g. kv_heads=2"):
+    with pytest.raises(
+        ValueError, match=r"kv_heads \(3\) must divide num_heads \(4\) for grouped-query attention; e.g. kv_heads=2"
+    ):
         MultiHeadAttention(32, 4, kv_heads=3)

@@ -1,4 +1,5 @@
 """The float64 reference: sampled rows, patterns, padding, and its input checks."""
+
 import pytest
 import torch
 
@@ -66,8 +67,10 @@ def test_grouped_query_heads_read_their_kv_head(kv_heads):
     mask[1, 6:] = False
     repeat = 4 // kv_heads
     kr, vr = k.repeat_interleave(repeat, 1), v.repeat_interleave(repeat, 1)
-    torch.testing.assert_close(reference_attention(q, k, v, causal=True, kv_mask=mask),
-                               reference_attention(q, kr, vr, causal=True, kv_mask=mask))
+    torch.testing.assert_close(
+        reference_attention(q, k, v, causal=True, kv_mask=mask),
+        reference_attention(q, kr, vr, causal=True, kv_mask=mask),
+    )
     torch.testing.assert_close(attention_weights(q, k, kv_mask=mask), attention_weights(q, kr, kv_mask=mask))
     if kv_heads > 1:  # the other grouping (head h reads h % H_kv) is a different answer
         tiled = [t.repeat(1, repeat, 1, 1) for t in (k, v)]

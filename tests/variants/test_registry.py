@@ -1,4 +1,5 @@
 """Registry behaviour: register, build, list, get, plugins, and every user-facing error."""
+
 from __future__ import annotations
 
 import json
@@ -50,7 +51,10 @@ def _define_scaled(name: str = "scaled_test"):
         """Dense attention times a factor (a test variant)."""
 
         def forward(self, q, k, v, *, causal=False, kv_mask=None):
-            return variants.reference_attention(q, k, v, causal=causal, kv_mask=kv_mask, dtype=q.dtype) * self.config.factor
+            return (
+                variants.reference_attention(q, k, v, causal=causal, kv_mask=kv_mask, dtype=q.dtype)
+                * self.config.factor
+            )
 
     return ScaledTest
 
@@ -152,12 +156,18 @@ def test_unknown_variant_lists_names_and_suggests():
 
 
 def test_unknown_config_field_names_the_fields():
-    with pytest.raises(TypeError, match=r"variant 'dense' has no config field 'backnd'; its fields are: backend\. Did you mean 'backend'\?"):
+    with pytest.raises(
+        TypeError,
+        match=r"variant 'dense' has no config field 'backnd'; its fields are: backend\. Did you mean 'backend'\?",
+    ):
         build_variant("dense", backnd="sdpa")
 
 
 def test_invalid_config_value_names_field_and_value():
-    with pytest.raises(ValueError, match=r"backend must be one of 'auto', 'sdpa', 'xformers', 'reference', got 'sdp'\. Did you mean 'sdpa'\?"):
+    with pytest.raises(
+        ValueError,
+        match=r"backend must be one of 'auto', 'sdpa', 'xformers', 'reference', got 'sdp'\. Did you mean 'sdpa'\?",
+    ):
         build_variant("dense", backend="sdp")
 
 
@@ -295,14 +305,30 @@ def test_contract_tests_pick_up_a_plugin_with_no_test_code(tmp_path):
         )
     )
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--variant-plugin", str(plugin),
-         "tests/variants/test_contract.py", "-k", "leaky_attn"],
-        capture_output=True, text=True, cwd=REPO, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--variant-plugin",
+            str(plugin),
+            "tests/variants/test_contract.py",
+            "-k",
+            "leaky_attn",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
     )
     # The leak is caught by the causality checks, with H_kv = H and with grouped K/V heads, and by nothing else.
-    for test in ("test_causal_leaks_nothing_from_the_future[leaky_attn]",
-                 "test_gqa_shape_causality_and_padding[kv2-leaky_attn]",
-                 "test_gqa_shape_causality_and_padding[kv1-leaky_attn]"):
+    for test in (
+        "test_causal_leaks_nothing_from_the_future[leaky_attn]",
+        "test_gqa_shape_causality_and_padding[kv2-leaky_attn]",
+        "test_gqa_shape_causality_and_padding[kv1-leaky_attn]",
+    ):
         assert f"FAILED tests/variants/test_contract.py::{test}" in result.stdout, result.stdout[-2000:]
     assert "3 failed" in result.stdout, result.stdout[-2000:]
 
@@ -324,8 +350,9 @@ def test_a_quality_knob_names_an_int_field_whose_range_builds(name):
     spec = get_variant(name)
     knob = spec.quality_knob
     if knob is None:
-        assert spec.capabilities.exact or name.startswith("t_") or spec.module.split(".")[0] != "variants", \
+        assert spec.capabilities.exact or name.startswith("t_") or spec.module.split(".")[0] != "variants", (
             f"{name} is approximate but declares no quality knob"
+        )
         return
     for value in (knob.low, knob.high):
         built = build_variant(name, **{knob.field: value})
@@ -333,8 +360,11 @@ def test_a_quality_knob_names_an_int_field_whose_range_builds(name):
 
 
 def test_the_approximate_built_ins_declare_their_knobs():
-    assert {n: get_variant(n).quality_knob.field for n in ("sliding_window", "linformer", "distilled")} == \
-        {"sliding_window": "window", "linformer": "k", "distilled": "features"}
+    assert {n: get_variant(n).quality_knob.field for n in ("sliding_window", "linformer", "distilled")} == {
+        "sliding_window": "window",
+        "linformer": "k",
+        "distilled": "features",
+    }
     assert get_variant("dense").quality_knob is None and get_variant("chunked").quality_knob is None
 
 

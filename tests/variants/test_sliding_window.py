@@ -1,4 +1,5 @@
 """sliding_window: the band convention, every CPU backend exact to it, O(N*w) growth in bytes and FLOPs, bad input."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,10 +16,12 @@ from variants.sliding_window import _flex_block_mask
 CPU_EXACT_BACKENDS = ["banded", "masked"]  # flex is checked separately: each new shape compiles
 # FlopCounterMode has no formula for SDPA's fused CPU kernel; count it like the CUDA ones (QK^T and PV).
 CPU_SDPA_FLOPS = {
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu:
-        lambda q, k, v, *_, out_shape=None, **__: sdpa_flop_count(q, k, v),
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward:
-        lambda grad_out, q, k, v, *_, out_shape=None, **__: sdpa_backward_flop_count(grad_out, q, k, v),
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: lambda q, k, v, *_, out_shape=None, **__: (
+        sdpa_flop_count(q, k, v)
+    ),
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: lambda grad_out, q, k, v, *_, out_shape=None, **__: (
+        sdpa_backward_flop_count(grad_out, q, k, v)
+    ),
 }
 
 
@@ -222,7 +225,9 @@ def test_cuda_backends_match_reference(backend, causal):
     assert _rel(out, ref) < 2e-2
 
 
-@pytest.mark.parametrize("n,m,window,sinks,causal", [(9, 9, 2, 3, True), (9, 9, 2, 3, False), (5, 12, 3, 8, False), (7, 7, 3, 20, True)])
+@pytest.mark.parametrize(
+    "n,m,window,sinks,causal", [(9, 9, 2, 3, True), (9, 9, 2, 3, False), (5, 12, 3, 8, False), (7, 7, 3, 20, True)]
+)
 def test_band_pairs_count_the_sinks_once(n, m, window, sinks, causal):
     attn = build_variant("sliding_window", window=window, sinks=sinks)
     visible = visibility(torch.arange(n), m, causal=causal, pattern=attn.pattern)
@@ -230,7 +235,9 @@ def test_band_pairs_count_the_sinks_once(n, m, window, sinks, causal):
     assert attn.flops(1, 1, n, m, 4, causal) == 16 * int(visible.sum())
 
 
-@pytest.mark.parametrize("n,m,window,sinks,causal", [(300, 300, 5, 3, True), (300, 300, 130, 140, False), (200, 333, 64, 200, True)])
+@pytest.mark.parametrize(
+    "n,m,window,sinks,causal", [(300, 300, 5, 3, True), (300, 300, 130, 140, False), (200, 333, 64, 200, True)]
+)
 def test_flex_block_mask_with_sinks_covers_the_pattern(n, m, window, sinks, causal):
     """Every visible pair lies in a block the mask keeps (partial or full), and full blocks are wholly visible."""
     ours = _flex_block_mask(n, m, window, causal, torch.device("cpu"), sinks=sinks)

@@ -1,4 +1,5 @@
 """`python -m harness list` and `env`, and the CLI's usage-error convention (one line, exit 2)."""
+
 import json
 import subprocess
 import sys
@@ -45,7 +46,10 @@ def test_list_with_a_plugin_file(tmp_path, capsys):
     "argv,message",
     [
         (["list", "nope*"], "no variant matches 'nope*'; available: "),
-        (["list", "--plugin", "missing_file.py"], "--plugin missing_file.py: ImportError: plugin file 'missing_file.py' does not exist"),
+        (
+            ["list", "--plugin", "missing_file.py"],
+            "--plugin missing_file.py: ImportError: plugin file 'missing_file.py' does not exist",
+        ),
         (["bogus"], "invalid choice: 'bogus'"),
         (["list", "--frobnicate"], "unrecognized arguments: --frobnicate"),
         (["list", "--device", "tpu"], "--device: device must be 'cpu', 'cuda' or 'cuda:<index>', got 'tpu'"),
@@ -70,15 +74,19 @@ def test_env_reports_torch_and_threads(capsys):
 
 
 def test_module_entry_point_runs_in_a_fresh_process():
-    result = subprocess.run([sys.executable, "-m", "harness", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "harness", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
     assert result.returncode == 0
     assert "list" in result.stdout and "env" in result.stdout
 
 
 def test_a_command_imports_only_its_own_module():
-    code = ("import sys; from harness.commands import main; main(['list', 'dense']); "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pandas', 'matplotlib', 'xformers', 'triton') "
-            "or m.split('.')[:2] in (['harness', 'report'], ['harness', 'runner'], ['harness', 'spec'])))")
+    code = (
+        "import sys; from harness.commands import main; main(['list', 'dense']); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pandas', 'matplotlib', 'xformers', 'triton') "
+        "or m.split('.')[:2] in (['harness', 'report'], ['harness', 'runner'], ['harness', 'spec'])))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]"

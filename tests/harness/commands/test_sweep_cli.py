@@ -1,4 +1,5 @@
 """`python -m harness sweep` end to end on CPU: a tiny sweep of every built-in, usage errors, OOM skipping, --isolate."""
+
 from __future__ import annotations
 
 import json
@@ -11,17 +12,61 @@ from harness.store import read_rows
 from harness.runner import run_sweep
 from variants import get_variant, list_variants
 
-TINY = ["--device", "cpu", "--seq-lens", "64,128", "--batch", "1", "--heads", "2", "--head-dim", "16",
-        "--time-budget", "0.005", "--repeats", "1", "--error-rows", "16", "--calibration-steps", "3", "--quiet", "--inputs", "gaussian",
-        "--error-budgets", ""]  # every variant at its config as given (budget searches: tests/harness/measure/test_tuning.py)
+TINY = [
+    "--device",
+    "cpu",
+    "--seq-lens",
+    "64,128",
+    "--batch",
+    "1",
+    "--heads",
+    "2",
+    "--head-dim",
+    "16",
+    "--time-budget",
+    "0.005",
+    "--repeats",
+    "1",
+    "--error-rows",
+    "16",
+    "--calibration-steps",
+    "3",
+    "--quiet",
+    "--inputs",
+    "gaussian",
+    "--error-budgets",
+    "",
+]  # every variant at its config as given (budget searches: tests/harness/measure/test_tuning.py)
 # The same, as a spec's cli values, for the tests that build the spec themselves.
-TINY_CLI = {"device": "cpu", "heads": "1", "head_dims": "8", "time_budget_s": "0.005", "repeats": "1", "error_rows": "8",
-            "inputs": "gaussian"}
+TINY_CLI = {
+    "device": "cpu",
+    "heads": "1",
+    "head_dims": "8",
+    "time_budget_s": "0.005",
+    "repeats": "1",
+    "error_rows": "8",
+    "inputs": "gaussian",
+}
 BUILTINS = [n for n in ("dense", "sliding_window", "chunked", "linformer", "distilled") if n in list_variants()]
 
 
 def test_tiny_sweep_of_every_builtin_both_modes(tmp_path, capsys, no_report):
-    code = main(["sweep", *TINY, "--seq-lens", "32,64", "--variants", ",".join(BUILTINS), "--modes", "forward,train", "--out", str(tmp_path), "--run-id", "tiny"])
+    code = main(
+        [
+            "sweep",
+            *TINY,
+            "--seq-lens",
+            "32,64",
+            "--variants",
+            ",".join(BUILTINS),
+            "--modes",
+            "forward,train",
+            "--out",
+            str(tmp_path),
+            "--run-id",
+            "tiny",
+        ]
+    )
     assert code == 0
     run_dir = tmp_path / "tiny"
     rows = read_rows(run_dir)
@@ -55,22 +100,28 @@ def test_dry_run_prints_cells_and_writes_nothing(tmp_path, capsys):
     assert not any(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("argv,match", [
-    (["--variants", "slidng_window"], r"Unknown variant 'slidng_window'.*Did you mean 'sliding_window'"),
-    (["--variants", "dense:backnd=sdpa"], r"no config field 'backnd'"),
-    (["--seq-lens", "0"], r"--seq-lens: sequence lengths must be positive integers, got 0"),
-    (["--seq-lens", "-256"], r"--seq-lens: sequence lengths must be positive integers, got -256"),
-    (["--dtypes", "float64"], r"--dtypes: unknown value 'float64'"),
-    (["--dtypes", "fp16"], r"--dtypes: float16 on cpu"),
-    (["--modes", "inference"], r"--modes: unknown value 'inference'"),
-    (["--resume", "nowhere"], r"--resume replays the run's own spec.toml; drop --device, --seq-lens"),
-    (["--bogus"], r"unrecognized arguments: --bogus"),
-    (["--kv-heads", "2,3"], r"--kv-heads: 3 key/value heads do not divide --heads = 2 query heads; use a divisor of 2: 1, 2"),
-    (["--padding", "0.25"], r"--padding = 0.25 needs --batch >= 2"),
-    (["--padding", "1", "--batch", "2"], r"--padding: must be in \[0, 1\)"),
-    (["--phases", "generate"], r"--phases: unknown value 'generate'; expected one of prefill, decode"),
-    (["--scope", "block"], r"--scope: unknown value 'block'; expected one of attention, layer"),
-])
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--variants", "slidng_window"], r"Unknown variant 'slidng_window'.*Did you mean 'sliding_window'"),
+        (["--variants", "dense:backnd=sdpa"], r"no config field 'backnd'"),
+        (["--seq-lens", "0"], r"--seq-lens: sequence lengths must be positive integers, got 0"),
+        (["--seq-lens", "-256"], r"--seq-lens: sequence lengths must be positive integers, got -256"),
+        (["--dtypes", "float64"], r"--dtypes: unknown value 'float64'"),
+        (["--dtypes", "fp16"], r"--dtypes: float16 on cpu"),
+        (["--modes", "inference"], r"--modes: unknown value 'inference'"),
+        (["--resume", "nowhere"], r"--resume replays the run's own spec.toml; drop --device, --seq-lens"),
+        (["--bogus"], r"unrecognized arguments: --bogus"),
+        (
+            ["--kv-heads", "2,3"],
+            r"--kv-heads: 3 key/value heads do not divide --heads = 2 query heads; use a divisor of 2: 1, 2",
+        ),
+        (["--padding", "0.25"], r"--padding = 0.25 needs --batch >= 2"),
+        (["--padding", "1", "--batch", "2"], r"--padding: must be in \[0, 1\)"),
+        (["--phases", "generate"], r"--phases: unknown value 'generate'; expected one of prefill, decode"),
+        (["--scope", "block"], r"--scope: unknown value 'block'; expected one of attention, layer"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(argv, match, capsys, tmp_path):
     assert main(["sweep", *TINY, "--out", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err
@@ -89,8 +140,18 @@ def test_malformed_toml_exits_2_with_its_line(tmp_path, capsys):
 
 
 def test_oom_marks_longer_lengths_oom_without_trying(tmp_path, test_variants, no_report):
-    spec = build_spec(cli={"device": "cpu", "variants": "t_oom:oom_from=128,dense", "seq_lens": "64,128,256,512",
-                           "heads": "2", "head_dims": "16", "time_budget_s": "0.005", "repeats": "1", "error_rows": "8"})
+    spec = build_spec(
+        cli={
+            "device": "cpu",
+            "variants": "t_oom:oom_from=128,dense",
+            "seq_lens": "64,128,256,512",
+            "heads": "2",
+            "head_dims": "16",
+            "time_budget_s": "0.005",
+            "repeats": "1",
+            "error_rows": "8",
+        }
+    )
     run_dir = run_sweep(spec, out=tmp_path, run_id="oom")
     rows = {(r["variant"], r["seq_len"]): r for r in read_rows(run_dir)}
     assert rows[("t_oom", 64)]["status"] == "ok"
@@ -133,8 +194,23 @@ def test_plan_of_a_resumed_run_marks_the_done_cells_and_counts_the_rest(tmp_path
 def test_isolate_turns_a_segfault_into_a_row(tmp_path, test_variants, no_report):
     from tests.helpers.sweep_fixtures import PLUGIN
 
-    code = main(["sweep", *TINY, "--seq-lens", "32", "--variants", "t_crash,dense", "--plugin", str(PLUGIN), "--isolate",
-                 "--out", str(tmp_path), "--run-id", "iso"])
+    code = main(
+        [
+            "sweep",
+            *TINY,
+            "--seq-lens",
+            "32",
+            "--variants",
+            "t_crash,dense",
+            "--plugin",
+            str(PLUGIN),
+            "--isolate",
+            "--out",
+            str(tmp_path),
+            "--run-id",
+            "iso",
+        ]
+    )
     assert code == 0
     rows = {r["variant"]: r for r in read_rows(tmp_path / "iso")}
     assert rows["t_crash"]["status"] == "error" and "signal SIGSEGV" in rows["t_crash"]["reason"]
@@ -148,6 +224,8 @@ def test_report_failure_is_a_warning_and_rows_survive(tmp_path, capsys, monkeypa
         raise RuntimeError("plotting broke")
 
     monkeypatch.setattr(report, "write_report", write_report)
-    assert main(["sweep", *TINY, "--seq-lens", "32", "--variants", "dense", "--out", str(tmp_path), "--run-id", "r"]) == 0
+    assert (
+        main(["sweep", *TINY, "--seq-lens", "32", "--variants", "dense", "--out", str(tmp_path), "--run-id", "r"]) == 0
+    )
     assert "warning: the report failed (RuntimeError: plotting broke)" in capsys.readouterr().err
     assert len(read_rows(tmp_path / "r")) == 1

@@ -1,4 +1,5 @@
 """Executors without Ray or Slurm: the driver loop, usage errors, cross-executor resume, fitted state shared via the run folder."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,16 +20,46 @@ from harness.schema import Cell
 from harness.runner import sweep_spec as build_spec
 from harness.store import read_rows
 
-TINY = ["--device", "cpu", "--heads", "1", "--head-dim", "8", "--time-budget", "0.005", "--repeats", "1",
-        "--error-rows", "8", "--calibration-steps", "3", "--quiet", "--inputs", "gaussian"]
+TINY = [
+    "--device",
+    "cpu",
+    "--heads",
+    "1",
+    "--head-dim",
+    "8",
+    "--time-budget",
+    "0.005",
+    "--repeats",
+    "1",
+    "--error-rows",
+    "8",
+    "--calibration-steps",
+    "3",
+    "--quiet",
+    "--inputs",
+    "gaussian",
+]
 RUN = RunInfo(run_id="t", device_name="cpu", host="h", threads=1)
 
 
 def _cell(variant: str, n: int) -> Cell:
     from variants import build_config
 
-    return Cell(variant=variant, config=build_config(variant).to_dict(), seq_len=n, kv_len=n, batch=1, heads=1, head_dim=8,
-                dtype="float32", device="cpu", causal=False, mode="forward", inputs="gaussian", seed=0)
+    return Cell(
+        variant=variant,
+        config=build_config(variant).to_dict(),
+        seq_len=n,
+        kv_len=n,
+        batch=1,
+        heads=1,
+        head_dim=8,
+        dtype="float32",
+        device="cpu",
+        causal=False,
+        mode="forward",
+        inputs="gaussian",
+        seed=0,
+    )
 
 
 # ---- the driver loop, with a scripted executor ------------------------------------------------------
@@ -56,11 +87,11 @@ class ScriptedExecutor(Executor):
         self.max_flight = max(self.max_flight, len(self.flight))
 
     def poll(self, timeout):
-        done, self.flight = self.flight[: self.per_poll], self.flight[self.per_poll:]
+        done, self.flight = self.flight[: self.per_poll], self.flight[self.per_poll :]
         return [(c, outcome_row(c, RUN, self.statuses.get(c.variant, "ok"), None)) for c in done]
 
     def queued(self):
-        return self.flight[self.per_poll:] if self.pending else []
+        return self.flight[self.per_poll :] if self.pending else []
 
     def cancel_queued(self, cells):
         self.flight = [c for c in self.flight if c not in cells]
@@ -116,18 +147,39 @@ def test_oom_skips_longer_cells_pulled_later_and_cancels_queued_ones():
 
 
 # ---- usage errors: one line, exit 2, before any cell runs ------------------------------------------------
-@pytest.mark.parametrize("argv,match", [
-    (["--executor", "rya"], r"--executor: unknown executor 'rya'; expected one of local, subprocess, ray, slurm.*Did you mean 'ray'"),
-    (["--ray-address", "auto"], r"--ray-address: only applies to --executor ray, not --executor local"),
-    (["--executor", "ray", "--slurm-partition", "gpu"], r"--slurm-partition: only applies to --executor slurm, not --executor ray"),
-    (["--executor", "subprocess", "--max-parallel", "4"], r"--max-parallel: only applies to --executor ray or --executor slurm"),
-    (["--executor", "ray", "--max-parallel", "0"], r"--max-parallel: must be >= 1, got 0"),
-    (["--executor", "ray", "--cpus-per-cell", "two"], r"--cpus-per-cell: expected an integer, got 'two'"),
-    (["--isolate", "--executor", "ray"], r"--isolate is --executor subprocess; it cannot go with --executor ray"),
-    (["--executor", "ray", "--device", "cuda:1"], r"--device: 'cuda:1' with --executor ray: ray gives each cell its own GPU; use --device cuda"),
-    (["--executor", "slurm", "--slurm-cluster", "local", "--slurm-extra", "account"], r"--slurm-extra: 'account' is not key=value"),
-    (["--executor", "slurm", "--slurm-cluster", "moon"], r"--slurm-cluster: unknown value 'moon'; expected one of slurm, local"),
-])
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (
+            ["--executor", "rya"],
+            r"--executor: unknown executor 'rya'; expected one of local, subprocess, ray, slurm.*Did you mean 'ray'",
+        ),
+        (["--ray-address", "auto"], r"--ray-address: only applies to --executor ray, not --executor local"),
+        (
+            ["--executor", "ray", "--slurm-partition", "gpu"],
+            r"--slurm-partition: only applies to --executor slurm, not --executor ray",
+        ),
+        (
+            ["--executor", "subprocess", "--max-parallel", "4"],
+            r"--max-parallel: only applies to --executor ray or --executor slurm",
+        ),
+        (["--executor", "ray", "--max-parallel", "0"], r"--max-parallel: must be >= 1, got 0"),
+        (["--executor", "ray", "--cpus-per-cell", "two"], r"--cpus-per-cell: expected an integer, got 'two'"),
+        (["--isolate", "--executor", "ray"], r"--isolate is --executor subprocess; it cannot go with --executor ray"),
+        (
+            ["--executor", "ray", "--device", "cuda:1"],
+            r"--device: 'cuda:1' with --executor ray: ray gives each cell its own GPU; use --device cuda",
+        ),
+        (
+            ["--executor", "slurm", "--slurm-cluster", "local", "--slurm-extra", "account"],
+            r"--slurm-extra: 'account' is not key=value",
+        ),
+        (
+            ["--executor", "slurm", "--slurm-cluster", "moon"],
+            r"--slurm-cluster: unknown value 'moon'; expected one of slurm, local",
+        ),
+    ],
+)
 def test_bad_executor_input_exits_2_with_one_line(argv, match, capsys, tmp_path, monkeypatch):
     for name in ("ray", "slurm"):  # the same errors with or without the engines installed
         monkeypatch.setattr(executor_class(name), "package", None)
@@ -147,40 +199,86 @@ def test_slurm_needs_an_explicit_device_and_sbatch(capsys, tmp_path, monkeypatch
     assert "--executor slurm: no sbatch on PATH" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("executor,install", [("ray", "pip install 'attnsuite[ray]'"), ("slurm", "pip install 'attnsuite[slurm]'")])
+@pytest.mark.parametrize(
+    "executor,install", [("ray", "pip install 'attnsuite[ray]'"), ("slurm", "pip install 'attnsuite[slurm]'")]
+)
 def test_missing_engine_package_names_the_install_command(executor, install, monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(executor_class(executor), "package", ("attnsuite_no_such_package", install))
-    with pytest.raises(UsageError, match=re.escape(f"--executor {executor} needs the 'attnsuite_no_such_package' package, "
-                                                   f"which is not installed here; {install}")):
+    with pytest.raises(
+        UsageError,
+        match=re.escape(
+            f"--executor {executor} needs the 'attnsuite_no_such_package' package, "
+            f"which is not installed here; {install}"
+        ),
+    ):
         build_spec(cli={"device": "cpu", "variants": "dense", "executor": executor})
     assert main(["sweep", *TINY, "--variants", "dense", "--executor", executor, "--out", str(tmp_path)]) == 2
     assert install in capsys.readouterr().err
     # Planning needs no engine: --dry-run works without the package.
-    assert build_spec(cli={"device": "cpu", "variants": "dense", "executor": executor}, plan_only=True).executor == executor
+    assert (
+        build_spec(cli={"device": "cpu", "variants": "dense", "executor": executor}, plan_only=True).executor
+        == executor
+    )
 
 
 def test_executor_settings_round_trip_through_spec_toml(tmp_path):
     from harness.spec import spec_to_toml
 
-    spec = build_spec(cli={"device": "cpu", "variants": "dense", "executor": "ray", "ray_address": "auto", "cpus_per_cell": "2",
-                           "max_parallel": "3"}, plan_only=True)
+    spec = build_spec(
+        cli={
+            "device": "cpu",
+            "variants": "dense",
+            "executor": "ray",
+            "ray_address": "auto",
+            "cpus_per_cell": "2",
+            "max_parallel": "3",
+        },
+        plan_only=True,
+    )
     path = tmp_path / "spec.toml"
     path.write_text(spec_to_toml(spec))
     again = build_spec(toml_path=path, plan_only=True)
     options = again.executor_options
-    assert (again.executor, options["ray_address"], options["cpus_per_cell"], options["max_parallel"]) == ("ray", "auto", 2, 3)
-    slurm = build_spec(cli={"device": "cpu", "variants": "dense", "executor": "slurm", "slurm_cluster": "local",
-                            "slurm_extra": ["account=proj,qos=high", "constraint=a100"]}, plan_only=True)  # as the repeated flag gives it
+    assert (again.executor, options["ray_address"], options["cpus_per_cell"], options["max_parallel"]) == (
+        "ray",
+        "auto",
+        2,
+        3,
+    )
+    slurm = build_spec(
+        cli={
+            "device": "cpu",
+            "variants": "dense",
+            "executor": "slurm",
+            "slurm_cluster": "local",
+            "slurm_extra": ["account=proj,qos=high", "constraint=a100"],
+        },
+        plan_only=True,
+    )  # as the repeated flag gives it
     assert slurm.executor_options["slurm_extra"] == ("account=proj", "qos=high", "constraint=a100")
-    assert [c.cell_id for c in plan(again)] == [c.cell_id for c in plan(dataclasses.replace(spec, executor="local", executor_options={}))]
+    assert [c.cell_id for c in plan(again)] == [
+        c.cell_id for c in plan(dataclasses.replace(spec, executor="local", executor_options={}))
+    ]
 
 
 # ---- resume across executors ------------------------------------------------------------------------------
 def test_resume_with_another_executor_runs_only_the_missing_cells(tmp_path, test_variants, no_report):
     from tests.helpers.sweep_fixtures import PLUGIN
 
-    argv = ["sweep", *TINY, "--variants", "dense,t_raise", "--seq-lens", "16,32", "--plugin", str(PLUGIN),
-            "--out", str(tmp_path), "--run-id", "r"]
+    argv = [
+        "sweep",
+        *TINY,
+        "--variants",
+        "dense,t_raise",
+        "--seq-lens",
+        "16,32",
+        "--plugin",
+        str(PLUGIN),
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "r",
+    ]
     assert main(argv) == 0
     run_dir = tmp_path / "r"
     lines = (run_dir / "rows.jsonl").read_text().splitlines()
@@ -188,7 +286,9 @@ def test_resume_with_another_executor_runs_only_the_missing_cells(tmp_path, test
     (run_dir / "rows.jsonl").write_text("\n".join(lines[:3]) + "\n")  # the first part: three cells
     assert main(["sweep", "--resume", str(run_dir), "--executor", "subprocess", "--trust-plugins", "--quiet"]) == 0
     after = read_rows(run_dir)
-    assert [json.dumps(r, sort_keys=True) for r in after[:3]] == [json.dumps(json.loads(x), sort_keys=True) for x in lines[:3]]
+    assert [json.dumps(r, sort_keys=True) for r in after[:3]] == [
+        json.dumps(json.loads(x), sort_keys=True) for x in lines[:3]
+    ]
     assert len(after) == 4 and after[3]["cell_id"] == json.loads(lines[3])["cell_id"]  # only the missing cell ran
     assert sorted(r["cell_id"] for r in after) == sorted(json.loads(x)["cell_id"] for x in lines)
     statuses = {(r["variant"], r["seq_len"]): r["status"] for r in after}
@@ -271,8 +371,25 @@ def test_report_of_a_run_over_two_gpus_has_a_devices_section_and_column(tmp_path
 
 def test_an_unreachable_ray_address_is_one_line_not_a_hang(tmp_path, capsys):
     pytest.importorskip("ray")
-    assert main(["sweep", *TINY, "--variants", "dense", "--seq-lens", "16", "--executor", "ray",
-                 "--ray-address", "127.0.0.1:1", "--out", str(tmp_path)]) == 2
+    assert (
+        main(
+            [
+                "sweep",
+                *TINY,
+                "--variants",
+                "dense",
+                "--seq-lens",
+                "16",
+                "--executor",
+                "ray",
+                "--ray-address",
+                "127.0.0.1:1",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "--ray-address 127.0.0.1:1: nothing answers there" in err and len(err.strip().splitlines()) == 1
     assert not list(tmp_path.glob("*/rows.jsonl"))  # the same --run-id can be used again
@@ -289,10 +406,39 @@ def test_an_isolated_child_dies_with_its_killed_parent_and_leaves_no_temp_folder
 
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    argv = [sys.executable, "-m", "harness", "sweep", "--device", "cpu", "--plugin", test_variants, "--isolate",
-            "--variants", "t_sleep:seconds=60", "--seq-lens", "16", "--heads", "1", "--head-dim", "8", "--inputs", "gaussian",
-            "--repeats", "1", "--error-rows", "8", "--quiet", "--out", str(tmp_path / "runs"), "--run-id", "orphan"]
-    parent = subprocess.Popen(argv, cwd=REPO, env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    argv = [
+        sys.executable,
+        "-m",
+        "harness",
+        "sweep",
+        "--device",
+        "cpu",
+        "--plugin",
+        test_variants,
+        "--isolate",
+        "--variants",
+        "t_sleep:seconds=60",
+        "--seq-lens",
+        "16",
+        "--heads",
+        "1",
+        "--head-dim",
+        "8",
+        "--inputs",
+        "gaussian",
+        "--repeats",
+        "1",
+        "--error-rows",
+        "8",
+        "--quiet",
+        "--out",
+        str(tmp_path / "runs"),
+        "--run-id",
+        "orphan",
+    ]
+    parent = subprocess.Popen(
+        argv, cwd=REPO, env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
 
     def children() -> list[int]:
         found = []
@@ -326,11 +472,14 @@ def test_an_isolated_child_dies_with_its_killed_parent_and_leaves_no_temp_folder
 
 
 # ---- the subprocess executor: a child that dies is a row ----------------------------------------------------
-@pytest.mark.parametrize("returncode, status, words", [
-    (-9, "oom", "killed by SIGKILL (most likely the kernel's out-of-memory killer)"),
-    (-11, "error", "crashed with signal SIGSEGV"),
-    (3, "error", "exited with code 3 and no row"),
-])
+@pytest.mark.parametrize(
+    "returncode, status, words",
+    [
+        (-9, "oom", "killed by SIGKILL (most likely the kernel's out-of-memory killer)"),
+        (-11, "error", "crashed with signal SIGSEGV"),
+        (3, "error", "exited with code 3 and no row"),
+    ],
+)
 def test_death_status_names_the_signal_and_calls_sigkill_oom(returncode, status, words):
     from harness.executors.isolated import death_status
 
@@ -343,8 +492,22 @@ def test_subprocess_children_that_die_give_oom_and_error_rows_and_the_series_sto
     """End to end through `python -m harness.executors.isolated`: SIGKILL -> oom (longer N not run), SIGSEGV -> error."""
     from tests.helpers.sweep_fixtures import PLUGIN
 
-    argv = ["sweep", *TINY, "--variants", "dense,t_sigkill,t_crash", "--seq-lens", "16,32", "--plugin", str(PLUGIN),
-            "--executor", "subprocess", "--out", str(tmp_path), "--run-id", "iso"]
+    argv = [
+        "sweep",
+        *TINY,
+        "--variants",
+        "dense,t_sigkill,t_crash",
+        "--seq-lens",
+        "16,32",
+        "--plugin",
+        str(PLUGIN),
+        "--executor",
+        "subprocess",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "iso",
+    ]
     assert main(argv) == 0
     rows = {(r["variant"], r["seq_len"]): r for r in read_rows(tmp_path / "iso")}
     assert len(rows) == 6
@@ -355,4 +518,7 @@ def test_subprocess_children_that_die_give_oom_and_error_rows_and_the_series_sto
     assert rows[("t_sigkill", 32)]["status"] == "oom"
     assert rows[("t_sigkill", 32)]["reason"] == "not run: oom at N=16 for the same variant, config and setting"
     for n in (16, 32):  # an error does not stop the series: each length crashed by itself
-        assert rows[("t_crash", n)]["status"] == "error" and "crashed with signal SIGSEGV" in rows[("t_crash", n)]["reason"]
+        assert (
+            rows[("t_crash", n)]["status"] == "error"
+            and "crashed with signal SIGSEGV" in rows[("t_crash", n)]["reason"]
+        )

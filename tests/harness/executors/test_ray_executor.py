@@ -3,6 +3,7 @@
 One Ray instance for the module (the executor joins it instead of starting its own); after the
 module no Ray process it started may remain.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,17 @@ from harness.store import read_rows  # noqa: E402
 from harness.runner import run_sweep  # noqa: E402
 
 from tests.helpers import REPO as ROOT
-TINY = {"device": "cpu", "heads": "1", "head_dims": "8", "time_budget_s": "0.005", "repeats": "1", "error_rows": "8",
-        "calibration_steps": "3", "inputs": "gaussian"}
+
+TINY = {
+    "device": "cpu",
+    "heads": "1",
+    "head_dims": "8",
+    "time_budget_s": "0.005",
+    "repeats": "1",
+    "error_rows": "8",
+    "calibration_steps": "3",
+    "inputs": "gaussian",
+}
 # Test-only variants the Ray workers must import from the plugin file, as the driver does.
 KILLERS = textwrap.dedent('''
     import os, signal, time
@@ -105,15 +115,28 @@ def _statuses(run_dir: Path) -> dict[str, str]:
 
 
 def test_ray_yields_the_same_cells_and_statuses_as_local(tmp_path, ray_cluster, plugins, no_report):
-    cli = {**TINY, "variants": "dense,t_raise,t_nan,t_oom:oom_from=64,linformer", "seq_lens": "32,64,128", "plugins": plugins}
+    cli = {
+        **TINY,
+        "variants": "dense,t_raise,t_nan,t_oom:oom_from=64,linformer",
+        "seq_lens": "32,64,128",
+        "plugins": plugins,
+    }
     local = run_sweep(build_spec(cli=cli), out=tmp_path, run_id="local")
     spec = build_spec(cli={**cli, "executor": "ray", "max_parallel": "2"})
     remote = run_sweep(spec, out=tmp_path, run_id="ray")
     assert _statuses(remote) == _statuses(local)
     assert set(_statuses(local)) == {c.cell_id for c in plan(spec)}
-    assert sorted(set(_statuses(local).values())) == ["error", "nonfinite", "ok", "oom", "unreachable"]  # linformer matched to the budgets
+    assert sorted(set(_statuses(local).values())) == [
+        "error",
+        "nonfinite",
+        "ok",
+        "oom",
+        "unreachable",
+    ]  # linformer matched to the budgets
     rows = read_rows(remote)
-    assert {r["threads"] for r in rows if r["reason"] is None or not r["reason"].startswith("not run")} == {1}  # cpus_per_cell
+    assert {r["threads"] for r in rows if r["reason"] is None or not r["reason"].startswith("not run")} == {
+        1
+    }  # cpus_per_cell
     assert any((remote / "fitted").glob("*.pt"))  # linformer's fits, stored for other workers
 
 
@@ -132,7 +155,14 @@ def test_a_hung_task_is_cancelled_and_becomes_a_timeout_row(tmp_path, ray_cluste
     executors = __import__("harness.executors.base", fromlist=["STARTUP_SLACK_S"])
     monkeypatch.setattr(executors, "STARTUP_SLACK_S", 2.0)  # hard limit = 6 * 1.5 + 2 = 11 s
     # 6 s per cell: a loaded 2-core machine can take several seconds for the dense cell (build, check, profile, time)
-    cli = {**TINY, "variants": "t_hang,dense", "seq_lens": "16", "plugins": plugins, "executor": "ray", "cell_timeout_s": "6"}
+    cli = {
+        **TINY,
+        "variants": "t_hang,dense",
+        "seq_lens": "16",
+        "plugins": plugins,
+        "executor": "ray",
+        "cell_timeout_s": "6",
+    }
     start = time.monotonic()
     run_dir = run_sweep(build_spec(cli=cli), out=tmp_path, run_id="hang")
     assert time.monotonic() - start < 60
@@ -144,10 +174,39 @@ def test_a_hung_task_is_cancelled_and_becomes_a_timeout_row(tmp_path, ray_cluste
 def test_killed_driver_resumes_with_only_the_missing_cells(tmp_path, ray_cluster, plugins, no_report):
     from tests.helpers.sweep_fixtures import PLUGIN
 
-    argv = [sys.executable, "-m", "harness", "sweep", "--executor", "ray", "--ray-address", ray_cluster, "--device", "cpu",
-            "--plugin", str(PLUGIN), "--variants", "t_sleep:seconds=0.1,dense", "--seq-lens", "16,32,64,128,256,512",
-            "--heads", "1", "--head-dim", "8", "--time-budget", "0.01", "--repeats", "1", "--error-rows", "8", "--quiet",
-            "--out", str(tmp_path), "--run-id", "killed"]
+    argv = [
+        sys.executable,
+        "-m",
+        "harness",
+        "sweep",
+        "--executor",
+        "ray",
+        "--ray-address",
+        ray_cluster,
+        "--device",
+        "cpu",
+        "--plugin",
+        str(PLUGIN),
+        "--variants",
+        "t_sleep:seconds=0.1,dense",
+        "--seq-lens",
+        "16,32,64,128,256,512",
+        "--heads",
+        "1",
+        "--head-dim",
+        "8",
+        "--time-budget",
+        "0.01",
+        "--repeats",
+        "1",
+        "--error-rows",
+        "8",
+        "--quiet",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "killed",
+    ]
     run_dir = tmp_path / "killed"
     child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

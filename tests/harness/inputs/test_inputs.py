@@ -1,4 +1,5 @@
 """Input distributions: seeded, and each with the structure it promises (counted on attention weights)."""
+
 from __future__ import annotations
 
 import pytest
@@ -101,7 +102,9 @@ def test_a_generator_can_be_unsupported_with_a_reason_and_a_max_length():
 
 
 def test_a_generator_can_refuse_a_shape_with_a_reason():
-    @register_inputs("t_fixed_dim", shape_check=lambda B, H, N, M, D: [] if D == 32 else [f"head_dim must be 32, got D={D}"])
+    @register_inputs(
+        "t_fixed_dim", shape_check=lambda B, H, N, M, D: [] if D == 32 else [f"head_dim must be 32, got D={D}"]
+    )
     def fixed(B, H, N, M, D, *, generator, device):
         """Test: only head_dim 32."""
         return tuple(torch.zeros(B, H, L, D) for L in (N, M, M))

@@ -1,4 +1,5 @@
 """The real model (extra attnsuite[real]): offline load, faithful forward, the dense swap, q/k/v capture, the `real` input."""
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,9 @@ from harness.inputs import minilm as realmodel
 from harness.inputs import real as real_inputs
 from variants import AttentionVariant, build_variant
 
-needs_extra = pytest.mark.skipif(realmodel.missing_extra_reason() is not None, reason=str(realmodel.missing_extra_reason()))
+needs_extra = pytest.mark.skipif(
+    realmodel.missing_extra_reason() is not None, reason=str(realmodel.missing_extra_reason())
+)
 
 
 class UniformAttention(AttentionVariant):
@@ -34,7 +37,9 @@ def test_loads_offline_and_dense_swap_reproduces_the_model(monkeypatch):
     with torch.no_grad():
         original = realmodel.load_model().embed(ids, mask)
         swapped = realmodel.swap_attention(realmodel.load_model(), lambda i: build_variant("dense")).embed(ids, mask)
-        textbook = realmodel.swap_attention(realmodel.load_model(), lambda i: build_variant("dense", backend="reference")).embed(ids, mask)
+        textbook = realmodel.swap_attention(
+            realmodel.load_model(), lambda i: build_variant("dense", backend="reference")
+        ).embed(ids, mask)
         uniform = realmodel.swap_attention(realmodel.load_model(), lambda i: UniformAttention()).embed(ids, mask)
     assert original.shape == (8, 384)
     assert torch.allclose(original.norm(dim=-1), torch.ones(8), atol=1e-5)

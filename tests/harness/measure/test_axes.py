@@ -1,4 +1,5 @@
 """The GQA, decode, padding, layer and SDPA-kernel measurements: counted quantities, not timings."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,7 +13,9 @@ from harness.measure.layer import Block, mlp_width
 from harness.schema import Cell
 
 RUN = RunInfo(run_id="test", device_name="cpu", host="h", threads=torch.get_num_threads())
-FAST = MeasureSettings(time_budget_s=0.005, repeats=2, error_rows=16, calibration_steps=3, calibration_batches=1, decode_steps=4)
+FAST = MeasureSettings(
+    time_budget_s=0.005, repeats=2, error_rows=16, calibration_steps=3, calibration_batches=1, decode_steps=4
+)
 H, D = 4, 16
 
 
@@ -21,8 +24,19 @@ def cell(variant="dense", N=64, *, config=None, **fields) -> Cell:
 
     base = dict(batch=1, kv_heads=H, causal=False, mode="forward")
     base.update(fields)
-    return Cell(variant=variant, config=build_config(variant, **(config or {})).to_dict(), seq_len=N, kv_len=N,
-                heads=H, head_dim=D, dtype="float32", device="cpu", inputs="gaussian", seed=0, **base)
+    return Cell(
+        variant=variant,
+        config=build_config(variant, **(config or {})).to_dict(),
+        seq_len=N,
+        kv_len=N,
+        heads=H,
+        head_dim=D,
+        dtype="float32",
+        device="cpu",
+        inputs="gaussian",
+        seed=0,
+        **base,
+    )
 
 
 def run(c: Cell, settings: MeasureSettings = FAST) -> dict:
@@ -68,7 +82,9 @@ def test_padding_is_ragged_with_the_asked_mean_and_deterministic():
 
 @pytest.mark.parametrize("variant", ["dense", "sliding_window", "chunked"])
 def test_padded_cells_pass_the_mask_and_exact_variants_stay_exact(variant):
-    row = run(cell(variant, N=64, batch=2, padding=0.25, config={"window": 128} if variant == "sliding_window" else None))
+    row = run(
+        cell(variant, N=64, batch=2, padding=0.25, config={"window": 128} if variant == "sliding_window" else None)
+    )
     assert row["status"] == "ok", row["reason"]
     assert row["padding"] == 0.25 and row["rel_l2_error"] < 1e-5  # a window covering N is exact under the mask too
 
@@ -101,7 +117,10 @@ def test_dense_decode_state_bytes_grow_with_n_and_the_output_is_exact():
 
 def test_sliding_window_decode_state_is_constant_and_matches_its_pattern():
     settings = MeasureSettings(**{**FAST.to_dict(), "accuracy_reference": "pattern"})
-    rows = [run(cell("sliding_window", N=N, phase="decode", causal=True, config={"window": 16}), settings) for N in (64, 256)]
+    rows = [
+        run(cell("sliding_window", N=N, phase="decode", causal=True, config={"window": 16}), settings)
+        for N in (64, 256)
+    ]
     assert all(r["status"] == "ok" for r in rows), [r["reason"] for r in rows]
     assert rows[0]["state_bytes"] == rows[1]["state_bytes"]
     assert all(r["rel_l2_error"] < 1e-5 for r in rows)
@@ -158,11 +177,14 @@ def test_layer_decode_is_refused_with_a_reason():
 
 
 # ---- a failure keeps what the finished stages measured -------------------------------------------
-@pytest.mark.parametrize("fields,timer", [
-    ({}, "harness.measure.cell.timed_fields"),
-    ({"phase": "decode", "causal": True}, "harness.measure.decode._time_generations"),
-    ({"scope": "layer"}, "harness.measure.layer.time_step"),
-])
+@pytest.mark.parametrize(
+    "fields,timer",
+    [
+        ({}, "harness.measure.cell.timed_fields"),
+        ({"phase": "decode", "causal": True}, "harness.measure.decode._time_generations"),
+        ({"scope": "layer"}, "harness.measure.layer.time_step"),
+    ],
+)
 def test_a_cell_failing_in_timing_keeps_its_backend_errors_and_memory(monkeypatch, fields, timer):
     def fail(*args, **kwargs):
         raise RuntimeError("the timer fell over")
@@ -171,6 +193,8 @@ def test_a_cell_failing_in_timing_keeps_its_backend_errors_and_memory(monkeypatc
     row = run(cell(N=32, **fields))
     assert row["status"] == "error" and row["reason"] == "during timing: RuntimeError: the timer fell over"
     assert row["backend"] == "sdpa" and row["rel_l2_error"] < 1e-4 and row["error_rows"] > 0
-    assert row["peak_memory_bytes"] > 0 and row["memory_method"] == "cpu_profiler_events" and row["sdpa_kernel"] == "flash"
+    assert (
+        row["peak_memory_bytes"] > 0 and row["memory_method"] == "cpu_profiler_events" and row["sdpa_kernel"] == "flash"
+    )
     assert row["latency_s"] is None and row["flops"] is None
     assert (row["state_bytes"] is not None) == (fields.get("phase") == "decode")  # init_state finished first

@@ -4,6 +4,7 @@ not_supported_reasons and no backend resolution inside them (on a GPU at small N
 Counted, never timed: each cell is measured twice with a different number of timed calls; the checks' call counts
 must not change with it, while the forward's do.
 """
+
 from __future__ import annotations
 
 import collections
@@ -47,8 +48,22 @@ def counting(monkeypatch) -> collections.Counter:
 def cell(variant: str, mode: str, scope: str) -> Cell:
     from variants import build_config
 
-    return Cell(variant=variant, config=build_config(variant).to_dict(), seq_len=32, kv_len=32, batch=1, heads=2, head_dim=8,
-                dtype="float32", device="cpu", causal=False, mode=mode, scope=scope, inputs="gaussian", seed=0)
+    return Cell(
+        variant=variant,
+        config=build_config(variant).to_dict(),
+        seq_len=32,
+        kv_len=32,
+        batch=1,
+        heads=2,
+        head_dim=8,
+        dtype="float32",
+        device="cpu",
+        causal=False,
+        mode=mode,
+        scope=scope,
+        inputs="gaussian",
+        seed=0,
+    )
 
 
 @pytest.mark.parametrize("mode", ["forward", "train"])

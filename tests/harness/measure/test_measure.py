@@ -1,4 +1,5 @@
 """One cell -> one row: values checked against counted quantities, every failure a status."""
+
 from __future__ import annotations
 
 import re
@@ -27,8 +28,21 @@ def test_variants():
 def cell(variant="dense", N=64, *, mode="forward", causal=False, config=None, inputs="gaussian", seed=0) -> Cell:
     from variants import build_config
 
-    return Cell(variant=variant, config=build_config(variant, **(config or {})).to_dict(), seq_len=N, kv_len=N, batch=B,
-                heads=H, head_dim=D, dtype="float32", device="cpu", causal=causal, mode=mode, inputs=inputs, seed=seed)
+    return Cell(
+        variant=variant,
+        config=build_config(variant, **(config or {})).to_dict(),
+        seq_len=N,
+        kv_len=N,
+        batch=B,
+        heads=H,
+        head_dim=D,
+        dtype="float32",
+        device="cpu",
+        causal=causal,
+        mode=mode,
+        inputs=inputs,
+        seed=seed,
+    )
 
 
 def test_dense_forward_row_is_complete_and_plausible():
@@ -72,11 +86,14 @@ def test_memory_counts_a_known_allocation():
     assert large["peak_memory_bytes"] - small["peak_memory_bytes"] == 8 << 20
 
 
-@pytest.mark.parametrize("variant,match", [
-    ("t_oom", "CUDA out of memory"),
-    ("t_cpu_oom", "can't allocate memory"),
-    ("t_memerror", "MemoryError"),
-])
+@pytest.mark.parametrize(
+    "variant,match",
+    [
+        ("t_oom", "CUDA out of memory"),
+        ("t_cpu_oom", "can't allocate memory"),
+        ("t_memerror", "MemoryError"),
+    ],
+)
 def test_out_of_memory_becomes_an_oom_row(variant, match):
     row = measure_cell(cell(variant, N=128), FAST, RUN).to_dict()
     assert row["status"] == "oom"
@@ -168,18 +185,28 @@ def test_sampled_rows_include_first_and_last():
     assert torch.equal(sample_rows(10, 16, seed=0), torch.arange(10))
 
 
-@pytest.mark.parametrize("variant,mode,returned", [
-    ("t_oneheaded", "forward", r"returned shape \(1, 1, 32, 16\), torch.float32 on cpu"),  # broadcasts: was recorded ok
-    ("t_oneheaded", "train", r"returned shape \(1, 1, 32, 16\), torch.float32 on cpu"),
-    ("t_float64", "forward", r"returned shape \(1, 2, 32, 16\), torch.float64 on cpu"),  # was ok
-    ("t_rowshort", "forward", r"returned shape \(1, 2, 31, 16\), torch.float32 on cpu"),  # was an IndexError
-    ("t_tuple", "forward", r"returned a tuple"),
-])
+@pytest.mark.parametrize(
+    "variant,mode,returned",
+    [
+        (
+            "t_oneheaded",
+            "forward",
+            r"returned shape \(1, 1, 32, 16\), torch.float32 on cpu",
+        ),  # broadcasts: was recorded ok
+        ("t_oneheaded", "train", r"returned shape \(1, 1, 32, 16\), torch.float32 on cpu"),
+        ("t_float64", "forward", r"returned shape \(1, 2, 32, 16\), torch.float64 on cpu"),  # was ok
+        ("t_rowshort", "forward", r"returned shape \(1, 2, 31, 16\), torch.float32 on cpu"),  # was an IndexError
+        ("t_tuple", "forward", r"returned a tuple"),
+    ],
+)
 def test_an_output_of_the_wrong_shape_dtype_or_type_is_an_error_row_saying_both(variant, mode, returned):
     row = measure_cell(cell(variant, N=32, mode=mode), FAST, RUN).to_dict()
     assert row["status"] == "error"
-    assert re.search(rf"during accuracy: BadOutput: the variant {returned}.*; expected a tensor of shape \(1, 2, 32, 16\), "
-                     r"torch.float32 on cpu", row["reason"]), row["reason"]
+    assert re.search(
+        rf"during accuracy: BadOutput: the variant {returned}.*; expected a tensor of shape \(1, 2, 32, 16\), "
+        r"torch.float32 on cpu",
+        row["reason"],
+    ), row["reason"]
     assert row["latency_s"] is None and row["rel_l2_error"] is None
 
 
@@ -213,10 +240,14 @@ def test_cells_are_paired_with_dense_auto_but_dense_auto_is_not(mode):
     context = MeasureContext()
     dense = measure_cell(cell(N=64, mode=mode), FAST, RUN, context).to_dict()
     assert dense["status"] == "ok" and dense["speedup"] is None and dense["baseline_latency_s"] is None
-    assert list(context.baseline_call_s.values()) == [dense["latency_s"]]  # its warm time spares the next cell a warm-up
+    assert list(context.baseline_call_s.values()) == [
+        dense["latency_s"]
+    ]  # its warm time spares the next cell a warm-up
     assert dense["noisy"] in (True, False) and (dense["load_per_cpu"] is None or dense["load_per_cpu"] >= 0)
-    for row in (measure_cell(cell("sliding_window", N=64, mode=mode), FAST, RUN, context).to_dict(),
-                measure_cell(cell(N=64, mode=mode, config={"backend": "reference"}), FAST, RUN, context).to_dict()):
+    for row in (
+        measure_cell(cell("sliding_window", N=64, mode=mode), FAST, RUN, context).to_dict(),
+        measure_cell(cell(N=64, mode=mode, config={"backend": "reference"}), FAST, RUN, context).to_dict(),
+    ):
         assert row["status"] == "ok", row["reason"]
         assert 0 < row["speedup_low"] <= row["speedup"] <= row["speedup_high"]
         assert row["baseline_latency_s"] > 0 and row["repeats"] >= FAST.repeats

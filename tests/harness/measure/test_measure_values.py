@@ -1,4 +1,5 @@
 """The harness's own numbers against independent ones: the accuracy path per causal setting, the timer's call count and seconds."""
+
 from __future__ import annotations
 
 import time
@@ -17,8 +18,21 @@ FAST = MeasureSettings(time_budget_s=0.01, repeats=2, error_rows=16)
 def _cell(*, causal: bool, mode: str = "forward", N: int = 64) -> Cell:
     from variants import build_config
 
-    return Cell(variant="dense", config=build_config("dense").to_dict(), seq_len=N, kv_len=N, batch=1, heads=2, head_dim=16,
-                dtype="float32", device="cpu", causal=causal, mode=mode, inputs="gaussian", seed=0)
+    return Cell(
+        variant="dense",
+        config=build_config("dense").to_dict(),
+        seq_len=N,
+        kv_len=N,
+        batch=1,
+        heads=2,
+        head_dim=16,
+        dtype="float32",
+        device="cpu",
+        causal=causal,
+        mode=mode,
+        inputs="gaussian",
+        seed=0,
+    )
 
 
 @pytest.mark.parametrize("mode", ["forward", "train"])

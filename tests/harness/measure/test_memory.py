@@ -1,4 +1,5 @@
 """The CPU peak-memory measurement against calls that allocate a known number of bytes."""
+
 import pytest
 import torch
 

@@ -1,4 +1,5 @@
 """Paired timing with a fake clock: steps whose cost the test sets, slowdowns injected in alternate blocks."""
+
 from __future__ import annotations
 
 import os
@@ -23,6 +24,7 @@ class FakeClock:
     def step(self, cost: float):
         def call():
             self.now += cost * self.load
+
         return call
 
     def timer(self, step, number):
@@ -100,9 +102,19 @@ def test_timed_fields_pairs_and_keeps_a_failing_baseline_out_of_the_row():
     settings = MeasureSettings(time_budget_s=0.05, repeats=3)
     import torch
 
-    fields = timed_fields(clock.step(0.001), Baseline(clock.step(0.002)), settings, torch.device("cpu"), first_call_s=0.001,
-                          timer=clock.timer)
-    assert fields["speedup"] == pytest.approx(2.0) and fields["repeats"] >= 3 and fields["baseline_latency_s"] == pytest.approx(0.002)
+    fields = timed_fields(
+        clock.step(0.001),
+        Baseline(clock.step(0.002)),
+        settings,
+        torch.device("cpu"),
+        first_call_s=0.001,
+        timer=clock.timer,
+    )
+    assert (
+        fields["speedup"] == pytest.approx(2.0)
+        and fields["repeats"] >= 3
+        and fields["baseline_latency_s"] == pytest.approx(0.002)
+    )
 
     def broken():
         raise RuntimeError("baseline exploded")
@@ -151,15 +163,18 @@ def test_blocks_that_disagree_badly_are_timed_once_more():
     clock = FakeClock()
     calls = []
 
-    def timer(step, number):  # calls 1-2 estimate; the 10 pairs (calls 3-22) see 3x load in every other pair; then quiet
+    def timer(
+        step, number
+    ):  # calls 1-2 estimate; the 10 pairs (calls 3-22) see 3x load in every other pair; then quiet
         calls.append(1)
         n = len(calls)
         clock.load = 3.0 if 3 <= n <= 22 and ((n - 3) // 2) % 2 == 0 else 1.0
         return clock.timer(step, number)
 
     settings = MeasureSettings(time_budget_s=0.05, repeats=3)
-    fields = timed_fields(clock.step(0.001), Baseline(clock.step(0.002)), settings, torch.device("cpu"), first_call_s=0.001,
-                          timer=timer)
+    fields = timed_fields(
+        clock.step(0.001), Baseline(clock.step(0.002)), settings, torch.device("cpu"), first_call_s=0.001, timer=timer
+    )
     assert fields["noise_reason"] == "re-timed once: the first blocks disagreed"
     assert len(calls) == 42 and fields["speedup"] == pytest.approx(2.0)
     assert fields["latency_p80_s"] == pytest.approx(fields["latency_p20_s"])  # the quiet second timing was kept

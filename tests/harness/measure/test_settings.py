@@ -1,4 +1,5 @@
 """MeasureSettings: its defaults are the CPU default spec's, so measuring without a spec measures as a CPU sweep does."""
+
 from __future__ import annotations
 
 from harness.measure import MeasureSettings

@@ -1,4 +1,5 @@
 """Error-budget search: counted evaluations of the search, and matched cells measured end to end on CPU."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,8 +13,9 @@ from harness.measure.tuning import TOLERANCE, knob_range, search_knob, unreachab
 from harness.schema import Cell
 
 RUN = RunInfo(run_id="test", device_name="cpu", host="h", threads=torch.get_num_threads())
-FAST = MeasureSettings(time_budget_s=0.01, repeats=2, error_rows=32, calibration_steps=2, calibration_batches=2,
-                       calibration_max_seq_len=64)
+FAST = MeasureSettings(
+    time_budget_s=0.01, repeats=2, error_rows=32, calibration_steps=2, calibration_batches=2, calibration_max_seq_len=64
+)
 
 
 def counting(error):
@@ -59,9 +61,23 @@ def test_a_second_budget_reuses_the_errors_of_the_first():
 def matched(variant, budget, *, N=128, inputs="local", config=None, metric="rel_l2") -> Cell:
     from variants import build_config
 
-    return Cell(variant=variant, config=build_config(variant, **(config or {})).to_dict(), seq_len=N, kv_len=N, batch=1, heads=2,
-                head_dim=16, dtype="float32", device="cpu", causal=False, mode="forward", inputs=inputs, seed=0,
-                matched_budget=budget, error_metric=metric)
+    return Cell(
+        variant=variant,
+        config=build_config(variant, **(config or {})).to_dict(),
+        seq_len=N,
+        kv_len=N,
+        batch=1,
+        heads=2,
+        head_dim=16,
+        dtype="float32",
+        device="cpu",
+        causal=False,
+        mode="forward",
+        inputs=inputs,
+        seed=0,
+        matched_budget=budget,
+        error_metric=metric,
+    )
 
 
 def test_a_matched_sliding_window_is_searched_on_calibration_seeds_and_measured_at_the_window_found(monkeypatch):
@@ -95,7 +111,10 @@ def test_a_cosine_budget_is_searched_on_one_minus_cosine():
 def test_an_unreachable_budget_is_a_row_with_the_error_at_the_top_of_the_range():
     row = measure_cell(matched("linformer", 1e-6, N=256, inputs="gaussian"), FAST, RUN).to_dict()  # H=2, D=16: k 16-64
     assert row["status"] == "unreachable"
-    assert row["reason"].startswith("relative L2 error ") and "at k 64, the largest doing at most 0.5x dense's FLOPs" in row["reason"]
+    assert (
+        row["reason"].startswith("relative L2 error ")
+        and "at k 64, the largest doing at most 0.5x dense's FLOPs" in row["reason"]
+    )
     assert row["config"]["k"] == 64 and list(row["tuning"]["tried"]) == ["64"]
     assert row["latency_s"] is None and row["rel_l2_error"] is None  # nothing was measured on the evaluation seed
 
@@ -116,13 +135,24 @@ def test_a_refused_setting_is_unsupported_before_any_search():
     assert row["tuning"] is None
 
 
-@pytest.mark.parametrize("variant,N,high", [("sliding_window", 1024, 300), ("sliding_window", 8192, 2399), ("linformer", 256, 64),
-                                             ("linformer", 4096, 256), ("distilled", 1024, 170), ("distilled", 8192, 512)])
+@pytest.mark.parametrize(
+    "variant,N,high",
+    [
+        ("sliding_window", 1024, 300),
+        ("sliding_window", 8192, 2399),
+        ("linformer", 256, 64),
+        ("linformer", 4096, 256),
+        ("distilled", 1024, 170),
+        ("distilled", 8192, 512),
+    ],
+)
 def test_the_range_ends_where_a_value_would_do_more_than_half_of_dense_flops(variant, N, high):
     from variants import build_variant, dense_flops, get_variant
 
     cell = matched(variant, 0.1, N=N)
-    cell = dataclasses.replace(cell, heads=8, head_dim=64, config=get_variant(variant).cls.config_for_length(cell.config, N))
+    cell = dataclasses.replace(
+        cell, heads=8, head_dim=64, config=get_variant(variant).cls.config_for_length(cell.config, N)
+    )
     field, low, top, bound = knob_range(cell)
     assert (low, top) == (16, high)
 
@@ -139,8 +169,10 @@ def test_where_even_the_smallest_value_does_over_half_of_dense_flops_nothing_is_
     assert (field, low, high) == ("features", 16, None) and bound.startswith("the smallest declared")
     row = measure_cell(cell, FAST, RUN).to_dict()
     assert row["status"] == "unreachable" and row["tuning"]["evaluated"] == 0 and row["tuning"]["tried"] == {}
-    assert row["reason"] == ("features 16, the smallest declared, already does over 0.5x dense's FLOPs "
-                             "(nothing cheaper to search), for the budget 0.1")
+    assert row["reason"] == (
+        "features 16, the smallest declared, already does over 0.5x dense's FLOPs "
+        "(nothing cheaper to search), for the budget 0.1"
+    )
 
 
 def test_unreachable_carries_over_only_where_the_range_is_the_one_searched():

@@ -1,4 +1,5 @@
 """harness.report.analysis: exponent fit, crossover finder, dense ratios, Pareto front (the answer: test_choice.py)."""
+
 from __future__ import annotations
 
 import math
@@ -60,7 +61,9 @@ def test_crossover_kinds():
 
 def test_dense_ratios_use_the_dense_row_of_the_same_cell():
     frame = with_dense_ratios(rows_frame(make_rows()))
-    sw = frame[(frame["variant"] == "sliding_window") & (frame["seq_len"] == 4096) & (frame["inputs"] == "local")].iloc[0]
+    sw = frame[(frame["variant"] == "sliding_window") & (frame["seq_len"] == 4096) & (frame["inputs"] == "local")].iloc[
+        0
+    ]
     assert sw["dense_speedup"] == pytest.approx((1e-9 * 4096**2) / (4e-7 * 4096))
     assert sw["memory_ratio"] == pytest.approx(2048 * 4096 / (8 * 4096**2))
     dense = frame[(frame["variant"] == "dense") & (frame["status"] == "ok")]
@@ -72,7 +75,9 @@ def test_dense_ratios_use_the_dense_row_of_the_same_cell():
 
 def test_dense_baseline_prefers_backend_auto_over_a_faster_explicit_backend():
     rows = make_rows(variants=("dense", "sliding_window"), inputs=("gaussian",), with_failures=False)
-    fast = [dict(r, config={"backend": "reference"}, latency_s=r["latency_s"] / 10) for r in rows if r["variant"] == "dense"]
+    fast = [
+        dict(r, config={"backend": "reference"}, latency_s=r["latency_s"] / 10) for r in rows if r["variant"] == "dense"
+    ]
     frame = with_dense_ratios(rows_frame(rows + fast))
     sw = frame[(frame["variant"] == "sliding_window") & (frame["seq_len"] == 1024)].iloc[0]
     assert sw["dense_latency_s"] == pytest.approx(1e-9 * 1024**2)

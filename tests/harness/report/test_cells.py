@@ -1,4 +1,5 @@
 """harness.report.cells: every cell's line, failures with their reason, both errors side by side."""
+
 from __future__ import annotations
 
 from harness.report.cells import cell_tables
@@ -17,7 +18,9 @@ def test_what_the_errors_are_measured_against_is_said_and_comes_from_the_rows():
     from tests.helpers.synthetic_run import BUDGET_SPEC, make_budget_rows
 
     full = analysed_rows(make_rows(inputs=("gaussian",)))
-    assert full.accuracy_reference == "full" and "against exact float64 attention." in render_markdown(cell_tables(full))
+    assert full.accuracy_reference == "full" and "against exact float64 attention." in render_markdown(
+        cell_tables(full)
+    )
     rows = [dict(r, accuracy_reference="pattern") for r in make_budget_rows()]
     pattern = analysed_rows(rows, BUDGET_SPEC)
     assert pattern.accuracy_reference == "pattern"

@@ -1,5 +1,6 @@
 """harness.report.choice: per setting and inputs, N x budget, the fastest candidate within the budget; a variant beats
 dense only when its interval is above 1, overlapping intervals are a tie, out-of-budget rows never win."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,16 +39,30 @@ def test_dense_wins_when_the_fastest_interval_overlaps_1():
     table = _table(make_budget_rows())
     at_1k = table.picks[(1024, 0.05)]  # sliding_window 1.05x [0.95-1.16]: not shown to beat dense
     assert at_1k.label == "dense" and at_1k.text() == "dense (tie: sliding_window(window=512))"
-    assert _paired((1.1, 0.95, 1.3), (0.5, 0.4, 0.6)).picks[(256, 1e-3)].text() == "dense (tie: sliding_window(window=128))"
-    assert _paired((1.5, 1.4, 1.6), (0.5, 0.4, 0.6)).picks[(256, 1e-3)].text() == "sliding_window(window=128) 1.5x [1.4-1.6]"
+    assert (
+        _paired((1.1, 0.95, 1.3), (0.5, 0.4, 0.6)).picks[(256, 1e-3)].text()
+        == "dense (tie: sliding_window(window=128))"
+    )
+    assert (
+        _paired((1.5, 1.4, 1.6), (0.5, 0.4, 0.6)).picks[(256, 1e-3)].text()
+        == "sliding_window(window=128) 1.5x [1.4-1.6]"
+    )
     # A variant reliably slower than dense is no tie.
     assert _paired((0.5, 0.4, 0.6), (0.3, 0.2, 0.4)).picks[(256, 1e-3)].text() == "dense"
 
 
 def test_out_of_budget_rows_never_win():
     rows = make_budget_rows()
-    fast = dict(rows[0], variant="sliding_window", config={"backend": "auto", "window": 64}, rel_l2_error=0.2,
-                speedup=50.0, speedup_low=45.0, speedup_high=55.0, cell_id="fast")  # unmatched, error 0.2
+    fast = dict(
+        rows[0],
+        variant="sliding_window",
+        config={"backend": "auto", "window": 64},
+        rel_l2_error=0.2,
+        speedup=50.0,
+        speedup_low=45.0,
+        speedup_high=55.0,
+        cell_id="fast",
+    )  # unmatched, error 0.2
     table = _table(rows + [fast])
     assert all("window=64" not in p.text() for p in table.picks.values())
     # linformer@0.1 (error 0.105) is no candidate at 0.05, and unreachable rows (status unreachable) never are.
@@ -62,7 +77,10 @@ def test_a_matched_row_within_the_margin_counts_an_unmatched_one_does_not():
 
 
 def test_overlapping_intervals_of_the_top_two_are_a_tie():
-    assert _table(make_budget_rows()).picks[(8192, 0.1)].text() == "linformer(k=256) 25.6x [12.8-38.4] (error 0.105; tie: sliding_window(window=256))"
+    assert (
+        _table(make_budget_rows()).picks[(8192, 0.1)].text()
+        == "linformer(k=256) 25.6x [12.8-38.4] (error 0.105; tie: sliding_window(window=256))"
+    )
     assert _paired((1.5, 1.3, 1.7), (1.4, 1.2, 1.6)).picks[(256, 1e-3)].tie == "chunked(chunk_size=256)"
     assert _paired((2.0, 1.9, 2.1), (1.4, 1.2, 1.6)).picks[(256, 1e-3)].tie is None
 
@@ -97,7 +115,9 @@ def test_answer_lines_give_the_largest_n_per_input_distribution():
     lines = answer_lines(list(analysed_rows(make_budget_rows(inputs=("gaussian", "local")), BUDGET_SPEC).tables))
     assert lines == [
         f"answer at N=8192 ({d}): rel_l2<=0.05: sliding_window(window=512) 8.4x [7.6-9.2]; "
-        "rel_l2<=0.1: linformer(k=256) 25.6x [12.8-38.4] (error 0.105; tie: sliding_window(window=256))" for d in ("gaussian", "local")]
+        "rel_l2<=0.1: linformer(k=256) 25.6x [12.8-38.4] (error 0.105; tie: sliding_window(window=256))"
+        for d in ("gaussian", "local")
+    ]
 
 
 @pytest.mark.parametrize("rows", [[], [dict(r, status="error", reason="boom") for r in make_budget_rows()]])
@@ -106,11 +126,17 @@ def test_no_table_without_an_ok_row(rows):
 
 
 def test_paired_speedup_overrides_the_latency_ratio_and_old_rows_fall_back():
-    frame = analysed_rows(make_budget_rows() + make_rows(variants=("chunked",), inputs=("local",), lengths=(1024,),
-                                                         with_failures=False), BUDGET_SPEC).frame
+    frame = analysed_rows(
+        make_budget_rows() + make_rows(variants=("chunked",), inputs=("local",), lengths=(1024,), with_failures=False),
+        BUDGET_SPEC,
+    ).frame
     sw = frame[(frame["variant"] == "sliding_window") & (frame["seq_len"] == 2048)]
-    assert np.allclose(sw["dense_speedup"], [2.1, 3.2]) and np.allclose(sw["speedup"], [2.1, 3.2])  # the rows' paired medians
-    old = frame[(frame["variant"] == "chunked") & frame["speedup_low"].isna()]  # no paired fields: dense latency / latency
+    assert np.allclose(sw["dense_speedup"], [2.1, 3.2]) and np.allclose(
+        sw["speedup"], [2.1, 3.2]
+    )  # the rows' paired medians
+    old = frame[
+        (frame["variant"] == "chunked") & frame["speedup_low"].isna()
+    ]  # no paired fields: dense latency / latency
     assert len(old) == 1 and np.allclose(old["dense_speedup"], old["dense_latency_s"] / old["latency_s"])
     assert old["speedup"].isna().all()  # the row's own speedup keeps its meaning: none was paired
 
@@ -122,11 +148,23 @@ def test_the_same_config_found_for_two_budgets_is_one_candidate_not_a_tie_with_i
         r["rel_l2_error"] = 1e-7 if r["variant"] == "dense" else 0.03
         if r["variant"] == "sliding_window":
             for budget, speedup in ((0.05, (2.0, 1.8, 2.2)), (0.1, (2.1, 1.9, 2.3))):  # one window, measured twice
-                matched.append(dict(r, cell_id=f"{r['cell_id']}-{budget}", matched_budget=budget, error_metric="rel_l2",
-                                    speedup=speedup[0], speedup_low=speedup[1], speedup_high=speedup[2]))
+                matched.append(
+                    dict(
+                        r,
+                        cell_id=f"{r['cell_id']}-{budget}",
+                        matched_budget=budget,
+                        error_metric="rel_l2",
+                        speedup=speedup[0],
+                        speedup_low=speedup[1],
+                        speedup_high=speedup[2],
+                    )
+                )
     rows = [r for r in rows if r["variant"] == "dense"] + matched
     table = _table(rows, spec_text=BUDGET_SPEC)
-    for budget, text in ((0.05, "sliding_window(window=128) 2x [1.8-2.2]"), (0.1, "sliding_window(window=128) 2.1x [1.9-2.3]")):
+    for budget, text in (
+        (0.05, "sliding_window(window=128) 2x [1.8-2.2]"),
+        (0.1, "sliding_window(window=128) 2.1x [1.9-2.3]"),
+    ):
         assert table.picks[(256, budget)].text() == text  # the row matched to this budget, and no "(tie: itself)"
 
 

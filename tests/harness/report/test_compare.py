@@ -1,4 +1,5 @@
 """harness.report.compare and `python -m harness compare`: cells matched across runs, regressions flagged beyond the runs' own spread."""
+
 from __future__ import annotations
 
 import argparse
@@ -63,8 +64,12 @@ def test_changes_within_the_threshold_or_the_spread_are_not_flagged(tmp_path):
 
 
 def _spread(rows, frac):
-    return [dict(r, latency_p20_s=r["latency_s"] * (1 - frac), latency_p80_s=r["latency_s"] * (1 + frac)) if r["latency_s"] else r
-            for r in rows]
+    return [
+        dict(r, latency_p20_s=r["latency_s"] * (1 - frac), latency_p80_s=r["latency_s"] * (1 + frac))
+        if r["latency_s"]
+        else r
+        for r in rows
+    ]
 
 
 def test_status_memory_and_error_changes(tmp_path):
@@ -86,8 +91,19 @@ def test_status_memory_and_error_changes(tmp_path):
 
 
 def test_cells_match_across_machines_not_on_device_host_run_or_seed(tmp_path):
-    other = [dict(r, run_id="other", host="gpu-box", device="cuda", device_name="NVIDIA H200", seed=7, threads=16,
-                  cell_id="x" + r["cell_id"]) for r in make_rows()]
+    other = [
+        dict(
+            r,
+            run_id="other",
+            host="gpu-box",
+            device="cuda",
+            device_name="NVIDIA H200",
+            seed=7,
+            threads=16,
+            cell_id="x" + r["cell_id"],
+        )
+        for r in make_rows()
+    ]
     a, b = _runs(tmp_path, other)
     result = compare_runs(a, b)
     assert len(result.cells) == len(a.frame) and len(result.only_a) == 0
@@ -100,7 +116,9 @@ def test_unmatched_cells_are_counted_and_no_overlap_is_a_usage_error(tmp_path, c
     assert set(result.only_b["seq_len"]) == {16384} and set(result.only_a["seq_len"]) == {1024, 2048, 4096, 8192}
     c = write_run(tmp_path / "c", [dict(r, dtype="bfloat16") for r in make_rows()])
     with pytest.raises(UsageError, match="no cell of .* matches one of"):
-        compare_command(argparse.Namespace(run_a=str(a.path), run_b=str(c), threshold=0.05, out=None, fail_on_regression=False))
+        compare_command(
+            argparse.Namespace(run_a=str(a.path), run_b=str(c), threshold=0.05, out=None, fail_on_regression=False)
+        )
     assert main(["compare", str(a.path), str(tmp_path / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err
 
@@ -114,7 +132,7 @@ def test_compare_reads_a_killed_run(tmp_path):
     assert json.loads((b / "rows.jsonl").read_text().splitlines()[0])["variant"] == "dense"
 
 
-@pytest.mark.parametrize("content", ["", "not json\n{\"cell_id\": \"half\n"])
+@pytest.mark.parametrize("content", ["", 'not json\n{"cell_id": "half\n'])
 def test_compare_against_a_run_without_readable_rows_is_one_line_exit_2(content, tmp_path, capsys):
     a = write_run(tmp_path / "a")
     empty = tmp_path / "empty"
@@ -156,11 +174,18 @@ def test_a_row_with_a_non_integer_seq_len_is_skipped_with_a_note(tmp_path, capsy
         assert main(["compare", str(a), str(b)]) == 0
 
 
-@pytest.mark.parametrize("ratio, verdict", [
-    (1.0, "same"), (1.03, "same"), (0.97, "same"),  # within the 5% threshold either way
-    (1.06, "regression"), (1 / 1.06, "improvement"),
-    (2.0, "regression"), (0.5, "improvement"),
-])
+@pytest.mark.parametrize(
+    "ratio, verdict",
+    [
+        (1.0, "same"),
+        (1.03, "same"),
+        (0.97, "same"),  # within the 5% threshold either way
+        (1.06, "regression"),
+        (1 / 1.06, "improvement"),
+        (2.0, "regression"),
+        (0.5, "improvement"),
+    ],
+)
 def test_latency_verdict_without_quantiles_is_the_threshold_alone_in_the_right_direction(ratio, verdict):
     """Rows without p20/p80 (older runs): B/A above 1 + threshold is a regression, below 1/(1 + threshold) an improvement."""
     import pandas as pd
@@ -168,9 +193,22 @@ def test_latency_verdict_without_quantiles_is_the_threshold_alone_in_the_right_d
     from harness.report.compare import judge
 
     nan = float("nan")
-    row = pd.Series({"status_a": "ok", "status_b": "ok", "latency_s_a": 1e-3, "latency_s_b": 1e-3 * ratio,
-                     "latency_p20_s_a": nan, "latency_p80_s_a": nan, "latency_p20_s_b": nan, "latency_p80_s_b": nan,
-                     "peak_memory_bytes_a": 1e6, "peak_memory_bytes_b": 1e6, "rel_l2_error_a": 1e-6, "rel_l2_error_b": 1e-6})
+    row = pd.Series(
+        {
+            "status_a": "ok",
+            "status_b": "ok",
+            "latency_s_a": 1e-3,
+            "latency_s_b": 1e-3 * ratio,
+            "latency_p20_s_a": nan,
+            "latency_p80_s_a": nan,
+            "latency_p20_s_b": nan,
+            "latency_p80_s_b": nan,
+            "peak_memory_bytes_a": 1e6,
+            "peak_memory_bytes_b": 1e6,
+            "rel_l2_error_a": 1e-6,
+            "rel_l2_error_b": 1e-6,
+        }
+    )
     got, why = judge(row, threshold=0.05)
     assert got == verdict, why
     assert (why == "") == (verdict == "same") and (verdict == "same" or f"latency {ratio:.2f}x" in why)
@@ -204,13 +242,19 @@ def test_latency_change_within_the_paired_intervals_is_no_regression(tmp_path):
 
 def test_a_run_under_load_is_said_not_blamed(tmp_path, capsys):
     a = load_run(write_run(tmp_path / "qa", _paired(make_rows(), "chunked", (0.7, 0.6, 0.8))))
-    b = load_run(write_run(tmp_path / "qb", _paired(make_rows(slow={"dense": 2.0, "chunked": 2.0}), "chunked",
-                                                    (0.7, 0.6, 0.8), load=1.5, noisy=True)))
+    b = load_run(
+        write_run(
+            tmp_path / "qb",
+            _paired(make_rows(slow={"dense": 2.0, "chunked": 2.0}), "chunked", (0.7, 0.6, 0.8), load=1.5, noisy=True),
+        )
+    )
     result = compare_runs(a, b)
     # dense is 2x slower under load: said, not counted; chunked's paired speed-up did not move, so it is the same.
     assert len(result.regressions) == 0 and set(result.noisy["variant"]) == {"dense"}
     assert set(result.cells[result.cells["variant"] == "chunked"]["verdict"]) == {"same"}
-    assert "measured under load" in result.noisy["why"].iloc[0] and "B: load 1.50 per CPU" in result.noisy["why"].iloc[0]
+    assert (
+        "measured under load" in result.noisy["why"].iloc[0] and "B: load 1.50 per CPU" in result.noisy["why"].iloc[0]
+    )
     assert any("qb was measured under load" in n for n in result.notes)
     assert main(["compare", str(a.path), str(b.path), "--fail-on-regression"]) == 0
     out = capsys.readouterr().out
@@ -238,7 +282,9 @@ def test_scatter_between_two_runs_of_one_commit_is_not_a_regression(tmp_path):
     b = load_run(write_run(tmp_path / "b", _scattered(make_rows(), spread=0.2, drift=0.8, seed=2)))
     result = compare_runs(a, b)
     assert len(result.regressions) == 0 and len(result.improvements) == 0
-    assert any(" runs 0.7" in n or " runs 0.8" in n for n in result.notes) and any("only changes beyond" in n for n in result.notes)
+    assert any(" runs 0.7" in n or " runs 0.8" in n for n in result.notes) and any(
+        "only changes beyond" in n for n in result.notes
+    )
     assert main(["compare", str(a.path), str(b.path), "--fail-on-regression"]) == 0
 
 
@@ -247,7 +293,8 @@ def test_a_real_slowdown_stands_out_of_the_noise_floor(tmp_path):
     b = load_run(write_run(tmp_path / "b", _scattered(make_rows(), spread=0.05, seed=2, slow={"chunked": 3.0})))
     result = compare_runs(a, b)
     assert set(result.regressions["variant"]) == {"chunked"} and len(result.regressions) == len(
-        result.cells[(result.cells["variant"] == "chunked") & (result.cells["status_a"] == "ok")])
+        result.cells[(result.cells["variant"] == "chunked") & (result.cells["status_a"] == "ok")]
+    )
     assert main(["compare", str(a.path), str(b.path), "--fail-on-regression"]) == 1
 
 
@@ -255,8 +302,10 @@ def test_cells_matched_to_a_budget_match_across_runs_whatever_knob_value_each_fo
     from tests.helpers.synthetic_run import BUDGET_SPEC, make_budget_rows
 
     rows_a = make_budget_rows()
-    rows_b = [dict(r, config={**r["config"], "window": r["config"]["window"] * 2}) if r["variant"] == "sliding_window" else r
-              for r in rows_a]
+    rows_b = [
+        dict(r, config={**r["config"], "window": r["config"]["window"] * 2}) if r["variant"] == "sliding_window" else r
+        for r in rows_a
+    ]
     a = load_run(write_run(tmp_path / "a", rows_a, spec_text=BUDGET_SPEC))
     b = load_run(write_run(tmp_path / "b", rows_b, spec_text=BUDGET_SPEC))
     result = compare_runs(a, b)

@@ -1,4 +1,5 @@
 """harness.report.formatting: the one formatter of seconds, bytes, lengths, ratios, errors and reasons."""
+
 from __future__ import annotations
 
 import math
@@ -10,13 +11,23 @@ import numpy as np
 import pytest
 
 from harness.report.formatting import (
-    format_bytes, format_error, format_n, format_number, format_ratio, format_seconds, format_seconds_compact, format_text, short_reason,
+    format_bytes,
+    format_error,
+    format_n,
+    format_number,
+    format_ratio,
+    format_seconds,
+    format_seconds_compact,
+    format_text,
+    short_reason,
 )
 
 MISSING = [None, float("nan"), float("inf"), "n/a"]
 
 
-@pytest.mark.parametrize("value,text", [(1.234e-5, "12.3 us"), (4.56e-3, "4.56 ms"), (1.234, "1.23 s"), (5e-10, "0.5 ns"), (120.0, "120 s")])
+@pytest.mark.parametrize(
+    "value,text", [(1.234e-5, "12.3 us"), (4.56e-3, "4.56 ms"), (1.234, "1.23 s"), (5e-10, "0.5 ns"), (120.0, "120 s")]
+)
 def test_seconds_in_the_report_and_figures(value, text):
     assert format_seconds(value) == text
 
@@ -26,18 +37,26 @@ def test_seconds_in_the_terminal_table(value, text):
     assert format_seconds_compact(value) == text
 
 
-@pytest.mark.parametrize("value,text", [(512, "512 B"), (3072, "3 KiB"), (1.5 * 2**20, "1.5 MiB"), (2 * 2**30, "2 GiB"), (0, "0 B")])
+@pytest.mark.parametrize(
+    "value,text", [(512, "512 B"), (3072, "3 KiB"), (1.5 * 2**20, "1.5 MiB"), (2 * 2**30, "2 GiB"), (0, "0 B")]
+)
 def test_bytes(value, text):
     assert format_bytes(value) == text
 
 
-@pytest.mark.parametrize("n,text", [(4096, "4K"), (np.int64(8192), "8K"), (256, "256"), (1536, "1536"), (1024.0, "1K"), (1.5, "1.5")])
+@pytest.mark.parametrize(
+    "n,text", [(4096, "4K"), (np.int64(8192), "8K"), (256, "256"), (1536, "1536"), (1024.0, "1K"), (1.5, "1.5")]
+)
 def test_lengths(n, text):
     assert format_n(n) == text
 
 
 def test_ratios_errors_and_numbers():
-    assert format_ratio(1.234) == "1.23x" and format_ratio(10.0) == "10.00x" and format_ratio(1.23456, digits=3) == "1.235x"
+    assert (
+        format_ratio(1.234) == "1.23x"
+        and format_ratio(10.0) == "10.00x"
+        and format_ratio(1.23456, digits=3) == "1.235x"
+    )
     assert format_error(0.0012) == "1.2e-03" and format_error(0.0012, digits=2) == "1.20e-03"
     assert format_number(2.345, ".3g") == "2.35" and format_number(4, ".2f", "x") == "4.00x"
     assert format_text(None) == format_text("") == "-" and format_text(0) == "0"
@@ -59,8 +78,10 @@ def test_reasons_are_one_line_and_cut():
 
 
 def test_importing_the_report_package_does_no_heavy_import():
-    code = ("import sys, harness.report, harness.report.formatting; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pandas', 'matplotlib', 'torch')))")
+    code = (
+        "import sys, harness.report, harness.report.formatting; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pandas', 'matplotlib', 'torch')))"
+    )
     repo = Path(__file__).resolve().parents[3]
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo, timeout=60)
     assert result.returncode == 0, result.stderr

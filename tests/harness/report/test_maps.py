@@ -1,4 +1,5 @@
 """harness.report.maps: the identity probe recovers each variant's matrix, and says why when it cannot."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,13 +37,19 @@ def test_a_variant_not_linear_in_v_gets_no_map():
 def test_maps_panels_explain_what_cannot_be_drawn(monkeypatch):
     from variants.dense import DenseAttention
 
-    series = [("dense", "dense", {"backend": "auto"}), ("xf", "dense", {"backend": "xformers"}),
-              ("linformer", "linformer", {"k": 16}), ("ghost", "ghost_attention", {})]
+    series = [
+        ("dense", "dense", {"backend": "auto"}),
+        ("xf", "dense", {"backend": "xformers"}),
+        ("linformer", "linformer", {"k": 16}),
+        ("ghost", "ghost_attention", {}),
+    ]
     maps = attention_maps(series, n=16, inputs="local", causal=True)
     panels = {p.label: p for p in maps.panels}
     assert panels["dense"].rel_error < 1e-5 and panels["dense"].weights.shape == (16, 16)
     assert panels["xf"].weights is not None and "drawn with auto" in panels["xf"].note
-    assert panels["linformer"].weights is None and panels["linformer"].note.startswith("unsupported: does not support causal=True")
+    assert panels["linformer"].weights is None and panels["linformer"].note.startswith(
+        "unsupported: does not support causal=True"
+    )
     assert panels["ghost"].weights is None and "not registered here" in panels["ghost"].note
     monkeypatch.setattr(DenseAttention, "linear_in_v", False, raising=False)
     opted_out = attention_maps(series[:1], n=16).panels[0]
@@ -67,8 +74,11 @@ def test_maps_draw_each_config_a_run_really_ran_once_and_an_out_of_budget_search
     from tests.helpers.synthetic_run import make_budget_rows
 
     rows = make_budget_rows(inputs=("local",))
-    rows += [dict(r, cell_id=r["cell_id"] + "-same", matched_budget=0.1, config={"backend": "auto", "window": 512})
-             for r in rows if r["variant"] == "sliding_window" and r["matched_budget"] == 0.05]  # 512 found for 0.1 too
+    rows += [
+        dict(r, cell_id=r["cell_id"] + "-same", matched_budget=0.1, config={"backend": "auto", "window": 512})
+        for r in rows
+        if r["variant"] == "sliding_window" and r["matched_budget"] == 0.05
+    ]  # 512 found for 0.1 too
     series = _map_series(rows_frame(rows), "local")
     labels = [label for label, _, _ in series]
     assert labels.count("sliding_window(window=512)") == 1 and "sliding_window(window=256)" in labels

@@ -1,4 +1,5 @@
 """The report's maps run each variant in a child process: a hang, a crash, an exit or a bad shape costs one panel."""
+
 from __future__ import annotations
 
 import time
@@ -8,8 +9,14 @@ from tests.helpers.sweep_fixtures import PLUGIN
 
 
 def test_a_hanging_crashing_or_exiting_variant_costs_only_its_own_panel():
-    series = [("dense", "dense", {}), ("t_exit", "t_exit", {}), ("t_crash", "t_crash", {}), ("t_sleep", "t_sleep", {"seconds": 60.0}),
-              ("t_fivedim", "t_fivedim", {}), ("chunked", "chunked", {})]
+    series = [
+        ("dense", "dense", {}),
+        ("t_exit", "t_exit", {}),
+        ("t_crash", "t_crash", {}),
+        ("t_sleep", "t_sleep", {"seconds": 60.0}),
+        ("t_fivedim", "t_fivedim", {}),
+        ("chunked", "chunked", {}),
+    ]
     start = time.monotonic()
     maps = isolated_maps(series, n=16, timeout_s=4.0, plugins=[str(PLUGIN)])
     assert time.monotonic() - start < 45  # the 60 s sleeper was killed at its 4 s limit
@@ -20,4 +27,7 @@ def test_a_hanging_crashing_or_exiting_variant_costs_only_its_own_panel():
     assert "exited with code 3" in by_label["t_exit"].note
     assert "signal" in by_label["t_crash"].note
     assert "did not finish within 4 s" in by_label["t_sleep"].note
-    assert "expected a tensor of shape (1, 1, 16, 16)" in by_label["t_fivedim"].note and by_label["t_fivedim"].weights is None
+    assert (
+        "expected a tensor of shape (1, 1, 16, 16)" in by_label["t_fivedim"].note
+        and by_label["t_fivedim"].weights is None
+    )

@@ -1,4 +1,5 @@
 """harness.report.plotting: one colour per variant, one style per config."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,8 +18,10 @@ def test_one_colour_per_variant_in_every_figure():
     colors = variant_colors(["zeta", "dense", "alpha", "chunked"])
     assert colors["dense"] == "black" and colors["alpha"] != colors["zeta"]
     assert variant_colors(["alpha", "zeta"]) == {k: colors[k] for k in ("alpha", "zeta")}  # independent of who else ran
-    frame = rows_frame([dict(r, config={"window": w}) for w in (64, 128) for r in make_rows(variants=("sliding_window",))]
-                       + make_rows(variants=("dense",)))
+    frame = rows_frame(
+        [dict(r, config={"window": w}) for w in (64, 128) for r in make_rows(variants=("sliding_window",))]
+        + make_rows(variants=("dense",))
+    )
     styles = series_styles(frame)
     assert styles["sliding_window(window=64)"]["color"] == styles["sliding_window(window=128)"]["color"]
     assert styles["sliding_window(window=64)"]["linestyle"] != styles["sliding_window(window=128)"]["linestyle"]
@@ -32,6 +35,7 @@ def drawn(monkeypatch):
     def keep(plt, fig, path):
         figures[path.name] = fig
         fig.savefig(path, dpi=20)
+
     monkeypatch.setattr(plotting, "save", keep)
     yield figures
     for fig in figures.values():
@@ -62,10 +66,18 @@ def test_max_length_only_when_a_cell_ran_out_of_memory_or_timed_out(tmp_path):
     errored = frame_of([dict(r, status="error") if r["seq_len"] == 8192 else r for r in clean.to_dict("records")])
     assert plots.plot_memory_limits(memory_limits(errored), errored, tmp_path / "m.png") is None  # an error is no limit
     for status in ("oom", "timeout"):
-        hit = frame_of([dict(r, status=status) if r["seq_len"] == 8192 and r["variant"] == "dense" else r
-                        for r in clean.to_dict("records")])
-        assert plots.plot_memory_limits(memory_limits(hit), hit, tmp_path / f"{status}.png") == tmp_path / f"{status}.png"
-    paths, blocks = figures.figure_section(analysed_rows(make_rows(inputs=("gaussian",), with_failures=False)), tmp_path, "measured")
+        hit = frame_of(
+            [
+                dict(r, status=status) if r["seq_len"] == 8192 and r["variant"] == "dense" else r
+                for r in clean.to_dict("records")
+            ]
+        )
+        assert (
+            plots.plot_memory_limits(memory_limits(hit), hit, tmp_path / f"{status}.png") == tmp_path / f"{status}.png"
+        )
+    paths, blocks = figures.figure_section(
+        analysed_rows(make_rows(inputs=("gaussian",), with_failures=False)), tmp_path, "measured"
+    )
     assert "max_length.png" not in {p.name for p in paths} and "latency_vs_n.png" in {p.name for p in paths}
     assert not any(getattr(b, "file", None) == "max_length.png" for b in blocks)
 
@@ -77,8 +89,9 @@ def visible_axes(fig):
 def test_latency_bands_span_p20_to_p80_where_measured(tmp_path, drawn):
     rows = make_rows(inputs=("gaussian",), with_failures=False)
     rows = [dict(r, latency_p20_s=None, latency_p80_s=None) if r["variant"] == "chunked" else r for r in rows]
-    plots.plot_metric_vs_n(frame_of(rows), "latency_s", tmp_path / "l.png", ylabel="t", title="t",
-                           band=("latency_p20_s", "latency_p80_s"))
+    plots.plot_metric_vs_n(
+        frame_of(rows), "latency_s", tmp_path / "l.png", ylabel="t", title="t", band=("latency_p20_s", "latency_p80_s")
+    )
     (ax,) = visible_axes(drawn["l.png"])
     bands = [c for c in ax.collections if type(c).__name__ in ("PolyCollection", "FillBetweenPolyCollection")]
     assert len(bands) == 3  # dense, linformer, sliding_window; chunked has no percentiles
@@ -92,10 +105,16 @@ def test_a_series_outside_every_budget_is_faded_and_labelled_so(tmp_path, drawn)
     frame = frame_of(make_rows(inputs=("gaussian",)))  # sliding_window's error 0.3 is above the largest budget 0.1
     plots.plot_metric_vs_n(frame, "dense_speedup", tmp_path / "s.png", ylabel="x", title="x")
     labels = legend_labels(drawn["s.png"])
-    assert [l for l in labels if l.endswith(plotting.OUTSIDE_LABEL)] == [l for l in labels if l.startswith("sliding_window")] != []
+    assert (
+        [l for l in labels if l.endswith(plotting.OUTSIDE_LABEL)]
+        == [l for l in labels if l.startswith("sliding_window")]
+        != []
+    )
     (ax,) = visible_axes(drawn["s.png"])
     faded = [line for line in ax.get_lines() if line.get_label().endswith(plotting.OUTSIDE_LABEL)]
-    assert len(faded) == 1 and faded[0].get_alpha() == plotting.OUTSIDE_ALPHA and len(faded[0].get_xdata()) == 5  # still drawn (no dense at 8K)
+    assert (
+        len(faded) == 1 and faded[0].get_alpha() == plotting.OUTSIDE_ALPHA and len(faded[0].get_xdata()) == 5
+    )  # still drawn (no dense at 8K)
     wider = frame_of(make_rows(inputs=("gaussian",)), budgets=(0.5,))  # within a budget of 0.5: drawn as any other
     plots.plot_metric_vs_n(wider, "dense_speedup", tmp_path / "w.png", ylabel="x", title="x")
     assert not any(l.endswith(plotting.OUTSIDE_LABEL) for l in legend_labels(drawn["w.png"]))
@@ -106,8 +125,9 @@ def test_pareto_one_panel_per_length_and_the_front_only_within_budget(tmp_path, 
     frame = frame_of(make_rows(slow={"linformer": 2.5}))
     plots.plot_pareto(frame, tmp_path / "p.png", budgets=(0.01, 0.1), metric="rel_l2")
     panels = visible_axes(drawn["p.png"])
-    assert [ax.get_title(loc="center") or ax.get_title(loc="left").split("\n")[-1] for ax in panels] == \
-        [f"N = {n}" for n in ("256", "512", "1K", "2K", "4K", "8K")]
+    assert [ax.get_title(loc="center") or ax.get_title(loc="left").split("\n")[-1] for ax in panels] == [
+        f"N = {n}" for n in ("256", "512", "1K", "2K", "4K", "8K")
+    ]
     for ax in panels:
         front = {c.get_label() for c in ax.collections if c.get_gid() == plots.FRONT_GID}
         outside = {c.get_label() for c in ax.collections if c.get_gid() == plots.OUTSIDE_GID}
@@ -120,8 +140,12 @@ def test_pareto_one_panel_per_length_and_the_front_only_within_budget(tmp_path, 
         assert budgets == [0.01, 0.1]
     without = frame_of(make_rows(slow={"linformer": 2.5}), budgets=(0.5,))
     plots.plot_pareto(without, tmp_path / "q.png", budgets=(0.5,), metric="rel_l2")
-    fronts = [{c.get_label() for c in ax.collections if c.get_gid() == plots.FRONT_GID} for ax in visible_axes(drawn["q.png"])]
-    assert all(any(l.startswith("sliding_window") for l in f) for f in fronts[1:])  # within 0.5, fastest from N=512: on the front
+    fronts = [
+        {c.get_label() for c in ax.collections if c.get_gid() == plots.FRONT_GID} for ax in visible_axes(drawn["q.png"])
+    ]
+    assert all(
+        any(l.startswith("sliding_window") for l in f) for f in fronts[1:]
+    )  # within 0.5, fastest from N=512: on the front
 
 
 def test_error_figure_draws_the_run_metric_and_its_budgets(tmp_path, drawn):
@@ -129,16 +153,26 @@ def test_error_figure_draws_the_run_metric_and_its_budgets(tmp_path, drawn):
     plots.plot_error_vs_n(frame, tmp_path / "e.png", budgets=(1e-3, 0.2), metric="cosine")
     (ax,) = visible_axes(drawn["e.png"])
     assert ax.get_ylabel() == "1 - cosine similarity"
-    assert sorted(line.get_ydata()[0] for line in ax.get_lines() if line.get_gid() == plotting.BUDGET_GID) == [1e-3, 0.2]
+    assert sorted(line.get_ydata()[0] for line in ax.get_lines() if line.get_gid() == plotting.BUDGET_GID) == [
+        1e-3,
+        0.2,
+    ]
     assert {t.get_text() for t in ax.texts} == {"budget 1-cos 0.001", "budget 1-cos 0.2"}
 
 
-@pytest.mark.parametrize("low, high, expected", [
-    (200e3, 150 * 2**20, ["256 KiB", "1 MiB", "4 MiB", "16 MiB", "64 MiB"]),  # 10 powers of two: every second, 1 MiB among them
-    (3000, 3 * 2**20, ["4 KiB", "16 KiB", "64 KiB", "256 KiB", "1 MiB"]),  # 2^12..2^21: every second from 2^12
-    (2**30 / 3, 40 * 2**30, ["512 MiB", "1 GiB", "2 GiB", "4 GiB", "8 GiB", "16 GiB", "32 GiB"]),  # 7: all labelled
-    (5 * 2**20, 7 * 2**20, ["5.92 MiB"]),  # no power of two in view: one label
-])
+@pytest.mark.parametrize(
+    "low, high, expected",
+    [
+        (
+            200e3,
+            150 * 2**20,
+            ["256 KiB", "1 MiB", "4 MiB", "16 MiB", "64 MiB"],
+        ),  # 10 powers of two: every second, 1 MiB among them
+        (3000, 3 * 2**20, ["4 KiB", "16 KiB", "64 KiB", "256 KiB", "1 MiB"]),  # 2^12..2^21: every second from 2^12
+        (2**30 / 3, 40 * 2**30, ["512 MiB", "1 GiB", "2 GiB", "4 GiB", "8 GiB", "16 GiB", "32 GiB"]),  # 7: all labelled
+        (5 * 2**20, 7 * 2**20, ["5.92 MiB"]),  # no power of two in view: one label
+    ],
+)
 def test_bytes_axis_labels_powers_of_two_with_the_unit_boundaries(low, high, expected):
     plt = plotting.pyplot()
     fig, ax = plt.subplots()
@@ -152,7 +186,9 @@ def test_bytes_axis_labels_powers_of_two_with_the_unit_boundaries(low, high, exp
     plt.close(fig)
 
 
-@pytest.mark.parametrize("count, shape", [(1, (1, 1)), (4, (1, 4)), (5, (2, 3)), (6, (2, 3)), (8, (2, 4)), (9, (3, 3)), (10, (3, 4))])
+@pytest.mark.parametrize(
+    "count, shape", [(1, (1, 1)), (4, (1, 4)), (5, (2, 3)), (6, (2, 3)), (8, (2, 4)), (9, (3, 3)), (10, (3, 4))]
+)
 def test_the_maps_grid_is_sized_to_the_maps(count, shape):
     rows, cols = maps_plot.map_grid(count)
     assert (rows, cols) == shape and rows * cols - count < rows  # never a whole empty column, at most one gap per row
@@ -161,7 +197,8 @@ def test_the_maps_grid_is_sized_to_the_maps(count, shape):
 def test_the_maps_figure_has_no_empty_panel(tmp_path, drawn):
     exact = np.eye(8)
     panels = [MapPanel(f"v{i}", np.eye(8), "", 0.0) for i in range(5)]
-    maps_plot.plot_attention_maps(MapSet(exact, panels, n=8, inputs="gaussian", seed=0, causal=False, calibrated=True),
-                              tmp_path / "maps.png")
+    maps_plot.plot_attention_maps(
+        MapSet(exact, panels, n=8, inputs="gaussian", seed=0, causal=False, calibrated=True), tmp_path / "maps.png"
+    )
     images = [ax for ax in drawn["maps.png"].axes if ax.images]
     assert len(images) == 6 and len(drawn["maps.png"].axes) == 6 + 1  # 2 x 3 panels and the colour bar

@@ -1,4 +1,5 @@
 """harness.report.render: each block type in Markdown and in self-contained HTML."""
+
 from __future__ import annotations
 
 import base64
@@ -8,14 +9,21 @@ import pytest
 from harness.report.page import Code, Heading, Image, Paragraph, Table
 from harness.report.render import render_html, render_markdown
 
-BLOCKS = [Heading(1, "Title"), Paragraph("a **bold** `flag`"), Table(["a", "b|c"], [["1", "x|y\nz"]]), Code("k = 1"),
-          Image("fig.png", "the caption")]
+BLOCKS = [
+    Heading(1, "Title"),
+    Paragraph("a **bold** `flag`"),
+    Table(["a", "b|c"], [["1", "x|y\nz"]]),
+    Code("k = 1"),
+    Image("fig.png", "the caption"),
+]
 
 
 def test_markdown():
     md = render_markdown(BLOCKS)
-    assert md == ("# Title\n\na **bold** `flag`\n\n| a | b\\|c |\n|---|---|\n| 1 | x\\|y z |\n\n```toml\nk = 1\n```\n\n"
-                  "![fig.png](fig.png)\n\n*the caption*\n")
+    assert md == (
+        "# Title\n\na **bold** `flag`\n\n| a | b\\|c |\n|---|---|\n| 1 | x\\|y z |\n\n```toml\nk = 1\n```\n\n"
+        "![fig.png](fig.png)\n\n*the caption*\n"
+    )
 
 
 def test_html_is_self_contained_and_escaped(tmp_path):

@@ -1,4 +1,5 @@
 """harness.report.write_report and `python -m harness report`: every file from a synthetic run, failures shown, bad input explained."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,16 @@ def test_report_from_a_run_with_failures_writes_every_file(tmp_path):
     run = write_run(tmp_path / "run", modes=("forward", "train"))
     written = write_report(run)
     names = {p.name for p in written}
-    assert PREFILL_FIGURES == {WINNER_MAP, "latency_vs_n.png", "memory_vs_n.png", "speedup_vs_n.png", "error_vs_n.png",
-                               "pareto.png", "max_length.png", "attention_maps.png"}
+    assert PREFILL_FIGURES == {
+        WINNER_MAP,
+        "latency_vs_n.png",
+        "memory_vs_n.png",
+        "speedup_vs_n.png",
+        "error_vs_n.png",
+        "pareto.png",
+        "max_length.png",
+        "attention_maps.png",
+    }
     assert names == {"report.md", "report.html"} | PREFILL_FIGURES
     for name in PREFILL_FIGURES:
         assert (run / name).read_bytes()[:8] == PNG_MAGIC
@@ -35,7 +44,9 @@ def test_report_from_a_run_with_failures_writes_every_file(tmp_path):
     # The analysis is computed: the planted exponents and the crossover at N = 400 appear.
     assert "| float32 forward, non-causal, B=1 H=8 D=64 (cpu) | dense | 2.00 | 2.00 | 1024-4096 |" in md
     assert "| sliding_window | 1.00 | 1.00 | 2048-8192 | from N ~ 400;" in md
-    assert "| 4K | dense | linformer(k=128) 20.5x |" in md and "| 8K | chunked(chunk_size=256) 101 ms, dense oom |" in md
+    assert (
+        "| 4K | dense | linformer(k=128) 20.5x |" in md and "| 8K | chunked(chunk_size=256) 101 ms, dense oom |" in md
+    )
     # Published numbers beside ours, with the hardware named.
     assert "paper (NVIDIA V100)" in md and "| linformer | 2048 | 128 | 10.24x | 2.6x |" in md
     assert "ours (Synthetic CPU)" in md
@@ -53,7 +64,9 @@ def test_report_of_an_empty_run_says_so(tmp_path):
 
 
 def test_report_of_an_all_failed_run_says_so(tmp_path):
-    rows = [dict(r, status="error", reason=f"RuntimeError: boom {i}", latency_s=None) for i, r in enumerate(make_rows())]
+    rows = [
+        dict(r, status="error", reason=f"RuntimeError: boom {i}", latency_s=None) for i, r in enumerate(make_rows())
+    ]
     run = write_run(tmp_path / "failed", rows)
     written = write_report(run)
     md = (run / "report.md").read_text()
@@ -94,10 +107,20 @@ def test_not_a_run_folder_is_a_usage_error(tmp_path, capsys):
 
 def test_rows_of_an_older_format(tmp_path):
     # Only the fields an early writer may have had: no mode, inputs, dtype, memory, quantiles, schema_version.
-    old = [{"variant": r["variant"], "seq_len": r["seq_len"], "status": r["status"], "latency_s": r["latency_s"],
-            "config": r["config"]} for r in make_rows(inputs=("gaussian",), with_failures=False)]
+    old = [
+        {
+            "variant": r["variant"],
+            "seq_len": r["seq_len"],
+            "status": r["status"],
+            "latency_s": r["latency_s"],
+            "config": r["config"],
+        }
+        for r in make_rows(inputs=("gaussian",), with_failures=False)
+    ]
     run = write_run(tmp_path / "old", old)
-    with pytest.warns(UserWarning, match="older row format, missing inputs, dtype, mode, peak_memory_bytes, rel_l2_error"):
+    with pytest.warns(
+        UserWarning, match="older row format, missing inputs, dtype, mode, peak_memory_bytes, rel_l2_error"
+    ):
         write_report(run, maps=False)
     md = (run / "report.md").read_text()
     assert "older row format" in md and "| dense | 1024 | ok | 1.05 ms | 1.00x | - |" in md
@@ -138,13 +161,31 @@ def test_the_answer_is_the_first_section_and_the_spec_an_appendix(tmp_path):
     assert WINNER_MAP in written and (run / WINNER_MAP).read_bytes()[:8] == PNG_MAGIC
     assert f"![{WINNER_MAP}]({WINNER_MAP})" in section
     # One table per input distribution, captioned by what differs; the shared setting said once.
-    assert section.count("| N | rel_l2 ≤ 0.05 | rel_l2 ≤ 0.1 |") == 2 and "**inputs gaussian**" in section and "**inputs local**" in section
+    assert (
+        section.count("| N | rel_l2 ≤ 0.05 | rel_l2 ≤ 0.1 |") == 2
+        and "**inputs gaussian**" in section
+        and "**inputs local**" in section
+    )
     assert section.count("float32 forward, non-causal, B=1 H=8 D=64 (cpu)") == 1
-    assert "searched per budget on held-out calibration seeds and scored on the evaluation seed" in section and "10%" in section
+    assert (
+        "searched per budget on held-out calibration seeds and scored on the evaluation seed" in section
+        and "10%" in section
+    )
     assert "| 1K | dense (tie: sliding_window(window=512)) | linformer(k=256) 3.2x [3.1-3.3] (error 0.105) |" in section
-    assert "| 8K | sliding_window(window=512) 8.4x [7.6-9.2] | linformer(k=256) 25.6x [12.8-38.4] (error 0.105; tie: sliding_window(window=256)) |" in section
-    assert section.count("Out of reach (on the search's held-out seeds): linformer for rel_l2 ≤ 0.05 at N=1K-8K (best 0.31: k=1024 at N=1K).") == 2
-    assert "Measured on Synthetic CPU, float32; load per CPU 0.10 max, 0.10 median; torch 2 threads of 2 CPUs; torch 2.13.0." in section
+    assert (
+        "| 8K | sliding_window(window=512) 8.4x [7.6-9.2] | linformer(k=256) 25.6x [12.8-38.4] (error 0.105; tie: sliding_window(window=256)) |"
+        in section
+    )
+    assert (
+        section.count(
+            "Out of reach (on the search's held-out seeds): linformer for rel_l2 ≤ 0.05 at N=1K-8K (best 0.31: k=1024 at N=1K)."
+        )
+        == 2
+    )
+    assert (
+        "Measured on Synthetic CPU, float32; load per CPU 0.10 max, 0.10 median; torch 2 threads of 2 CPUs; torch 2.13.0."
+        in section
+    )
     # --budget overrides the run's budgets.
     write_report(run, maps=False, budgets=(0.2,))
     assert "| N | rel_l2 ≤ 0.2 |" in _answer((run / "report.md").read_text())
@@ -155,7 +196,10 @@ def test_a_run_without_budgets_says_it_searched_nothing_and_one_table_has_no_cap
     write_report(run, maps=False)
     section = _answer((run / "report.md").read_text())
     assert "This run searched no configs" in section and "| N | rel_l2 ≤ 0.01 | rel_l2 ≤ 0.1 |" in section
-    assert "**inputs" not in section and "Setting: float32 forward, non-causal, B=1 H=8 D=64 (cpu), inputs gaussian." in section
+    assert (
+        "**inputs" not in section
+        and "Setting: float32 forward, non-causal, B=1 H=8 D=64 (cpu), inputs gaussian." in section
+    )
 
 
 def test_noisy_rows_are_marked_and_a_loaded_run_says_so_first(tmp_path):
@@ -170,7 +214,9 @@ def test_noisy_rows_are_marked_and_a_loaded_run_says_so_first(tmp_path):
     text = (run / "report.md").read_text(encoding="utf-8")
     # Right after the answer (its last line: the run's conditions), before the environment.
     warning = text.index("**This run was measured under load (up to 1.40 per CPU")
-    assert text.index("Measured on Synthetic CPU, float32; load per CPU 1.40 max") < warning < text.index("## Environment")
+    assert (
+        text.index("Measured on Synthetic CPU, float32; load per CPU 1.40 max") < warning < text.index("## Environment")
+    )
     assert "\u2020 |" in text and "\u2020 timed under load or noisily" in text
 
 
@@ -183,4 +229,6 @@ def test_an_out_of_reach_line_skips_a_non_finite_error_and_names_the_n_it_was_se
             r.update(tuning=None, reason="not run: unreachable at N=1024 over the same k range 64-1024, ...")
     run = write_run(tmp_path / "run", rows, spec_text=BUDGET_SPEC)
     write_report(run, maps=False)
-    assert "linformer for rel_l2 ≤ 0.05 at N=1K-8K (best 0.31: k=1024 at N=4K)." in _answer((run / "report.md").read_text())
+    assert "linformer for rel_l2 ≤ 0.05 at N=1K-8K (best 0.31: k=1024 at N=4K)." in _answer(
+        (run / "report.md").read_text()
+    )

@@ -1,4 +1,5 @@
 """The layer-share table, the decode figures and the math-fallback warning, from synthetic rows."""
+
 from __future__ import annotations
 
 from harness.report import analysis, overview, scopes
@@ -10,8 +11,22 @@ from tests.helpers.synthetic_run import analysed_rows, blank_row
 
 def _row(variant, n, latency, **fields):
     row = blank_row()
-    row.update(variant=variant, config={"backend": "auto"}, seq_len=n, kv_len=n, batch=1, heads=8, head_dim=64, status="ok",
-               dtype="float32", device="cpu", mode="forward", causal=False, inputs="gaussian", latency_s=latency)
+    row.update(
+        variant=variant,
+        config={"backend": "auto"},
+        seq_len=n,
+        kv_len=n,
+        batch=1,
+        heads=8,
+        head_dim=64,
+        status="ok",
+        dtype="float32",
+        device="cpu",
+        mode="forward",
+        causal=False,
+        inputs="gaussian",
+        latency_s=latency,
+    )
     row.update(fields)
     return row
 
@@ -22,9 +37,16 @@ def _frame(rows):
 
 def test_layer_share_and_both_speedups_per_n():
     rows = []
-    for n, dense_attention, dense_layer, window_attention, window_layer in ((1024, 1.0, 4.0, 0.5, 3.5), (2048, 4.0, 10.0, 1.0, 7.0)):
-        rows += [_row("dense", n, dense_attention), _row("dense", n, dense_layer, scope="layer"),
-                 _row("sliding_window", n, window_attention), _row("sliding_window", n, window_layer, scope="layer")]
+    for n, dense_attention, dense_layer, window_attention, window_layer in (
+        (1024, 1.0, 4.0, 0.5, 3.5),
+        (2048, 4.0, 10.0, 1.0, 7.0),
+    ):
+        rows += [
+            _row("dense", n, dense_attention),
+            _row("dense", n, dense_layer, scope="layer"),
+            _row("sliding_window", n, window_attention),
+            _row("sliding_window", n, window_layer, scope="layer"),
+        ]
     blocks = scopes.layer_share(_frame(rows))
     table = next(b for b in blocks if isinstance(b, Table))
     assert table.headers[3] == "attention share"
@@ -41,8 +63,11 @@ def test_decode_figures_only_with_decode_rows(tmp_path):
     rows = [_row("dense", n, 1e-4 * n / 64, phase="decode", causal=True, state_bytes=1024 * n) for n in (64, 128)]
     rows += [_row("sliding_window", n, 1e-4, phase="decode", causal=True, state_bytes=4096) for n in (64, 128)]
     paths, blocks = figure_section(analysed_rows(rows), tmp_path, "decode")
-    assert sorted(p.name for p in paths) == sorted(f.file for f in FIGURES if f.section == "decode") == [
-        "decode_latency_vs_n.png", "state_bytes_vs_n.png"]
+    assert (
+        sorted(p.name for p in paths)
+        == sorted(f.file for f in FIGURES if f.section == "decode")
+        == ["decode_latency_vs_n.png", "state_bytes_vs_n.png"]
+    )
     assert all(p.stat().st_size > 0 for p in paths)
     assert sum(isinstance(b, Image) for b in blocks) == 2
 
@@ -50,8 +75,12 @@ def test_decode_figures_only_with_decode_rows(tmp_path):
 def test_math_fallback_on_cuda_is_flagged_and_cpu_is_not():
     cpu = _frame([_row("dense", 64, 1.0, sdpa_kernel="math")])
     assert overview.math_fallback(cpu) == []
-    cuda = _frame([_row("dense", 64, 1.0, device="cuda", sdpa_kernel="flash"),
-                   _row("dense", 128, 1.0, device="cuda", sdpa_kernel="math")])
+    cuda = _frame(
+        [
+            _row("dense", 64, 1.0, device="cuda", sdpa_kernel="flash"),
+            _row("dense", 128, 1.0, device="cuda", sdpa_kernel="math"),
+        ]
+    )
     [line] = overview.math_fallback(cuda)
     assert isinstance(line, Paragraph) and "math kernel on CUDA" in line.text and "dense N=128" in line.text
     assert any(isinstance(b, Paragraph) and "math kernel" in b.text for b in overview.outcome(cuda))

@@ -1,4 +1,5 @@
 """harness.report.study_results: the studies' .json results become report sections and shape the recommendation."""
+
 from __future__ import annotations
 
 from harness.report import write_report
@@ -8,18 +9,63 @@ from harness.studies.results_io import write_table
 from tests.helpers.synthetic_run import write_run
 
 TASK_ROWS = [
-    {"task": "mqar", "variant": "dense", "seq_len": 128, "status": "ok", "accuracy": 0.71, "delta_to_dense": 0.0, "chance": 1 / 32},
-    {"task": "mqar", "variant": "linformer", "config": {"k": 8, "max_seq_len": 4096}, "seq_len": 128, "status": "ok",
-     "accuracy": 0.04, "delta_to_dense": -0.67, "chance": 1 / 32},
-    {"task": "mqar", "variant": "chunked", "seq_len": 128, "status": "ok", "accuracy": 0.70, "delta_to_dense": -0.01, "chance": 1 / 32},
-    {"task": "mqar", "variant": "sliding_window", "seq_len": 128, "status": "unsupported", "accuracy": None,
-     "reason": "needs\na GPU", "chance": 1 / 32},
+    {
+        "task": "mqar",
+        "variant": "dense",
+        "seq_len": 128,
+        "status": "ok",
+        "accuracy": 0.71,
+        "delta_to_dense": 0.0,
+        "chance": 1 / 32,
+    },
+    {
+        "task": "mqar",
+        "variant": "linformer",
+        "config": {"k": 8, "max_seq_len": 4096},
+        "seq_len": 128,
+        "status": "ok",
+        "accuracy": 0.04,
+        "delta_to_dense": -0.67,
+        "chance": 1 / 32,
+    },
+    {
+        "task": "mqar",
+        "variant": "chunked",
+        "seq_len": 128,
+        "status": "ok",
+        "accuracy": 0.70,
+        "delta_to_dense": -0.01,
+        "chance": 1 / 32,
+    },
+    {
+        "task": "mqar",
+        "variant": "sliding_window",
+        "seq_len": 128,
+        "status": "unsupported",
+        "accuracy": None,
+        "reason": "needs\na GPU",
+        "chance": 1 / 32,
+    },
 ]
 EVAL_ROWS = [
-    {"variant": "distilled", "max_len": 128, "seq_len_mean": 101.4, "status": "ok", "cosine_mean": 0.9255, "cosine_min": 0.85,
-     "retrieval_agreement": 0.6875},
-    {"variant": "chunked", "max_len": 128, "seq_len_mean": 101.4, "status": "ok", "cosine_mean": 1.0, "cosine_min": 1.0,
-     "retrieval_agreement": 1.0},
+    {
+        "variant": "distilled",
+        "max_len": 128,
+        "seq_len_mean": 101.4,
+        "status": "ok",
+        "cosine_mean": 0.9255,
+        "cosine_min": 0.85,
+        "retrieval_agreement": 0.6875,
+    },
+    {
+        "variant": "chunked",
+        "max_len": 128,
+        "seq_len_mean": 101.4,
+        "status": "ok",
+        "cosine_mean": 1.0,
+        "cosine_min": 1.0,
+        "retrieval_agreement": 1.0,
+    },
     {"variant": "linformer", "max_len": 128, "seq_len_mean": 101.4, "status": "error", "reason": "ValueError: k > N"},
 ]
 
@@ -38,7 +84,9 @@ def test_model_eval_and_tasks_results_get_sections_and_shape_the_recommendation(
     assert "## Trained from scratch on long-range tasks (tasks)" in md and "| mqar | linformer | 0.040 (-0.670) |" in md
     assert "| mqar | dense | 0.710 |" in md and "| mqar | sliding_window | unsupported: needs a GPU |" in md
     assert "| from | markdown |" not in md
-    assert "these lose more than 5% accuracy against dense: linformer(k=8) (mqar N=128: -0.67)" in md  # non-default fields named
+    assert (
+        "these lose more than 5% accuracy against dense: linformer(k=8) (mqar N=128: -0.67)" in md
+    )  # non-default fields named
     assert "chunked (" not in md.split("**Trained tasks:**")[1].split("\n")[0]  # -0.01 is within the flag
     assert "below cosine 0.99: distilled (cosine 0.925 at 128 tokens)" in md
     assert "<table>" in (run / "report.html").read_text().split("Inside a pretrained model")[1]

@@ -1,4 +1,5 @@
 """harness.report.vs_published: a comparison table only where ours and the paper's both have a number, baselines named."""
+
 from __future__ import annotations
 
 from harness.report.analysis import with_dense_ratios
@@ -34,4 +35,3 @@ def test_the_chunked_memory_ratio_names_both_baselines():
     md = markdown(make_rows(inputs=("gaussian",)))
     assert "| forward | 4096 | dense, backend auto = sdpa | 8x | 16384 | 59x |" in md
     assert "paper (TPU v3, textbook N x N dense)" in md and "already memory-efficient" in md
-

@@ -1,4 +1,5 @@
 """The end of a sweep: after the table, the report's path and the answer at the largest N (harness.report.choice)."""
+
 from __future__ import annotations
 
 import harness.report
@@ -20,7 +21,9 @@ def test_the_sweep_ends_with_the_report_path_and_one_answer_line_per_inputs(tmp_
     assert lines[-4] == f"report: {run / 'report.html'}"
     assert lines[-3:-1] == [
         f"answer at N=8192 ({d}): rel_l2<=0.05: sliding_window(window=512) 8.4x [7.6-9.2]; "
-        "rel_l2<=0.1: linformer(k=256) 25.6x [12.8-38.4] (error 0.105; tie: sliding_window(window=256))" for d in ("gaussian", "local")]
+        "rel_l2<=0.1: linformer(k=256) 25.6x [12.8-38.4] (error 0.105; tie: sliding_window(window=256))"
+        for d in ("gaussian", "local")
+    ]
 
 
 def test_a_failed_report_prints_no_path_but_still_the_answer(tmp_path, capsys, monkeypatch):
@@ -38,9 +41,32 @@ def test_a_failed_report_prints_no_path_but_still_the_answer(tmp_path, capsys, m
 
 
 def test_a_real_sweep_answers_at_its_largest_n(tmp_path, capsys, no_report):
-    args = ["sweep", "--device", "cpu", "--variants", "dense", "--seq-lens", "16,32", "--heads", "1", "--head-dim", "8",
-            "--inputs", "gaussian", "--time-budget", "0.005", "--repeats", "1", "--error-rows", "8", "--quiet",
-            "--out", str(tmp_path), "--run-id", "r"]
+    args = [
+        "sweep",
+        "--device",
+        "cpu",
+        "--variants",
+        "dense",
+        "--seq-lens",
+        "16,32",
+        "--heads",
+        "1",
+        "--head-dim",
+        "8",
+        "--inputs",
+        "gaussian",
+        "--time-budget",
+        "0.005",
+        "--repeats",
+        "1",
+        "--error-rows",
+        "8",
+        "--quiet",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "r",
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "answer at N=32 (gaussian): rel_l2<=0.05: dense; rel_l2<=0.1: dense\n" in out  # the CPU default's budgets

@@ -1,4 +1,5 @@
 """The progress line: full labels, the last cell's latency, and an ETA weighted by each cell's expected cost."""
+
 from __future__ import annotations
 
 import io
@@ -13,8 +14,21 @@ class _Terminal(io.StringIO):
 
 
 def _cell(N: int, mode: str = "forward", variant: str = "dense") -> Cell:
-    return Cell(variant=variant, config={}, seq_len=N, kv_len=N, batch=1, heads=8, head_dim=64, dtype="float32",
-                device="cpu", causal=False, mode=mode, inputs="gaussian", seed=0)
+    return Cell(
+        variant=variant,
+        config={},
+        seq_len=N,
+        kv_len=N,
+        batch=1,
+        heads=8,
+        head_dim=64,
+        dtype="float32",
+        device="cpu",
+        causal=False,
+        mode=mode,
+        inputs="gaussian",
+        seed=0,
+    )
 
 
 def test_a_long_cell_weighs_more_than_a_short_one():

@@ -1,4 +1,5 @@
 """A sweep killed with SIGKILL mid-run and resumed has every planned cell exactly once."""
+
 from __future__ import annotations
 
 import os
@@ -20,10 +21,35 @@ from tests.helpers import REPO as ROOT
 def test_killed_run_resumes_with_each_cell_exactly_once(tmp_path, test_variants, no_report):
     from tests.helpers.sweep_fixtures import PLUGIN
 
-    argv = [sys.executable, "-m", "harness", "sweep", "--device", "cpu", "--plugin", str(PLUGIN),
-            "--variants", "t_sleep:seconds=0.1,dense", "--seq-lens", "16,32,64,128,256,512", "--heads", "1",
-            "--head-dim", "8", "--time-budget", "0.01", "--repeats", "1", "--error-rows", "8", "--quiet",
-            "--out", str(tmp_path), "--run-id", "killed"]
+    argv = [
+        sys.executable,
+        "-m",
+        "harness",
+        "sweep",
+        "--device",
+        "cpu",
+        "--plugin",
+        str(PLUGIN),
+        "--variants",
+        "t_sleep:seconds=0.1,dense",
+        "--seq-lens",
+        "16,32,64,128,256,512",
+        "--heads",
+        "1",
+        "--head-dim",
+        "8",
+        "--time-budget",
+        "0.01",
+        "--repeats",
+        "1",
+        "--error-rows",
+        "8",
+        "--quiet",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "killed",
+    ]
     run_dir = tmp_path / "killed"
     child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -53,9 +79,35 @@ def test_killed_run_resumes_with_each_cell_exactly_once(tmp_path, test_variants,
 
 
 def test_resume_after_a_partial_line_and_a_finished_run_is_a_no_op(tmp_path, test_variants, no_report):
-    assert main(["sweep", "--device", "cpu", "--variants", "dense", "--seq-lens", "16,32", "--heads", "1", "--head-dim", "8",
-                 "--inputs", "gaussian", "--time-budget", "0.005", "--repeats", "1", "--quiet", "--out", str(tmp_path),
-                 "--run-id", "done"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--device",
+                "cpu",
+                "--variants",
+                "dense",
+                "--seq-lens",
+                "16,32",
+                "--heads",
+                "1",
+                "--head-dim",
+                "8",
+                "--inputs",
+                "gaussian",
+                "--time-budget",
+                "0.005",
+                "--repeats",
+                "1",
+                "--quiet",
+                "--out",
+                str(tmp_path),
+                "--run-id",
+                "done",
+            ]
+        )
+        == 0
+    )
     run_dir = tmp_path / "done"
     with open(run_dir / "rows.jsonl", "a") as f:
         f.write('{"cell_id": "partial')
@@ -67,8 +119,30 @@ def test_resume_after_a_partial_line_and_a_finished_run_is_a_no_op(tmp_path, tes
 
 
 def test_resume_keeps_a_complete_last_row_that_lost_its_newline(tmp_path, no_report):
-    argv = ["sweep", "--device", "cpu", "--variants", "dense", "--seq-lens", "16,32", "--heads", "1", "--head-dim", "8",
-            "--inputs", "gaussian", "--time-budget", "0.005", "--repeats", "1", "--quiet", "--out", str(tmp_path), "--run-id", "nl"]
+    argv = [
+        "sweep",
+        "--device",
+        "cpu",
+        "--variants",
+        "dense",
+        "--seq-lens",
+        "16,32",
+        "--heads",
+        "1",
+        "--head-dim",
+        "8",
+        "--inputs",
+        "gaussian",
+        "--time-budget",
+        "0.005",
+        "--repeats",
+        "1",
+        "--quiet",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "nl",
+    ]
     assert main(argv) == 0
     path = tmp_path / "nl" / "rows.jsonl"
     path.write_bytes(path.read_bytes()[:-1])  # killed after the last row but before its newline
@@ -82,9 +156,35 @@ def test_resume_keeps_a_complete_last_row_that_lost_its_newline(tmp_path, no_rep
 def test_ctrl_c_stops_cleanly_keeps_the_rows_and_says_how_to_resume(tmp_path):
     from tests.helpers.sweep_fixtures import PLUGIN
 
-    argv = [sys.executable, "-m", "harness", "sweep", "--device", "cpu", "--plugin", str(PLUGIN),
-            "--variants", "t_sleep:seconds=0.2,dense", "--seq-lens", "16,32,64,128,256", "--heads", "1", "--head-dim", "8",
-            "--time-budget", "0.01", "--repeats", "1", "--error-rows", "8", "--quiet", "--out", str(tmp_path), "--run-id", "ctrlc"]
+    argv = [
+        sys.executable,
+        "-m",
+        "harness",
+        "sweep",
+        "--device",
+        "cpu",
+        "--plugin",
+        str(PLUGIN),
+        "--variants",
+        "t_sleep:seconds=0.2,dense",
+        "--seq-lens",
+        "16,32,64,128,256",
+        "--heads",
+        "1",
+        "--head-dim",
+        "8",
+        "--time-budget",
+        "0.01",
+        "--repeats",
+        "1",
+        "--error-rows",
+        "8",
+        "--quiet",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "ctrlc",
+    ]
     run_dir = tmp_path / "ctrlc"
     child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -98,7 +198,9 @@ def test_ctrl_c_stops_cleanly_keeps_the_rows_and_says_how_to_resume(tmp_path):
         if child.poll() is None:
             child.kill()
     assert child.returncode == 130
-    assert f"continue with python -m harness sweep --resume {run_dir} --plugin {PLUGIN}" in err and "Traceback" not in err
+    assert (
+        f"continue with python -m harness sweep --resume {run_dir} --plugin {PLUGIN}" in err and "Traceback" not in err
+    )
     rows = read_rows(run_dir)
     assert len(rows) >= 2 and len({r["cell_id"] for r in rows}) == len(rows)  # every row whole, none twice
 
@@ -107,11 +209,15 @@ def test_a_run_from_before_error_budgets_resumes_without_searching(tmp_path, cap
     """Its spec.toml has no error_budgets: the resumed plan is the run's own, not today's default budgets."""
     run_dir = tmp_path / "old"
     run_dir.mkdir()
-    (run_dir / "spec.toml").write_text('device = "cpu"\nvariants = ["dense", "sliding_window"]\nseq_lens = [64]\n'
-                                       'inputs = ["local"]\n', encoding="utf-8")
+    (run_dir / "spec.toml").write_text(
+        'device = "cpu"\nvariants = ["dense", "sliding_window"]\nseq_lens = [64]\ninputs = ["local"]\n',
+        encoding="utf-8",
+    )
     assert main(["sweep", "--resume", str(run_dir), "--dry-run"]) == 0
     planned = capsys.readouterr().out
     assert "sliding_window N=64" in planned and "rel_l2<=" not in planned and "2 cells planned" in planned
-    (run_dir / "spec.toml").write_text((run_dir / "spec.toml").read_text() + "error_budgets = [0.1]\n", encoding="utf-8")
+    (run_dir / "spec.toml").write_text(
+        (run_dir / "spec.toml").read_text() + "error_budgets = [0.1]\n", encoding="utf-8"
+    )
     assert main(["sweep", "--resume", str(run_dir), "--dry-run"]) == 0
     assert "sliding_window N=64 forward float32 D=64 rel_l2<=0.1 local" in capsys.readouterr().out

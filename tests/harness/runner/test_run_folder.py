@@ -1,4 +1,5 @@
 """The run folder a sweep writes: where it may be (--run-id), who may write it (the lock), how its tail is repaired."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,13 +7,41 @@ import pytest
 from harness.commands import main
 from harness.store import read_rows
 
-TINY = ["--device", "cpu", "--variants", "dense", "--seq-lens", "16", "--heads", "1", "--head-dim", "8", "--inputs", "gaussian",
-        "--time-budget", "0.005", "--repeats", "1", "--error-rows", "8", "--quiet"]
+TINY = [
+    "--device",
+    "cpu",
+    "--variants",
+    "dense",
+    "--seq-lens",
+    "16",
+    "--heads",
+    "1",
+    "--head-dim",
+    "8",
+    "--inputs",
+    "gaussian",
+    "--time-budget",
+    "0.005",
+    "--repeats",
+    "1",
+    "--error-rows",
+    "8",
+    "--quiet",
+]
 
 
-@pytest.mark.parametrize("out,run_id", [
-    ("runs", "../escape"), ("runs", "ABS"), ("runs/inner", ".."), ("runs", "."), ("runs", "a/b"), ("runs", ""), ("runs", "x y"),
-])
+@pytest.mark.parametrize(
+    "out,run_id",
+    [
+        ("runs", "../escape"),
+        ("runs", "ABS"),
+        ("runs/inner", ".."),
+        ("runs", "."),
+        ("runs", "a/b"),
+        ("runs", ""),
+        ("runs", "x y"),
+    ],
+)
 def test_a_run_id_that_is_not_one_plain_name_exits_2_and_writes_nothing(out, run_id, tmp_path, capsys, no_report):
     run_id = str(tmp_path / "abs-escape") if run_id == "ABS" else run_id
     assert main(["sweep", *TINY, "--out", str(tmp_path / out), "--run-id", run_id]) == 2
@@ -68,8 +97,10 @@ def test_the_lock_of_a_killed_writer_is_released_by_the_os(tmp_path):
     from harness.store import lock_run_dir
     from tests.helpers import REPO
 
-    code = ("import sys, time; from harness.store import lock_run_dir\n"
-            f"with lock_run_dir({str(tmp_path)!r}):\n    print('locked', flush=True); time.sleep(60)\n")
+    code = (
+        "import sys, time; from harness.store import lock_run_dir\n"
+        f"with lock_run_dir({str(tmp_path)!r}):\n    print('locked', flush=True); time.sleep(60)\n"
+    )
     child = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "locked"
@@ -86,10 +117,13 @@ def test_the_lock_of_a_killed_writer_is_released_by_the_os(tmp_path):
             child.wait()
 
 
-@pytest.mark.parametrize("extra,match", [
-    (["--run-id", "other"], r"continues that folder under its own name; drop --run-id other"),
-    (["--out", "elsewhere"], r"continues that folder where it is; drop --out elsewhere"),
-])
+@pytest.mark.parametrize(
+    "extra,match",
+    [
+        (["--run-id", "other"], r"continues that folder under its own name; drop --run-id other"),
+        (["--out", "elsewhere"], r"continues that folder where it is; drop --out elsewhere"),
+    ],
+)
 def test_resume_refuses_a_run_id_or_out_it_would_ignore(extra, match, tmp_path, capsys, no_report):
     import re
 
@@ -103,16 +137,22 @@ def test_resume_refuses_a_run_id_or_out_it_would_ignore(extra, match, tmp_path, 
 def test_a_chosen_run_id_folder_without_rows_gets_this_sweeps_spec(tmp_path, capsys, no_report):
     folder = tmp_path / "r"
     folder.mkdir()
-    (folder / "spec.toml").write_text('seq_lens = [9999]\n')  # stale: left by a sweep that wrote no row
+    (folder / "spec.toml").write_text("seq_lens = [9999]\n")  # stale: left by a sweep that wrote no row
     assert main(["sweep", *TINY, "--out", str(tmp_path), "--run-id", "r"]) == 0
     assert "seq_lens = [16]" in (folder / "spec.toml").read_text()
     assert "held a spec.toml but no rows; replacing it" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv,match", [
-    (["--seed", "99999999999999999999999"], r"--seed: must be <= 9223372036854775807"),
-    (["--time-budget", "1000", "--timeout", "5"], r"--time-budget = 1000 s: the timing budget must be below the per-cell limit \(--timeout = 5 s\)"),
-])
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--seed", "99999999999999999999999"], r"--seed: must be <= 9223372036854775807"),
+        (
+            ["--time-budget", "1000", "--timeout", "5"],
+            r"--time-budget = 1000 s: the timing budget must be below the per-cell limit \(--timeout = 5 s\)",
+        ),
+    ],
+)
 def test_out_of_range_settings_exit_2(argv, match, tmp_path, capsys):
     import re
 
@@ -132,14 +172,30 @@ def test_an_unreachable_budget_spares_longer_n_over_the_same_range_and_says_so(t
     2048 and 4096, searched at both (the range grew); 8192 has 4096's range, so it is not searched."""
     from harness.runner import run_sweep, sweep_spec
 
-    spec = sweep_spec(cli={"device": "cpu", "variants": "distilled", "seq_lens": "2048,4096,8192", "inputs": "gaussian",
-                           "heads": "2", "head_dims": "16", "error_budgets": "1e-6", "calibration_steps": "1",
-                           "calibration_batches": "2", "calibration_max_seq_len": "32", "time_budget_s": "0.01", "error_rows": "16"})
+    spec = sweep_spec(
+        cli={
+            "device": "cpu",
+            "variants": "distilled",
+            "seq_lens": "2048,4096,8192",
+            "inputs": "gaussian",
+            "heads": "2",
+            "head_dims": "16",
+            "error_budgets": "1e-6",
+            "calibration_steps": "1",
+            "calibration_batches": "2",
+            "calibration_max_seq_len": "32",
+            "time_budget_s": "0.01",
+            "error_rows": "16",
+        }
+    )
     rows = sorted(read_rows(run_sweep(spec, out=tmp_path)), key=lambda r: r["seq_len"])
     assert [r["status"] for r in rows] == ["unreachable"] * 3
     assert [r["tuning"] and (r["tuning"]["low"], r["tuning"]["high"]) for r in rows] == [(16, 341), (16, 512), None]
     assert "at features 512, the largest declared" in rows[1]["reason"]
-    assert rows[2]["reason"] == "not run: unreachable at N=4096 over the same features range 16-512, and a longer N at a fixed value is no easier"
+    assert (
+        rows[2]["reason"]
+        == "not run: unreachable at N=4096 over the same features range 16-512, and a longer N at a fixed value is no easier"
+    )
     assert rows[2]["config"]["features"] is None and rows[1]["config"]["features"] == 512  # the top it tried
 
 
@@ -148,12 +204,21 @@ def test_an_oom_after_an_unreachable_budget_still_stops_the_series_and_a_resume_
     from harness.runner import sweep_spec
     from harness.runner.run import _blocked_series
 
-    spec = sweep_spec(cli={"device": "cpu", "variants": "distilled", "seq_lens": "256,512,1024,2048", "inputs": "gaussian",
-                           "error_budgets": "0.1"})
+    spec = sweep_spec(
+        cli={
+            "device": "cpu",
+            "variants": "distilled",
+            "seq_lens": "256,512,1024,2048",
+            "inputs": "gaussian",
+            "error_budgets": "0.1",
+        }
+    )
     cells = {c.seq_len: c for c in plan(spec)}
-    rows = [{"cell_id": cells[256].cell_id, "status": "unreachable", "reason": "relative L2 error 0.7 at features 42 ..."},
-            {"cell_id": cells[512].cell_id, "status": "ok"},
-            {"cell_id": cells[1024].cell_id, "status": "oom", "reason": "out of memory"}]
+    rows = [
+        {"cell_id": cells[256].cell_id, "status": "unreachable", "reason": "relative L2 error 0.7 at features 42 ..."},
+        {"cell_id": cells[512].cell_id, "status": "ok"},
+        {"cell_id": cells[1024].cell_id, "status": "oom", "reason": "out of memory"},
+    ]
     blocked = _blocked_series(rows, list(cells.values()))
     key = cells[256].series_key
     assert blocked == {(key, "unreachable"): ("unreachable", 256), (key, "stop"): ("oom", 1024)}

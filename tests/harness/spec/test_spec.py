@@ -1,4 +1,5 @@
 """The sweep spec: defaults < TOML < CLI, every bad value one UsageError naming where it came from."""
+
 from __future__ import annotations
 
 import pytest
@@ -35,7 +36,9 @@ def test_seq_len_forms():
 
 
 def test_variant_overrides_are_coerced_to_field_types(test_variants):
-    spec = build_spec(cli={"device": "cpu", "variants": ["dense:backend=reference", "t_oom:oom_from=64,t_sleep:seconds=1e-3"]})
+    spec = build_spec(
+        cli={"device": "cpu", "variants": ["dense:backend=reference", "t_oom:oom_from=64,t_sleep:seconds=1e-3"]}
+    )
     assert [e.label for e in spec.variants] == ["dense:backend=reference", "t_oom:oom_from=64", "t_sleep:seconds=0.001"]
     assert spec.variants[1].config == {"oom_from": 64}  # int, not "64"
     assert spec.variants[2].config == {"seconds": 0.001}
@@ -50,7 +53,10 @@ def test_variant_list_with_commas_inside_an_entry():
     from harness.entries import split_entries
 
     assert split_entries("dense,sliding_window:window=512,backend=banded,chunked") == [
-        "dense", "sliding_window:window=512,backend=banded", "chunked"]
+        "dense",
+        "sliding_window:window=512,backend=banded",
+        "chunked",
+    ]
 
 
 def test_toml_inline_table_variant(tmp_path):
@@ -68,41 +74,57 @@ def test_glob_expands_to_registered_variants():
 
 
 def test_effective_spec_round_trips_through_toml(tmp_path):
-    spec = build_spec(cli={"device": "cpu", "variants": "dense:backend=reference,dense", "seq_lens": "64,128",
-                           "causal": "both", "modes": "forward,train", "inputs": "gaussian:scale=4,local", "cell_timeout_s": "0",
-                           "error_budgets": "0.1,0.02", "error_metric": "cosine"})
+    spec = build_spec(
+        cli={
+            "device": "cpu",
+            "variants": "dense:backend=reference,dense",
+            "seq_lens": "64,128",
+            "causal": "both",
+            "modes": "forward,train",
+            "inputs": "gaussian:scale=4,local",
+            "cell_timeout_s": "0",
+            "error_budgets": "0.1,0.02",
+            "error_metric": "cosine",
+        }
+    )
     assert spec.error_budgets == (0.02, 0.1)
     path = tmp_path / "spec.toml"
     path.write_text(spec_to_toml(spec))
     assert build_spec(toml_path=path) == spec
 
 
-@pytest.mark.parametrize("cli,match", [
-    ({"variants": "dens"}, r"--variants: Unknown variant 'dens'.*Did you mean 'dense'"),
-    ({"variants": "nothing_*"}, r"no registered variant matches 'nothing_\*'"),
-    ({"variants": "dense:backnd=sdpa"}, r"no config field 'backnd'.*Did you mean 'backend'"),
-    ({"variants": "dense:backend=cuda_magic"}, r"backend must be one of"),
-    ({"variants": "dense:backend"}, r"is not field=value"),
-    ({"seq_lens": "0"}, r"--seq-lens: sequence lengths must be positive integers, got 0"),
-    ({"seq_lens": "128,-5"}, r"--seq-lens: sequence lengths must be positive integers, got -5"),
-    ({"seq_lens": "12x"}, r"--seq-lens: '12x' is not a length"),
-    ({"seq_lens": "1024..256"}, r"runs backwards"),
-    ({"batch": "0"}, r"--batch: must be >= 1, got 0"),
-    ({"head_dims": "sixty"}, r"--head-dim: expected an integer, got 'sixty'"),
-    ({"dtypes": "float8"}, r"--dtypes: unknown value 'float8'"),
-    ({"dtypes": "fp16"}, r"--dtypes: float16 on cpu: .*use float32 or bfloat16"),
-    ({"modes": "fwd,backprop"}, r"--modes: unknown value 'backprop'"),
-    ({"causal": "maybe"}, r"--causal: expected true, false or both"),
-    ({"inputs": "gausian"}, r"--inputs: Unknown inputs 'gausian'.*Did you mean 'gaussian'"),
-    ({"inputs": "gaussian:scal=2"}, r"no knob 'scal'.*Did you mean 'scale'"),
-    ({"inputs": "gaussian:scale=big"}, r"knob 'scale': expected float"),
-    ({"time_budget_s": "-1"}, r"--time-budget: must be > 0"),
-    ({"device": "tpu"}, r"--device: device must be 'cpu', 'cuda'"),
-    ({"error_budgets": "0.1,0"}, r"--error-budgets: an error budget must be in \(0, 2\].*got '0'; e.g. --error-budgets 0.01,0.05,0.1"),
-    ({"error_budgets": "tenth"}, r"--error-budgets: .*'tenth'"),
-    ({"error_metric": "l1"}, r"--error-metric: unknown value 'l1'; expected one of rel_l2, cosine"),
-    ({"plugins": ["/nonexistent/plugin.py"]}, r"--plugin /nonexistent/plugin.py: ImportError"),
-])
+@pytest.mark.parametrize(
+    "cli,match",
+    [
+        ({"variants": "dens"}, r"--variants: Unknown variant 'dens'.*Did you mean 'dense'"),
+        ({"variants": "nothing_*"}, r"no registered variant matches 'nothing_\*'"),
+        ({"variants": "dense:backnd=sdpa"}, r"no config field 'backnd'.*Did you mean 'backend'"),
+        ({"variants": "dense:backend=cuda_magic"}, r"backend must be one of"),
+        ({"variants": "dense:backend"}, r"is not field=value"),
+        ({"seq_lens": "0"}, r"--seq-lens: sequence lengths must be positive integers, got 0"),
+        ({"seq_lens": "128,-5"}, r"--seq-lens: sequence lengths must be positive integers, got -5"),
+        ({"seq_lens": "12x"}, r"--seq-lens: '12x' is not a length"),
+        ({"seq_lens": "1024..256"}, r"runs backwards"),
+        ({"batch": "0"}, r"--batch: must be >= 1, got 0"),
+        ({"head_dims": "sixty"}, r"--head-dim: expected an integer, got 'sixty'"),
+        ({"dtypes": "float8"}, r"--dtypes: unknown value 'float8'"),
+        ({"dtypes": "fp16"}, r"--dtypes: float16 on cpu: .*use float32 or bfloat16"),
+        ({"modes": "fwd,backprop"}, r"--modes: unknown value 'backprop'"),
+        ({"causal": "maybe"}, r"--causal: expected true, false or both"),
+        ({"inputs": "gausian"}, r"--inputs: Unknown inputs 'gausian'.*Did you mean 'gaussian'"),
+        ({"inputs": "gaussian:scal=2"}, r"no knob 'scal'.*Did you mean 'scale'"),
+        ({"inputs": "gaussian:scale=big"}, r"knob 'scale': expected float"),
+        ({"time_budget_s": "-1"}, r"--time-budget: must be > 0"),
+        ({"device": "tpu"}, r"--device: device must be 'cpu', 'cuda'"),
+        (
+            {"error_budgets": "0.1,0"},
+            r"--error-budgets: an error budget must be in \(0, 2\].*got '0'; e.g. --error-budgets 0.01,0.05,0.1",
+        ),
+        ({"error_budgets": "tenth"}, r"--error-budgets: .*'tenth'"),
+        ({"error_metric": "l1"}, r"--error-metric: unknown value 'l1'; expected one of rel_l2, cosine"),
+        ({"plugins": ["/nonexistent/plugin.py"]}, r"--plugin /nonexistent/plugin.py: ImportError"),
+    ],
+)
 def test_bad_values_are_one_line_usage_errors(cli, match):
     with pytest.raises(UsageError, match=match) as info:
         build_spec(cli={"device": "cpu", **cli})
@@ -168,8 +190,11 @@ def test_plugins_named_by_a_spec_file_are_not_imported_unless_the_user_names_the
     plugin.write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     path = tmp_path / "shared.toml"
     path.write_text(f'plugins = [{str(plugin)!r}]\nvariants = ["dense"]\n')
-    with pytest.raises(UsageError, match=r"names plugins .*someone_elses.py: importing them runs their code; to allow it pass "
-                                         r"--plugin .*someone_elses.py \(or --trust-plugins\)"):
+    with pytest.raises(
+        UsageError,
+        match=r"names plugins .*someone_elses.py: importing them runs their code; to allow it pass "
+        r"--plugin .*someone_elses.py \(or --trust-plugins\)",
+    ):
         build_spec(toml_path=path, cli={"device": "cpu"}, plan_only=True)
     assert not marker.exists()  # refused before anything ran
     assert build_spec(toml_path=path, cli={"device": "cpu", "plugins": [str(plugin)]}, plan_only=True).plugins
@@ -203,6 +228,6 @@ def test_renamed_keys_are_read_under_their_new_names_with_one_note(tmp_path, cap
     assert (spec.causals, spec.paddings, spec.scopes) == ((True,), (0.0,), ("layer",))
     [note] = capsys.readouterr().err.strip().splitlines()
     assert "'causal' as 'causals'" in note and "'scope' as 'scopes'" in note and str(path) in note
-    path.write_text('causal = [true]\ncausals = [false]\n')
+    path.write_text("causal = [true]\ncausals = [false]\n")
     with pytest.raises(UsageError, match="both 'causal' and 'causals' are given"):
         build_spec(toml_path=path)

@@ -1,4 +1,5 @@
 """rows.jsonl: the schema of docs/DESIGN.md, one complete line per row, repaired after a kill; CSV at the end."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,9 +25,29 @@ def _row(cell_id: str, **fields):
 
 def test_row_fields_are_the_design_schema():
     text = DESIGN.read_text()
-    section = text[text.index("## Row schema"):]
+    section = text[text.index("## Row schema") :]
     documented = re.findall(r"`([a-z_0-9]+)`", section)
-    documented = [f for f in documented if f not in ("ok", "oom", "unsupported", "error", "nonfinite", "timeout", "unreachable", "cpu", "cuda", "forward", "train", "float32", "bfloat16", "float16")]
+    documented = [
+        f
+        for f in documented
+        if f
+        not in (
+            "ok",
+            "oom",
+            "unsupported",
+            "error",
+            "nonfinite",
+            "timeout",
+            "unreachable",
+            "cpu",
+            "cuda",
+            "forward",
+            "train",
+            "float32",
+            "bfloat16",
+            "float16",
+        )
+    ]
     assert list(dict.fromkeys(documented)) == list(ROW_FIELDS)
 
 
@@ -134,9 +155,18 @@ def test_series_of_matched_rows_split_on_fields_other_than_the_knob():
     from harness.store.reader import series_labels
 
     def row(window, sinks, budget):
-        return {"variant": "sliding_window", "config": {"window": window, "sinks": sinks, "backend": "auto"},
-                "matched_budget": budget, "error_metric": "rel_l2"}
+        return {
+            "variant": "sliding_window",
+            "config": {"window": window, "sinks": sinks, "backend": "auto"},
+            "matched_budget": budget,
+            "error_metric": "rel_l2",
+        }
 
     frame = pd.DataFrame([row(16, 0, 0.05), row(512, 0, 0.05), row(16, 4, 0.05), row(32, 4, 0.1), row(256, 0, None)])
-    assert series_labels(frame) == ["sliding_window(sinks=0)@0.05", "sliding_window(sinks=0)@0.05", "sliding_window(sinks=4)@0.05",
-                                    "sliding_window(sinks=4)@0.1", "sliding_window"]
+    assert series_labels(frame) == [
+        "sliding_window(sinks=0)@0.05",
+        "sliding_window(sinks=0)@0.05",
+        "sliding_window(sinks=4)@0.05",
+        "sliding_window(sinks=4)@0.1",
+        "sliding_window",
+    ]

@@ -1,4 +1,5 @@
 """`model-eval`: metrics on known vectors, disjoint splits, a small end-to-end run, and bad input."""
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,9 @@ from harness.inputs import minilm as realmodel
 from harness.studies import model_eval
 from variants import get_variant
 
-needs_extra = pytest.mark.skipif(realmodel.missing_extra_reason() is not None, reason=str(realmodel.missing_extra_reason()))
+needs_extra = pytest.mark.skipif(
+    realmodel.missing_extra_reason() is not None, reason=str(realmodel.missing_extra_reason())
+)
 
 
 def test_nearest_and_compare_on_known_vectors():
@@ -42,13 +45,32 @@ def test_passages_fit_the_limit_and_the_splits_are_disjoint():
 def test_end_to_end_dense_exact_and_a_learnable_variant_calibrated(tmp_path, capsys):
     """distilled (learnable, runs on CPU) must be an ok row here: calibrated layer by layer, its loss lowered, approximate."""
     assert get_variant("distilled").capabilities.learnable
-    rc = main(["model-eval", "--variants", "dense,distilled", "--max-lens", "48", "--texts", "6", "--calibration-texts", "2",
-               "--calibration-steps", "3", "--out", str(tmp_path)])
+    rc = main(
+        [
+            "model-eval",
+            "--variants",
+            "dense,distilled",
+            "--max-lens",
+            "48",
+            "--texts",
+            "6",
+            "--calibration-texts",
+            "2",
+            "--calibration-steps",
+            "3",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     data = json.loads((tmp_path / "model_eval.json").read_text())
     assert data["meta"]["dense_check"]["48"]["cosine_min"] > 0.9999
     rows = {r["variant"]: r for r in data["rows"]}
-    assert rows["dense"]["status"] == "ok" and rows["dense"]["cosine_min"] > 0.9999 and rows["dense"]["retrieval_agreement"] == 1.0
+    assert (
+        rows["dense"]["status"] == "ok"
+        and rows["dense"]["cosine_min"] > 0.9999
+        and rows["dense"]["retrieval_agreement"] == 1.0
+    )
     assert rows["dense"]["seq_len_max"] <= 48 and rows["dense"]["texts"] == 6 and rows["dense"]["calibration"] is None
     row = rows["distilled"]
     assert row["status"] == "ok" and row["reason"] is None, row["reason"]  # never "unsupported" on a CPU machine
@@ -57,7 +79,12 @@ def test_end_to_end_dense_exact_and_a_learnable_variant_calibrated(tmp_path, cap
     assert calibration["layers"] == 6 and calibration["passages"] == 2 and calibration["steps_per_layer"] == 3
     assert len(calibration["per_layer"]) == 6  # every MiniLM layer fitted, each against the exact teacher
     for layer in calibration["per_layer"]:
-        assert layer["variant"] == "distilled" and layer["learnable"] and layer["teacher"] == "exact" and layer["steps"] == 3
+        assert (
+            layer["variant"] == "distilled"
+            and layer["learnable"]
+            and layer["teacher"] == "exact"
+            and layer["steps"] == 3
+        )
         assert layer["loss_after"] < layer["loss_before"]  # the fit did something
     assert calibration["loss_after_mean"] < calibration["loss_before_mean"]
     assert row["calibration_s"] > 0 and row["eval_s"] > 0
@@ -76,7 +103,10 @@ def test_end_to_end_dense_exact_and_a_learnable_variant_calibrated(tmp_path, cap
         (["--max-lens", "12x"], r"--max-lens '12x': expected comma-separated integers"),
         (["--variants", "densx"], r"no registered variant matches 'densx'.*Did you mean 'dense'"),
         (["--texts", "1"], r"need --texts >= 2"),
-        (["--plugin", "missing_plugin.py"], r"--plugin missing_plugin\.py: ImportError: plugin file 'missing_plugin\.py' does not exist"),
+        (
+            ["--plugin", "missing_plugin.py"],
+            r"--plugin missing_plugin\.py: ImportError: plugin file 'missing_plugin\.py' does not exist",
+        ),
         (["--device", "tpu"], r"--device: device must be 'cpu', 'cuda' or 'cuda:<index>', got 'tpu'"),
     ],
 )

@@ -1,4 +1,5 @@
 """harness.studies.task_data: MQAR and ListOps generators checked by independent solvers, seeded, errors that name the fix."""
+
 from __future__ import annotations
 
 import pytest
@@ -40,7 +41,12 @@ def solve_listops(text: str) -> int:
             stack.append([word[1:]])
         elif word == "]":
             op, *args = stack.pop()
-            value = {"MAX": max, "MIN": min, "SM": lambda a: sum(a) % 10, "MED": lambda a: sorted(a)[(len(a) - 1) // 2]}[op](args)
+            value = {
+                "MAX": max,
+                "MIN": min,
+                "SM": lambda a: sum(a) % 10,
+                "MED": lambda a: sorted(a)[(len(a) - 1) // 2],
+            }[op](args)
             if stack:
                 stack[-1].append(value)
             else:

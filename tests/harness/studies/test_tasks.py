@@ -1,4 +1,5 @@
 """The tasks study: a short dense run beats chance, an unsupported variant is a row, the command writes its files, bad input."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,8 +19,18 @@ def test_an_unknown_task_names_the_nearest():
 
 
 def test_short_dense_mqar_run_beats_chance_clearly():
-    preset = TaskPreset(d_model=64, layers=2, heads=4, seq_lens=(32,), steps=200, tokens_per_step=512, lr=3e-3,
-                        test_size=256, mqar_pairs_per_token=1 / 8, mqar_values=16)
+    preset = TaskPreset(
+        d_model=64,
+        layers=2,
+        heads=4,
+        seq_lens=(32,),
+        steps=200,
+        tokens_per_step=512,
+        lr=3e-3,
+        test_size=256,
+        mqar_pairs_per_token=1 / 8,
+        mqar_values=16,
+    )
     row = train_and_test(task_setting("mqar", 32, preset), "dense", preset, seed=0)
     assert row["status"] == "ok", row["reason"]
     assert row["chance"] == pytest.approx(1 / 16)
@@ -63,7 +74,10 @@ def test_cli_writes_tables_and_figure(tmp_path, capsys):
         (["--set", "dense.backend"], r"expected VARIANT.FIELD=VALUE"),
         (["--set", "dense.nofield=1"], r"dense.*no config field 'nofield'"),
         (["--run", "/nonexistent/run"], r"--run '/nonexistent/run' is not an existing folder"),
-        (["--plugin", "missing_plugin.py"], r"--plugin missing_plugin\.py: ImportError: plugin file 'missing_plugin\.py' does not exist"),
+        (
+            ["--plugin", "missing_plugin.py"],
+            r"--plugin missing_plugin\.py: ImportError: plugin file 'missing_plugin\.py' does not exist",
+        ),
         (["--device", "tpu"], r"--device: device must be 'cpu', 'cuda' or 'cuda:<index>', got 'tpu'"),
     ],
 )
