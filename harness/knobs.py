@@ -22,6 +22,7 @@ class Knob:
     group: str = "what"  # "what" (what is measured), "how" (how it is measured), "where" (where cells run)
     repeatable: bool = False  # the flag may be given several times (values are concatenated)
     parse: Callable[[Any, str], Any] | None = None  # (raw value, where) -> typed value; raises SpecError
+    old_flags: tuple[str, ...] = ()  # earlier names of the flag, still accepted with a one-line note
 
 
 def knob(
@@ -34,9 +35,14 @@ def knob(
     repeatable: bool = False,
     parse: Callable[[Any, str], Any] | None = None,
     default_factory: Any = MISSING,
+    old_flags: tuple[str, ...] = (),
 ) -> Any:
     """A dataclass field that is also a setting (see Knob); `flag=None` keeps it TOML-only."""
-    meta = {"knob": dict(flag=flag, help=help, metavar=metavar, group=group, repeatable=repeatable, parse=parse)}
+    meta = {
+        "knob": dict(
+            flag=flag, help=help, metavar=metavar, group=group, repeatable=repeatable, parse=parse, old_flags=old_flags
+        )
+    }
     if default_factory is not MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)

@@ -96,7 +96,7 @@ class Cell:
         describe keeps the id they gave it. A cell matched to an error budget leaves its quality knob out of its
         config: its row (with the config found) has its id.
         """
-        return hashlib.sha256(_canonical(identity(self.fields())).encode()).hexdigest()[:16]
+        return hashlib.sha256(canonical(identity(self.fields())).encode()).hexdigest()[:16]
 
     def fields(self) -> dict[str, Any]:
         """The cell's fields as they go into its row."""
@@ -109,7 +109,7 @@ class Cell:
 
         data = {k: v for k, v in identity(self.fields()).items() if k not in fields_of("length")}
         data["config"] = {k: v for k, v in data["config"].items() if k not in length_fields(self.variant)}
-        return _canonical(data)
+        return canonical(data)
 
     @property
     def label(self) -> str:
@@ -179,7 +179,7 @@ def identity(values: Mapping[str, Any], *, matching: bool = False) -> dict[str, 
     also leaves out what two runs may differ in on purpose (Setting.matched False: the seed, the device).
     """
     out = {name: json_safe(values.get(name)) for name in CELL_FIELDS}
-    if values.get("matched_budget") is not None and isinstance(values.get("config"), dict):
+    if out["matched_budget"] is not None and isinstance(out["config"], dict):  # json_safe: a frame's NaN is no budget
         from harness.entries import knob_field
 
         knob = knob_field(str(values["variant"]))
@@ -193,7 +193,7 @@ def identity(values: Mapping[str, Any], *, matching: bool = False) -> dict[str, 
 
 def match_key(values: Mapping[str, Any]) -> str:
     """What compare matches two runs' cells on: the id's fields but the seed, the device and a searched knob."""
-    return _canonical(identity(values, matching=True))
+    return canonical(identity(values, matching=True))
 
 
 def describe(values: Mapping[str, Any], names: Sequence[str], *, skip_defaults: bool = True) -> list[str]:
@@ -221,7 +221,8 @@ def _has_default(name: str) -> bool:
     return f.default is not MISSING or f.default_factory is not MISSING
 
 
-def _canonical(data: Any) -> str:
+def canonical(data: Any) -> str:
+    """A canonical JSON string (sorted keys), so equal dicts compare equal: ids, series keys, match keys, configs."""
     return json.dumps(data, sort_keys=True, default=str)
 
 

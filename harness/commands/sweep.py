@@ -7,6 +7,7 @@ executor's options; adding a setting is one field there. Library: harness.runner
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -28,6 +29,18 @@ def _setting_knobs() -> list[Knob]:
     return [k for k in knobs(SweepSpec) if k.flag] + [k for k, _ in option_knobs().values() if k.flag]
 
 
+def _old_flag(old: str, new: str, kwargs: dict[str, Any]) -> type[argparse.Action]:
+    """An argparse action for a renamed flag: stores like the new one, after one line on stderr."""
+    append = kwargs.get("action") == "append"
+
+    class OldFlag(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            print(f"note: {old} is now {new} (every list of a cell axis is plural); read as {new}", file=sys.stderr)
+            setattr(namespace, self.dest, (getattr(namespace, self.dest) or []) + [values] if append else values)
+
+    return OldFlag
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     groups = {name: parser.add_argument_group(title) for name, title in GROUPS.items()}
     groups["what"].add_argument("--config", metavar="TOML", help="a sweep spec file (see docs/sweep.md)")
@@ -38,6 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if k.repeatable:
             kwargs["action"] = "append"
         groups[k.group].add_argument(k.flag, **kwargs)
+        for old in k.old_flags:  # still accepted, unlisted, with a note naming the new flag
+            groups[k.group].add_argument(
+                old, **{**kwargs, "help": argparse.SUPPRESS, "action": _old_flag(old, k.flag, kwargs)}
+            )
     groups["what"].add_argument(
         "--trust-plugins",
         action="store_true",

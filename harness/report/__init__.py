@@ -3,10 +3,10 @@
 Modules, bottom up: analysis (pure numbers), budgets (error budgets and each row's error), choice (the
 answer tables), formatting (numbers for people), columns (the measured columns, declared once), page (the
 block types) and render (Markdown, HTML); analysed (a run analysed once: what every rendering takes);
-plotting (shared figure helpers), plots (one PNG each), winner_map, maps and maps_isolated (effective
-attention maps) and figures (every figure declared once); the sections (overview, findings, scopes,
+plotting (shared figure helpers), plots (one PNG each), winner_map, maps, maps_isolated and maps_plot
+(effective attention maps) and figures (every figure declared once); the sections (overview, findings, scopes,
 vs_published with published, cells, study_results); summary (what a sweep prints at the end); compare
-(two runs cell by cell); document (write_report, which puts them together).
+(two runs cell by cell) and compare_output (its printed summary, compare.md, compare.csv); document (write_report, which puts them together).
 
 Importing the package does no work and pulls in neither pandas nor matplotlib: ``write_report``
 is loaded on first use.

@@ -1,7 +1,7 @@
 """The measured columns people read, declared once as data: header, the frame column, how a value reads.
 
 They drive the report's cell tables (harness.report.cells), the terminal summary (harness.report.summary) and
-compare's Markdown (harness.report.compare). A new metric is one Column here.
+compare's Markdown (harness.report.compare_output). A new metric is one Column here.
 """
 
 from __future__ import annotations

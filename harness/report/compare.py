@@ -127,9 +127,14 @@ def compare_runs(a: AnalysedRun, b: AnalysedRun, *, threshold: float = DEFAULT_T
     cells = merged[merged["_merge"] == "both"].copy()
     floor = noise_floor(cells)
     notes += floor_notes(floor, threshold, a, b)
+    same_reference = a.accuracy_reference == b.accuracy_reference
+    if not same_reference:
+        notes.append(
+            f"A's errors are against {a.errors_against}, B's against {b.errors_against}: errors are not compared"
+        )
     verdicts, whys = [], []
     for _, row in cells.iterrows():
-        verdict, why = judge(row, threshold=threshold, floor=floor)
+        verdict, why = judge(row, threshold=threshold, floor=floor, errors=same_reference)
         verdicts.append(verdict)
         whys.append(why)
     cells["latency_ratio"] = cells["latency_s_b"] / cells["latency_s_a"]
@@ -139,9 +144,9 @@ def compare_runs(a: AnalysedRun, b: AnalysedRun, *, threshold: float = DEFAULT_T
     cells["error_change"] = cells["rel_l2_error_b"] - cells["rel_l2_error_a"]
     cells["verdict"] = verdicts
     cells["why"] = whys
-    if len(cells) and (cells["seed_a"].astype(str) != cells["seed_b"].astype(str)).any():
+    if len(cells) and (cells["seed_a"].map(str) != cells["seed_b"].map(str)).any():
         notes.append("some matched cells have different seeds: their errors come from different inputs")
-    changed = cells[cells["backend_a"].astype(str) != cells["backend_b"].astype(str)]
+    changed = cells[cells["backend_a"].map(str) != cells["backend_b"].map(str)]  # map: astype(str) makes None NaN
     if len(changed):
         notes.append(
             f"{len(changed)} matched cell(s) ran on another backend in B (e.g. {changed['backend_a'].iloc[0]} -> {changed['backend_b'].iloc[0]})"
@@ -149,8 +154,12 @@ def compare_runs(a: AnalysedRun, b: AnalysedRun, *, threshold: float = DEFAULT_T
     return Comparison(cells.reset_index(drop=True), only_a.reset_index(drop=True), only_b.reset_index(drop=True), notes)
 
 
-def judge(row: pd.Series, *, threshold: float = DEFAULT_THRESHOLD, floor: NoiseFloor = NoiseFloor()) -> tuple[str, str]:
+def judge(
+    row: pd.Series, *, threshold: float = DEFAULT_THRESHOLD, floor: NoiseFloor = NoiseFloor(), errors: bool = True
+) -> tuple[str, str]:
     """The verdict for one matched cell (columns suffixed _a and _b) and the reasons, joined by '; '.
+
+    `errors` False: the two runs measured errors against different references, so errors are not judged.
 
     "regression" | "improvement" | "same", or "noisy": latency moved beyond the threshold and the
     intervals while either row was measured under load or flagged noisy (not counted as either).
@@ -176,7 +185,7 @@ def judge(row: pd.Series, *, threshold: float = DEFAULT_THRESHOLD, floor: NoiseF
         elif ratio < 1 / (1 + threshold):
             better.append(f"memory {ratio:.2f}x")
     ea, eb = row["rel_l2_error_a"], row["rel_l2_error_b"]
-    if _finite(ea, eb) and abs(eb - ea) > max(ERROR_ABS, ERROR_REL * min(ea, eb)):
+    if errors and _finite(ea, eb) and abs(eb - ea) > max(ERROR_ABS, ERROR_REL * min(ea, eb)):
         (worse if eb > ea else better).append(f"error {ea:.2g} -> {eb:.2g}")
     if worse:
         return "regression", "; ".join(worse + better)

@@ -3,7 +3,6 @@ harness.report.columns) and compare.csv (every matched cell, raw numbers)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +12,7 @@ from harness.errors import UsageError
 from harness.report.analysed import AnalysedRun
 from harness.report.columns import COLUMNS
 from harness.report.compare import MEASURED, Comparison
-from harness.schema import CELL_FIELDS, describe
+from harness.schema import CELL_FIELDS, canonical, describe
 
 
 def summary_lines(comparison: Comparison, a: AnalysedRun, b: AnalysedRun, *, limit: int | None = None) -> list[str]:
@@ -53,13 +52,14 @@ def write_outputs(comparison: Comparison, a: AnalysedRun, b: AnalysedRun, out: P
         raise UsageError(
             f"--out {out}: cannot create that folder ({exc.strerror or exc}); pass a folder path"
         ) from None
-    sides = [f"{name}_{side}" for name in ("status", "backend", *MEASURED) for side in ("a", "b")]
-    columns = [*CELL_FIELDS, "series_a", *sides, "latency_ratio", "memory_ratio", "error_change", "verdict", "why"]
+    # each side's config: a searched knob may have found another value in each run
+    sides = [f"{name}_{side}" for name in ("config", "status", "backend", *MEASURED) for side in ("a", "b")]
+    cell = [name for name in CELL_FIELDS if name != "config"]
+    columns = [*cell, "series_a", *sides, "latency_ratio", "memory_ratio", "error_change", "verdict", "why"]
     csv_path = out / "compare.csv"
     frame = comparison.cells[columns].rename(columns={"series_a": "series"})
-    frame["config"] = [
-        json.dumps(c, sort_keys=True, default=str) if isinstance(c, dict) else c for c in frame["config"]
-    ]
+    for column in ("config_a", "config_b"):
+        frame[column] = [canonical(c) if isinstance(c, dict) else c for c in frame[column]]
     frame.to_csv(csv_path, index=False)
     md_path = out / "compare.md"
     md = [f"# Compare {a.name} (A) with {b.name} (B)", ""] + [
@@ -101,7 +101,7 @@ def _machine(run: AnalysedRun) -> str:
 
 
 def _cell_name(r: pd.Series) -> str:
-    """'sliding_window@0.05 N=4096 float32 D=64 non-causal forward inputs local' (axes at their default left out)."""
+    """'sliding_window@0.05 N=4096 inputs local float32 D=64 non-causal forward' (axes at their default left out)."""
     names = [
         k for k in CELL_FIELDS if k not in ("variant", "config", "device", "batch", "heads", "seed", "matched_budget")
     ]

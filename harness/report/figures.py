@@ -178,7 +178,7 @@ FIGURES: tuple[Figure, ...] = (
         "measured",
         lambda a, path, _: plots.plot_pareto(a.frame, path, budgets=a.budgets, metric=a.metric),
         lambda a: (
-            f"{METRIC_NAMES[a.metric].capitalize()} (against {a.errors_against}) against latency at each N (one row "
+            f"{METRIC_NAMES[a.metric][0].upper() + METRIC_NAMES[a.metric][1:]} (against {a.errors_against}) against latency at each N (one row "
             f"of panels per setting), on the '{analysis.primary_inputs(a.frame)}' inputs (the other distributions' "
             "errors are in error_vs_n.png). Filled points are within the largest budget; the Pareto front (outlined "
             "and joined) is computed over those only, so a fast but inaccurate series is never on it. Hollow points "

@@ -7,6 +7,7 @@ from typing import Any
 
 from harness.entries import format_entry
 from harness.knobs import knob
+from harness.schema import SETTINGS
 from harness.error_metrics import ERROR_METRICS
 import harness.spec.convert as c
 
@@ -75,10 +76,16 @@ class SweepSpec:
         help="key/value heads (GQA; each must divide --heads), e.g. '8,2,1' (default: = heads)",
     )
     head_dims: tuple[int, ...] = knob(
-        flag="--head-dim", metavar="LIST", parse=c.positive_ints, help="head dims, e.g. '64,128'"
+        flag="--head-dims",
+        old_flags=("--head-dim",),
+        metavar="LIST",
+        parse=c.positive_ints,
+        help="head dims, e.g. '64,128'",
     )
     dtypes: tuple[str, ...] = knob(flag="--dtypes", metavar="LIST", help="float32, bfloat16 (bf16), float16 (fp16)")
-    causals: tuple[bool, ...] = knob(flag="--causal", metavar="LIST", parse=c.bools, help="false, true or both")
+    causals: tuple[bool, ...] = knob(
+        flag="--causals", old_flags=("--causal",), metavar="LIST", parse=c.bools, help="false, true or both"
+    )
     modes: tuple[str, ...] = knob(
         flag="--modes",
         metavar="LIST",
@@ -101,14 +108,16 @@ class SweepSpec:
     )
     paddings: tuple[float, ...] = knob(
         (0.0,),
-        flag="--padding",
+        flag="--paddings",
+        old_flags=("--padding",),
         metavar="LIST",
         parse=c.fractions,
         help="mean fraction of key positions that are padding, ragged over the batch (needs --batch >= 2), e.g. '0,0.25'",
     )
     scopes: tuple[str, ...] = knob(
         ("attention",),
-        flag="--scope",
+        flag="--scopes",
+        old_flags=("--scope",),
         metavar="LIST",
         parse=c.choices(SCOPES),
         help="attention (the variant alone), layer (a pre-norm transformer block around it)",
@@ -207,20 +216,10 @@ class SweepSpec:
 
 
 def describe(spec: SweepSpec) -> str:
-    """One line: the sweep's dimensions."""
-    return (
-        f"{len(spec.variants)} variants x {len(spec.seq_lens)} lengths x {len(spec.head_dims)} head dims x "
-        f"{len(spec.dtypes)} dtypes x {len(spec.causals)} causal x {len(spec.modes)} modes x {len(spec.inputs)} inputs"
-        + "".join(
-            f" x {len(values)} {name}"
-            for name, values in (
-                ("kv heads", spec.kv_heads),
-                ("phases", spec.phases),
-                ("paddings", spec.paddings),
-                ("scopes", spec.scopes),
-            )
-            if len(values) > 1
-        )
-        + " "
-        f"on {spec.device} (B={spec.batch}, H={spec.heads})"
-    )
+    """One line: the sweep's dimensions, one factor per Cell axis (those added later only when they vary)."""
+    factors = [f"{len(spec.variants)} variants", f"{len(spec.seq_lens)} lengths"]
+    for setting in SETTINGS.values():
+        values = getattr(spec, setting.axis) if setting.axis else None
+        if values is not None and (not setting.added or len(values) > 1):
+            factors.append(f"{len(values) or 1} {setting.axis.replace('_', ' ')}")
+    return " x ".join(factors) + f" on {spec.device} (B={spec.batch}, H={spec.heads})"

@@ -18,7 +18,7 @@ import pandas as pd
 
 from harness.errors import UsageError
 from harness.row import NUMERIC_FIELDS, ROW_FIELDS
-from harness.schema import CELL_FIELDS, SCHEMA_VERSION, SETTINGS, legacy_value
+from harness.schema import CELL_FIELDS, canonical, SCHEMA_VERSION, SETTINGS, legacy_value
 from harness.store.run_dir import ENV_FILE, ROWS_FILE, SPEC_FILE
 
 REQUIRED_FIELDS = ("variant", "seq_len", "status")  # without these a row cannot be placed in any table
@@ -148,9 +148,7 @@ def load_run(run_dir: str | Path) -> Run:
 
 def config_key(config: Any) -> str:
     """A canonical string of a config dict (sorted keys), so equal configs compare equal."""
-    if not isinstance(config, dict):
-        return "{}"
-    return json.dumps(config, sort_keys=True, default=str)
+    return canonical(config if isinstance(config, dict) else {})
 
 
 def series_labels(frame: pd.DataFrame) -> list[str]:

@@ -21,7 +21,7 @@ TINY = [
     "1",
     "--heads",
     "2",
-    "--head-dim",
+    "--head-dims",
     "16",
     "--time-budget",
     "0.005",
@@ -116,10 +116,10 @@ def test_dry_run_prints_cells_and_writes_nothing(tmp_path, capsys):
             ["--kv-heads", "2,3"],
             r"--kv-heads: 3 key/value heads do not divide --heads = 2 query heads; use a divisor of 2: 1, 2",
         ),
-        (["--padding", "0.25"], r"--padding = 0.25 needs --batch >= 2"),
-        (["--padding", "1", "--batch", "2"], r"--padding: must be in \[0, 1\)"),
+        (["--paddings", "0.25"], r"--paddings = 0.25 needs --batch >= 2"),
+        (["--paddings", "1", "--batch", "2"], r"--paddings: must be in \[0, 1\)"),
         (["--phases", "generate"], r"--phases: unknown value 'generate'; expected one of prefill, decode"),
-        (["--scope", "block"], r"--scope: unknown value 'block'; expected one of attention, layer"),
+        (["--scopes", "block"], r"--scopes: unknown value 'block'; expected one of attention, layer"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv, match, capsys, tmp_path):
@@ -229,3 +229,14 @@ def test_report_failure_is_a_warning_and_rows_survive(tmp_path, capsys, monkeypa
     )
     assert "warning: the report failed (RuntimeError: plotting broke)" in capsys.readouterr().err
     assert len(read_rows(tmp_path / "r")) == 1
+
+
+def test_old_singular_flags_are_read_as_the_plural_ones_with_a_note(capsys):
+    assert (
+        main(["sweep", *TINY, "--causal", "both", "--scope", "layer", "--padding", "0", "--head-dim", "8", "--dry-run"])
+        == 0
+    )
+    captured = capsys.readouterr()
+    notes = [line for line in captured.err.splitlines() if line.startswith("note: --")]
+    assert len(notes) == 4 and "note: --scope is now --scopes" in captured.err
+    assert " causal layer " in captured.out and " layer " in captured.out  # both causal settings, the layer scope

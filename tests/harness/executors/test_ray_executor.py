@@ -193,7 +193,7 @@ def test_killed_driver_resumes_with_only_the_missing_cells(tmp_path, ray_cluster
         "16,32,64,128,256,512",
         "--heads",
         "1",
-        "--head-dim",
+        "--head-dims",
         "8",
         "--time-budget",
         "0.01",

@@ -311,3 +311,34 @@ def test_cells_matched_to_a_budget_match_across_runs_whatever_knob_value_each_fo
     result = compare_runs(a, b)
     assert len(result.cells) == len(rows_a) and not len(result.only_a) and not len(result.only_b)
     assert not any("measured twice" in n for n in result.notes)  # window 512 at 0.05 and 256 at 0.1: two cells, not one
+
+
+def test_configs_as_given_beside_matched_ones_stay_apart(tmp_path):
+    """A run mixing budget rows and rows as given: two windows as given are two cells (the budget column's NaN is no
+    budget), and a budget row still matches without its searched window."""
+    from tests.helpers.synthetic_run import BUDGET_SPEC, make_budget_rows
+
+    given = [
+        dict(r, config={"backend": "auto", "window": w}, cell_id=f"{r['cell_id']}-w{w}")
+        for w in (16, 64)
+        for r in make_rows(variants=("sliding_window",), inputs=("local",), with_failures=False)
+    ]
+    rows = make_budget_rows() + given
+    a = load_run(write_run(tmp_path / "a", rows, spec_text=BUDGET_SPEC))
+    b = load_run(write_run(tmp_path / "b", rows, spec_text=BUDGET_SPEC))
+    result = compare_runs(a, b)
+    assert len(result.cells) == len(rows) and len(result.only_a) == len(result.only_b) == 0
+    assert not any("measured twice" in n for n in result.notes)
+
+
+def test_errors_against_different_references_are_not_compared(tmp_path):
+    rows = make_rows(inputs=("gaussian",), with_failures=False)
+    a = load_run(write_run(tmp_path / "a", rows))
+    b = load_run(
+        write_run(
+            tmp_path / "b", [dict(r, rel_l2_error=r["rel_l2_error"] * 10, accuracy_reference="pattern") for r in rows]
+        )
+    )
+    result = compare_runs(a, b)
+    assert any("errors are not compared" in n for n in result.notes)
+    assert not any("error" in why for why in result.cells["why"])

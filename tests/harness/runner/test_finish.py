@@ -51,7 +51,7 @@ def test_a_real_sweep_answers_at_its_largest_n(tmp_path, capsys, no_report):
         "16,32",
         "--heads",
         "1",
-        "--head-dim",
+        "--head-dims",
         "8",
         "--inputs",
         "gaussian",

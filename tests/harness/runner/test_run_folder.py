@@ -16,7 +16,7 @@ TINY = [
     "16",
     "--heads",
     "1",
-    "--head-dim",
+    "--head-dims",
     "8",
     "--inputs",
     "gaussian",
