@@ -64,7 +64,7 @@ def test_trick_cells_are_labelled_and_their_defaults_keep_the_old_ids():
         scope="layer",
     )
     tricked = Cell(**values, recompute="layer", precision="autocast-bf16")
-    assert "recompute layer" in tricked.label and "autocast-bf16" in tricked.label
+    assert "recompute=layer" in tricked.label and "autocast-bf16" in tricked.label
     plain = Cell(**values)
     assert "recompute" not in plain.label and "fp32" not in plain.label
     assert plain.cell_id == Cell(**values, recompute="none", precision="fp32").cell_id != tricked.cell_id
