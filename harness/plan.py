@@ -1,16 +1,17 @@
 """spec -> cells: the list of measurements a sweep makes, in order. Pure: no device (the registry only for length fields).
 
 Order: for each value of the Cell fields that are axes (harness.schema: inputs, dtype, head dim, causal, mode,
-phase, scope, kv heads, padding, outermost first), lengths ascending, and at each length every variant. Decode cells are planned for
-mode forward only (decoding is inference) and are always causal (one per causal setting collapses
-into one cell). So consecutive cells share their q, k, v (generated once),
+phase, scope, kv heads, padding, recompute, precision, outermost first), lengths ascending, and at each length every
+variant. Decode cells are planned for mode forward only (decoding is inference) and are always causal (one per causal
+setting collapses into one cell); the memory tricks (recompute, precision) are planned for train cells only
+(tricks_reason). So consecutive cells share their q, k, v (generated once),
 and a variant meets its lengths in ascending order (an OOM at N marks longer N as OOM untried).
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from harness.schema import SETTINGS, Cell
 from harness.spec.model import SweepSpec
@@ -69,4 +70,24 @@ def _settings(spec: SweepSpec) -> Iterator[dict[str, Any]]:
             if setting.get("mode") != "forward":
                 continue
             setting["causal"] = True  # decoding is causal: the causal settings collapse into one cell
+        if tricks_reason(setting) is not None:
+            continue
         yield setting
+
+
+def tricks_reason(values: Mapping[str, Any]) -> str | None:
+    """Why a cell's recompute and precision are not worth measuring (planning skips it, measuring refuses it), or None.
+
+    The tricks trade memory of the backward pass (recompute) and of training activations and weights (autocast), so a
+    forward cell keeps the defaults; checkpointing a block needs a block; autocast runs float32 inputs and weights.
+    """
+    recompute, precision = values.get("recompute") or "none", values.get("precision") or "fp32"
+    if values.get("mode") != "train" and (recompute, precision) != ("none", "fp32"):
+        return f"recompute {recompute} and precision {precision} are measured for train cells only (--modes train)"
+    if recompute == "layer" and values.get("scope") != "layer":
+        return "recompute layer checkpoints a transformer block: it needs --scopes layer (at the attention scope: recompute attention)"
+    if precision != "fp32" and values.get("dtype") != "float32":
+        return (
+            f"precision {precision} autocasts float32 inputs and weights; dtype {values.get('dtype')} is cast already"
+        )
+    return None

@@ -75,6 +75,10 @@ class Cell:
     )
     # mean fraction of key positions that are padding (ragged over the batch)
     padding: float = _field(0.0, role="setting", axis="paddings", text=eq_text("pad"), added=True, cast=float)
+    # activations recomputed in the backward pass (torch.utils.checkpoint): "none" | "attention" | "layer" (the block)
+    recompute: str = _field("none", role="setting", axis="recomputes", text=eq_text("recompute"), added=True)
+    # "fp32" | "autocast-bf16" | "autocast-fp16": torch.autocast around the forward, float32 inputs and parameters
+    precision: str = _field("fp32", role="setting", axis="precisions", text=lambda v, _: str(v), added=True)
     seed: int = _field(role="seed", text=eq_text("seed"), matched=False)  # evaluation seed
     # An error-budget cell: the variant's quality knob is searched (on calibration seeds) for the cheapest
     # value whose error_metric meets this budget, and that config is measured. None: config as given.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
@@ -65,12 +65,19 @@ def check_accuracy(
     seed: int,
     reference: str = "full",
     kv_mask: Tensor | None = None,
+    wrap: Callable[[Callable], Callable] | None = None,
 ) -> Accuracy:
     """One call of `attn` scored against float64 on sampled rows; `reference` "pattern" scores against its own pattern.
 
-    kv_mask (B, M) goes to the call and the reference; only sampled rows that are real tokens are scored.
+    kv_mask (B, M) goes to the call and the reference; only sampled rows that are real tokens are scored. `wrap` puts
+    the call under the cell's memory tricks (harness.measure.tricks.tricked), so autocast's error is in the scores.
     """
     from variants import reference_attention
+
+    def call(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        return attn(q, k, v, causal=causal, kv_mask=kv_mask)
+
+    call = wrap(call) if wrap is not None else call
 
     N = q.shape[2]
     rows = sample_rows(N, error_rows, seed).to(q.device)
@@ -83,7 +90,7 @@ def check_accuracy(
         qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
         g = torch.randn(B, H, R, D, generator=torch.Generator(device=q.device).manual_seed(seed + 7), device=q.device)
         start = time.perf_counter()
-        out = attn(qg, kg, vg, causal=causal, kv_mask=kv_mask)
+        out = call(qg, kg, vg)
         check_output(out, q, v)
         g = (g * valid[:, None, :, None]).to(
             out.dtype
@@ -121,7 +128,7 @@ def check_accuracy(
     else:
         start = time.perf_counter()
         with torch.no_grad():
-            out = attn(q, k, v, causal=causal, kv_mask=kv_mask)
+            out = call(q, k, v)
         result.call_s = time.perf_counter() - start
         check_output(out, q, v)
         result.nonfinite = nonfinite(out)

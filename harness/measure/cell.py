@@ -22,6 +22,7 @@ NotSupportedError -> "unsupported", NaN/inf -> "nonfinite", the per-cell limit -
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any, Callable, NamedTuple
 
 import torch
@@ -41,7 +42,9 @@ from harness.measure.outcome import base_row, classify_exception, deadline, now,
 from harness.measure.settings import DTYPES, MeasureSettings, RunInfo
 from harness.measure.speedup import baseline_for, timed_fields
 from harness.measure.stages import StageFailed, StageRecorder, stage
+from harness.measure.tricks import tricked
 from harness.measure.tuning import tune
+from harness.plan import tricks_reason
 from harness.row import Row
 from harness.schema import Cell
 
@@ -174,7 +177,7 @@ def _measure_prefill(
     recorder: StageRecorder,
 ) -> dict[str, Any]:
     """A prefill cell's stages after the build: prepare, the checked call (accuracy), memory, timing, then the FLOPs."""
-    training = cell.mode == "train"
+    training, wrap = cell.mode == "train", tricked(cell, device)  # wrap: the call under the cell's memory tricks
     q, k, v, kv_mask = inputs.q, inputs.k, inputs.v, inputs.kv_mask
     with stage("prepare"):
         recorder.record({"setup_s": _prepare(attn, q, k, v, cell, training, kv_mask)})
@@ -190,17 +193,18 @@ def _measure_prefill(
             seed=cell.seed,
             reference=settings.accuracy_reference,
             kv_mask=kv_mask,
+            wrap=wrap,
         )
         recorder.record(accuracy.fields)
     if accuracy.nonfinite:
         return recorder.outcome("nonfinite", accuracy.nonfinite)
     with stage("memory"):
-        step = _step(attn, q, k, v, cell.causal, training, kv_mask)
+        step = _step(attn, q, k, v, cell.causal, training, kv_mask, wrap=wrap)
         recorder.record(memory_and_kernel(lambda: step, device))
     with stage(
         "timing"
     ):  # paired with the baseline (schema.BASELINE, backend auto) unless this is it: harness.measure.speedup
-        baseline = baseline_for(cell, q, k, v, context, device, _step, kv_mask)
+        baseline = baseline_for(cell, q, k, v, context, device, partial(_step, wrap=wrap), kv_mask)  # same tricks
         timed = timed_fields(step, baseline, settings, device, first_call_s=accuracy.call_s)
         recorder.record(timed)
         attention_flops = attn.flops(cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal)
@@ -223,7 +227,11 @@ def _build(cell: Cell, inputs: _Inputs, device: torch.device) -> _Built:
 def _reasons(
     attn: Any, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None, cell: Cell, training: bool
 ) -> list[str]:
-    """Why the variant cannot run this cell: its prefill refusals, or for a decode cell its decode refusals."""
+    """Why the variant cannot run this cell: a combination of memory tricks not measured, its prefill refusals, or for a
+    decode cell its decode refusals."""
+    tricks = tricks_reason(cell.fields())
+    if tricks is not None:  # planning skips these; a cell made by hand is refused with the same words
+        return [tricks]
     if cell.phase != "decode":
         return attn.not_supported_reasons(q, k, v, causal=cell.causal, kv_mask=kv_mask, training=training)
     if cell.scope == "layer":
@@ -233,14 +241,24 @@ def _reasons(
 
 
 def _step(
-    attn: Any, q: Tensor, k: Tensor, v: Tensor, causal: bool, training: bool, kv_mask: Tensor | None = None
+    attn: Any,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    causal: bool,
+    training: bool,
+    kv_mask: Tensor | None = None,
+    *,
+    wrap: Callable[[Callable], Callable] | None = None,
 ) -> Callable[[], Any]:
-    """The timed call: forward under no_grad, or forward + backward w.r.t. q, k, v and parameters.
+    """The timed call: forward under no_grad, or forward + backward w.r.t. q, k, v and parameters; `wrap` puts the
+    call under the cell's memory tricks (harness.measure.tricks.tricked).
 
     The variant's checks and its backend resolution run here, once (AttentionVariant.prepare_call; a refusal raises
     NotSupportedError), never inside the timed call.
     """
     call = attn.prepare_call(q, k, v, causal=causal, kv_mask=kv_mask, training=training)
+    call = wrap(call) if wrap is not None else call
     if not training:
 
         def forward() -> Tensor:

@@ -11,7 +11,8 @@ much of the attention error survives the projections, the residual and the MLP.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Callable
+from functools import partial
+from typing import Any, Callable, ContextManager
 
 import torch
 from einops import rearrange
@@ -23,6 +24,7 @@ from harness.measure.kernel import memory_and_kernel
 from harness.measure.settings import MeasureSettings
 from harness.measure.stages import StageRecorder, stage
 from harness.measure.timing import quantile, time_step
+from harness.measure.tricks import autocast, recomputed
 from harness.schema import Cell
 
 MLP_RATIO = 2.7  # SwiGLU hidden width / model width (LLaMA's 8/3, rounded up)
@@ -34,12 +36,16 @@ def mlp_width(E: int) -> int:
 
 
 class Block(nn.Module):
-    """A pre-norm transformer block (RMSNorm, GQA projections, the variant, SwiGLU MLP, residuals)."""
+    """A pre-norm transformer block (RMSNorm, GQA projections, the variant, SwiGLU MLP, residuals).
 
-    def __init__(self, attn: nn.Module, *, heads: int, kv_heads: int, head_dim: int):
+    recompute (Cell.recompute, harness.measure.tricks): "attention" checkpoints the variant's call, "layer" the whole
+    block, so the backward recomputes their forward instead of keeping its activations.
+    """
+
+    def __init__(self, attn: nn.Module, *, heads: int, kv_heads: int, head_dim: int, recompute: str = "none"):
         super().__init__()
         E, F = heads * head_dim, mlp_width(heads * head_dim)
-        self.attn, self.heads, self.kv_heads = attn, heads, kv_heads
+        self.attn, self.heads, self.kv_heads, self.recompute = attn, heads, kv_heads, recompute
         self.norm1, self.norm2 = nn.RMSNorm(E), nn.RMSNorm(E)
         self.wq = nn.Linear(E, heads * head_dim, bias=False)
         self.wk = nn.Linear(E, kv_heads * head_dim, bias=False)
@@ -75,8 +81,14 @@ class Block(nn.Module):
     ) -> Tensor:
         """x (B, N, E) -> (B, N, E). `attend`: the variant's call prepared for this block's q, k, v (prepare_call, which
         binds causal and kv_mask); the timed steps pass it so that no check runs inside them. Default: the checked call."""
+        if self.recompute == "layer":
+            return recomputed(self._forward)(x, causal, kv_mask, attend)
+        return self._forward(x, causal, kv_mask, attend)
+
+    def _forward(self, x: Tensor, causal: bool, kv_mask: Tensor | None, attend: Callable | None) -> Tensor:
         q, k, v = self.project(x)
-        a = attend(q, k, v) if attend is not None else self.attn(q, k, v, causal=causal, kv_mask=kv_mask)
+        call = attend if attend is not None else partial(self.attn, causal=causal, kv_mask=kv_mask)
+        a = recomputed(call)(q, k, v) if self.recompute == "attention" else call(q, k, v)
         return self.finish(x, a)
 
     def linear_flops(self, B: int, N: int) -> int:
@@ -94,7 +106,8 @@ class Block(nn.Module):
 def build_block(attn: nn.Module, cell: Cell, dtype: torch.dtype, device: torch.device) -> Block:
     """The cell's block around `attn`, weights seeded by the cell (the variant's own parameters untouched)."""
     torch.manual_seed(cell.seed + 7919)
-    return Block(attn, heads=cell.heads, kv_heads=cell.kv_heads, head_dim=cell.head_dim).to(device=device, dtype=dtype)
+    block = Block(attn, heads=cell.heads, kv_heads=cell.kv_heads, head_dim=cell.head_dim, recompute=cell.recompute)
+    return block.to(device=device, dtype=dtype)
 
 
 def measure_layer(
@@ -110,12 +123,12 @@ def measure_layer(
 
     Each stage's fields go to `recorder` as it finishes, so a later failure leaves them in the row.
     """
-    training = cell.mode == "train"
+    training, precision = cell.mode == "train", autocast(cell, device)
     x = rearrange(q, "b h n d -> b n (h d)").contiguous()  # (B, N, E)
     with stage("build"):
         block = build_block(attn, cell, q.dtype, device).train(training)
     with stage("accuracy"):
-        out, first_call_s = _timed_call(lambda: block(x, causal=cell.causal, kv_mask=kv_mask))
+        out, first_call_s = _timed_call(lambda: block(x, causal=cell.causal, kv_mask=kv_mask), precision)
         check_output(rearrange(out, "b n (h d) -> b h n d", h=cell.heads), q, q)
         bad = nonfinite(out)
         if bad:
@@ -123,7 +136,7 @@ def measure_layer(
         recorder.record(_accuracy(block, x, out, kv_mask, cell, settings))
         del out
     with stage("memory"):
-        step = _step(block, x, cell.causal, kv_mask, training)
+        step = _step(block, x, cell.causal, kv_mask, training, precision)
         recorder.record(memory_and_kernel(lambda: step, device))
     with stage("timing"):
         times, repeats = time_step(step, settings, device, first_call_s=first_call_s)
@@ -141,28 +154,36 @@ def measure_layer(
     )
 
 
-def _timed_call(fn: Callable[[], Tensor]) -> tuple[Tensor, float]:
+def _timed_call(fn: Callable[[], Tensor], precision: Callable[[], ContextManager[Any]]) -> tuple[Tensor, float]:
     import time
 
     start = time.perf_counter()
-    with torch.no_grad():
+    with torch.no_grad(), precision():
         out = fn()
     return out, time.perf_counter() - start
 
 
-def _step(block: Block, x: Tensor, causal: bool, kv_mask: Tensor | None, training: bool) -> Callable[[], Any]:
-    """The timed call: the block's forward under no_grad, or forward + backward w.r.t. x and every parameter.
+def _step(
+    block: Block,
+    x: Tensor,
+    causal: bool,
+    kv_mask: Tensor | None,
+    training: bool,
+    precision: Callable[[], ContextManager[Any]],
+) -> Callable[[], Any]:
+    """The timed call: the block's forward under no_grad, or forward + backward w.r.t. x and every parameter; the
+    forward under the cell's precision (autocast), the backward outside it, as torch's AMP recipe runs them.
 
     The variant's call is checked here, once, on q, k, v projected like the timed calls' (prepare_call), not in them.
     """
-    with torch.no_grad():
+    with torch.no_grad(), precision():
         q, k, v = block.project(x)
     attend = block.attn.prepare_call(q, k, v, causal=causal, kv_mask=kv_mask, training=training)
     del q, k, v
     if not training:
 
         def forward() -> Tensor:
-            with torch.no_grad():
+            with torch.no_grad(), precision():
                 return block(x, attend=attend)
 
         return forward
@@ -173,7 +194,8 @@ def _step(block: Block, x: Tensor, causal: bool, kv_mask: Tensor | None, trainin
     )
 
     def train() -> tuple:
-        out = block(xg, attend=attend)
+        with precision():
+            out = block(xg, attend=attend)
         return torch.autograd.grad(out, targets, grad_outputs=grad_out, allow_unused=True)
 
     return train

@@ -25,6 +25,8 @@ MODE_ALIASES = {"fwd": "forward", "training": "train", "backward": "train", "bwd
 ACCURACY_REFERENCES = ("full", "pattern")
 PHASES = ("prefill", "decode")  # harness.schema's, repeated here: the spec sits below nothing that imports it
 SCOPES = ("attention", "layer")
+RECOMPUTES = ("none", "attention", "layer")
+PRECISIONS = ("fp32", "autocast-bf16", "autocast-fp16")
 # Keys added after the first spec.toml files were written, with the value a run's spec.toml without them means
 # (the run predates them): a resumed run replays what it measured, not today's defaults.
 RESUMED_SPEC_DEFAULTS = {"error_budgets": []}  # a run from before error budgets searched no configs
@@ -121,6 +123,22 @@ class SweepSpec:
         metavar="LIST",
         parse=c.choices(SCOPES),
         help="attention (the variant alone), layer (a pre-norm transformer block around it)",
+    )
+    recomputes: tuple[str, ...] = knob(
+        ("none",),
+        flag="--recomputes",
+        old_flags=("--recompute",),
+        metavar="LIST",
+        parse=c.choices(RECOMPUTES),
+        help="train cells: none, attention (checkpoint the attention call), layer (checkpoint the block; --scopes layer)",
+    )
+    precisions: tuple[str, ...] = knob(
+        ("fp32",),
+        flag="--precisions",
+        old_flags=("--precision",),
+        metavar="LIST",
+        parse=c.choices(PRECISIONS),
+        help="train cells, --dtypes float32: fp32, autocast-bf16, autocast-fp16 (torch.autocast, float32 weights)",
     )
     inputs: tuple[str, ...] = knob(
         flag="--inputs", metavar="LIST", help="input distributions, e.g. 'gaussian,local,gaussian:scale=4'"

@@ -100,6 +100,8 @@ def _spec_lists():
         scopes=("attention",),
         kv_heads=(),
         paddings=(0.0,),
+        recomputes=("none",),
+        precisions=("fp32",),
     )
 
 
