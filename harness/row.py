@@ -43,17 +43,14 @@ class Row:
     latency_p80_s: float | None = _measured()
     repeats: int | None = _measured()  # timed calls
     # -- paired timing and noise (docs/timing.md); absent from older schema-1 rows, which load as None --
-    speedup: float | None = (
-        _measured()
-    )  # median over ABAB pairs of baseline/variant per-call time; None when not paired
+    # median over ABAB pairs of baseline/variant per-call time; None when not paired
+    speedup: float | None = _measured()
     speedup_low: float | None = _measured()  # 95% bootstrap interval of that median (fixed seed)
     speedup_high: float | None = _measured()
-    baseline_latency_s: float | None = (
-        _measured()
-    )  # median seconds per call of the baseline (dense, backend auto) in the pairs
-    load_per_cpu: float | None = (
-        _measured()
-    )  # 1-minute load average / usable CPUs, the larger of the cell's start and end
+    # median seconds per call of the baseline (dense, backend auto) in the pairs
+    baseline_latency_s: float | None = _measured()
+    # 1-minute load average / usable CPUs, the larger of the cell's start and end
+    load_per_cpu: float | None = _measured()
     noisy: bool | None = None  # the timing is not to be trusted (noise_reason says why); None when not timed
     noise_reason: str | None = None  # why noisy, or why no paired speed-up (baseline failed, unsupported)
     peak_memory_bytes: int | None = _measured()  # beyond the inputs

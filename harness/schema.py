@@ -20,6 +20,7 @@ from harness.error_metrics import budget_label
 from harness.cell_fields import ROLES, Setting, eq_text, setting_field as _field  # noqa: F401 - ROLES, Setting re-exported
 
 SCHEMA_VERSION = 1
+# unreachable: no knob value meets the budget
 STATUSES = (
     "ok",
     "oom",
@@ -28,7 +29,7 @@ STATUSES = (
     "nonfinite",
     "timeout",
     "unreachable",
-)  # unreachable: no knob value meets the budget
+)
 BASELINE = (
     "dense"  # the variant every other one is compared with (paired timing, ratios, the answer), at its default config
 )
@@ -44,22 +45,18 @@ class Cell:
     """
 
     variant: str = _field(role="variant")  # registry name
-    config: dict[str, Any] = _field(
-        role="variant", compare=False, legacy={}
-    )  # asdict of the validated config (overrides applied)
+    # asdict of the validated config (overrides applied)
+    config: dict[str, Any] = _field(role="variant", compare=False, legacy={})
     seq_len: int = _field(role="length", text=eq_text("N"), cast=int)  # N
     kv_len: int = _field(role="length", text=eq_text("M"), follows="seq_len", cast=int)  # M (= N: self-attention)
-    device: str = _field(
-        role="setting", text=lambda v, _: f"on {v}", legacy="cpu", matched=False
-    )  # "cpu" | "cuda" (the type; the index is a run setting)
+    # "cpu" | "cuda" (the type; the index is a run setting)
+    device: str = _field(role="setting", text=lambda v, _: f"on {v}", legacy="cpu", matched=False)
     batch: int = _field(role="setting", text=eq_text("B"))  # B
     heads: int = _field(role="setting", text=eq_text("H"))  # H (query heads)
-    inputs: str = _field(
-        role="inputs", axis="inputs", text=lambda v, _: f"inputs {v}", legacy="gaussian"
-    )  # "name" or "name:knob=value"
-    dtype: str = _field(
-        role="setting", axis="dtypes", text=lambda v, _: str(v), legacy="float32"
-    )  # "float32" | "bfloat16" | "float16"
+    # "name" or "name:knob=value"
+    inputs: str = _field(role="inputs", axis="inputs", text=lambda v, _: f"inputs {v}", legacy="gaussian")
+    # "float32" | "bfloat16" | "float16"
+    dtype: str = _field(role="setting", axis="dtypes", text=lambda v, _: str(v), legacy="float32")
     head_dim: int = _field(role="setting", axis="head_dims", text=eq_text("D"))  # D
     causal: bool = _field(
         role="setting", axis="causals", text=lambda v, _: "causal" if v else "non-causal", legacy=False, cast=bool

@@ -263,16 +263,16 @@ class AttentionVariant(nn.Module):
         reasons = self.not_supported_reasons(q, k, v, causal=causal, kv_mask=kv_mask, training=training)
         if reasons:
             raise NotSupportedError(self.name, reasons)
+        # nn.Module's: hooks, forward
         backend, module_call = (
             self.resolve_backend(q, training=training),
             super().__call__,
-        )  # nn.Module's: hooks, forward
+        )
 
         def call(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
             pinned = self._pinned_backend
-            object.__setattr__(
-                self, "_pinned_backend", backend
-            )  # not nn.Module's __setattr__: this runs in timed calls
+            # not nn.Module's __setattr__: this runs in timed calls
+            object.__setattr__(self, "_pinned_backend", backend)
             try:
                 return module_call(q, k, v, causal=causal, kv_mask=kv_mask)
             finally:

@@ -118,9 +118,8 @@ def _chunked_forward(
         row_sum = torch.zeros_like(row_max)
         acc = torch.zeros_like(qc)
         for ks, ke in _spans(min(M, qe) if causal else M, key_chunk):  # causal: no key chunk above the diagonal
-            s = _mask_tile_(
-                qc @ k[:, :, ks:ke].transpose(-1, -2), qs, qe - qs, ks, kv_mask, causal
-            )  # (B, H_kv, G*cq, ck)
+            # (B, H_kv, G*cq, ck)
+            s = _mask_tile_(qc @ k[:, :, ks:ke].transpose(-1, -2), qs, qe - qs, ks, kv_mask, causal)
             new_max = torch.maximum(row_max, s.amax(-1))
             shift = new_max.masked_fill(new_max == NEG_INF, 0.0)  # a row that sees nothing yet: exp(-inf) = 0
             p = s.sub_(shift[..., None]).exp_()
@@ -162,14 +161,12 @@ def _chunked_backward(
             if causal and qe - 1 < ks:  # every query of this chunk is before every key
                 continue
             qc, doc = _grouped(q[:, :, qs:qe], Hkv), _grouped(grad_out[:, :, qs:qe], Hkv)  # (B, H_kv, G*cq, D)
-            s = _mask_tile_(
-                (qc * scale) @ kc.transpose(-1, -2), qs, qe - qs, ks, kv_mask, causal
-            )  # (B, H_kv, G*cq, ck)
+            # (B, H_kv, G*cq, ck)
+            s = _mask_tile_((qc * scale) @ kc.transpose(-1, -2), qs, qe - qs, ks, kv_mask, causal)
             p = s.sub_(_grouped(lse[:, :, qs:qe, None], Hkv)).exp_()
             dv[:, :, ks:ke] += p.transpose(-1, -2) @ doc
-            ds = (
-                (doc @ vc.transpose(-1, -2)).sub_(_grouped(delta[:, :, qs:qe, None], Hkv)).mul_(p)
-            )  # dS = P * (dP - delta)
+            # dS = P * (dP - delta)
+            ds = (doc @ vc.transpose(-1, -2)).sub_(_grouped(delta[:, :, qs:qe, None], Hkv)).mul_(p)
             dq[:, :, qs:qe] += _ungrouped((ds @ kc).mul_(scale), H)
             dk[:, :, ks:ke] += (ds.transpose(-1, -2) @ qc).mul_(scale)
     return dq, dk, dv

@@ -125,10 +125,11 @@ class DistilledAttention(AttentionVariant):
         Materialises N x M: for the calibration loss at short N only, never in forward.
         """
         self.materialize(k.shape[1], q.shape[3], q.device)
+        # (B, H_kv, G, N, 2F), (B, H_kv, 1, M, 2F)
         fq, fk = (
             self._phi(group(q, k.shape[1])),
             self._phi(k[:, :, None], kv_mask),
-        )  # (B, H_kv, G, N, 2F), (B, H_kv, 1, M, 2F)
+        )
         scores = ungroup(fq @ fk.transpose(-1, -2))  # (B, H, N, M), >= 0
         if causal:
             scores = scores.tril()
@@ -238,9 +239,8 @@ class DistilledAttention(AttentionVariant):
         phi = torch.cat([proj.softmax(-1), (-proj).softmax(-1)], dim=-1)  # (B, H_kv, G, L, 2F), each in [0, 1]
         if kv_mask is not None:
             # where, not multiply: an inf/nan padded key must not leak through 0 * nan.
-            phi = torch.where(
-                kv_mask[:, None, None, :, None], phi, torch.zeros((), device=phi.device)
-            )  # padded keys: phi = 0
+            # padded keys: phi = 0
+            phi = torch.where(kv_mask[:, None, None, :, None], phi, torch.zeros((), device=phi.device))
         return phi
 
 

@@ -67,9 +67,8 @@ class LinformerAttention(AttentionVariant):
     )
     calibrate_at_eval_length = True  # E and F have a column per position: a fit at 256 leaves later columns untrained
     small_config = {"k": 8, "max_seq_len": 128}
-    quality_knob = QualityKnob(
-        "k", 16, 256, at_most_length=True
-    )  # more is more accurate and slower; 256: the largest k of the paper's GLUE results
+    # more is more accurate and slower; 256: the largest k of the paper's GLUE results
+    quality_knob = QualityKnob("k", 16, 256, at_most_length=True)
     length_fields = ("max_seq_len",)  # E, F sized for the N measured unless a user sets it
 
     @classmethod

@@ -208,12 +208,13 @@ def _banded(
     kw, vw = (_windows(t, P, Mp, L, b) for t in (k, v))  # (B, H_kv, nb, L, D) overlapping views
     # Block n's query r sits at padded index r + P of its L keys; the window depends only on j - i, so
     # block 0's (b, L) picture holds for every block.
+    # (b, L)
     window_seen = band(
         torch.arange(b, device=q.device)[:, None] + P,
         torch.arange(L, device=q.device)[None, :],
         window=window,
         causal=causal,
-    )  # (b, L)
+    )
     S = min(sinks, M)
     if S:  # sink keys go in front of every block's window: (B, H_kv, nb, S + L, D), a copy
         kw, vw = (torch.cat([t[:, :, None, :S].expand(-1, -1, nb, -1, -1), w], dim=3) for t, w in ((k, kw), (v, vw)))
@@ -228,13 +229,11 @@ def _banded(
         real[P : P + n_real] = True if kv_mask is None else kv_mask[n, :n_real]
         keep = window_seen[None] & real.unfold(0, L, b)[:, None, :]  # (nb, b, L)
         if S:
-            keep = torch.cat(
-                [sink_seen & (True if kv_mask is None else kv_mask[n, :S]), keep], dim=-1
-            )  # (nb, b, S + L)
+            # (nb, b, S + L)
+            keep = torch.cat([sink_seen & (True if kv_mask is None else kv_mask[n, :S]), keep], dim=-1)
         keep = keep.repeat(1, G, 1)[None]  # (1, nb, G*b, S + L): 4-D keeps SDPA's fused CPU kernel
-        out = F.scaled_dot_product_attention(
-            qb[n], kw[n], vw[n], attn_mask=keep, scale=softmax_scale(D)
-        )  # (H_kv, nb, G*b, D)
+        # (H_kv, nb, G*b, D)
+        out = F.scaled_dot_product_attention(qb[n], kw[n], vw[n], attn_mask=keep, scale=softmax_scale(D))
         if kv_mask is not None or N > M:  # a query with no visible key gets zeros, as in the reference
             out = out.masked_fill(~keep.any(-1)[..., None], 0.0)
         outs.append(out)
@@ -252,9 +251,8 @@ def _windows(t: Tensor, P: int, Mp: int, L: int, b: int) -> Tensor:
 def _masked(q: Tensor, k: Tensor, v: Tensor, pattern: PatternFn, *, causal: bool, kv_mask: Tensor | None) -> Tensor:
     """Dense SDPA over exactly what the reference sees (pattern, causality, padding) as a bool mask: O(N * M)."""
     N, M = q.shape[2], k.shape[2]
-    keep = visibility(
-        torch.arange(N, device=q.device), M, causal=causal, kv_mask=kv_mask, pattern=pattern
-    )  # (B|1, 1, N, M)
+    # (B|1, 1, N, M)
+    keep = visibility(torch.arange(N, device=q.device), M, causal=causal, kv_mask=kv_mask, pattern=pattern)
     out = sdpa(q, k, v, attn_mask=keep, scale=softmax_scale(q.shape[-1]))
     if kv_mask is not None or N > M:
         out = out.masked_fill(~keep.any(-1)[..., None], 0.0)

@@ -84,9 +84,8 @@ def run(args: argparse.Namespace) -> int:
         given = [k.flag for k in settings if cli[k.key] is not None and k.key not in where_keys()]
         if given or args.config:
             raise UsageError(f"--resume replays the run's own spec.toml; drop {', '.join(_flags(given, args.config))}")
-        check_resume(
-            args.resume, run_id=args.run_id, out=args.out
-        )  # here too, so --dry-run says what the real run would
+        # here too, so --dry-run says what the real run would
+        check_resume(args.resume, run_id=args.run_id, out=args.out)
         spec = resume_spec(
             Path(args.resume),
             overrides={k: v for k, v in cli.items() if v is not None},

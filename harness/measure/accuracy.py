@@ -92,16 +92,15 @@ def check_accuracy(
         start = time.perf_counter()
         out = call(qg, kg, vg)
         check_output(out, q, v)
-        g = (g * valid[:, None, :, None]).to(
-            out.dtype
-        )  # padded query rows are unspecified: no gradient flows from them  # the reference below gets these same (rounded) values, so bf16 rounding of g is no error
+        # padded query rows are unspecified: no gradient flows from them; the reference below gets these same
+        # (rounded) values, so bf16 rounding of g is no error
+        g = (g * valid[:, None, :, None]).to(out.dtype)
         grad_out = torch.zeros_like(out)
         grad_out[:, :, rows] = g
         grads = torch.autograd.grad(out, (qg, kg, vg), grad_outputs=grad_out, allow_unused=True)
         result.call_s = time.perf_counter() - start
-        grads = tuple(
-            torch.zeros_like(t) if g is None else g for g, t in zip(grads, (qg, kg, vg))
-        )  # unused input: zero gradient
+        # unused input: zero gradient
+        grads = tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, (qg, kg, vg)))
         out = out.detach()
         result.nonfinite = nonfinite(out, *grads)
         if result.nonfinite:
@@ -136,6 +135,7 @@ def check_accuracy(
             return result
         q64, k64, v64 = (t.double() for t in (q, k, v))
         with torch.no_grad():
+            # (B, H, R, D)
             ref = torch.cat(
                 [
                     reference_attention(
@@ -144,7 +144,7 @@ def check_accuracy(
                     for i in range(0, R, chunk)
                 ],
                 dim=2,
-            )  # (B, H, R, D)
+            )
     result.fields.update(output_errors(out[:, :, rows].double(), ref, valid))
     return result
 

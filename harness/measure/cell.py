@@ -62,9 +62,8 @@ def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: M
         raise
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a row (a timeout may land between stages)
         failed_in, error = (exc.stage, exc.error) if isinstance(exc, StageFailed) else ("start", exc)
-        row.update(
-            **recorder.fields
-        )  # what the stages that finished measured stays in the row (backend, errors, memory)
+        # what the stages that finished measured stays in the row (backend, errors, memory)
+        row.update(**recorder.fields)
         status, reason = classify_exception(error, settings.cell_timeout_s)
         row.update(
             status=status,

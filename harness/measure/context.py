@@ -21,12 +21,10 @@ class MeasureContext:
     inputs: QKV | None = None
     calibrated: dict[str, tuple[torch.nn.Module, float, dict]] = field(default_factory=dict)
     baselines: dict[tuple, torch.nn.Module] = field(default_factory=dict)  # the built baseline per (device, dtype)
-    baseline_call_s: dict[tuple, float] = field(
-        default_factory=dict
-    )  # its per-call seconds per (inputs key, mode): warm, no re-estimate
-    tuned: dict[str, dict[int, float]] = field(
-        default_factory=dict
-    )  # error-budget searches: knob value -> error, per search key
+    # its per-call seconds per (inputs key, mode): warm, no re-estimate
+    baseline_call_s: dict[tuple, float] = field(default_factory=dict)
+    # error-budget searches: knob value -> error, per search key
+    tuned: dict[str, dict[int, float]] = field(default_factory=dict)
 
     def baseline(self, device: torch.device, dtype: str) -> torch.nn.Module:
         """The paired timing's baseline (harness.schema.BASELINE, default config: backend auto), built once per device and dtype."""

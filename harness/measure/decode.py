@@ -96,9 +96,8 @@ def measure_decode(
     with stage("timing"):
         times = _time_generations(fresh_state, generate, settings, device, first_call_s)
     latency = statistics.median(times) / S
-    flops = (
-        sum(int(attn.flops(cell.batch, cell.heads, 1, N + t + 1, cell.head_dim, False)) for t in range(S)) // S
-    )  # per token
+    # per token
+    flops = sum(int(attn.flops(cell.batch, cell.heads, 1, N + t + 1, cell.head_dim, False)) for t in range(S)) // S
     return recorder.outcome(
         "ok",
         latency_s=latency,
@@ -117,9 +116,10 @@ def _accuracy(
     rows = torch.arange(N, N + S, device=q.device)
     pattern = attn.pattern if reference == "pattern" else None
     with torch.no_grad():
+        # (B, H, S, D)
         ref = reference_attention(
             q.double(), k.double(), v.double(), causal=True, kv_mask=full_mask(kv_mask, S), pattern=pattern, rows=rows
-        )  # (B, H, S, D)
+        )
     return output_errors(out.double(), ref)
 
 

@@ -217,6 +217,7 @@ def _accuracy(
     with torch.no_grad():
         x64 = x.double()
         q, k, v = gold.project(x64)
+        # (B, H, R, D)
         a = torch.cat(
             [
                 reference_attention(
@@ -225,7 +226,7 @@ def _accuracy(
                 for i in range(0, len(rows), chunk)
             ],
             dim=2,
-        )  # (B, H, R, D)
+        )
         ref = gold.finish(x64[:, rows], a)  # (B, R, E)
     valid = kv_mask[:, rows] if kv_mask is not None else None
     return output_errors(out[:, rows].double()[:, None], ref[:, None], valid)

@@ -29,9 +29,8 @@ class AnalysedRun:
     frame: pd.DataFrame  # the rows with dense ratios (analysis.with_dense_ratios), "error" and "in_budget" (budgets.py)
     budgets: tuple[float, ...]  # the error budgets the answer is for
     metric: str  # what a budget bounds: "rel_l2" | "cosine"
-    accuracy_reference: (
-        str  # what the errors are against: "full" | "pattern" (every row records it; older rows: the spec's)
-    )
+    # what the errors are against: "full" | "pattern" (every row records it; older rows: the spec's)
+    accuracy_reference: str
     cell_timeout_s: float | None  # the run's per-cell limit (the report's maps get it too); None: none or unknown
     tables: tuple[choice.AnswerTable, ...]  # the answer: per setting and inputs, the winner per N and budget
     spec: dict[str, Any]  # the spec.toml's values ({} when missing or malformed)

@@ -153,9 +153,8 @@ class Crossover:
     """Where a variant becomes faster than dense, from two measured latency curves."""
 
     kind: str  # "always" (faster at every shared N), "crosses" (faster from length on), "never" (not faster at the longest shared N), "no data"
-    length: (
-        float | None
-    )  # the interpolated N where the ratio crosses 1 (kind "crosses"); the shortest shared N for "always"
+    # the interpolated N where the ratio crosses 1 (kind "crosses"); the shortest shared N for "always"
+    length: float | None
 
 
 def crossover_length(n: Sequence[float], t_variant: Sequence[float], t_dense: Sequence[float]) -> Crossover:

@@ -97,9 +97,8 @@ def _out_of_reach(frame: pd.DataFrame, table: choice.AnswerTable) -> list[Block]
             if isinstance(r["tuning"], dict) and r["tuning"].get("tried")
         ]
         tops = [(t["tried"].get(str(t["high"])), t["knob"], t["high"], n) for t, n in searched]
-        best = min(
-            ((float(e), *rest) for e, *rest in tops if isinstance(e, (int, float))), default=None
-        )  # None: not finite
+        # None: not finite
+        best = min(((float(e), *rest) for e, *rest in tops if isinstance(e, (int, float))), default=None)
         best_text = f" (best {best[0]:.2g}: {best[1]}={best[2]} at N={format_n(int(best[3]))})" if best else ""
         parts.append(f"{variant} {where}{best_text}")
     return [Paragraph("Out of reach (on the search's held-out seeds): " + "; ".join(parts) + ".")] if parts else []

@@ -10,6 +10,7 @@ import pandas as pd
 from harness.report.formatting import format_text
 from harness.report.page import Block, Code, Heading, Paragraph, Table
 
+# the outcome table's columns, then any other
 STATUS_ORDER = (
     "ok",
     "oom",
@@ -17,7 +18,7 @@ STATUS_ORDER = (
     "error",
     "nonfinite",
     "timeout",
-)  # the outcome table's columns, then any other
+)
 
 
 def environment(env: dict[str, Any], frame: pd.DataFrame) -> list[Block]:

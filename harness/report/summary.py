@@ -26,11 +26,12 @@ def summary_table(analysed: "AnalysedRun") -> str:
     blocks = []
     for setting, group in frame.groupby(keys, sort=False):
         s = dict(zip(keys, setting))
+        # 'forward float32 causal B=1 H=8 D=64 inputs=local on cpu'
         title = (
             " ".join(describe(s, ("mode", "dtype", "causal", "batch", "heads", "head_dim"), skip_defaults=False))
             + axes_title(s)
             + f" inputs={s['inputs']} on {s['device']}"
-        )  # 'forward float32 causal B=1 H=8 D=64 inputs=local on cpu'
+        )
 
         lengths = sorted(group["seq_len"].unique())
         header = ["variant", "metric"] + [format_n(n) for n in lengths]

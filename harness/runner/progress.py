@@ -37,9 +37,8 @@ class Progress:
         self.done = sum(cell.cell_id in done for cell in cells)
         self.last = ""
         self._costs = {cell.cell_id: expected_cost(cell) for cell in cells}
-        self.planned_cost = sum(
-            cost for cell_id, cost in self._costs.items() if cell_id not in done
-        )  # what the ETA covers
+        # what the ETA covers
+        self.planned_cost = sum(cost for cell_id, cost in self._costs.items() if cell_id not in done)
         self.measured_cost = 0.0  # of it, the cells measured so far
         self._bar = tqdm(
             total=self.planned_cost,

@@ -24,9 +24,8 @@ from harness.spec.toml_io import load_toml, toml_library
 from harness.spec.variants import expand_variants, variant_config_layers
 from variants._checks import did_you_mean
 
-KEYS = tuple(k.key for k in knobs(SweepSpec)) + (
-    VARIANT_CONFIG_KEY,
-)  # what a spec file may hold (besides executor keys)
+# what a spec file may hold (besides executor keys)
+KEYS = tuple(k.key for k in knobs(SweepSpec)) + (VARIANT_CONFIG_KEY,)
 FLAGS = {k.key: k.flag for k in knobs(SweepSpec) if k.flag}  # spec key -> its flag, for messages
 
 

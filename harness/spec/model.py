@@ -23,7 +23,7 @@ DTYPE_ALIASES = {
 MODES = ("forward", "train")
 MODE_ALIASES = {"fwd": "forward", "training": "train", "backward": "train", "bwd": "train"}
 ACCURACY_REFERENCES = ("full", "pattern")
-PHASES = ("prefill", "decode")  # harness.schema's, repeated here: the spec sits below nothing that imports it
+PHASES = ("prefill", "decode")  # the values of each axis list: what the spec accepts
 SCOPES = ("attention", "layer")
 RECOMPUTES = ("none", "attention", "layer")
 PRECISIONS = ("fp32", "autocast-bf16", "autocast-fp16")
@@ -216,13 +216,11 @@ class SweepSpec:
         parse=lambda v, w: str(v).strip().lower(),
         help="local (default), subprocess, ray or slurm",
     )
-    executor_options: dict[str, Any] = field(
-        default_factory=dict
-    )  # the executor's option keys (ray_address, slurm_*, ...)
+    # the executor's option keys (ray_address, slurm_*, ...)
+    executor_options: dict[str, Any] = field(default_factory=dict)
     device_was_auto: bool = False  # the device came from "auto" (a remote executor needs an explicit one); not written
-    sources: dict[str, str] = field(
-        default_factory=dict, compare=False
-    )  # key -> where its value came from, for messages
+    # key -> where its value came from, for messages
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
 
     def where(self, key: str) -> str:
         """Where a key's value came from ('--slurm-time', 'sweep.toml: slurm_time_min'), for a message."""

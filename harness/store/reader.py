@@ -175,9 +175,8 @@ def series_labels(frame: pd.DataFrame) -> list[str]:
         configs.setdefault((variant, is_matched), {})[key] = json.loads(key)
     varying: dict[tuple[str, bool], list[str]] = {}
     for (variant, is_matched), found in configs.items():
-        left_out = set(length_fields(variant)) | (
-            {knob_field(variant)} if is_matched else set()
-        )  # the search sets the knob
+        # the search sets the knob
+        left_out = set(length_fields(variant)) | ({knob_field(variant)} if is_matched else set())
         fields = sorted({f for c in found.values() for f in c} - left_out)
         varying[(variant, is_matched)] = [
             f for f in fields if len({json.dumps(c.get(f), sort_keys=True, default=str) for c in found.values()}) > 1

@@ -32,10 +32,11 @@ class TaskPreset:
     d_model: int = 64  # model width E
     layers: int = 2  # transformer blocks
     heads: int = 4  # attention heads (head_dim = d_model / heads)
+    # N of each setting (one-hop MQAR at N=256 needs more steps than a CPU budget)
     seq_lens: tuple[int, ...] = (
         64,
         128,
-    )  # N of each setting (one-hop MQAR at N=256 needs more steps than a CPU budget)
+    )
     steps: int = 300  # AdamW steps
     tokens_per_step: int = 1024  # batch = tokens_per_step // N sequences (at least 1): the same tokens at every N
     lr: float = 3e-3  # peak learning rate (linear warm-up over 10%, cosine decay to 10%)
