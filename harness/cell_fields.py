@@ -21,9 +21,8 @@ class Setting:
 
     role: str  # ROLES: "setting" fields are what variants compete in (one report table each, with "inputs" apart)
     axis: str | None = None  # the SweepSpec list of this field's values (the planning product runs over these)
-    text: Callable[[Any, Mapping[str, Any]], str] | None = (
-        None  # (value, the cell's values) -> a short label for people
-    )
+    # (value, the cell's values) -> a short label for people
+    text: Callable[[Any, Mapping[str, Any]], str] | None = None
     follows: str | None = None  # a field whose value this one takes when unset (kv_heads: heads; kv_len: seq_len)
     legacy: Any = None  # what a row written without this field means (None: the field's own default, see legacy_value)
     added: bool = False  # added after schema_version 1's first ids: left out of the id at its default, so old ids hold

@@ -30,9 +30,8 @@ STATUSES = (
     "timeout",
     "unreachable",
 )
-BASELINE = (
-    "dense"  # the variant every other one is compared with (paired timing, ratios, the answer), at its default config
-)
+# the variant every other one is compared with (paired timing, ratios, the answer), at its default config
+BASELINE = "dense"
 NOT_RUN_PREFIX = "not run"  # reason of a cell skipped after an oom/timeout at a shorter N of its series
 
 

@@ -32,9 +32,8 @@ from harness.measure.timing import cuda_block_timer, quantile, time_step
 from harness.schema import BASELINE, Cell
 
 Step = Callable[[], Any]
-TARGET_PAIRS = (
-    10  # pairs a cell aims for within its time budget (at least settings.repeats, at most this when calls are fast)
-)
+# pairs a cell aims for within its time budget (at least settings.repeats, at most this when calls are fast)
+TARGET_PAIRS = 10
 SLOW_PAIRS = 3  # pairs when one call of either step already exceeds the budget...
 SLOWEST_PAIRS = 2  # ... and when one pair takes longer than SLOW_PAIR_S
 SLOW_PAIR_S = 1.0  # seconds

@@ -55,9 +55,8 @@ class Tuned:
     fields: dict[str, Any]  # config (the knob at the value chosen; None if the search chose none), tuning, tuning_s
     cell: Cell | None = None  # the cell to measure, at the value found (None: unreachable, or the search failed)
     reason: str | None = None  # why the budget is unreachable
-    failure: BaseException | None = (
-        None  # what stopped the search (out of memory, the time limit): raised by the caller
-    )
+    # what stopped the search (out of memory, the time limit): raised by the caller
+    failure: BaseException | None = None
 
 
 def search_knob(

@@ -42,12 +42,10 @@ class Pick:
     high: float = math.nan
     latency_s: float = math.nan  # the winner's median latency
     tie: str | None = None  # the runner-up whose interval overlaps the winner's
-    dense_status: str | None = (
-        None  # where dense did not run at this N: its status ("oom"...); None where it was not in the run
-    )
-    over_budget: float | None = (
-        None  # the winner's error where it is above the budget (a matched row within the margin)
-    )
+    # where dense did not run at this N: its status ("oom"...); None where it was not in the run
+    dense_status: str | None = None
+    # the winner's error where it is above the budget (a matched row within the margin)
+    over_budget: float | None = None
 
     def text(self) -> str:
         """'sliding_window(window=512) 3.1x [2.9-3.3] (tie: chunked)', '... (error 0.052)' above the budget, 'dense',

@@ -32,9 +32,8 @@ PRECISIONS = ("fp32", "autocast-bf16", "autocast-fp16")
 RESUMED_SPEC_DEFAULTS = {"error_budgets": []}  # a run from before error budgets searched no configs
 # Keys that were renamed (every list of a cell axis is plural now): the old name is still read, with a one-line note.
 RENAMED_KEYS = {"causal": "causals", "padding": "paddings", "scope": "scopes"}
-VARIANT_CONFIG_KEY = (
-    "variant_config"  # TOML-only table: variant -> {field = value}, applied to every entry of that variant
-)
+# TOML-only table: variant -> {field = value}, applied to every entry of that variant
+VARIANT_CONFIG_KEY = "variant_config"
 
 
 @dataclass(frozen=True)
