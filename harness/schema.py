@@ -164,11 +164,12 @@ def default_of(name: str, values: Mapping[str, Any]) -> Any:
 
 
 def legacy_value(name: str, values: Mapping[str, Any]) -> Any:
-    """What a row that did not record `name` means (the reader's fill-in), MISSING when nothing can be assumed."""
+    """What a row that did not record `name` means (the reader's fill-in), None when nothing can be assumed."""
     legacy = SETTINGS[name].legacy
     if legacy is not None:
         return copy.copy(legacy)
-    return default_of(name, values)
+    default = default_of(name, values)
+    return None if default is MISSING else default
 
 
 def identity(values: Mapping[str, Any], *, matching: bool = False) -> dict[str, Any]:
@@ -213,7 +214,7 @@ def _at_default(name: str, value: Any, values: Mapping[str, Any]) -> bool:
     if value is None:
         return True
     default = default_of(name, values)
-    return default is not MISSING and (default is None and value is None or value == default)
+    return default is not MISSING and value == default
 
 
 def _has_default(name: str) -> bool:

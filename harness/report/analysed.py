@@ -33,7 +33,6 @@ class AnalysedRun:
     accuracy_reference: str
     cell_timeout_s: float | None  # the run's per-cell limit (the report's maps get it too); None: none or unknown
     tables: tuple[choice.AnswerTable, ...]  # the answer: per setting and inputs, the winner per N and budget
-    spec: dict[str, Any]  # the spec.toml's values ({} when missing or malformed)
 
     @property
     def name(self) -> str:
@@ -62,7 +61,7 @@ def analyse(run: Run | str | Path, *, budgets: Sequence[float] | None = None) ->
     """
     run = run if isinstance(run, Run) else load_run(run)
     spec, problem = stored_spec_values(run.spec_text)
-    if problem and run.spec_text is not None:
+    if problem:
         run.notes.append(problem)
     own, metric = budgets_mod.run_budgets(spec)
     chosen = tuple(sorted(set(budgets))) if budgets else own
@@ -80,7 +79,6 @@ def analyse(run: Run | str | Path, *, budgets: Sequence[float] | None = None) ->
         if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0
         else None,
         tables=tuple(choice.answer_tables(frame, chosen, metric)),
-        spec=spec,
     )
 
 

@@ -151,6 +151,14 @@ def varying_keys(tables: list[AnswerTable]) -> list[str]:
     return [k for k in keys if len({str(v.get(k)) for v in values}) > 1]
 
 
+def table_titles(tables: Sequence[AnswerTable]) -> list[str]:
+    """What tells each table apart ('float32, causal, inputs local'): the varying keys; '' each when there is one table."""
+    if len(tables) < 2:
+        return [""] * len(tables)
+    varying = varying_keys(list(tables))
+    return [", ".join(describe(t, varying)) for t in tables]
+
+
 def describe(table: AnswerTable, keys: Sequence[str], *, skip_defaults: bool = False) -> list[str]:
     """The table's value of each key, for people: 'float32', 'causal', 'H=8', 'inputs local'... (harness.schema.describe);
     skip_defaults leaves out the axes at their default (H_kv = H, prefill, attention, no padding)."""

@@ -50,7 +50,7 @@ def _speedup(r: pd.Series) -> str:
     return text
 
 
-def one_minus(cosine) -> float | None:
+def _one_minus(cosine) -> float | None:
     """1 - cosine similarity, the error beside relative L2 (a cosine of 0.9999998 would print as 1.00); None if unmeasured."""
     return 1.0 - cosine if isinstance(cosine, (int, float)) and np.isfinite(cosine) else None
 
@@ -83,5 +83,5 @@ COLUMNS: tuple[Column, ...] = (
         compact=lambda r: format_error(r["rel_l2_error"]),
         compared=True,
     ),
-    Column("1 - cosine", "cosine", lambda r: format_error(one_minus(r.get("cosine")), digits=2)),
+    Column("1 - cosine", "cosine", lambda r: format_error(_one_minus(r.get("cosine")), digits=2)),
 )

@@ -79,9 +79,9 @@ def figure_section(
     return paths, blocks
 
 
-def figure_file(name: str) -> str:
-    """The file of the figure whose file name starts with `name` ('latency' -> 'latency_vs_n.png')."""
-    return next(f.file for f in FIGURES if f.file.startswith(name))
+def _sentence(text: str) -> str:
+    """The text with a capital first letter and the rest as written ('Relative L2 error', not str.capitalize's 'l2')."""
+    return text[:1].upper() + text[1:]
 
 
 def _budget_list(a: "AnalysedRun") -> str:
@@ -92,16 +92,19 @@ def _decode(a: "AnalysedRun") -> pd.DataFrame:
     return a.frame[a.frame["phase"] == "decode"] if len(a.frame) else a.frame
 
 
+def _decoded(a: "AnalysedRun") -> bool:
+    """Whether a decode cell ran: the decode figures are drawn only then."""
+    return bool((_decode(a)["status"] == "ok").any())
+
+
 def _winner_map(a: "AnalysedRun", path: Path, _: MapOptions) -> Path | None:
     from harness.report import choice
 
     tables = list(a.tables)
     if not tables:
         return None
-    varying = choice.varying_keys(tables)
-    common = analysis.setting_title(tables[0].setting) + ("" if "inputs" in varying else f", inputs {tables[0].inputs}")
-    titles = [", ".join(choice.describe(t, varying)) for t in tables] if len(tables) > 1 else [common]
-    return winner_map(tables, titles, path)
+    one = f"{analysis.setting_title(tables[0].setting)}, inputs {tables[0].inputs}"  # one table: say all of it
+    return winner_map(tables, choice.table_titles(tables) if len(tables) > 1 else [one], path)
 
 
 def _winner_caption(a: "AnalysedRun") -> str:
@@ -178,7 +181,7 @@ FIGURES: tuple[Figure, ...] = (
         "measured",
         lambda a, path, _: plots.plot_pareto(a.frame, path, budgets=a.budgets, metric=a.metric),
         lambda a: (
-            f"{METRIC_NAMES[a.metric][0].upper() + METRIC_NAMES[a.metric][1:]} (against {a.errors_against}) against latency at each N (one row "
+            f"{_sentence(METRIC_NAMES[a.metric])} (against {a.errors_against}) against latency at each N (one row "
             f"of panels per setting), on the '{analysis.primary_inputs(a.frame)}' inputs (the other distributions' "
             "errors are in error_vs_n.png). Filled points are within the largest budget; the Pareto front (outlined "
             "and joined) is computed over those only, so a fast but inaccurate series is never on it. Hollow points "
@@ -209,7 +212,7 @@ FIGURES: tuple[Figure, ...] = (
             "Seconds per generated token (median over timed generations, each from a fresh state) against the "
             "context length N."
         ),
-        when=lambda a: bool((_decode(a)["status"] == "ok").any()),
+        when=_decoded,
     ),
     Figure(
         "state_bytes_vs_n.png",
@@ -226,7 +229,7 @@ FIGURES: tuple[Figure, ...] = (
             "Bytes held by the decode state right after the N-token context: a KV cache grows with N, a window or a "
             "linear-attention state does not."
         ),
-        when=lambda a: bool((_decode(a)["status"] == "ok").any()),
+        when=_decoded,
     ),
     Figure(
         "attention_maps.png",

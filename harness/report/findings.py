@@ -30,9 +30,7 @@ def recommendation(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], lis
         Heading(2, "Which one should I use"),
         Paragraph(_intro(tables, metric, searched=searched, against=analysed.errors_against)),
     ]
-    varying = choice.varying_keys(tables)
-    titles = [", ".join(choice.describe(t, varying)) for t in tables] if len(tables) > 1 else [""] * len(tables)
-    for table, title in zip(tables, titles):
+    for table, title in zip(tables, choice.table_titles(tables)):
         headers = ["N"] + [budget_label(b, metric, ascii=False) for b in table.budgets]
         rows = [[format_n(n)] + [table.picks[(n, b)].text() for b in table.budgets] for n in table.lengths]
         if title:

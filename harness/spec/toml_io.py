@@ -35,11 +35,12 @@ def load_toml(path: str | Path) -> dict[str, Any]:
 
 def stored_spec_values(text: str | None) -> tuple[dict[str, Any], str | None]:
     """A run folder's spec.toml text as values (renamed keys under their new names), and what was wrong with it
-    (None when it read cleanly; {} and the problem when it is missing or malformed): a report reads what it can."""
+    (None when it read cleanly or there is none: an older run; {} and the problem when it is malformed): a report
+    reads what it can."""
     from harness.spec.model import RENAMED_KEYS
 
     if text is None:
-        return {}, "the run folder has no spec.toml"
+        return {}, None
     tomllib = toml_library()
     try:
         values = tomllib.loads(text)

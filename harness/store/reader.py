@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from dataclasses import MISSING, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -203,15 +203,12 @@ def _fill_defaults(frame: pd.DataFrame) -> None:
     for name in CELL_FIELDS:
         cast = SETTINGS[name].cast or (lambda v: v)
         filled = [
-            _legacy(name, r) if r[name] is None or (name == "config" and not isinstance(r[name], dict)) else r[name]
+            legacy_value(name, r)
+            if r[name] is None or (name == "config" and not isinstance(r[name], dict))
+            else r[name]
             for r in records
         ]
         frame[name] = [None if v is None else cast(v) for v in filled]
-
-
-def _legacy(name: str, record: dict[str, Any]) -> Any:
-    value = legacy_value(name, record)
-    return None if value is MISSING else value
 
 
 # ---- the raw lines ---------------------------------------------------------------------------------
