@@ -58,7 +58,9 @@ class Capabilities:
     learnable: bool = False  # has parameters fitted against the exact teacher
     devices: tuple[str, ...] = ("cpu", "cuda")  # device types it runs on
     approximates: str = ""  # for approximate variants: what it approximates and how, one line
-    gqa: bool = True  # accepts k, v with H_kv < H heads (H % H_kv == 0); False: refused with a reason
+    # accepts k, v with H_kv < H heads (H % H_kv == 0); False (the default, so a plugin that never heard of GQA is
+    # not handed one): a grouped-query call is refused with the reason
+    gqa: bool = False
     decode: bool = False  # implements init_state/step (incremental causal decoding, one token per step)
 
 

@@ -41,7 +41,7 @@ class ChunkedConfig(VariantConfig):
 class ChunkedAttention(KVCacheDecoding, AttentionVariant):
     """Exact softmax attention in query x key chunks with an online softmax: O(N*c) memory, forward and backward."""
 
-    capabilities = Capabilities(exact=True, decode=True)
+    capabilities = Capabilities(exact=True, gqa=True, decode=True)
     small_config = {"query_chunk": 8, "key_chunk": 16}
 
     def forward(

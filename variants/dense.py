@@ -36,7 +36,7 @@ class DenseConfig(VariantConfig):
 class DenseAttention(KVCacheDecoding, AttentionVariant):
     """Exact softmax attention, O(N*M) memory for the scores (the fused backends avoid storing them)."""
 
-    capabilities = Capabilities(exact=True, decode=True)
+    capabilities = Capabilities(exact=True, gqa=True, decode=True)
     backends = DENSE_BACKENDS
 
     def backend_reasons(self, backend: str, q: Tensor, *, training: bool) -> list[str]:

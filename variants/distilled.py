@@ -63,6 +63,7 @@ class DistilledAttention(AttentionVariant):
 
     capabilities = Capabilities(
         learnable=True,
+        gqa=True,
         decode=True,
         approximates="softmax attention by linear attention phi(q).phi(k) with a learned softmax feature map (Hedgehog)",
     )

@@ -63,6 +63,7 @@ class LinformerAttention(AttentionVariant):
     capabilities = Capabilities(
         causal=False,
         learnable=True,
+        gqa=True,
         approximates="softmax attention over k learned projections of the M keys and values (Linformer)",
     )
     calibrate_at_eval_length = True  # E and F have a column per position: a fit at 256 leaves later columns untrained

@@ -66,7 +66,7 @@ class SlidingWindowConfig(VariantConfig):
 class SlidingWindowAttention(AttentionVariant):
     """Exact softmax attention restricted to a band of `window` keys around each query (Longformer, Mistral)."""
 
-    capabilities = Capabilities(exact=True, decode=True)
+    capabilities = Capabilities(exact=True, gqa=True, decode=True)
     backends = SLIDING_BACKENDS
     small_config = {"window": 8}
     quality_knob = QualityKnob("window", 16, 8192, at_most_length=True)  # more is more accurate and slower

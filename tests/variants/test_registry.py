@@ -82,7 +82,7 @@ def test_a_minimal_variant_needs_only_config_and_forward(scratch_registry):
     assert spec.cls is cls and spec.config is ScaledConfig
     assert spec.description == "Dense attention times a factor (a test variant)."
     assert [f.name for f in spec.fields] == ["factor"]
-    assert spec.capabilities == Capabilities()  # defaults: approximate, everything supported
+    assert spec.capabilities == Capabilities()  # defaults: approximate, no GQA, everything else supported
     q = torch.randn(1, 2, 5, 4)
     assert attn(q, q, q).shape == q.shape
     assert attn.flops(1, 2, 5, 5, 4, False) == 4 * 2 * 5 * 5 * 4
@@ -293,11 +293,13 @@ def test_contract_tests_pick_up_a_plugin_with_no_test_code(tmp_path):
     plugin.write_text(
         textwrap.dedent(
             """
-            from variants import AttentionVariant, register_variant, reference_attention
+            from variants import AttentionVariant, Capabilities, register_variant, reference_attention
 
             @register_variant("leaky_attn")
             class LeakyAttention(AttentionVariant):
                 '''Ignores causal=True.'''
+
+                capabilities = Capabilities(gqa=True)  # reference_attention groups K/V heads itself
 
                 def forward(self, q, k, v, *, causal=False, kv_mask=None):
                     return reference_attention(q, k, v, kv_mask=kv_mask, dtype=q.dtype)
