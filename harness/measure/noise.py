@@ -50,6 +50,13 @@ def _others_running() -> float | None:
     """Runnable threads of other processes now (Linux /proc), or None."""
     import time
 
+    counts = _runnable_threads()
+    time.sleep(0.002)
+    return None if counts is None else float(max(0, counts[0] - counts[1]))
+
+
+def _runnable_threads() -> tuple[int, int] | None:
+    """(runnable threads the kernel counts, this process's runnable threads), from Linux /proc; None elsewhere."""
     try:
         with open("/proc/loadavg", encoding="ascii") as f:
             running = int(f.read().split()[3].split("/")[0])
@@ -62,8 +69,7 @@ def _others_running() -> float | None:
                 continue  # a thread that just ended
     except (OSError, ValueError, IndexError):
         return None
-    time.sleep(0.002)
-    return float(max(0, running - own))
+    return running, own
 
 
 def larger(a: float | None, b: float | None) -> float | None:

@@ -19,11 +19,11 @@ ray = pytest.importorskip("ray")
 
 from harness.commands import main  # noqa: E402
 from harness.plan import plan  # noqa: E402
+from harness.runner import run_sweep  # noqa: E402
 from harness.runner import sweep_spec as build_spec  # noqa: E402
 from harness.store import read_rows  # noqa: E402
-from harness.runner import run_sweep  # noqa: E402
-
-from tests.helpers import REPO as ROOT
+from tests.helpers import REPO as ROOT  # noqa: E402
+from tests.helpers.load import load_scaled  # noqa: E402
 
 TINY = {
     "device": "cpu",
@@ -153,7 +153,7 @@ def test_a_killed_worker_is_an_error_row_for_its_cell_only(tmp_path, ray_cluster
 
 def test_a_hung_task_is_cancelled_and_becomes_a_timeout_row(tmp_path, ray_cluster, plugins, no_report, monkeypatch):
     executors = __import__("harness.executors.base", fromlist=["STARTUP_SLACK_S"])
-    monkeypatch.setattr(executors, "STARTUP_SLACK_S", 2.0)  # hard limit = 6 * 1.5 + 2 = 11 s
+    monkeypatch.setattr(executors, "STARTUP_SLACK_S", 2.0)  # hard limit = limit * 1.5 + 2 s (11 s when quiet)
     # 6 s per cell: a loaded 2-core machine can take several seconds for the dense cell (build, check, profile, time)
     cli = {
         **TINY,
@@ -161,11 +161,11 @@ def test_a_hung_task_is_cancelled_and_becomes_a_timeout_row(tmp_path, ray_cluste
         "seq_lens": "16",
         "plugins": plugins,
         "executor": "ray",
-        "cell_timeout_s": "6",
+        "cell_timeout_s": f"{load_scaled(6):.0f}",
     }
     start = time.monotonic()
     run_dir = run_sweep(build_spec(cli=cli), out=tmp_path, run_id="hang")
-    assert time.monotonic() - start < 60
+    assert time.monotonic() - start < load_scaled(60)  # the hour-long hang was cancelled at its hard limit
     rows = {r["variant"]: r for r in read_rows(run_dir)}
     assert rows["t_hang"]["status"] == "timeout" and "ray.cancel(force=True)" in rows["t_hang"]["reason"]
     assert rows["dense"]["status"] == "ok"
@@ -210,7 +210,7 @@ def test_killed_driver_resumes_with_only_the_missing_cells(tmp_path, ray_cluster
     run_dir = tmp_path / "killed"
     child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + load_scaled(60)
         while time.monotonic() < deadline and child.poll() is None and len(read_rows(run_dir)) < 3:
             time.sleep(0.05)
         assert child.poll() is None, f"the sweep finished or died before it could be killed: {child.stderr.read()}"

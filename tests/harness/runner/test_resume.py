@@ -14,8 +14,8 @@ from harness.commands import main
 from harness.plan import plan
 from harness.runner import sweep_spec as build_spec
 from harness.store import read_rows
-
 from tests.helpers import REPO as ROOT
+from tests.helpers.load import load_scaled
 
 
 def test_killed_run_resumes_with_each_cell_exactly_once(tmp_path, test_variants, no_report):
@@ -188,12 +188,13 @@ def test_ctrl_c_stops_cleanly_keeps_the_rows_and_says_how_to_resume(tmp_path):
     run_dir = tmp_path / "ctrlc"
     child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + load_scaled(60)
         while time.monotonic() < deadline and child.poll() is None and len(read_rows(run_dir)) < 2:
             time.sleep(0.05)
         assert child.poll() is None, f"the sweep finished or died before Ctrl-C: {child.stderr.read()}"
+        assert len(read_rows(run_dir)) >= 2, "no two rows within the (load-scaled) limit: Ctrl-C would land in start-up"
         child.send_signal(signal.SIGINT)
-        _, err = child.communicate(timeout=60)
+        _, err = child.communicate(timeout=load_scaled(60))
     finally:
         if child.poll() is None:
             child.kill()
