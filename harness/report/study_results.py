@@ -49,12 +49,12 @@ def model_eval_note(model: str) -> str:
 
 
 def tasks_table(rows: list[dict[str, Any]]) -> Table:
-    """One line per task and variant: test accuracy (delta to dense) per N, or the failure."""
+    """One line per task and variant (with the config it ran): test accuracy (delta to dense) per N, or the failure."""
     lens = sorted({r["seq_len"] for r in rows})
     body = []
     for task in dict.fromkeys(r["task"] for r in rows):
         for variant in dict.fromkeys(r["variant"] for r in rows):
-            cells = [str(task), str(variant)]
+            cells = [str(task), series_label(rows, variant)]
             for n in lens:
                 r = next((r for r in rows if (r["task"], r["variant"], r["seq_len"]) == (task, variant, n)), None)
                 if r is None:
@@ -69,12 +69,47 @@ def tasks_table(rows: list[dict[str, Any]]) -> Table:
     return Table(["task", "variant"] + [f"N={n}" for n in lens], body)
 
 
+def series_label(rows: list[dict[str, Any]], variant: str) -> str:
+    """The variant with the config its rows ran, fields off their defaults named: 'sliding_window(window=16)'."""
+    config = next((r["config"] for r in rows if r.get("variant") == variant and r.get("config")), None)
+    return config_label(variant, config)
+
+
+def equal_to_dense_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One sentence per variant whose config makes it compute exactly what dense does at every length studied.
+
+    An exact variant whose quality knob stops mattering at the key length (a window) and is at least the longest N
+    studied covers every key: its row repeats dense's and says nothing about the variant.
+    """
+    from variants import get_variant
+
+    notes, longest = [], max((r["seq_len"] for r in rows), default=0)
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        config = next((r["config"] for r in rows if r.get("variant") == variant and r.get("config")), None)
+        try:
+            spec = get_variant(variant)
+        except (ValueError, TypeError):  # a plugin not loaded here
+            continue
+        knob = spec.cls.quality_knob
+        if not (config and knob and knob.at_most_length and spec.capabilities.exact):
+            continue
+        value = config.get(knob.field)
+        if isinstance(value, int) and value >= longest:
+            notes.append(
+                f"{config_label(variant, config, show=[knob.field])} covers every length studied ({knob.field} "
+                f"{value} >= N = {longest}): it computes exactly what dense does, so its accuracy says nothing about "
+                f"the {knob.field}; pass a smaller one (--set {variant}.{knob.field}=...)."
+            )
+    return notes
+
+
 def tasks_note(rows: list[dict[str, Any]]) -> str:
     chance = ", ".join(sorted({f"{r['task']} {r['chance']:.3f}" for r in rows if r.get("chance") is not None}))
     majority = ", ".join(
         sorted({f"{r['task']} N={r['seq_len']} {r['majority']:.3f}" for r in rows if r.get("majority") is not None})
     )
-    return f"Test accuracy (delta to dense). Chance: {chance}. Majority class of the test set: {majority}."
+    note = f"Test accuracy (delta to dense). Chance: {chance}. Majority class of the test set: {majority}."
+    return " ".join([note, *equal_to_dense_notes(rows)])
 
 
 # stem -> (section title, what it measured, its table)

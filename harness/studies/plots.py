@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.report.plotting import pyplot
+from harness.report.study_results import series_label
 
 DPI = 120
 
@@ -61,7 +62,7 @@ def plot_tasks(rows: list[dict[str, Any]], path: Path) -> Path:
             for n in lens:
                 r = next((r for r in rows if (r["task"], r["variant"], r["seq_len"]) == (task, variant, n)), None)
                 acc.append(r["accuracy"] if r and r["accuracy"] is not None else float("nan"))
-            ax.bar([i + j * width for i in range(len(lens))], acc, width, label=variant)
+            ax.bar([i + j * width for i in range(len(lens))], acc, width, label=series_label(rows, variant))
         chance = next(r["chance"] for r in rows if r["task"] == task)
         ax.axhline(chance, color="grey", linestyle="--", linewidth=1, label="chance")
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(lens))], [f"N={n}" for n in lens])

@@ -183,3 +183,6 @@ def listops_text(tokens: Tensor | list[int]) -> str:
 
 
 TASK_NAMES = ("mqar", "listops")
+# ListOps is left out by default: at the cpu preset's budget every variant, dense included, scores 0.23-0.28 (its
+# majority class), so it tells no variant apart; `--tasks mqar,listops --steps ...` runs it.
+DEFAULT_TASKS = ("mqar",)

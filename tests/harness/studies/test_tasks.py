@@ -55,8 +55,8 @@ def test_cuda_without_cuda_is_one_line_and_exit_2(capsys):
 
 
 def test_cli_writes_tables_and_figure(tmp_path, capsys):
-    rc = main(["tasks", "--variants", "dense", "--seq-lens", "16", "--steps", "2", "--out", str(tmp_path)])
-    assert rc == 0
+    argv = ["tasks", "--variants", "dense", "--seq-lens", "16", "--steps", "2", "--tasks", "mqar,listops"]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "tasks.json").read_text())["rows"]
     assert {(r["task"], r["seq_len"], r["variant"]) for r in rows} == {("mqar", 16, "dense"), ("listops", 16, "dense")}
     assert all(r["status"] == "ok" and 0 <= r["accuracy"] <= 1 and r["delta_to_dense"] == 0 for r in rows)
@@ -85,3 +85,18 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert main(["tasks", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and re.search(message, err), err
+
+
+def test_a_window_covering_every_length_is_called_out_and_configs_are_shown(tmp_path, capsys):
+    """sliding_window at its default window (256) on N=32 is dense: the table names its config and the run warns."""
+    argv = ["tasks", "--variants", "dense,sliding_window", "--seq-lens", "32", "--steps", "1", "--out", str(tmp_path)]
+    assert main(argv) == 0  # the default tasks: MQAR only (ListOps needs far more steps than the preset gives)
+    out = capsys.readouterr().out
+    assert "warning: sliding_window(window=256) covers every length studied (window 256 >= N = 32)" in out, out
+    md = (tmp_path / "tasks.md").read_text()
+    assert "covers every length studied" in md and "| mqar | sliding_window |" in md
+    assert {r["task"] for r in json.loads((tmp_path / "tasks.json").read_text())["rows"]} == {"mqar"}
+    assert main([*argv[:-2], "--set", "sliding_window.window=8", "--out", str(tmp_path / "w8")]) == 0
+    out = capsys.readouterr().out
+    assert "covers every length" not in out
+    assert "| mqar | sliding_window(window=8) |" in (tmp_path / "w8" / "tasks.md").read_text()
