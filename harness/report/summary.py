@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from harness.report.analysis import SETTING_KEYS, axes_title
 from harness.report.columns import COLUMNS
 from harness.report.formatting import format_n
-from harness.schema import describe
+from harness.schema import NOT_RUN_PREFIX, STATUSES, describe
 
 if TYPE_CHECKING:
     from harness.report.analysed import AnalysedRun
@@ -71,3 +71,33 @@ def answer_lines(analysed: "AnalysedRun") -> list[str]:
     if lines and analysed.accuracy_reference != "full":
         lines.append(f"(errors against {analysed.errors_against})")
     return lines
+
+
+def outcome_line(analysed: "AnalysedRun") -> str:
+    """How the run went, in one line: cells by status (those not run after a shorter N failed, apart), how many timed
+    cells are noisy, and the load they were measured under: 'cells: 62 ok, 14 timeout, 20 not run (...); 29 of 29
+    timed cells noisy; load 14.2 per CPU (median of the cells; timings then follow the machine, not the code)'."""
+    import pandas as pd
+
+    from harness.measure.noise import HIGH_LOAD_PER_CPU
+
+    frame = analysed.frame
+    if not len(frame):
+        return "cells: none ran"
+    not_run = frame["reason"].fillna("").astype(str).str.startswith(NOT_RUN_PREFIX)
+    counts = frame.loc[~not_run, "status"].value_counts()
+    order = [s for s in STATUSES if s in counts] + sorted(set(counts.index) - set(STATUSES))
+    parts = [f"{counts[s]} {s}" for s in order]
+    if not_run.any():
+        parts.append(f"{int(not_run.sum())} not run (a shorter N of their series ran out of memory or time)")
+    text = "cells: " + ", ".join(parts)
+    noisy = frame["noisy"] if "noisy" in frame else pd.Series(dtype=object)
+    timed = noisy.notna()
+    if timed.any():
+        text += f"; {int(noisy[timed].astype(bool).sum())} of {int(timed.sum())} timed cells noisy"
+    load = pd.to_numeric(frame.get("load_per_cpu", pd.Series(dtype=float)), errors="coerce").dropna()
+    if len(load):
+        median = float(load.median())
+        busy = median >= HIGH_LOAD_PER_CPU
+        text += f"; load {median:.1f} per CPU (median of the cells{'; timings then follow the machine, not the code' if busy else ''})"
+    return text

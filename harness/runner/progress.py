@@ -3,16 +3,20 @@
 The ETA counts each cell by its expected cost (about N*M*D*B*H, times 3.5 in train mode, plus a
 fixed per-cell overhead), so a run whose long cells come last is not promised an early end; cells
 that are skipped (already done, or not run after an OOM) leave the total instead of advancing it.
-Silent when disabled or when stderr is not a terminal.
+When stderr is not a terminal (a log file, CI, nohup) it writes a plain line instead, at most every
+PLAIN_EVERY_S seconds, with the counts by status so far; silent when disabled (--quiet).
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterable, TextIO
+import time
+from collections import Counter
+from typing import Any, Callable, Iterable, TextIO
 
 from harness.schema import Cell
 
+PLAIN_EVERY_S = 30.0  # seconds between plain progress lines when stderr is not a terminal
 OVERHEAD_N = 512  # a cell's fixed cost (build, accuracy check, warm-up) as that of an N=512 attention
 
 
@@ -26,13 +30,24 @@ class Progress:
     """One redrawn stderr line; `start(cell)` before a cell runs, `finish(cell, row, measured)` when its row arrives."""
 
     def __init__(
-        self, cells: Iterable[Cell], done: set[str] = frozenset(), *, enabled: bool = True, stream: TextIO | None = None
+        self,
+        cells: Iterable[Cell],
+        done: set[str] = frozenset(),
+        *,
+        enabled: bool = True,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         from tqdm import tqdm
 
         cells = list(cells)
         self.stream = stream or sys.stderr
-        self.enabled = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+        terminal = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.enabled = enabled and terminal
+        self.plain = enabled and not terminal  # a line every PLAIN_EVERY_S seconds instead of a redrawn one
+        self.clock = clock
+        self._next_plain = clock() + PLAIN_EVERY_S
+        self.statuses: Counter[str] = Counter()  # of the rows that arrived in this process
         self.total = len(cells)
         self.done = sum(cell.cell_id in done for cell in cells)
         self.last = ""
@@ -69,8 +84,14 @@ class Progress:
             self._bar.total = self.planned_cost
         latency = f" {format_seconds_compact(row.get('latency_s'))}" if row.get("status") == "ok" else ""
         self.last = f"last {cell.label}: {row.get('status')}{latency}"
+        self.statuses[str(row.get("status"))] += 1
         self._describe()
         self._bar.set_postfix_str(self._postfix(), refresh=True)
+        now = self.clock() if self.plain else 0.0
+        if self.plain and now >= self._next_plain:
+            self._next_plain = now + PLAIN_EVERY_S
+            counts = ", ".join(f"{n} {status}" for status, n in self.statuses.most_common())
+            print(f"progress: {self.done}/{self.total} cells ({counts}); {self.last}", file=self.stream, flush=True)
 
     def close(self) -> None:
         self._bar.close()

@@ -276,7 +276,7 @@ def finish_run(run_dir: Path, *, plugins: tuple[str, ...] = ()) -> None:
     import warnings
 
     from harness.report.analysed import analyse
-    from harness.report.summary import answer_lines, summary_table
+    from harness.report.summary import answer_lines, outcome_line, summary_table
     from harness.store import load_run, write_tables
 
     with warnings.catch_warnings():
@@ -297,6 +297,7 @@ def finish_run(run_dir: Path, *, plugins: tuple[str, ...] = ()) -> None:
             file=sys.stderr,
         )
     print(summary_table(analysed))
+    print(outcome_line(analysed))
     if reported and (run_dir / "report.html").is_file():
         print(f"report: {run_dir / 'report.html'}")
     try:

@@ -86,3 +86,21 @@ def test_the_end_of_a_sweep_reads_rows_jsonl_once(tmp_path, capsys, monkeypatch)
     assert len(reads) == 1
     assert (run / "report.html").is_file() and (run / "rows.csv").is_file()
     assert "answer at N=8192" in capsys.readouterr().out
+
+
+def test_the_end_counts_cells_by_status_noise_and_load(tmp_path, capsys, monkeypatch):
+    rows = make_budget_rows()
+    rows[0] = {**rows[0], "status": "timeout", "latency_s": None, "noisy": None, "reason": "exceeded 120 s"}
+    rows[1] = {**rows[1], "status": "timeout", "latency_s": None, "noisy": None, "reason": "not run: timeout at N=1024"}
+    for r in rows[2:]:
+        r.update(noisy=True if r.get("latency_s") is not None else None, load_per_cpu=14.0)
+    run = write_run(tmp_path / "run", rows, spec_text=BUDGET_SPEC)
+    monkeypatch.setattr(harness.report, "write_report", _fake_report)
+    finish_run(run)
+    out = capsys.readouterr().out
+    timed = sum(1 for r in rows[2:] if r.get("latency_s") is not None)
+    ok = sum(1 for r in rows[2:] if r["status"] == "ok")
+    line = next(line for line in out.splitlines() if line.startswith("cells: "))
+    assert line.startswith(f"cells: {ok} ok, 1 timeout") and "1 not run (a shorter N" in line, line
+    assert f"{timed} of {timed} timed cells noisy" in line and "load 14.0 per CPU" in line, line
+    assert "timings then follow the machine" in line

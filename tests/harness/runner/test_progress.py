@@ -55,3 +55,21 @@ def test_the_eta_is_weighted_by_cost_and_skipped_cells_leave_the_total():
     assert progress.planned_cost == expected_cost(cells[2]) and progress.measured_cost == 0
     progress.finish(cells[2], {"status": "ok", "latency_s": 1.0})
     assert progress.measured_cost == progress.planned_cost and progress.done == 3
+
+
+def test_without_a_terminal_a_plain_line_comes_every_30_seconds_with_the_counts():
+    cells = [_cell(n) for n in (64, 128, 256, 512)]
+    now = iter([0.0, 10.0, 31.0, 40.0, 75.0])  # start, then one reading per finished cell: lines at 31 s and 75 s
+    stream = io.StringIO()  # not a terminal: a log file or CI
+    progress = Progress(cells, enabled=True, stream=stream, clock=lambda: next(now))
+    for cell, status in zip(cells, ["ok", "timeout", "ok", "ok"]):
+        progress.finish(cell, {"status": status, "latency_s": 0.001})
+    lines = stream.getvalue().splitlines()
+    assert lines == [
+        "progress: 2/4 cells (1 ok, 1 timeout); last dense N=128 forward float32 D=64 gaussian: timeout",
+        "progress: 4/4 cells (3 ok, 1 timeout); last dense N=512 forward float32 D=64 gaussian: ok 1ms",
+    ], lines
+    quiet = io.StringIO()
+    progress = Progress(cells, enabled=False, stream=quiet, clock=lambda: 1e9)
+    progress.finish(cells[0], {"status": "ok"})
+    assert quiet.getvalue() == ""  # --quiet
