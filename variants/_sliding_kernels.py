@@ -16,8 +16,8 @@ from variants._gqa import from_xformers_layout, xformers_layout
 _FLEX_BLOCK = 128  # flex: sparse block size (flex_attention's default tile)
 _FLEX_BLOCK_MASKS: dict[tuple, object] = {}  # (N, M, window, causal, sinks, device) -> BlockMask
 # Shape family -> its own compiled copy of _flex_padded, built on first use (never at import). A family is what
-# dynamo specialises a call on (sizes, dtype, device, grad mode, requires_grad, the band's BlockMask), so each
-# compiles once. Dynamo keeps its cache and its recompile count on the code object: one torch.compile serving every
+# dynamo specialises a call on (dtype, device, grad mode, requires_grad, GQA, head dims; sizes where static), so
+# each compiles once. Dynamo keeps its cache and its recompile count on the code object: one torch.compile serving every
 # family piles up entries until its recompile limit and then runs flex uncompiled, which materialises B*H*N*M
 # scores (O(N^2) latency and memory reported as if real).
 # On CUDA every length is its own family, compiled static (dynamic=False): flex's Triton kernel drops its boundary
@@ -27,9 +27,10 @@ _FLEX_BLOCK_MASKS: dict[tuple, object] = {}  # (N, M, window, causal, sinks, dev
 _FLEX_FAMILIES: dict[tuple, object] = {}
 # Cache entries one family may hold; past it dynamo raises (fail_on_recompile_limit_hit) instead of running eager
 # flex. Static: one expected, one spare for a guard the family key does not name (strides, q, k, v aliasing one
-# another). Dynamic: a symbolic graph is specialised again for some lengths (a length within one 128-block, whose
-# block count is 1; duck sizing, which gives equal sizes such as N == M one symbol), a handful per family.
-_FLEX_RECOMPILES_PER_FAMILY = {True: 2, False: 8}  # compiled static -> limit
+# another). Dynamic: a symbolic graph is specialised again for some sizes (a size of 1, such as B = 1 or the block
+# count of a length within one 128-block; duck sizing, which gives equal sizes such as N == M one symbol): a few per
+# family, and 16 bounds the compile work one family can cost.
+_FLEX_RECOMPILES_PER_FAMILY = {True: 2, False: 16}  # compiled static -> limit
 
 
 class FlexNotCompiledError(RuntimeError):
@@ -44,20 +45,22 @@ def flex(
     block_mask = flex_block_mask(q.shape[2], M, window, causal, q.device, sinks=sinks)
     if kv_mask is None:  # one compiled graph serves both cases: an all-true mask costs a load per score
         kv_mask = torch.ones(B, M, dtype=torch.bool, device=q.device)
-    family = flex_family(q, k, v, window, causal, sinks)
+    family = flex_family(q, k, v)
     compiled = _flex_family(family)
     with _strict_recompiles(_FLEX_RECOMPILES_PER_FAMILY[family[1]]):
         return compiled(q, k, v, block_mask, kv_mask, softmax_scale(q.shape[-1]), q.shape[1] != k.shape[1])
 
 
-def flex_family(q: Tensor, k: Tensor, v: Tensor, window: int, causal: bool, sinks: int) -> tuple:
-    """The shape family of a flex call: what its compiled graph is specialised on (family[1]: compiled static)."""
-    N, M = q.shape[2], k.shape[2]
+def flex_family(q: Tensor, k: Tensor, v: Tensor) -> tuple:
+    """The shape family of a flex call: what its compiled graph is specialised on (family[1]: compiled static).
+
+    Not the band: window, causal and sinks live in the BlockMask's tensors (and in its mask_mod's captured bounds
+    tensor, one code for every band), so every band of a shape runs the same graph.
+    """
     static = compiles_static(q.device)
-    lengths = (N, M) if static else ()  # dynamic: one graph for every length
-    sizes = (q.shape[0], q.shape[1], k.shape[1], q.shape[3], v.shape[3])  # B, H, H_kv, D, D_v
+    sizes = (q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2]) if static else ()  # B, H, H_kv, N, M
     grads = (torch.is_grad_enabled(), q.requires_grad, k.requires_grad, v.requires_grad)
-    return (str(q.device), static, q.dtype, lengths, sizes, grads, window, causal, sinks)
+    return (str(q.device), static, q.dtype, q.shape[1] != k.shape[1], q.shape[3], v.shape[3], grads, sizes)
 
 
 def compiles_static(device: torch.device) -> bool:

@@ -37,20 +37,30 @@ def test_flex_on_cpu_serves_every_length_of_a_family_from_one_dynamic_graph():
 def test_the_family_key_names_what_dynamo_specialises_on():
     q, k, v = _qkv(37)
     family = _sliding_kernels.flex_family
-    base = family(q, k, v, 5, True, 0)
-    assert base == family(*_qkv(37), 5, True, 0)  # other values, same family
-    assert base == family(*_qkv(380), 5, True, 0)  # CPU: one dynamic graph for every length
+    base = family(q, k, v)
+    assert base == family(*_qkv(37))  # other values, same family
+    assert base == family(*_qkv(380))  # CPU: one dynamic graph for every length
     others = [
-        family(q, k, v, 6, True, 0),  # window (another BlockMask)
-        family(q, k, v, 5, False, 0),  # causal
-        family(q, k, v, 5, True, 4),  # sinks
-        family(q.bfloat16(), k.bfloat16(), v.bfloat16(), 5, True, 0),  # dtype
-        family(*_qkv(37, kv_heads=1), 5, True, 0),  # GQA
-        family(q.detach().requires_grad_(), k, v, 5, True, 0),  # requires_grad
+        family(q.bfloat16(), k.bfloat16(), v.bfloat16()),  # dtype
+        family(*_qkv(37, kv_heads=1)),  # GQA
+        family(q.detach().requires_grad_(), k, v),  # requires_grad
     ]
     with torch.no_grad():
-        others.append(family(*_qkv(37), 5, True, 0))  # grad mode
+        others.append(family(*_qkv(37)))  # grad mode
     assert len({base, *others}) == len(others) + 1
+
+
+def test_every_band_of_a_shape_runs_one_graph():
+    """Window, causal and sinks are BlockMask tensors, not guards: another band compiles nothing."""
+    from torch._dynamo.utils import counters
+
+    q, k, v = _qkv(300)
+    with torch.no_grad():
+        flex(q, k, v, 5, causal=True, kv_mask=None)
+        graphs = counters["stats"]["unique_graphs"]
+        for window, causal, sinks in ((6, True, 0), (5, False, 0), (9, False, 3), (130, True, 140)):
+            flex(q, k, v, window, causal=causal, kv_mask=None, sinks=sinks)
+    assert counters["stats"]["unique_graphs"] == graphs
 
 
 def test_on_cuda_every_length_is_its_own_static_family(monkeypatch):
@@ -59,8 +69,8 @@ def test_on_cuda_every_length_is_its_own_static_family(monkeypatch):
     assert not _sliding_kernels.compiles_static(torch.device("cpu"))
     monkeypatch.setattr(_sliding_kernels, "compiles_static", lambda device: True)
     family = _sliding_kernels.flex_family
-    long, short = family(*_qkv(300), 5, True, 0), family(*_qkv(150), 5, True, 0)
-    assert long != short and long[1] is True and long[3] == (300, 300)
+    long, short = family(*_qkv(300)), family(*_qkv(150))
+    assert long != short and long[1] is True and long[-1] == (1, 2, 2, 300, 300)
 
 
 def test_a_recompile_past_the_family_limit_raises_instead_of_running_eager():

@@ -88,19 +88,24 @@ def test_cuda_do_bench_times_a_call_slower_than_the_budget_once(monkeypatch):
     """A ~20 ms kernel against a 10 ms budget: do_bench alone returns the repeats (the real Triton, on the GPU)."""
     pytest.importorskip("triton")
     monkeypatch.setattr(timing, "time_cuda_events", lambda *args: pytest.fail("the cell was timed again"))
-    cycles = int(torch.cuda.get_device_properties(0).clock_rate * 1e3 * 0.02)  # clock_rate is in kHz: ~20 ms
+
+    def seconds(call) -> float:
+        call()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    cycles = int(1e6 * 0.02 / seconds(lambda: torch.cuda._sleep(1_000_000)))  # a spin of ~20 ms
 
     def step():
         torch.cuda._sleep(cycles)
 
-    step()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    step()
-    end.record()
-    torch.cuda.synchronize()
+    first_call_s = seconds(step)
     settings = MeasureSettings(device="cuda", time_budget_s=0.01, repeats=5)
-    times, calls = timing.time_cuda(step, settings, CUDA, first_call_s=start.elapsed_time(end) / 1e3)
+    times, calls = timing.time_cuda(step, settings, CUDA, first_call_s=first_call_s)
     assert calls == len(times) >= settings.repeats
     assert sorted(times)[len(times) // 2] > settings.time_budget_s
