@@ -45,8 +45,8 @@ def time_cuda(
 ) -> tuple[list[float], int]:
     """Per-call seconds on CUDA, L2 flushed between calls: triton.testing.do_bench when importable, else CUDA events.
 
-    do_bench runs int(rep / its own estimate) calls, so a `rep` of the time budget gives a call slower than a tenth of
-    the budget fewer than `repeats` samples; `rep` is sized from `first_call_s` (bench_rep_ms) so one do_bench call
+    do_bench runs int(rep / its own estimate) calls, so a `rep` of the time budget gives a call slower than
+    budget / repeats fewer than `repeats` samples; `rep` is sized from `first_call_s` (bench_rep_ms) so one do_bench call
     returns them all, and the cell is not timed a second time through CUDA events.
     """
     try:

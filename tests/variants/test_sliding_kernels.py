@@ -121,19 +121,20 @@ def test_uncompiled_flex_is_an_error_row_with_no_latency(monkeypatch):
 @pytest.mark.cuda
 @pytest.mark.parametrize("causal", [False, True])
 def test_cuda_flex_trains_on_one_compiled_graph_per_family_with_exact_gradients(causal):
-    """Forward + backward twice on one family (GQA 2:1): one graph, gradients as exact attention's in bf16."""
+    """Forward + backward twice on one family (GQA 2:1): one graph, its gradients exact attention's in bf16."""
     from torch._dynamo.utils import counters
 
     from variants import build_variant, reference_attention
 
     attn = build_variant("sliding_window", window=40, backend="flex")
     q, k, v = (t.to("cuda", torch.bfloat16).requires_grad_() for t in _qkv(300, kv_heads=1))
-    graphs = counters["stats"]["unique_graphs"]
+    graphs = [counters["stats"]["unique_graphs"]]
     for _ in range(2):
         for t in (q, k, v):
             t.grad = None
         attn(q, k, v, causal=causal).float().square().sum().backward()
-    assert counters["stats"]["unique_graphs"] - graphs == 1
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs[1] - graphs[0] <= 1 and graphs[2] == graphs[1]  # causal and not share it: compiled once at most
     q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
     reference_attention(q64, k64, v64, causal=causal, pattern=attn.pattern).square().sum().backward()
     for got, want in ((q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad)):
