@@ -17,9 +17,9 @@ _FLEX_BLOCK = 128  # flex: sparse block size (flex_attention's default tile)
 _FLEX_BLOCK_MASKS: dict[tuple, object] = {}  # (N, M, window, causal, sinks, device) -> BlockMask
 # Shape family -> its own compiled copy of _flex_padded, built on first use (never at import). A family is what
 # dynamo specialises a call on (dtype, device, grad mode, requires_grad, GQA, head dims; sizes where static), so
-# each compiles once. Dynamo keeps its cache and its recompile count on the code object: one torch.compile serving every
-# family piles up entries until its recompile limit and then runs flex uncompiled, which materialises B*H*N*M
-# scores (O(N^2) latency and memory reported as if real).
+# each compiles once. Dynamo keeps its cache and its recompile count on the code object: one torch.compile
+# serving every family piles up entries until its recompile limit and then runs flex uncompiled, which
+# materialises B*H*N*M scores (O(N^2) latency and memory reported as if real).
 # On CUDA every length is its own family, compiled static (dynamic=False): flex's Triton kernel drops its boundary
 # masks only for lengths known to be multiples of 128 (IS_DIVISIBLE), and no automatic-dynamic graph serves later
 # lengths with other kernels than the first's. On CPU, where flex is forward-only and checked rather than timed
@@ -46,7 +46,7 @@ def flex(
     if kv_mask is None:  # one compiled graph serves both cases: an all-true mask costs a load per score
         kv_mask = torch.ones(B, M, dtype=torch.bool, device=q.device)
     family = flex_family(q, k, v)
-    compiled = _flex_family(family)
+    compiled = _compiled_for(family)
     with _strict_recompiles(_FLEX_RECOMPILES_PER_FAMILY[family[1]]):
         return compiled(q, k, v, block_mask, kv_mask, softmax_scale(q.shape[-1]), q.shape[1] != k.shape[1])
 
@@ -68,7 +68,7 @@ def compiles_static(device: torch.device) -> bool:
     return device.type == "cuda"
 
 
-def _flex_family(family: tuple):
+def _compiled_for(family: tuple):
     """The family's compiled flex: a copy of _flex_padded (its own code object, so its own dynamo cache)."""
     if family not in _FLEX_FAMILIES:
         import types

@@ -89,13 +89,13 @@ def test_a_recompile_past_the_family_limit_raises_instead_of_running_eager():
 
 def test_uncompiled_flex_raises(monkeypatch):
     """Dynamo disabled or giving up runs _flex_padded as plain Python: it refuses before any O(N^2) work."""
-    monkeypatch.setattr(_sliding_kernels, "_flex_family", lambda family: _sliding_kernels._flex_padded)
+    monkeypatch.setattr(_sliding_kernels, "_compiled_for", lambda family: _sliding_kernels._flex_padded)
     with pytest.raises(FlexNotCompiledError, match=r"uncompiled on \(1, 2, 37, 16\).*no number is reported"):
         flex(*_qkv(37), 5, causal=True, kv_mask=None)
 
 
 def test_uncompiled_flex_is_an_error_row_with_no_latency(monkeypatch):
-    monkeypatch.setattr(_sliding_kernels, "_flex_family", lambda family: _sliding_kernels._flex_padded)
+    monkeypatch.setattr(_sliding_kernels, "_compiled_for", lambda family: _sliding_kernels._flex_padded)
     from variants import build_config
 
     cell = Cell(
