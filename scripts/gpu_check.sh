@@ -10,7 +10,7 @@
 # (pytest), rows.jsonl and run.tar.gz (the run folder, report included when the sweep finished in time). Environment:
 # CHECK_WALL_S (default 480: the whole check), TESTS_WALL_S (default 150: the tests' share; 0 skips them),
 # VARIANTS (default: from the registry; a rerun of the failing part names its entries), RUN_ID (default
-# h200-check), and scripts/_gpu_env.sh's PYTHON, WHEELS (default .whl: xformers' wheel, say), SITE.
+# h200-check), DEVICE (default cuda; cpu runs the script's flow without a GPU, a smoke test of the script), and scripts/_gpu_env.sh's PYTHON, WHEELS (default .whl: xformers' wheel, say), SITE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 START=$SECONDS
@@ -30,7 +30,8 @@ export PYTHONUNBUFFERED=1
 
 source scripts/_gpu_env.sh
 variants=${VARIANTS:-$("$PYTHON" scripts/gpu_check_variants.py)}
-sweep=("$PYTHON" -m harness sweep --config scripts/gpu_check.toml --variants "$variants" --device cuda --quiet)
+DEVICE=${DEVICE:-cuda}
+sweep=("$PYTHON" -m harness sweep --config scripts/gpu_check.toml --variants "$variants" --device "$DEVICE" --quiet)
 
 if [ "$DRY" = 1 ]; then
   "${sweep[@]}" --dry-run
@@ -38,7 +39,7 @@ if [ "$DRY" = 1 ]; then
     "less ${PACK_S}s, then SIGINT (rows so far kept) and SIGKILL ${KILL_AFTER_S}s later"
   exit 0
 fi
-if [ "$CUDA_OK" != 1 ]; then
+if [ "$CUDA_OK" != 1 ] && [ "$DEVICE" != cpu ]; then
   echo "error: no CUDA device visible to torch (check nvidia-smi and CUDA_VISIBLE_DEVICES); try --dry-run" >&2
   exit 1
 fi
