@@ -30,6 +30,8 @@ class Row:
     cell_id: str | None = None  # the planned cell's id (Cell.cell_id), kept as planned
     backend: str | None = None  # the backend that ran, resolved from "auto"
     sdpa_kernel: str | None = None  # the SDPA kernel torch ran (flash, efficient, cudnn, math); None: no SDPA op ran
+    # the operator xformers ran (fa3F, fa2F, fa2F-pt, cutlassF-pt; -pt: torch's own kernel); None: xformers ran none
+    xformers_op: str | None = None
     device_name: str | None = None
     host: str | None = None
     threads: int | None = None

@@ -15,36 +15,94 @@ from variants._gqa import from_xformers_layout, xformers_layout
 
 _FLEX_BLOCK = 128  # flex: sparse block size (flex_attention's default tile)
 _FLEX_BLOCK_MASKS: dict[tuple, object] = {}  # (N, M, window, causal, sinks, device) -> BlockMask
-_FLEX_FN: list = []  # the compiled flex call, built on first use (never at import)
-# flex specialises on sequence lengths, heads, dtype and grad mode, so a sweep compiles it once per such
-# combination; past dynamo's default limit (8) it would silently fall back to unfused, eager flex.
-_FLEX_RECOMPILE_LIMIT = 256
+# Shape family -> its own compiled copy of _flex_padded, built on first use (never at import). A family is what
+# dynamo specialises a call on (dtype, device, grad mode, requires_grad, GQA, head dims; sizes where static), so
+# each compiles once. Dynamo keeps its cache and its recompile count on the code object: one torch.compile
+# serving every family piles up entries until its recompile limit and then runs flex uncompiled, which
+# materialises B*H*N*M scores (O(N^2) latency and memory reported as if real).
+# On CUDA every length is its own family, compiled static (dynamic=False): flex's Triton kernel drops its boundary
+# masks only for lengths known to be multiples of 128 (IS_DIVISIBLE), and no automatic-dynamic graph serves later
+# lengths with other kernels than the first's. On CPU, where flex is forward-only and checked rather than timed
+# (banded is CPU's auto backend), one dynamic graph serves every length of a family, keeping compilations few.
+_FLEX_FAMILIES: dict[tuple, object] = {}
+# Cache entries one family may hold; past it dynamo raises (fail_on_recompile_limit_hit) instead of running eager
+# flex. Static: one expected, one spare for a guard the family key does not name (strides, q, k, v aliasing one
+# another). Dynamic: a symbolic graph is specialised again for some sizes (a size of 1, such as B = 1 or the block
+# count of a length within one 128-block; duck sizing, which gives equal sizes such as N == M one symbol): a few per
+# family, and 16 bounds the compile work one family can cost.
+_FLEX_RECOMPILES_PER_FAMILY = {True: 2, False: 16}  # compiled static -> limit
+
+
+class FlexNotCompiledError(RuntimeError):
+    """flex_attention was about to run uncompiled: an error row, never a latency of the unfused O(N^2) path."""
 
 
 def flex(
     q: Tensor, k: Tensor, v: Tensor, window: int, *, causal: bool, kv_mask: Tensor | None, sinks: int = 0
 ) -> Tensor:
     """Compiled flex_attention over the band's block-sparse mask; padding through a score_mod; GQA native."""
-    B, N, M = q.shape[0], q.shape[2], k.shape[2]
-    if not _FLEX_FN:
-        _FLEX_FN.append(torch.compile(_flex_padded))
-    block_mask = flex_block_mask(N, M, window, causal, q.device, sinks=sinks)
+    B, M = q.shape[0], k.shape[2]
+    block_mask = flex_block_mask(q.shape[2], M, window, causal, q.device, sinks=sinks)
     if kv_mask is None:  # one compiled graph serves both cases: an all-true mask costs a load per score
         kv_mask = torch.ones(B, M, dtype=torch.bool, device=q.device)
-    with _recompile_limit(_FLEX_RECOMPILE_LIMIT):
-        return _FLEX_FN[0](q, k, v, block_mask, kv_mask, softmax_scale(q.shape[-1]), q.shape[1] != k.shape[1])
+    family = flex_family(q, k, v)
+    compiled = _compiled_for(family)
+    with _strict_recompiles(_FLEX_RECOMPILES_PER_FAMILY[family[1]]):
+        return compiled(q, k, v, block_mask, kv_mask, softmax_scale(q.shape[-1]), q.shape[1] != k.shape[1])
 
 
-def _recompile_limit(limit: int):
-    """A context raising dynamo's per-function recompile limit for this call only (older torch: cache_size_limit)."""
+def flex_family(q: Tensor, k: Tensor, v: Tensor) -> tuple:
+    """The shape family of a flex call: what its compiled graph is specialised on (family[1]: compiled static).
+
+    Not the band: window, causal and sinks live in the BlockMask's tensors (and in its mask_mod's captured bounds
+    tensor, one code for every band), so every band of a shape runs the same graph.
+    """
+    static = compiles_static(q.device)
+    sizes = (q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2]) if static else ()  # B, H, H_kv, N, M
+    grads = (torch.is_grad_enabled(), q.requires_grad, k.requires_grad, v.requires_grad)
+    return (str(q.device), static, q.dtype, q.shape[1] != k.shape[1], q.shape[3], v.shape[3], grads, sizes)
+
+
+def compiles_static(device: torch.device) -> bool:
+    """Whether flex compiles each length of a family static (CUDA) or one dynamic graph for all (CPU): see above."""
+    return device.type == "cuda"
+
+
+def _compiled_for(family: tuple):
+    """The family's compiled flex: a copy of _flex_padded (its own code object, so its own dynamo cache)."""
+    if family not in _FLEX_FAMILIES:
+        import types
+
+        name = f"_flex_padded_{len(_FLEX_FAMILIES)}"  # the name TORCH_LOGS=recompiles shows
+        code = _flex_padded.__code__.replace(co_name=name)
+        copy = types.FunctionType(code, _flex_padded.__globals__, name)
+        _FLEX_FAMILIES[family] = torch.compile(copy, dynamic=not family[1], fullgraph=True)
+    return _FLEX_FAMILIES[family]
+
+
+def _strict_recompiles(limit: int):
+    """A context for one call: dynamo's recompile limit set to `limit`, and hitting it an error, not an eager run."""
     import torch._dynamo.config as dynamo_config
 
-    name = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
-    return dynamo_config.patch(**{name: max(limit, getattr(dynamo_config, name))})
+    names = {
+        "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit": limit,
+        "fail_on_recompile_limit_hit"
+        if hasattr(dynamo_config, "fail_on_recompile_limit_hit")
+        else "fail_on_cache_limit_hit": True,
+        "suppress_errors": False,  # dynamo refuses it together with the hard failure
+    }
+    return dynamo_config.patch(**names)
 
 
 def _flex_padded(q: Tensor, k: Tensor, v: Tensor, block_mask, kv_mask: Tensor, scale: float, gqa: bool) -> Tensor:
     from torch.nn.attention.flex_attention import flex_attention
+
+    if not torch.compiler.is_compiling():  # dynamo disabled or gave up: never time the eager, O(N^2) flex
+        raise FlexNotCompiledError(
+            f"flex_attention would run uncompiled on {tuple(q.shape)} (torch.compile disabled or gave up on this "
+            "call), materialising B*H*N*M scores; no number is reported. Check TORCHDYNAMO_DISABLE and "
+            "TORCH_LOGS=recompiles, or use backend 'banded'"
+        )
 
     def padding(score, b, h, q_idx, kv_idx):
         return torch.where(kv_mask[b, kv_idx], score, float("-inf"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import torch
@@ -16,7 +17,7 @@ def time_step(
 ) -> tuple[list[float], int]:
     """Per-call seconds of the timed blocks and the number of timed calls; `first_call_s` is an untimed first estimate."""
     if device.type == "cuda":
-        return time_cuda(step, settings, device)
+        return time_cuda(step, settings, device, first_call_s=first_call_s)
     return time_cpu(step, settings, slow=first_call_s >= settings.time_budget_s)
 
 
@@ -39,21 +40,40 @@ def time_cpu(step: Callable[[], Any], settings: MeasureSettings, *, slow: bool) 
     return times, len(times) * number
 
 
-def time_cuda(step: Callable[[], Any], settings: MeasureSettings, device: torch.device) -> tuple[list[float], int]:
-    """Per-call seconds on CUDA, L2 flushed between calls: triton.testing.do_bench when importable, else CUDA events."""
+def time_cuda(
+    step: Callable[[], Any], settings: MeasureSettings, device: torch.device, *, first_call_s: float
+) -> tuple[list[float], int]:
+    """Per-call seconds on CUDA, L2 flushed between calls: triton.testing.do_bench when importable, else CUDA events.
+
+    do_bench runs int(rep / its own estimate) calls, so a `rep` of the time budget gives a call slower than
+    budget / repeats fewer than `repeats` samples; `rep` is sized from `first_call_s` (bench_rep_ms) so one do_bench call
+    returns them all, and the cell is not timed a second time through CUDA events.
+    """
     try:
         from triton.testing import do_bench
     except Exception:  # triton missing or broken: CUDA events below
         do_bench = None
-    budget_ms = settings.time_budget_s * 1000
     if do_bench is not None:
+        budget_ms = settings.time_budget_s * 1000
         try:
-            ms = do_bench(step, warmup=max(1, int(budget_ms / 4)), rep=max(1, int(budget_ms)), return_mode="all")
-        except TypeError:  # an older triton without return_mode="all"
+            ms = do_bench(
+                step, warmup=max(1, int(budget_ms / 4)), rep=bench_rep_ms(settings, first_call_s), return_mode="all"
+            )
+        except (TypeError, AssertionError):  # an older triton: no return_mode (TypeError) or not "all" (AssertionError)
             ms = None
         if isinstance(ms, (list, tuple)) and len(ms) >= settings.repeats:
             return [t / 1e3 for t in ms], len(ms)
     return time_cuda_events(step, settings, device)
+
+
+# do_bench's own estimate (5 warm calls) may read slower than our first call did: rep covers `repeats` calls at this
+# many times our estimate, so an estimate of do_bench's up to this much slower still yields `repeats` samples.
+REP_MARGIN = 1.5
+
+
+def bench_rep_ms(settings: MeasureSettings, first_call_s: float) -> int:
+    """do_bench's `rep` in ms: the time budget, or enough for `repeats` calls (REP_MARGIN over) at `first_call_s`."""
+    return max(1, int(settings.time_budget_s * 1000), math.ceil(REP_MARGIN * settings.repeats * first_call_s * 1000))
 
 
 def time_cuda_events(

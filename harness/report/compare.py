@@ -1,8 +1,8 @@
 """Match the cells of two runs, ratios B/A, regressions flagged (`python -m harness compare RUN_A RUN_B`).
 
 Cells are matched on what was measured, not where: harness.schema.match_key, every field of a cell's id but
-the device (two GPUs, or CPU vs GPU, are the point of a comparison), the seed (noted when it differs: errors
-then come from other inputs) and a searched quality knob (the value found may differ; the budget names the
+the device (two GPUs, or CPU vs GPU, are the point of a comparison; CPU vs GPU is noted: the CPU and CUDA
+generators draw other inputs from one seed), the seed (noted when it differs: errors then come from other inputs) and a searched quality knob (the value found may differ; the budget names the
 cell). Not on run_id, host, device_name, threads, or the resolved backend (shown when it differs: "auto" may
 pick another kernel on another machine).
 
@@ -146,6 +146,11 @@ def compare_runs(a: AnalysedRun, b: AnalysedRun, *, threshold: float = DEFAULT_T
     cells["why"] = whys
     if len(cells) and (cells["seed_a"].map(str) != cells["seed_b"].map(str)).any():
         notes.append("some matched cells have different seeds: their errors come from different inputs")
+    if len(cells) and (cells["device_a"].map(str) != cells["device_b"].map(str)).any():
+        notes.append(  # harness.inputs draws on the cell's device: torch's CPU and CUDA generators differ
+            "some matched cells ran on another device type: CPU and CUDA generators draw other inputs from the same "
+            "seed, so their errors come from different inputs (compare error levels, not exact values)"
+        )
     changed = cells[cells["backend_a"].map(str) != cells["backend_b"].map(str)]  # map: astype(str) makes None NaN
     if len(changed):
         notes.append(

@@ -108,6 +108,7 @@ def test_cells_match_across_machines_not_on_device_host_run_or_seed(tmp_path):
     result = compare_runs(a, b)
     assert len(result.cells) == len(a.frame) and len(result.only_a) == 0
     assert any("different seeds" in n for n in result.notes)
+    assert any("CPU and CUDA generators draw other inputs" in n for n in result.notes)
 
 
 def test_unmatched_cells_are_counted_and_no_overlap_is_a_usage_error(tmp_path, capsys):
