@@ -23,14 +23,23 @@ def sweep_spec(
     toml: dict[str, Any] | None = None,
     cli: dict[str, Any] | None = None,
     plan_only: bool = False,
-    trust_plugins: bool = False,
+    trust_config: bool = False,
 ) -> SweepSpec:
-    """build_spec with the executors' option keys, then checked by the executor it names (harness.executors.resolve_spec)."""
-    from harness.executors import option_knobs, resolve_spec
+    """build_spec with the executors' option keys, then checked by the executor it names (harness.executors.resolve_spec).
+
+    A spec file's plugins and the settings that run or connect to something (harness.executors.guarded_keys) are
+    taken from it only with `trust_config` or when the command line gives them too."""
+    from harness.executors import guarded_keys, option_knobs, resolve_spec
 
     flags = {key: k.flag or key for key, (k, _) in option_knobs().items()}
     spec = build_spec(
-        toml_path=toml_path, toml=toml, cli=cli, plan_only=plan_only, executor_flags=flags, trust_plugins=trust_plugins
+        toml_path=toml_path,
+        toml=toml,
+        cli=cli,
+        plan_only=plan_only,
+        executor_flags=flags,
+        guarded=guarded_keys(),
+        trust_config=trust_config,
     )
     return resolve_spec(spec, plan_only=plan_only)
 
@@ -58,7 +67,7 @@ def check_resume(resume: str | Path, *, run_id: str | None = None, out: str | Pa
 
 
 def resume_spec(
-    run_dir: Path, *, overrides: dict[str, Any], plan_only: bool = False, trust_plugins: bool = False
+    run_dir: Path, *, overrides: dict[str, Any], plan_only: bool = False, trust_config: bool = False
 ) -> SweepSpec:
     """The spec a resumed run replays: its spec.toml, keys it predates at what they meant then (RESUMED_SPEC_DEFAULTS),
     and from `overrides` only where cells run (WHERE_KEYS); another executor drops the stored executor settings."""
@@ -72,10 +81,10 @@ def resume_spec(
     older = {k: v for k, v in RESUMED_SPEC_DEFAULTS.items() if k not in stored}
     if overrides.get("executor") is None:
         return sweep_spec(
-            toml_path=run_dir / "spec.toml", toml=older, cli=overrides, plan_only=plan_only, trust_plugins=trust_plugins
+            toml_path=run_dir / "spec.toml", toml=older, cli=overrides, plan_only=plan_only, trust_config=trust_config
         )
     stored = {k: v for k, v in stored.items() if k not in where_keys() - {"plugins"}}
-    return sweep_spec(toml={**stored, **older}, cli=overrides, plan_only=plan_only, trust_plugins=trust_plugins)
+    return sweep_spec(toml={**stored, **older}, cli=overrides, plan_only=plan_only, trust_config=trust_config)
 
 
 def plan_lines(spec: SweepSpec, resume: Path | None = None) -> list[str]:
@@ -227,10 +236,11 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
             run_cells(executor, todo, skip=skip, on_row=on_row, on_start=progress.start)
     except KeyboardInterrupt:
         progress.close()
-        plugins = "".join(f" --plugin {p}" for p in job.plugins)  # a spec file's plugins are imported only when named
+        # a spec file's plugins are imported, and a remote executor used, only when named (or the file trusted)
+        named = " --trust-config" if remote else "".join(f" --plugin {p}" for p in job.plugins)
         print(
             f"interrupted; the rows so far are in {run_dir}; continue with "
-            f"python -m harness sweep --resume {run_dir}{plugins}",
+            f"python -m harness sweep --resume {run_dir}{named}",
             file=sys.stderr,
         )
         raise

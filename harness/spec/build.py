@@ -42,7 +42,8 @@ def build_spec(
     cli: dict[str, Any] | None = None,
     plan_only: bool = False,
     executor_flags: Mapping[str, str] | None = None,
-    trust_plugins: bool = False,
+    guarded: Mapping[str, tuple[Any, ...]] | None = None,
+    trust_config: bool = False,
 ) -> SweepSpec:
     """Merge defaults < TOML < CLI (CLI values are the flags' raw strings) and validate every measurement key.
 
@@ -51,7 +52,9 @@ def build_spec(
     can be planned anywhere (`plan_only` is kept for callers; it changes nothing here).
 
     Plugins a spec *file* names are code from whoever wrote the file: they are imported only when
-    also given on the command line (cli "plugins") or with `trust_plugins`; otherwise UsageError
+    also given on the command line (cli "plugins") or with `trust_config`; so are the `guarded` keys
+    (key -> the values a file may hold freely: a remote executor, its address, its job options), which
+    a file sets only when the command line gives them too or with `trust_config`. Otherwise UsageError
     names them and how to allow them.
     """
     executor_flags = dict(executor_flags or {})
@@ -68,7 +71,8 @@ def build_spec(
             raise UsageError(
                 f"{where}: unknown key {unknown[0]!r}; known keys: {', '.join(known)}{did_you_mean(unknown[0], known)}"
             )
-    _check_file_plugins(source, as_list(file_values.get("plugins", ())), as_list(cli.get("plugins", ())), trust_plugins)
+    if not trust_config:
+        _check_file_trust(source, file_values, cli, guarded or {})
     device, was_auto = _raw_device(cli, file_values, source)
     defaults = toml_library().loads(default_text(device))
     flags = {**FLAGS, **executor_flags}
@@ -137,19 +141,31 @@ def _renamed(values: dict[str, Any], source: str) -> dict[str, Any]:
     return {RENAMED_KEYS.get(key, key): value for key, value in values.items()}
 
 
-def _check_file_plugins(source: str, from_file: list, given: list, trust: bool) -> None:
-    """Refuse to import plugins named by a spec file unless the user named them too (or trusts the file)."""
+def _check_file_trust(source: str, file_values: dict, cli: dict, guarded: Mapping[str, tuple[Any, ...]]) -> None:
+    """Refuse what a spec file (not the user) asks to run or connect to: plugins the command line does not name,
+    and guarded keys at other values than their harmless ones that the command line does not set itself."""
 
     def key(target: Any) -> str:
         path = Path(str(target))
         return str(path.resolve()) if path.suffix == ".py" else str(target)
 
-    untrusted = [str(p) for p in from_file if key(p) not in {key(g) for g in given}]
-    if untrusted and not trust:
-        flags = " ".join(f"--plugin {p}" for p in untrusted)
+    given = {key(g) for g in as_list(cli.get("plugins", ()))}
+    plugins = [str(p) for p in as_list(file_values.get("plugins", ())) if key(p) not in given]
+    settings = [
+        f"{k} = {file_values[k]!r}"
+        for k in guarded
+        if k in file_values and k not in cli and file_values[k] not in (None, "", [], ()) + tuple(guarded[k])
+    ]
+    if plugins:
+        flags = " ".join(f"--plugin {p}" for p in plugins)
         raise UsageError(
-            f"{source} names plugins {', '.join(untrusted)}: importing them runs their code; "
-            f"to allow it pass {flags} (or --trust-plugins)"
+            f"{source} names plugins {', '.join(plugins)}: importing them runs their code; "
+            f"to allow it pass {flags} (or --trust-config)"
+        )
+    if settings:
+        raise UsageError(
+            f"{source} sets {', '.join(settings)}: these run or connect to something; to take them from the file "
+            "pass --trust-config, or give them on the command line"
         )
 
 

@@ -5,9 +5,16 @@ Values come from TOML (typed) or flags (strings); both are accepted.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from variants._checks import did_you_mean
+
+# Values that reach a job script or a command line (sbatch options, a Ray address): printable ASCII without
+# spaces, quotes, '$', '`', ';', '&', '|' or a backslash, so no value can start a new line or a command.
+SAFE_VALUE = re.compile(r"[A-Za-z0-9_.:/@%+=,\[\]-]+")
+SAFE_VALUE_RULE = "letters, digits and _ . : / @ % + = , [ ] - (no space, quote, newline or control character)"
+SAFE_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
 
 class SpecError(ValueError):
@@ -50,10 +57,6 @@ def optional_int(minimum: int):
         return to_int(value, where, minimum=minimum)
 
     return convert
-
-
-def optional_text(value: Any, where: str) -> str | None:
-    return None if value in (None, "") else str(value).strip()
 
 
 def number(value: Any, where: str, *, positive: bool = False) -> float:
@@ -206,12 +209,29 @@ def texts(value: Any, where: str) -> tuple[str, ...]:
     return tuple(str(v) for v in as_list(value))
 
 
+def safe_text(value: Any, where: str) -> str:
+    """A value bound for a job script or a command line (SAFE_VALUE), stripped at its ends; else SpecError."""
+    text = str(value).strip()
+    if not SAFE_VALUE.fullmatch(text):
+        raise SpecError(f"{where}: {value!r} is not a plain value; use only {SAFE_VALUE_RULE}")
+    return text
+
+
+def optional_safe_text(value: Any, where: str) -> str | None:
+    """safe_text, or None for None or ''."""
+    return None if value is None or str(value).strip() == "" else safe_text(value, where)
+
+
 def key_values(value: Any, where: str) -> tuple[str, ...]:
-    """ "key=value" items (repeated flags and comma lists alike)."""
+    """ "key=value" items (repeated flags and comma lists alike): a key of letters, digits, '-' and '_', a safe value."""
     out = []
     for item in [part for item in as_list(value) for part in as_list(str(item))]:
         key, eq, val = str(item).partition("=")
-        if not eq or not key.strip() or not val.strip():
-            raise SpecError(f"{where}: {item!r} is not key=value; write e.g. account=myproject,qos=high")
-        out.append(f"{key.strip()}={val.strip()}")
+        key, val = key.strip(), val.strip()
+        if not eq or not SAFE_KEY.fullmatch(key) or not val:
+            raise SpecError(
+                f"{where}: {item!r} is not key=value with a key of letters, digits, '-' and '_'; "
+                "write e.g. account=myproject,qos=high"
+            )
+        out.append(f"{key}={safe_text(val, where)}")
     return tuple(out)

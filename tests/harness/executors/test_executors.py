@@ -237,7 +237,7 @@ def test_executor_settings_round_trip_through_spec_toml(tmp_path):
     )
     path = tmp_path / "spec.toml"
     path.write_text(spec_to_toml(spec))
-    again = build_spec(toml_path=path, plan_only=True)
+    again = build_spec(toml_path=path, plan_only=True, trust_config=True)
     options = again.executor_options
     assert (again.executor, options["ray_address"], options["cpus_per_cell"], options["max_parallel"]) == (
         "ray",
@@ -284,7 +284,7 @@ def test_resume_with_another_executor_runs_only_the_missing_cells(tmp_path, test
     lines = (run_dir / "rows.jsonl").read_text().splitlines()
     assert len(lines) == 4
     (run_dir / "rows.jsonl").write_text("\n".join(lines[:3]) + "\n")  # the first part: three cells
-    assert main(["sweep", "--resume", str(run_dir), "--executor", "subprocess", "--trust-plugins", "--quiet"]) == 0
+    assert main(["sweep", "--resume", str(run_dir), "--executor", "subprocess", "--trust-config", "--quiet"]) == 0
     after = read_rows(run_dir)
     assert [json.dumps(r, sort_keys=True) for r in after[:3]] == [
         json.dumps(json.loads(x), sort_keys=True) for x in lines[:3]
