@@ -53,17 +53,17 @@ def where_keys() -> set[str]:
 
 def check_resume(resume: str | Path, *, run_id: str | None = None, out: str | Path | None = None) -> Path:
     """The folder a resumed run continues; UsageError when it is not a run folder or a new name or place is given too."""
-    from harness.store import check_run_id
+    from harness.store import check_run_folder, check_run_id
+    from harness.store.run_dir import WRITTEN_FILES
 
     if run_id is not None:
         check_run_id(run_id)
         raise UsageError(f"--resume {resume} continues that folder under its own name; drop --run-id {run_id}")
     if out is not None:
         raise UsageError(f"--resume {resume} continues that folder where it is; drop --out {out}")
-    run_dir = Path(resume)
-    if not run_dir.is_dir():
-        raise UsageError(f"--resume {resume}: no such run folder; pass a folder made by `python -m harness sweep`")
-    return run_dir
+    if not str(resume).strip():
+        raise UsageError("--resume '': expected a run folder (results/<run-id>); pass the folder to continue")
+    return check_run_folder(resume, WRITTEN_FILES)  # no link for a folder or file, no FIFO for rows.jsonl
 
 
 def resume_spec(
@@ -74,6 +74,12 @@ def resume_spec(
     from harness.spec import RESUMED_SPEC_DEFAULTS, load_toml
 
     if not (run_dir / "spec.toml").is_file():
+        rows = run_dir / "rows.jsonl"
+        if not rows.is_file() or rows.stat().st_size == 0:  # a sweep killed before it wrote its spec: nothing to keep
+            raise UsageError(
+                f"--resume {run_dir}: no spec.toml and no rows (a sweep stopped before it began); nothing to continue: "
+                f"run the same sweep again with --out {run_dir.parent} --run-id {run_dir.name}"
+            )
         raise UsageError(
             f"--resume {run_dir}: not a run folder (no spec.toml); pass a folder made by `python -m harness sweep`"
         )
@@ -155,6 +161,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
         read_rows,
         repair_tail,
         write_json,
+        write_plain,
     )
 
     if spec.device.startswith("cuda:"):
@@ -178,7 +185,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
     if fresh or not (run_dir / ENV_FILE).exists():
         write_json(run_dir / ENV_FILE, env)
     if fresh or not (run_dir / SPEC_FILE).exists():
-        (run_dir / SPEC_FILE).write_text(spec_to_toml(spec), encoding="utf-8")
+        write_plain(run_dir / SPEC_FILE, spec_to_toml(spec))
     info = RunInfo(
         run_id=run_dir.name,
         device_name=(env["gpu"] or "cuda") if spec.device.startswith("cuda") else env["cpu"],
