@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         if cli["executor"] not in (None, "subprocess"):
             raise UsageError(f"--isolate is --executor subprocess; it cannot go with --executor {cli['executor']}")
         cli["executor"] = "subprocess"
-    if args.resume:
+    if args.resume is not None:
         given = [k.flag for k in settings if cli[k.key] is not None and k.key not in where_keys()]
         if given or args.config:
             raise UsageError(f"--resume replays the run's own spec.toml; drop {', '.join(_flags(given, args.config))}")

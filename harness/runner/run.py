@@ -9,11 +9,13 @@ From Python: ``run_sweep(sweep_spec(cli={"seq_lens": "256,512"}), out="results")
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UsageError
+from harness.errors import Terminated, UsageError
 from harness.spec import SweepSpec, build_spec, describe, spec_to_toml
 
 
@@ -41,7 +43,20 @@ def sweep_spec(
         guarded=guarded_keys(),
         trust_config=trust_config,
     )
-    return resolve_spec(spec, plan_only=plan_only)
+    spec = resolve_spec(spec, plan_only=plan_only)
+    _check_plans_cells(spec)
+    return spec
+
+
+def _check_plans_cells(spec: SweepSpec) -> None:
+    """UsageError when the spec's axes leave no cell to measure (each combination is skipped by the planner)."""
+    from harness.plan import plan
+
+    if not plan(spec):
+        raise UsageError(
+            f"the spec plans 0 cells ({describe(spec)}): every combination of its settings is skipped "
+            "(decode needs forward and causal; recompute and precision need train); change the axes"
+        )
 
 
 def where_keys() -> set[str]:
@@ -133,9 +148,31 @@ def run_sweep(
         run_dir = check_resume(resume, run_id=run_id)
     else:
         run_dir = create_run_dir(out, new_run_id(spec.device) if run_id is None else run_id, exact=run_id is not None)
-    with lock_run_dir(run_dir):  # one writer per folder, from counting what is done to the last table
+    # one writer per folder, from counting what is done to the last table; SIGTERM unwinds like Ctrl-C (the lock's pid
+    # is removed, the executor closed)
+    with lock_run_dir(run_dir), _sigterm_stops():
         _sweep_into(run_dir, spec, fresh=resume is None, quiet=quiet)
     return run_dir
+
+
+@contextlib.contextmanager
+def _sigterm_stops() -> Iterator[None]:
+    """For the block, SIGTERM raises harness.errors.Terminated (a KeyboardInterrupt) in this, the main, thread."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise Terminated(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> None:
@@ -146,6 +183,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
 
     from harness.env import collect_env
     from harness.executors import CellJob, executor_class, make_executor, run_cells
+    from harness.executors.isolated import clean_cell_temp
     from harness.measure import CALIBRATION_SEED_OFFSET, MeasureSettings, RunInfo, outcome_row
     from harness.entries import knob_field
     from harness.measure.tuning import scoring_seeds, unreachable_carries_over
@@ -202,6 +240,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
         plugins=tuple(str(Path(p).resolve()) if Path(p).is_file() else p for p in spec.plugins),
         threads=spec.executor_options.get("cpus_per_cell") if remote and spec.device_type == "cpu" else None,
     )
+    clean_cell_temp(run_dir)  # what isolated cells of a killed sweep left (we hold the lock: none is running)
     repair_tail(run_dir / ROWS_FILE)  # before counting: a complete last row without its newline is kept, not cut later
     existing = read_rows(run_dir)
     done = completed_cell_ids(existing)
@@ -241,15 +280,17 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
 
             todo = (cell for cell in cells if cell.cell_id not in done)
             run_cells(executor, todo, skip=skip, on_row=on_row, on_start=progress.start)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         progress.close()
         # a spec file's plugins are imported, and a remote executor used, only when named (or the file trusted)
         named = " --trust-config" if remote else "".join(f" --plugin {p}" for p in job.plugins)
         print(
-            f"interrupted; the rows so far are in {run_dir}; continue with "
+            f"{'terminated (SIGTERM)' if isinstance(exc, Terminated) else 'interrupted'}; the rows so far are in "
+            f"{run_dir}; continue with "
             f"python -m harness sweep --resume {run_dir}{named}",
             file=sys.stderr,
         )
+        exc.reported = True  # the command adds no second line
         raise
     progress.close()
     finish_run(run_dir, plugins=job.plugins)

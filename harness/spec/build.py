@@ -8,6 +8,7 @@ it. Keys an executor declares (``executor_flags``: key -> flag) are carried raw 
 
 from __future__ import annotations
 
+import math
 import sys
 from importlib import resources
 from pathlib import Path
@@ -103,10 +104,12 @@ def build_spec(
                 "and the memory probe; lower the budget or raise the limit well above it"
             )
         _check_heads_and_padding(values, where)
+        _check_decode(values, where)
         variant_config = variant_config_layers(
             defaults.get(VARIANT_CONFIG_KEY, {}), merged.get(VARIANT_CONFIG_KEY, {}), where
         )
-        problem = device_problem(device, present=False)
+        # an index names a device of this machine: checked even when only planning ('cuda' plans for any machine)
+        problem = device_problem(device, present=":" in device)
         if problem:
             raise SpecError(f"{where('device')}: {problem}")
         return SweepSpec(
@@ -189,6 +192,24 @@ def _check_heads_and_padding(values: dict[str, Any], where: Any) -> None:
         )
 
 
+def _check_decode(values: dict[str, Any], where: Any) -> None:
+    """Decode is forward and causal: a spec that asks for decode with neither forward nor (when the user chose the
+    causals) causal cells contradicts itself."""
+    if "decode" not in values.get("phases", ()):
+        return
+    if "forward" not in values.get("modes", ("forward",)):
+        raise SpecError(
+            f"{where('phases')} has decode, which is forward only, but {where('modes')} has no forward; "
+            "add forward to the modes or drop decode"
+        )
+    causals = values.get("causals", (True,))
+    if True not in causals and not where("causals").startswith("default spec"):
+        raise SpecError(
+            f"{where('phases')} has decode, which is causal, but {where('causals')} = false; "
+            "use causals true (or both) or drop decode"
+        )
+
+
 def _raw_device(cli: dict, file_values: dict, source: str) -> tuple[str, bool]:
     """The device asked for ('auto' resolved to this machine's) and whether it was 'auto'."""
     device = cli.get("device", file_values.get("device", "auto"))
@@ -212,13 +233,23 @@ def _dtypes(value: Any, device: str, where: str) -> tuple[str, ...]:
 def _inputs(value: Any, where: str) -> tuple[str, ...]:
     from harness.inputs import parse_inputs
 
-    entries = split_entries(value) if isinstance(value, str) else [str(v) for v in as_list(value)]
+    try:
+        entries = split_entries(value) if isinstance(value, str) else [str(v) for v in as_list(value, where)]
+    except ValueError as exc:  # an empty item
+        raise SpecError(f"{where}: {exc}") from None
     out: list[str] = []
     for text in entries:
         try:
             name, settings = parse_inputs(text)
         except ValueError as exc:
             raise SpecError(f"{where}: {exc}") from None
+        for knob, value in settings.items():  # a scale of nan, 0 or -1 gives inputs no variant can be scored on
+            if (
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and not (math.isfinite(value) and value > 0)
+            ):
+                raise SpecError(f"{where}: {text!r}: {knob} must be a finite number > 0, got {value!r}")
         label = format_entry(name, settings)
         if label not in out:
             out.append(label)

@@ -22,14 +22,15 @@ ROWS_FILE, ENV_FILE, SPEC_FILE, CSV_FILE, PARQUET_FILE = (
 WRITTEN_FILES = (ROWS_FILE, ENV_FILE, SPEC_FILE, CSV_FILE, PARQUET_FILE, LOCK_FILE, "report.md", "report.html")
 
 
-_RUN_ID = re.compile(r"[A-Za-z0-9_.-]+")
-RUN_ID_RULE = "one plain folder name: letters, digits, '-', '_', '.' (not '.' or '..')"
+_RUN_ID = re.compile(r"[A-Za-z0-9_.-]{1,200}")
+RUN_ID_RULE = "one plain folder name of at most 200 characters: letters, digits, '-', '_', '.' (not '.' or '..')"
 
 
 def check_run_id(run_id: str) -> str:
     """`run_id` when it is one plain path component; else UsageError, so a run folder never lands outside --out."""
     if not _RUN_ID.fullmatch(run_id) or run_id in (".", ".."):
-        raise UsageError(f"--run-id {run_id!r}: a run id must be {RUN_ID_RULE}, e.g. 'baseline-cpu'")
+        shown = run_id if len(run_id) <= 60 else run_id[:40] + f"... ({len(run_id)} characters)"
+        raise UsageError(f"--run-id {shown!r}: a run id must be {RUN_ID_RULE}, e.g. 'baseline-cpu'")
     return run_id
 
 

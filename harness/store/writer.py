@@ -105,7 +105,9 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 def inert_csv_frame(frame):
     """The frame with every text cell that a spreadsheet would run as a formula prefixed with "'" (numbers such as
     -1.5 stay numbers: only strings are touched, and a string that reads as a number is left alone)."""
-    return frame.apply(lambda column: column.map(_inert) if column.dtype == object else column)
+    from pandas.api.types import is_numeric_dtype
+
+    return frame.apply(lambda column: column if is_numeric_dtype(column) else column.map(_inert))
 
 
 def _inert(value: Any) -> Any:

@@ -447,7 +447,8 @@ def test_an_isolated_child_dies_with_its_killed_parent_and_leaves_no_temp_folder
                 cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
             except OSError:
                 continue
-            if str(tmp).encode() in cmdline and b"harness.executors.isolated" in cmdline:
+            # the cell's temp folder, in its command line, is under the run folder (RUN_DIR/.cells)
+            if str(tmp_path / "runs").encode() in cmdline and b"harness.executors.isolated" in cmdline:
                 found.append(int(pid))
         return found
 
@@ -461,9 +462,10 @@ def test_an_isolated_child_dies_with_its_killed_parent_and_leaves_no_temp_folder
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait()
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and (children() or list(tmp.iterdir())):
+        cells = tmp_path / "runs" / "orphan" / ".cells"
+        while time.monotonic() < deadline and (children() or list(tmp.iterdir()) or list(cells.iterdir())):
             time.sleep(0.1)
-        assert children() == [] and list(tmp.iterdir()) == []
+        assert children() == [] and list(tmp.iterdir()) == [] and list(cells.iterdir()) == []
     finally:
         if parent.poll() is None:
             parent.kill()
