@@ -9,9 +9,7 @@ From Python: ``run_sweep(sweep_spec(cli={"seq_lens": "256,512"}), out="results")
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +139,7 @@ def run_sweep(
         quiet: no progress bar (it is also silent when stderr is not a terminal).
     """
     from harness.executors import resolve_spec
+    from harness.runner.signals import sigterm_stops
     from harness.store import create_run_dir, lock_run_dir, new_run_id
 
     spec = resolve_spec(spec)
@@ -150,29 +149,9 @@ def run_sweep(
         run_dir = create_run_dir(out, new_run_id(spec.device) if run_id is None else run_id, exact=run_id is not None)
     # one writer per folder, from counting what is done to the last table; SIGTERM unwinds like Ctrl-C (the lock's pid
     # is removed, the executor closed)
-    with lock_run_dir(run_dir), _sigterm_stops():
+    with lock_run_dir(run_dir), sigterm_stops():
         _sweep_into(run_dir, spec, fresh=resume is None, quiet=quiet)
     return run_dir
-
-
-@contextlib.contextmanager
-def _sigterm_stops() -> Iterator[None]:
-    """For the block, SIGTERM raises harness.errors.Terminated (a KeyboardInterrupt) in this, the main, thread."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum: int, frame: Any) -> None:
-        raise Terminated(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> None:
