@@ -42,14 +42,21 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# Flags whose empty value means something ('--error-budgets ""': no budget search) or is checked with its own message.
+EMPTY_MEANS_NONE = ("--error-budgets", "--kv-heads", "--run-id")
+
+
 def _refuse_empty_values(argv: list[str]) -> None:
-    """UsageError for an empty value (`--out ''`, `--plugin=`, `report ''`): no flag or argument means 'nothing'."""
+    """UsageError for an empty value (`--out ''`, `--plugin=`, `report ''`): no flag or argument means 'nothing'
+    (except the flags of EMPTY_MEANS_NONE)."""
     for i, arg in enumerate(argv):
         flag, eq, value = arg.partition("=")
-        if arg.startswith("--") and eq and not value.strip():
+        if arg.startswith("--") and eq and not value.strip() and flag not in EMPTY_MEANS_NONE:
             raise UsageError(f"{flag} '': expected a value; give one or drop {flag} for its default")
         if not arg.strip():
             before = argv[i - 1] if i and argv[i - 1].startswith("-") else None
+            if before in EMPTY_MEANS_NONE:
+                continue
             if before:
                 raise UsageError(f"{before} '': expected a value; give one or drop {before} for its default")
             raise UsageError("an empty argument ''; give a value (e.g. a run folder) or leave it out")
