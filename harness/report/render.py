@@ -51,8 +51,8 @@ def render_markdown(blocks: Iterable[Block]) -> str:
 
 def markdown_table(table: Table) -> str:
     """One pipe table, cells escaped ('|', line breaks and HTML tags)."""
-    lines = ["| " + " | ".join(_md_cell(h) for h in table.headers) + " |", "|" + "---|" * len(table.headers)]
-    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in table.rows]
+    lines = ["| " + " | ".join(md_cell(h) for h in table.headers) + " |", "|" + "---|" * len(table.headers)]
+    lines += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in table.rows]
     return "\n".join(lines)
 
 
@@ -91,5 +91,6 @@ def _inline(text: Any) -> str:
     return re.sub(r"`(.+?)`", r"<code>\1</code>", escaped)
 
 
-def _md_cell(text: Any) -> str:
+def md_cell(text: Any) -> str:
+    """One Markdown table cell: an inert line (inert_markdown) with '|' escaped."""
     return inert_markdown(text).replace("|", "\\|")
