@@ -108,8 +108,7 @@ def build_spec(
         variant_config = variant_config_layers(
             defaults.get(VARIANT_CONFIG_KEY, {}), merged.get(VARIANT_CONFIG_KEY, {}), where
         )
-        # an index names a device of this machine: checked even when only planning ('cuda' plans for any machine)
-        problem = device_problem(device, present=":" in device)
+        problem = device_problem(device, present=False)
         if problem:
             raise SpecError(f"{where('device')}: {problem}")
         return SweepSpec(
