@@ -67,7 +67,7 @@ def where_keys() -> set[str]:
 def check_resume(resume: str | Path, *, run_id: str | None = None, out: str | Path | None = None) -> Path:
     """The folder a resumed run continues; UsageError when it is not a run folder or a new name or place is given too."""
     from harness.store import check_run_folder, check_run_id
-    from harness.store.run_dir import WRITTEN_FILES
+    from harness.store.run_dir import WRITTEN_FILES, WRITTEN_FOLDERS
 
     if run_id is not None:
         check_run_id(run_id)
@@ -76,7 +76,9 @@ def check_resume(resume: str | Path, *, run_id: str | None = None, out: str | Pa
         raise UsageError(f"--resume {resume} continues that folder where it is; drop --out {out}")
     if not str(resume).strip():
         raise UsageError("--resume '': expected a run folder (results/<run-id>); pass the folder to continue")
-    return check_run_folder(resume, WRITTEN_FILES)  # no link for a folder or file, no FIFO for rows.jsonl
+    return check_run_folder(
+        resume, WRITTEN_FILES, WRITTEN_FOLDERS
+    )  # no link for a folder or file, no FIFO for rows.jsonl
 
 
 def resume_spec(

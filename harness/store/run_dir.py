@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 
 from harness.errors import UsageError
+from harness.executors.isolated import CELL_TEMP_DIR
+from harness.executors.worker import FITTED_DIR
 from harness.store.lock import LOCK_FILE
 from harness.store.safe_files import check_run_folder
 
@@ -18,8 +20,9 @@ ROWS_FILE, ENV_FILE, SPEC_FILE, CSV_FILE, PARQUET_FILE = (
     "rows.csv",
     "rows.parquet",
 )
-# the files a sweep writes or appends (the report's figures are checked as they are written)
+# the files a sweep writes or appends (the report's figures are checked as they are written), and its folders
 WRITTEN_FILES = (ROWS_FILE, ENV_FILE, SPEC_FILE, CSV_FILE, PARQUET_FILE, LOCK_FILE, "report.md", "report.html")
+WRITTEN_FOLDERS = (FITTED_DIR, CELL_TEMP_DIR, "slurm")
 
 
 _RUN_ID = re.compile(r"[A-Za-z0-9_.-]{1,200}")
@@ -48,7 +51,9 @@ def create_run_dir(out: str | Path, run_id: str, *, exact: bool = False) -> Path
     """
     run_dir = Path(out) / check_run_id(run_id)
     if exact and os.path.lexists(run_dir):
-        check_run_folder(run_dir, WRITTEN_FILES)  # a planted link is refused before anything is read or written
+        check_run_folder(
+            run_dir, WRITTEN_FILES, WRITTEN_FOLDERS
+        )  # a planted link is refused before anything is read or written
     if exact and (run_dir / ROWS_FILE).exists():
         raise UsageError(
             f"run folder {run_dir} already holds rows; continue it with --resume {run_dir} or pick another --run-id"
@@ -60,4 +65,4 @@ def create_run_dir(out: str | Path, run_id: str, *, exact: bool = False) -> Path
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--out {out}: cannot create the run folder {run_dir} ({exc.strerror or exc})") from None
-    return check_run_folder(run_dir, WRITTEN_FILES)
+    return check_run_folder(run_dir, WRITTEN_FILES, WRITTEN_FOLDERS)

@@ -58,8 +58,9 @@ def check_plain(path: str | Path) -> None:
         raise _refuse(path, mode)
 
 
-def check_run_folder(run_dir: str | Path, files: tuple[str, ...] = ()) -> Path:
-    """`run_dir` when it is a real folder (not a symbolic link) whose `files` are plain files where they exist."""
+def check_run_folder(run_dir: str | Path, files: tuple[str, ...] = (), folders: tuple[str, ...] = ()) -> Path:
+    """`run_dir` when it is a real folder (not a symbolic link) whose `files` are plain files and whose `folders` are
+    real folders where they exist; else UsageError naming what is in their place."""
     run_dir = Path(run_dir)
     try:
         mode = os.lstat(run_dir).st_mode
@@ -76,6 +77,14 @@ def check_run_folder(run_dir: str | Path, files: tuple[str, ...] = ()) -> Path:
         )
     for name in files:
         check_plain(run_dir / name)
+    for name in folders:
+        with contextlib.suppress(FileNotFoundError):
+            mode = os.lstat(run_dir / name).st_mode
+            if not stat.S_ISDIR(mode):
+                raise UsageError(
+                    f"{run_dir / name} is {_kind(mode)}: the run writes into it only as a real folder; "
+                    "remove it (or pick another run folder) and run again"
+                )
     return run_dir
 
 

@@ -135,6 +135,8 @@ PLANTED = [
     ("rows.csv", "link"),
     ("report.md", "link"),
     ("report.html", "fifo"),
+    ("fitted", "link"),  # calibrated variants are stored there
+    (".cells", "link"),  # isolated cells' temp folders
 ]
 
 
@@ -142,11 +144,14 @@ PLANTED = [
 def test_resume_refuses_a_planted_link_fifo_or_folder_and_writes_nothing_through_it(name, kind, run_copy, capsys):
     victim = run_copy.parent / "victim.txt"
     victim.write_text("root:x:0:0\n")
+    if name in ("fitted", ".cells"):  # folders the run writes into: a link to a folder of someone else's
+        victim = run_copy.parent / "victim_folder"
+        victim.mkdir()
     _plant(run_copy, name, kind, victim)
     line = one_line_exit(["sweep", "--resume", str(run_copy)], capsys)
     expected = {"link": "a symbolic link", "fifo": "a FIFO", "folder": "a folder"}[kind]
     assert f"{run_copy / name} is {expected}" in line, line
-    assert victim.read_text() == "root:x:0:0\n"
+    assert (victim.read_text() == "root:x:0:0\n") if victim.is_file() else list(victim.iterdir()) == []
 
 
 def test_a_run_folder_that_is_a_link_is_refused_for_a_sweep_and_a_resume(tmp_path, capsys):
