@@ -12,9 +12,13 @@ def split_entries(text: str) -> list[str]:
     ``"dense,sliding_window:window=512,backend=banded,chunked"`` ->
     ``["dense", "sliding_window:window=512,backend=banded", "chunked"]``: a piece with "=" but
     no ":" continues the previous entry.
+    Raises ValueError for an empty item ('dense,,chunked', a trailing comma).
     """
     entries: list[str] = []
-    for piece in (p.strip() for p in text.split(",")):
+    pieces = [p.strip() for p in text.split(",")]
+    if len(pieces) > 1 and not all(pieces):
+        raise ValueError(f"{text!r} has an empty item between commas; write e.g. dense,chunked")
+    for piece in pieces:
         if not piece:
             continue
         if "=" in piece and ":" not in piece and entries and ":" in entries[-1]:
@@ -25,7 +29,8 @@ def split_entries(text: str) -> list[str]:
 
 
 def parse_entry(text: str) -> tuple[str, dict[str, str]]:
-    """``"name:a=1,b=x"`` -> ("name", {"a": "1", "b": "x"}); raises ValueError naming the bad part."""
+    """``"name:a=1,b=x"`` -> ("name", {"a": "1", "b": "x"}); raises ValueError naming the bad part (an item that is not
+    field=value, a field given twice)."""
     name, _, rest = text.strip().partition(":")
     name = name.strip()
     if not name:
@@ -35,6 +40,8 @@ def parse_entry(text: str) -> tuple[str, dict[str, str]]:
         field, eq, value = item.partition("=")
         if not eq or not field.strip():
             raise ValueError(f"{text!r}: {item!r} is not field=value; write e.g. {name}:window=512")
+        if field.strip() in settings:
+            raise ValueError(f"{text!r} sets {field.strip()!r} twice; give each field once")
         settings[field.strip()] = value.strip()
     return name, settings
 

@@ -8,3 +8,10 @@ from __future__ import annotations
 
 class UsageError(Exception):
     """Something the user gave is wrong; the message is one line saying what, where, and how to fix it."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM reached a sweep's driver: it stops like Ctrl-C (rows kept, lock released, one line), exit 143.
+
+    A KeyboardInterrupt so every place that lets the user's Ctrl-C through lets it through too.
+    """

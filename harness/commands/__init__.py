@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 from typing import Iterable
 
-from harness.errors import UsageError
+from harness.errors import Terminated, UsageError
 
 # name -> (module, one-line help). Add a line to add a sub-command.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -41,6 +42,26 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# Flags whose empty value means something ('--error-budgets ""': no budget search) or is checked with its own message.
+EMPTY_MEANS_NONE = ("--error-budgets", "--kv-heads", "--run-id")
+
+
+def _refuse_empty_values(argv: list[str]) -> None:
+    """UsageError for an empty value (`--out ''`, `--plugin=`, `report ''`): no flag or argument means 'nothing'
+    (except the flags of EMPTY_MEANS_NONE)."""
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if arg.startswith("--") and eq and not value.strip() and flag not in EMPTY_MEANS_NONE:
+            raise UsageError(f"{flag} '': expected a value; give one or drop {flag} for its default")
+        if not arg.strip():
+            before = argv[i - 1] if i and argv[i - 1].startswith("-") else None
+            if before in EMPTY_MEANS_NONE:
+                continue
+            if before:
+                raise UsageError(f"{before} '': expected a value; give one or drop {before} for its default")
+            raise UsageError("an empty argument ''; give a value (e.g. a run folder) or leave it out")
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2 (argparse prints the whole usage)
         raise UsageError(f"{self.prog}: {message}")
@@ -60,9 +81,23 @@ def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentPars
     return parser
 
 
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """A warning as the CLI prints it: 'warning: <message>' (no source file, line or code of ours)."""
+    return f"warning: {message}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    format_before, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     try:
+        if not argv:  # a short usage, not the whole help
+            print(
+                f"usage: python -m harness COMMAND [options], COMMAND one of {', '.join(COMMANDS)} "
+                "(python -m harness COMMAND --help: its options)",
+                file=sys.stderr,
+            )
+            return 2
+        _refuse_empty_values(argv)
         # Only the command being run is imported (`list` does not pay for the report's pandas and matplotlib).
         command = next((a for a in argv if not a.startswith("-")), None)
         parser = build_parser([command] if command else [])
@@ -74,6 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Terminated as exc:
+        if not getattr(exc, "reported", False):  # else the sweep said where its rows are and how to resume
+            print("terminated (SIGTERM)", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        warnings.formatwarning = format_before

@@ -14,7 +14,7 @@ def add_study_arguments(parser: argparse.ArgumentParser, stem: str, *, set_examp
     """--variants, --seed, --device, --set, --plugin and --out DIR / --run RUN_DIR."""
     parser.add_argument("--variants", default="*", help="comma-separated globs over registered variants (default: all)")
     parser.add_argument(
-        "--seed", type=int, default=0, help="seed of the variants' initial weights (tasks: also of the data)"
+        "--seed", type=_seed, default=0, help="seed of the variants' initial weights (tasks: also of the data)"
     )
     parser.add_argument("--device", default=default_device())
     parser.add_argument(
@@ -34,6 +34,17 @@ def add_study_arguments(parser: argparse.ArgumentParser, stem: str, *, set_examp
     where.add_argument(
         "--run", metavar="RUN_DIR", help=f"an existing run folder (e.g. from `sweep`) to add {stem}.* to"
     )
+
+
+def _seed(text: str) -> int:
+    """A seed: an integer in [0, 2**63) (torch.manual_seed's range); argparse turns the error into one line."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**63), got {value}")
+    return value
 
 
 def parse_overrides(items: Iterable[str]) -> dict[str, dict[str, Any]]:

@@ -41,6 +41,16 @@ def _old_flag(old: str, new: str, kwargs: dict[str, Any]) -> type[argparse.Actio
     return OldFlag
 
 
+class _TrustPlugins(argparse.Action):
+    """The older name of --trust-config: trusting a file's plugins already trusts its author with running code."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(
+            "note: --trust-plugins is now --trust-config (it also takes the file's executor settings)", file=sys.stderr
+        )
+        namespace.trust_config = True
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     groups = {name: parser.add_argument_group(title) for name, title in GROUPS.items()}
     groups["what"].add_argument("--config", metavar="TOML", help="a sweep spec file (see docs/sweep.md)")
@@ -56,10 +66,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 old, **{**kwargs, "help": argparse.SUPPRESS, "action": _old_flag(old, k.flag, kwargs)}
             )
     groups["what"].add_argument(
-        "--trust-plugins",
+        "--trust-config",
         action="store_true",
-        help="import the plugins a --config or --resume spec file names (else each must be given with --plugin)",
+        help="take from a --config or --resume spec file what runs or connects to something: its plugins (else each "
+        "must be given with --plugin), a remote executor, ray_address and the slurm_* keys (else given as flags)",
     )
+    groups["what"].add_argument("--trust-plugins", action=_TrustPlugins, nargs=0, help=argparse.SUPPRESS)
     groups["where"].add_argument(
         "--isolate", action="store_true", help="= --executor subprocess: a segfault or OOM kill becomes a row"
     )
@@ -80,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         if cli["executor"] not in (None, "subprocess"):
             raise UsageError(f"--isolate is --executor subprocess; it cannot go with --executor {cli['executor']}")
         cli["executor"] = "subprocess"
-    if args.resume:
+    if args.resume is not None:
         given = [k.flag for k in settings if cli[k.key] is not None and k.key not in where_keys()]
         if given or args.config:
             raise UsageError(f"--resume replays the run's own spec.toml; drop {', '.join(_flags(given, args.config))}")
@@ -90,10 +102,10 @@ def run(args: argparse.Namespace) -> int:
             Path(args.resume),
             overrides={k: v for k, v in cli.items() if v is not None},
             plan_only=args.dry_run,
-            trust_plugins=args.trust_plugins,
+            trust_config=args.trust_config,
         )
     else:
-        spec = sweep_spec(toml_path=args.config, cli=cli, plan_only=args.dry_run, trust_plugins=args.trust_plugins)
+        spec = sweep_spec(toml_path=args.config, cli=cli, plan_only=args.dry_run, trust_config=args.trust_config)
     if args.dry_run:
         print("\n".join(plan_lines(spec, Path(args.resume) if args.resume else None)))
         return 0

@@ -25,7 +25,7 @@ import importlib.util
 from typing import Any
 
 from harness.errors import UsageError
-from harness.executors.base import Executor, SequentialExecutor, hard_limit_s
+from harness.executors.base import Executor, ParallelOptions, SequentialExecutor, hard_limit_s
 from harness.executors.drive import run_cells
 from harness.executors.worker import CellJob
 from harness.knobs import Knob, knobs
@@ -46,6 +46,7 @@ __all__ = [
     "Executor",
     "SequentialExecutor",
     "executor_class",
+    "guarded_keys",
     "hard_limit_s",
     "make_executor",
     "missing_package",
@@ -69,6 +70,21 @@ def option_knobs() -> dict[str, tuple[Knob, tuple[str, ...]]]:
             users = out[k.key][1] if k.key in out else ()
             out[k.key] = (k, users + (name,))
     return out
+
+
+def guarded_keys() -> dict[str, tuple[Any, ...]]:
+    """Settings that run or connect to something -> the values a spec file may hold without --trust-config.
+
+    The executor (a remote one reaches other machines) and a remote executor's own options (ray_address, every
+    slurm_* key: they reach a cluster or a job script); the parallel options (cpus_per_cell, max_parallel) only
+    size what an executor does and are free.
+    """
+    guarded: dict[str, tuple[Any, ...]] = {"executor": tuple(n for n in EXECUTORS if not executor_class(n).remote)}
+    shared = {f.name for f in dataclasses.fields(ParallelOptions)}
+    for key, (k, users) in option_knobs().items():
+        if key not in shared and any(executor_class(u).remote for u in users):
+            guarded[key] = (_default(k, users),)
+    return guarded
 
 
 def missing_package(executor: str) -> str | None:

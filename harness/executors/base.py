@@ -57,7 +57,8 @@ class Executor:
         """Refuse (SpecError naming the setting) what this executor cannot do with this spec; default: the device must be here."""
         from harness.devices import device_problem
 
-        problem = None if plan_only else device_problem(spec.device)
+        # an index names a device of this machine: checked even when only planning ('cuda' plans for any machine)
+        problem = device_problem(spec.device, present=not plan_only or ":" in spec.device)
         if problem:
             raise c.SpecError(f"{spec.where('device')}: {problem}")
 

@@ -8,7 +8,9 @@ No row back means the child died: killed by SIGKILL (the kernel's OOM killer, ty
 
 The child dies with its parent: on Linux it asks for SIGTERM when the parent dies
 (PR_SET_PDEATHSIG) and then removes its cell's temp folder, so a SIGKILLed sweep leaves no
-orphan measuring on and no attnsuite-cell-* folder behind.
+orphan measuring on and no attnsuite-cell-* folder behind. The temp folders live in
+RUN_DIR/.cells/, so whatever a kill leaves anyway (the parent killed before its child started)
+stays in the run folder and is removed by the next sweep or resume of it (clean_cell_temp).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def measure_isolated(cell: Any, job: CellJob) -> dict[str, Any]:
     from harness.measure import RunInfo, outcome_row
 
     run = RunInfo(**job.run)
-    with tempfile.TemporaryDirectory(prefix="attnsuite-cell-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="attnsuite-cell-", dir=cell_temp_root(job)) as tmp:
         request, result = Path(tmp) / "cell.json", Path(tmp) / "row.json"
         request.write_text(json.dumps({"cell": asdict(cell), "job": job.to_dict()}, default=str), encoding="utf-8")
         limit = hard_limit_s(job.settings.get("cell_timeout_s"))
@@ -60,6 +62,32 @@ def measure_isolated(cell: Any, job: CellJob) -> dict[str, Any]:
         if result.exists():
             return json.loads(result.read_text(encoding="utf-8"))
         return outcome_row(cell, run, *death_status(done.returncode, done.stderr))
+
+
+CELL_TEMP_DIR = ".cells"  # RUN_DIR/.cells/: each isolated cell's temp folder, so a leak stays in the run folder
+
+
+def cell_temp_root(job: CellJob) -> str | None:
+    """RUN_DIR/.cells (made here) when the run folder is known and writable, else None (the system's temp folder)."""
+    if not job.run_dir:
+        return None
+    root = Path(job.run_dir) / CELL_TEMP_DIR
+    try:
+        root.mkdir(exist_ok=True)
+    except OSError:
+        return None
+    return str(root) if root.is_dir() and not root.is_symlink() else None
+
+
+def clean_cell_temp(run_dir: str | Path) -> None:
+    """Remove what isolated cells of an earlier, killed sweep left in RUN_DIR/.cells (call it holding the folder's lock)."""
+    import shutil
+
+    root = Path(run_dir) / CELL_TEMP_DIR
+    if root.is_symlink():
+        root.unlink()
+    elif root.is_dir():
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def death_status(returncode: int, stderr: str) -> tuple[str, str]:

@@ -30,7 +30,7 @@ class RayOptions(ParallelOptions):
         flag="--ray-address",
         metavar="ADDRESS",
         group="where",
-        parse=c.optional_text,
+        parse=c.optional_safe_text,
         help="ray: join this cluster ('auto', 'ray://head:10001'); default: start a local one",
     )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 import shutil
 from dataclasses import asdict, dataclass
@@ -44,7 +45,12 @@ class SlurmOptions(ParallelOptions):
         help="slurm (default) or local: submitit's local processes, to try a setup here",
     )
     slurm_partition: str | None = knob(
-        None, flag="--slurm-partition", metavar="NAME", group="where", parse=c.optional_text, help="slurm: partition"
+        None,
+        flag="--slurm-partition",
+        metavar="NAME",
+        group="where",
+        parse=c.optional_safe_text,
+        help="slurm: partition",
     )
     slurm_time_min: int | None = knob(
         None,
@@ -108,7 +114,8 @@ class SlurmExecutor(Executor):
         self.time_min = time_min or default_time_min(cell_timeout_s)
         self._executor = submitit.AutoExecutor(folder=Path(folder), cluster=cluster)
         params: dict[str, Any] = {
-            "name": f"attnsuite-{job.run.get('run_id', 'sweep')}",
+            # the job name goes into the sbatch script: only the run id's plain characters
+            "name": "attnsuite-" + re.sub(r"[^A-Za-z0-9_.-]", "_", str(job.run.get("run_id", "sweep"))),
             "timeout_min": int(self.time_min),
             "nodes": 1,
             "tasks_per_node": 1,

@@ -63,7 +63,11 @@ def run_cell(cell: Any, job: CellJob | dict[str, Any], context: Any = None) -> d
 
         torch.set_num_threads(job.threads)
     settings = MeasureSettings(**job.settings)
-    run = RunInfo(**(_worker_identity(job.run, settings.device) if job.remote else job.run))
+    import torch
+
+    # the threads this cell runs with (a plugin may have called torch.set_num_threads since the run began)
+    identity = _worker_identity(job.run, settings.device) if job.remote else job.run
+    run = RunInfo(**{**identity, "threads": torch.get_num_threads()})
     if context is None:
         context = _PROCESS_CONTEXT.setdefault("context", MeasureContext())
     known = set(context.calibrated)

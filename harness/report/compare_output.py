@@ -3,6 +3,7 @@ harness.report.columns) and compare.csv (every matched cell, raw numbers)."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,9 @@ from harness.errors import UsageError
 from harness.report.analysed import AnalysedRun
 from harness.report.columns import COLUMNS
 from harness.report.compare import MEASURED, Comparison
+from harness.report.render import inert_markdown, md_cell
 from harness.schema import CELL_FIELDS, canonical, describe
+from harness.store import inert_csv_frame, write_plain
 
 
 def summary_lines(comparison: Comparison, a: AnalysedRun, b: AnalysedRun, *, limit: int | None = None) -> list[str]:
@@ -60,14 +63,16 @@ def write_outputs(comparison: Comparison, a: AnalysedRun, b: AnalysedRun, out: P
     frame = comparison.cells[columns].rename(columns={"series_a": "series"})
     for column in ("config_a", "config_b"):
         frame[column] = [canonical(c) if isinstance(c, dict) else c for c in frame[column]]
-    frame.to_csv(csv_path, index=False)
+    text = io.StringIO()
+    inert_csv_frame(frame).to_csv(text, index=False)  # no cell a spreadsheet would run as a formula
+    write_plain(csv_path, text.getvalue())
     md_path = out / "compare.md"
-    md = [f"# Compare {a.name} (A) with {b.name} (B)", ""] + [
-        f"- {line}" if not line.startswith("  ") else f"    - {line.strip()}"
+    md = [f"# Compare {inert_markdown(a.name)} (A) with {inert_markdown(b.name)} (B)", ""] + [
+        f"- {inert_markdown(line)}" if not line.startswith("  ") else f"    - {inert_markdown(line.strip())}"
         for line in summary_lines(comparison, a, b)
     ]
     md += _flagged_table(comparison.cells[comparison.cells["verdict"] != "same"])
-    md_path.write_text("\n".join(md) + "\n", encoding="utf-8")
+    write_plain(md_path, "\n".join(md) + "\n")
     return [csv_path, md_path]
 
 
@@ -87,7 +92,8 @@ def _flagged_table(flagged: pd.DataFrame) -> list[str]:
             " -> ".join(c.text(side[x]) if side[x].get("status") == "ok" else str(side[x].get("status")) for x in "ab")
             for c in shown
         ]
-        lines.append(f"| {r['verdict']} | {_cell_name(r)} | " + " | ".join(texts) + " |")
+        cells = [str(r["verdict"]), _cell_name(r), *texts]
+        lines.append("| " + " | ".join(md_cell(c) for c in cells) + " |")
     return lines
 
 

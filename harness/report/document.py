@@ -17,6 +17,7 @@ from harness.report.page import Block, Heading, Paragraph
 from harness.report.render import render_html, render_markdown
 from harness.report.study_results import study_caveats, study_sections
 from harness.report.vs_published import published_comparison
+from harness.store.safe_files import write_plain
 
 NO_ROWS = (
     "**This run has no rows**: no cell finished (the run may have been killed before the first cell, or every line "
@@ -84,6 +85,6 @@ def write_report(
     blocks += study_sections(folder)
     blocks += overview.spec(analysed.run.spec_text)
     md_path, html_path = folder / "report.md", folder / "report.html"
-    md_path.write_text(render_markdown(blocks), encoding="utf-8")
-    html_path.write_text(render_html(blocks, folder, title=title), encoding="utf-8")
+    write_plain(md_path, render_markdown(blocks))  # never through a link planted in the run folder
+    write_plain(html_path, render_html(blocks, folder, title=title))
     return [md_path, html_path] + written

@@ -154,8 +154,13 @@ def budget_lines(ax, budgets: Sequence[float], metric: str) -> None:
 
 
 def save(plt, fig, path: Path) -> None:
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    """The figure as a PNG at `path` (never through a symbolic link: harness.store.safe_files), then closed."""
+    from harness.store.safe_files import write_figure
+
+    try:
+        write_figure(fig, path, dpi=DPI)
+    finally:
+        plt.close(fig)
 
 
 def mark_oom(ax, group: pd.DataFrame, style: dict) -> None:

@@ -17,18 +17,31 @@ STYLE = (
 )
 
 
+# the start of an HTML tag, comment or declaration: '<b', '</', '<!', '<?' (a plain '<=' or '< 2' stays)
+_HTML_START = re.compile(r"<(?=[A-Za-z/!?])")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # terminal escapes and other control characters
+
+
+def inert_markdown(text: Any) -> str:
+    """One line of Markdown that data cannot turn into structure: line breaks become spaces (no new heading, list or
+    table row) and raw HTML tags are escaped ('<script>' shows as text). The page's own **bold** and `code` stay."""
+    return _HTML_START.sub("&lt;", _CONTROL.sub("", " ".join(str(text).splitlines())))
+
+
 def render_markdown(blocks: Iterable[Block]) -> str:
-    """The blocks as GitHub Markdown; images are linked by file name (they sit beside the .md)."""
+    """The blocks as GitHub Markdown; images are linked by file name (they sit beside the .md). Every text is one inert
+    line (inert_markdown); a code block's fence is longer than any run of backticks in it."""
     out: list[str] = []
     for block in blocks:
         if isinstance(block, Heading):
-            out.append("#" * block.level + " " + block.text)
+            out.append("#" * block.level + " " + inert_markdown(block.text))
         elif isinstance(block, Paragraph):
-            out.append(block.text)
+            out.append(inert_markdown(block.text))
         elif isinstance(block, Code):
-            out.append(f"```{block.language}\n{block.text}\n```")
+            fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", block.text)), default=0))
+            out.append(f"{fence}{block.language}\n{block.text}\n{fence}")
         elif isinstance(block, Image):
-            out.append(f"![{block.file}]({block.file})\n\n*{block.caption}*")
+            out.append(f"![{block.file}]({block.file})\n\n*{inert_markdown(block.caption)}*")
         elif isinstance(block, Table):
             out.append(markdown_table(block))
         else:
@@ -37,9 +50,9 @@ def render_markdown(blocks: Iterable[Block]) -> str:
 
 
 def markdown_table(table: Table) -> str:
-    """One pipe table, cells escaped ('|' and line breaks)."""
-    lines = ["| " + " | ".join(_md_cell(h) for h in table.headers) + " |", "|" + "---|" * len(table.headers)]
-    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in table.rows]
+    """One pipe table, cells escaped ('|', line breaks and HTML tags)."""
+    lines = ["| " + " | ".join(md_cell(h) for h in table.headers) + " |", "|" + "---|" * len(table.headers)]
+    lines += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in table.rows]
     return "\n".join(lines)
 
 
@@ -78,5 +91,6 @@ def _inline(text: Any) -> str:
     return re.sub(r"`(.+?)`", r"<code>\1</code>", escaped)
 
 
-def _md_cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+def md_cell(text: Any) -> str:
+    """One Markdown table cell: an inert line (inert_markdown) with '|' escaped."""
+    return inert_markdown(text).replace("|", "\\|")

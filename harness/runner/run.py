@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UsageError
+from harness.errors import Terminated, UsageError
 from harness.spec import SweepSpec, build_spec, describe, spec_to_toml
 
 
@@ -23,16 +23,38 @@ def sweep_spec(
     toml: dict[str, Any] | None = None,
     cli: dict[str, Any] | None = None,
     plan_only: bool = False,
-    trust_plugins: bool = False,
+    trust_config: bool = False,
 ) -> SweepSpec:
-    """build_spec with the executors' option keys, then checked by the executor it names (harness.executors.resolve_spec)."""
-    from harness.executors import option_knobs, resolve_spec
+    """build_spec with the executors' option keys, then checked by the executor it names (harness.executors.resolve_spec).
+
+    A spec file's plugins and the settings that run or connect to something (harness.executors.guarded_keys) are
+    taken from it only with `trust_config` or when the command line gives them too."""
+    from harness.executors import guarded_keys, option_knobs, resolve_spec
 
     flags = {key: k.flag or key for key, (k, _) in option_knobs().items()}
     spec = build_spec(
-        toml_path=toml_path, toml=toml, cli=cli, plan_only=plan_only, executor_flags=flags, trust_plugins=trust_plugins
+        toml_path=toml_path,
+        toml=toml,
+        cli=cli,
+        plan_only=plan_only,
+        executor_flags=flags,
+        guarded=guarded_keys(),
+        trust_config=trust_config,
     )
-    return resolve_spec(spec, plan_only=plan_only)
+    spec = resolve_spec(spec, plan_only=plan_only)
+    _check_plans_cells(spec)
+    return spec
+
+
+def _check_plans_cells(spec: SweepSpec) -> None:
+    """UsageError when the spec's axes leave no cell to measure (each combination is skipped by the planner)."""
+    from harness.plan import plan
+
+    if not plan(spec):
+        raise UsageError(
+            f"the spec plans 0 cells ({describe(spec)}): every combination of its settings is skipped "
+            "(decode needs forward and causal; recompute and precision need train); change the axes"
+        )
 
 
 def where_keys() -> set[str]:
@@ -44,27 +66,35 @@ def where_keys() -> set[str]:
 
 def check_resume(resume: str | Path, *, run_id: str | None = None, out: str | Path | None = None) -> Path:
     """The folder a resumed run continues; UsageError when it is not a run folder or a new name or place is given too."""
-    from harness.store import check_run_id
+    from harness.store import check_run_folder, check_run_id
+    from harness.store.run_dir import WRITTEN_FILES, WRITTEN_FOLDERS
 
     if run_id is not None:
         check_run_id(run_id)
         raise UsageError(f"--resume {resume} continues that folder under its own name; drop --run-id {run_id}")
     if out is not None:
         raise UsageError(f"--resume {resume} continues that folder where it is; drop --out {out}")
-    run_dir = Path(resume)
-    if not run_dir.is_dir():
-        raise UsageError(f"--resume {resume}: no such run folder; pass a folder made by `python -m harness sweep`")
-    return run_dir
+    if not str(resume).strip():
+        raise UsageError("--resume '': expected a run folder (results/<run-id>); pass the folder to continue")
+    return check_run_folder(
+        resume, WRITTEN_FILES, WRITTEN_FOLDERS
+    )  # no link for a folder or file, no FIFO for rows.jsonl
 
 
 def resume_spec(
-    run_dir: Path, *, overrides: dict[str, Any], plan_only: bool = False, trust_plugins: bool = False
+    run_dir: Path, *, overrides: dict[str, Any], plan_only: bool = False, trust_config: bool = False
 ) -> SweepSpec:
     """The spec a resumed run replays: its spec.toml, keys it predates at what they meant then (RESUMED_SPEC_DEFAULTS),
     and from `overrides` only where cells run (WHERE_KEYS); another executor drops the stored executor settings."""
     from harness.spec import RESUMED_SPEC_DEFAULTS, load_toml
 
     if not (run_dir / "spec.toml").is_file():
+        rows = run_dir / "rows.jsonl"
+        if not rows.is_file() or rows.stat().st_size == 0:  # a sweep killed before it wrote its spec: nothing to keep
+            raise UsageError(
+                f"--resume {run_dir}: no spec.toml and no rows (a sweep stopped before it began); nothing to continue: "
+                f"run the same sweep again with --out {run_dir.parent} --run-id {run_dir.name}"
+            )
         raise UsageError(
             f"--resume {run_dir}: not a run folder (no spec.toml); pass a folder made by `python -m harness sweep`"
         )
@@ -72,10 +102,10 @@ def resume_spec(
     older = {k: v for k, v in RESUMED_SPEC_DEFAULTS.items() if k not in stored}
     if overrides.get("executor") is None:
         return sweep_spec(
-            toml_path=run_dir / "spec.toml", toml=older, cli=overrides, plan_only=plan_only, trust_plugins=trust_plugins
+            toml_path=run_dir / "spec.toml", toml=older, cli=overrides, plan_only=plan_only, trust_config=trust_config
         )
     stored = {k: v for k, v in stored.items() if k not in where_keys() - {"plugins"}}
-    return sweep_spec(toml={**stored, **older}, cli=overrides, plan_only=plan_only, trust_plugins=trust_plugins)
+    return sweep_spec(toml={**stored, **older}, cli=overrides, plan_only=plan_only, trust_config=trust_config)
 
 
 def plan_lines(spec: SweepSpec, resume: Path | None = None) -> list[str]:
@@ -111,6 +141,7 @@ def run_sweep(
         quiet: no progress bar (it is also silent when stderr is not a terminal).
     """
     from harness.executors import resolve_spec
+    from harness.runner.signals import sigterm_stops
     from harness.store import create_run_dir, lock_run_dir, new_run_id
 
     spec = resolve_spec(spec)
@@ -118,7 +149,9 @@ def run_sweep(
         run_dir = check_resume(resume, run_id=run_id)
     else:
         run_dir = create_run_dir(out, new_run_id(spec.device) if run_id is None else run_id, exact=run_id is not None)
-    with lock_run_dir(run_dir):  # one writer per folder, from counting what is done to the last table
+    # one writer per folder, from counting what is done to the last table; SIGTERM unwinds like Ctrl-C (the lock's pid
+    # is removed, the executor closed)
+    with lock_run_dir(run_dir), sigterm_stops():
         _sweep_into(run_dir, spec, fresh=resume is None, quiet=quiet)
     return run_dir
 
@@ -131,6 +164,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
 
     from harness.env import collect_env
     from harness.executors import CellJob, executor_class, make_executor, run_cells
+    from harness.executors.isolated import clean_cell_temp
     from harness.measure import CALIBRATION_SEED_OFFSET, MeasureSettings, RunInfo, outcome_row
     from harness.entries import knob_field
     from harness.measure.tuning import scoring_seeds, unreachable_carries_over
@@ -146,6 +180,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
         read_rows,
         repair_tail,
         write_json,
+        write_plain,
     )
 
     if spec.device.startswith("cuda:"):
@@ -169,7 +204,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
     if fresh or not (run_dir / ENV_FILE).exists():
         write_json(run_dir / ENV_FILE, env)
     if fresh or not (run_dir / SPEC_FILE).exists():
-        (run_dir / SPEC_FILE).write_text(spec_to_toml(spec), encoding="utf-8")
+        write_plain(run_dir / SPEC_FILE, spec_to_toml(spec))
     info = RunInfo(
         run_id=run_dir.name,
         device_name=(env["gpu"] or "cuda") if spec.device.startswith("cuda") else env["cpu"],
@@ -186,6 +221,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
         plugins=tuple(str(Path(p).resolve()) if Path(p).is_file() else p for p in spec.plugins),
         threads=spec.executor_options.get("cpus_per_cell") if remote and spec.device_type == "cpu" else None,
     )
+    clean_cell_temp(run_dir)  # what isolated cells of a killed sweep left (we hold the lock: none is running)
     repair_tail(run_dir / ROWS_FILE)  # before counting: a complete last row without its newline is kept, not cut later
     existing = read_rows(run_dir)
     done = completed_cell_ids(existing)
@@ -225,14 +261,17 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
 
             todo = (cell for cell in cells if cell.cell_id not in done)
             run_cells(executor, todo, skip=skip, on_row=on_row, on_start=progress.start)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         progress.close()
-        plugins = "".join(f" --plugin {p}" for p in job.plugins)  # a spec file's plugins are imported only when named
+        # a spec file's plugins are imported, and a remote executor used, only when named (or the file trusted)
+        named = " --trust-config" if remote else "".join(f" --plugin {p}" for p in job.plugins)
         print(
-            f"interrupted; the rows so far are in {run_dir}; continue with "
-            f"python -m harness sweep --resume {run_dir}{plugins}",
+            f"{'terminated (SIGTERM)' if isinstance(exc, Terminated) else 'interrupted'}; the rows so far are in "
+            f"{run_dir}; continue with "
+            f"python -m harness sweep --resume {run_dir}{named}",
             file=sys.stderr,
         )
+        exc.reported = True  # the command adds no second line
         raise
     progress.close()
     finish_run(run_dir, plugins=job.plugins)

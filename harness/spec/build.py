@@ -8,6 +8,7 @@ it. Keys an executor declares (``executor_flags``: key -> flag) are carried raw 
 
 from __future__ import annotations
 
+import math
 import sys
 from importlib import resources
 from pathlib import Path
@@ -42,7 +43,8 @@ def build_spec(
     cli: dict[str, Any] | None = None,
     plan_only: bool = False,
     executor_flags: Mapping[str, str] | None = None,
-    trust_plugins: bool = False,
+    guarded: Mapping[str, tuple[Any, ...]] | None = None,
+    trust_config: bool = False,
 ) -> SweepSpec:
     """Merge defaults < TOML < CLI (CLI values are the flags' raw strings) and validate every measurement key.
 
@@ -51,7 +53,9 @@ def build_spec(
     can be planned anywhere (`plan_only` is kept for callers; it changes nothing here).
 
     Plugins a spec *file* names are code from whoever wrote the file: they are imported only when
-    also given on the command line (cli "plugins") or with `trust_plugins`; otherwise UsageError
+    also given on the command line (cli "plugins") or with `trust_config`; so are the `guarded` keys
+    (key -> the values a file may hold freely: a remote executor, its address, its job options), which
+    a file sets only when the command line gives them too or with `trust_config`. Otherwise UsageError
     names them and how to allow them.
     """
     executor_flags = dict(executor_flags or {})
@@ -68,7 +72,8 @@ def build_spec(
             raise UsageError(
                 f"{where}: unknown key {unknown[0]!r}; known keys: {', '.join(known)}{did_you_mean(unknown[0], known)}"
             )
-    _check_file_plugins(source, as_list(file_values.get("plugins", ())), as_list(cli.get("plugins", ())), trust_plugins)
+    if not trust_config:
+        _check_file_trust(source, file_values, cli, guarded or {})
     device, was_auto = _raw_device(cli, file_values, source)
     defaults = toml_library().loads(default_text(device))
     flags = {**FLAGS, **executor_flags}
@@ -99,6 +104,7 @@ def build_spec(
                 "and the memory probe; lower the budget or raise the limit well above it"
             )
         _check_heads_and_padding(values, where)
+        _check_decode(values, where)
         variant_config = variant_config_layers(
             defaults.get(VARIANT_CONFIG_KEY, {}), merged.get(VARIANT_CONFIG_KEY, {}), where
         )
@@ -137,19 +143,31 @@ def _renamed(values: dict[str, Any], source: str) -> dict[str, Any]:
     return {RENAMED_KEYS.get(key, key): value for key, value in values.items()}
 
 
-def _check_file_plugins(source: str, from_file: list, given: list, trust: bool) -> None:
-    """Refuse to import plugins named by a spec file unless the user named them too (or trusts the file)."""
+def _check_file_trust(source: str, file_values: dict, cli: dict, guarded: Mapping[str, tuple[Any, ...]]) -> None:
+    """Refuse what a spec file (not the user) asks to run or connect to: plugins the command line does not name,
+    and guarded keys at other values than their harmless ones that the command line does not set itself."""
 
     def key(target: Any) -> str:
         path = Path(str(target))
         return str(path.resolve()) if path.suffix == ".py" else str(target)
 
-    untrusted = [str(p) for p in from_file if key(p) not in {key(g) for g in given}]
-    if untrusted and not trust:
-        flags = " ".join(f"--plugin {p}" for p in untrusted)
+    given = {key(g) for g in as_list(cli.get("plugins", ()))}
+    plugins = [str(p) for p in as_list(file_values.get("plugins", ())) if key(p) not in given]
+    settings = [
+        f"{k} = {file_values[k]!r}"
+        for k in guarded
+        if k in file_values and k not in cli and file_values[k] not in (None, "", [], ()) + tuple(guarded[k])
+    ]
+    if plugins:
+        flags = " ".join(f"--plugin {p}" for p in plugins)
         raise UsageError(
-            f"{source} names plugins {', '.join(untrusted)}: importing them runs their code; "
-            f"to allow it pass {flags} (or --trust-plugins)"
+            f"{source} names plugins {', '.join(plugins)}: importing them runs their code; "
+            f"to allow it pass {flags} (or --trust-config)"
+        )
+    if settings:
+        raise UsageError(
+            f"{source} sets {', '.join(settings)}: these run or connect to something; to take them from the file "
+            "pass --trust-config, or give them on the command line"
         )
 
 
@@ -170,6 +188,24 @@ def _check_heads_and_padding(values: dict[str, Any], where: Any) -> None:
         raise SpecError(
             f"{where('paddings')} = {padded[0]:g} needs {where('batch')} >= 2 (each batch row keeps a different "
             f"length), got {batch}; raise the batch or use padding 0"
+        )
+
+
+def _check_decode(values: dict[str, Any], where: Any) -> None:
+    """Decode is forward and causal: a spec that asks for decode with neither forward nor (when the user chose the
+    causals) causal cells contradicts itself."""
+    if "decode" not in values.get("phases", ()):
+        return
+    if "forward" not in values.get("modes", ("forward",)):
+        raise SpecError(
+            f"{where('phases')} has decode, which is forward only, but {where('modes')} has no forward; "
+            "add forward to the modes or drop decode"
+        )
+    causals = values.get("causals", (True,))
+    if True not in causals and not where("causals").startswith("default spec"):
+        raise SpecError(
+            f"{where('phases')} has decode, which is causal, but {where('causals')} = false; "
+            "use causals true (or both) or drop decode"
         )
 
 
@@ -196,13 +232,23 @@ def _dtypes(value: Any, device: str, where: str) -> tuple[str, ...]:
 def _inputs(value: Any, where: str) -> tuple[str, ...]:
     from harness.inputs import parse_inputs
 
-    entries = split_entries(value) if isinstance(value, str) else [str(v) for v in as_list(value)]
+    try:
+        entries = split_entries(value) if isinstance(value, str) else [str(v) for v in as_list(value, where)]
+    except ValueError as exc:  # an empty item
+        raise SpecError(f"{where}: {exc}") from None
     out: list[str] = []
     for text in entries:
         try:
             name, settings = parse_inputs(text)
         except ValueError as exc:
             raise SpecError(f"{where}: {exc}") from None
+        for knob, value in settings.items():  # a scale of nan, 0 or -1 gives inputs no variant can be scored on
+            if (
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and not (math.isfinite(value) and value > 0)
+            ):
+                raise SpecError(f"{where}: {text!r}: {knob} must be a finite number > 0, got {value!r}")
         label = format_entry(name, settings)
         if label not in out:
             out.append(label)

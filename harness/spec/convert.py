@@ -5,20 +5,37 @@ Values come from TOML (typed) or flags (strings); both are accepted.
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 from variants._checks import did_you_mean
+
+# Values that reach a job script or a command line (sbatch options, a Ray address): printable ASCII without
+# spaces, quotes, '$', '`', ';', '&', '|' or a backslash, so no value can start a new line or a command.
+SAFE_VALUE = re.compile(r"[A-Za-z0-9_.:/@%+=,\[\]-]+")
+SAFE_VALUE_RULE = "letters, digits and _ . : / @ % + = , [ ] - (no space, quote, newline or control character)"
+SAFE_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
 
 class SpecError(ValueError):
     """A bad spec value; build_spec turns it into one UsageError line."""
 
 
-def as_list(value: Any) -> list:
+# Bounds far beyond what any machine holds (a 16M-token sequence, a 64K batch): a larger value is a typo.
+MAX_SEQ_LEN, MAX_BATCH, MAX_HEADS, MAX_HEAD_DIM, MAX_STEPS = 2**24, 2**16, 2**12, 2**12, 2**20
+
+
+def as_list(value: Any, where: str | None = None) -> list:
+    """A list from a list, a comma string ('' -> []) or one value; with `where`, an empty item ('64,,128') is a
+    SpecError."""
     if isinstance(value, (list, tuple)):
         return list(value)
     if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
+        items = [v.strip() for v in value.split(",")]
+        if where is not None and len(items) > 1 and not all(items):
+            raise SpecError(f"{where}: {value!r} has an empty item between commas; write e.g. 64,128")
+        return [v for v in items if v]
     return [value]
 
 
@@ -41,6 +58,11 @@ def positive_int(value: Any, where: str) -> int:
     return to_int(value, where, minimum=1)
 
 
+def bounded_int(maximum: int, minimum: int = 1):
+    """A converter for an integer in [minimum, maximum]."""
+    return lambda value, where: to_int(value, where, minimum=minimum, maximum=maximum)
+
+
 def optional_int(minimum: int):
     """A converter for an integer >= minimum, or None ('' / 'none')."""
 
@@ -52,10 +74,6 @@ def optional_int(minimum: int):
     return convert
 
 
-def optional_text(value: Any, where: str) -> str | None:
-    return None if value in (None, "") else str(value).strip()
-
-
 def number(value: Any, where: str, *, positive: bool = False) -> float:
     if isinstance(value, str):
         try:
@@ -64,6 +82,8 @@ def number(value: Any, where: str, *, positive: bool = False) -> float:
             raise SpecError(f"{where}: expected a number, got {value!r}") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SpecError(f"{where}: expected a number, got {value!r}")
+    if not math.isfinite(value):
+        raise SpecError(f"{where}: expected a finite number, got {value!r}")
     if positive and not value > 0:
         raise SpecError(f"{where}: must be > 0, got {value}")
     return float(value)
@@ -85,6 +105,8 @@ def lengths(item: Any, where: str) -> list[int]:
         text = item.strip().lower()
         if ".." in text:
             lo, _, hi = text.partition("..")
+            if ".." in hi:
+                raise SpecError(f"{where}: range {item!r} has more than one '..'; write low..high, e.g. 256..8192")
             start, stop = lengths(lo, where)[0], lengths(hi, where)[0]
             if stop < start:
                 raise SpecError(f"{where}: range {item!r} runs backwards; write low..high, e.g. 256..8192")
@@ -102,10 +124,12 @@ def lengths(item: Any, where: str) -> list[int]:
     return [item]
 
 
-def positive_ints(value: Any, where: str, *, as_lengths: bool = False) -> tuple[int, ...]:
-    items = as_list(value)
+def positive_ints(value: Any, where: str, *, as_lengths: bool = False, maximum: int = MAX_HEAD_DIM) -> tuple[int, ...]:
+    """Distinct integers in [1, maximum] (sequence lengths with `as_lengths`: 4k and 256..8192 too, up to MAX_SEQ_LEN)."""
+    items = as_list(value, where)
     if not items:
         raise SpecError(f"{where}: needs at least one value")
+    maximum = MAX_SEQ_LEN if as_lengths else maximum
     out: list[int] = []
     for item in items:
         numbers = lengths(item, where) if as_lengths else [to_int(item, where)]
@@ -113,19 +137,21 @@ def positive_ints(value: Any, where: str, *, as_lengths: bool = False) -> tuple[
             if n < 1:
                 what = "sequence lengths" if as_lengths else "values"
                 raise SpecError(f"{where}: {what} must be positive integers, got {n}")
+            if n > maximum:
+                raise SpecError(f"{where}: {n} is beyond what any machine holds; the limit is {maximum}")
             if n not in out:
                 out.append(n)
     return tuple(out)
 
 
 def optional_positive_ints(value: Any, where: str) -> tuple[int, ...]:
-    """Positive integers, or none at all (an empty list or '': the setting's default applies)."""
-    return positive_ints(value, where) if as_list(value) else ()
+    """Positive integers up to MAX_HEADS, or none at all (an empty list or '': the setting's default applies)."""
+    return positive_ints(value, where, maximum=MAX_HEADS) if as_list(value) else ()
 
 
 def fractions(value: Any, where: str) -> tuple[float, ...]:
     """Distinct numbers in [0, 1), e.g. padding fractions '0,0.25'."""
-    items = as_list(value)
+    items = as_list(value, where)
     if not items:
         raise SpecError(f"{where}: needs at least one value in [0, 1), e.g. 0 or 0.25")
     out: list[float] = []
@@ -141,7 +167,7 @@ def fractions(value: Any, where: str) -> tuple[float, ...]:
 def budgets(value: Any, where: str) -> tuple[float, ...]:
     """Error budgets: distinct positive numbers, ascending (none: no search, every config as given)."""
     out: set[float] = set()
-    for item in as_list(value):
+    for item in as_list(value, where):
         x = number(item, where)
         if not 0 < x <= 2:
             raise SpecError(
@@ -162,7 +188,7 @@ def choices(options: tuple[str, ...], aliases: dict[str, str] | None = None, *, 
 
     def convert(value: Any, where: str):
         out: list[str] = []
-        items = as_list(value)
+        items = as_list(value, where)
         if not items:
             raise SpecError(f"{where}: needs at least one of {', '.join(options)}")
         for item in items:
@@ -187,7 +213,7 @@ def bools(value: Any, where: str) -> tuple[bool, ...]:
     if isinstance(value, str) and value.strip().lower() == "both":
         return (False, True)
     out: list[bool] = []
-    for item in as_list(value):
+    for item in as_list(value, where):
         if isinstance(item, str):
             low = item.strip().lower()
             if low not in ("true", "false", "1", "0", "yes", "no"):
@@ -203,15 +229,36 @@ def bools(value: Any, where: str) -> tuple[bool, ...]:
 
 
 def texts(value: Any, where: str) -> tuple[str, ...]:
-    return tuple(str(v) for v in as_list(value))
+    """Non-empty strings (a module name or a file path each)."""
+    out = tuple(str(v).strip() for v in as_list(value, where))
+    if not all(out):
+        raise SpecError(f"{where}: an empty name; give a module name or a .py file")
+    return out
+
+
+def safe_text(value: Any, where: str) -> str:
+    """A value bound for a job script or a command line (SAFE_VALUE), stripped at its ends; else SpecError."""
+    text = str(value).strip()
+    if not SAFE_VALUE.fullmatch(text):
+        raise SpecError(f"{where}: {value!r} is not a plain value; use only {SAFE_VALUE_RULE}")
+    return text
+
+
+def optional_safe_text(value: Any, where: str) -> str | None:
+    """safe_text, or None for None or ''."""
+    return None if value is None or str(value).strip() == "" else safe_text(value, where)
 
 
 def key_values(value: Any, where: str) -> tuple[str, ...]:
-    """ "key=value" items (repeated flags and comma lists alike)."""
+    """ "key=value" items (repeated flags and comma lists alike): a key of letters, digits, '-' and '_', a safe value."""
     out = []
-    for item in [part for item in as_list(value) for part in as_list(str(item))]:
+    for item in [part for item in as_list(value, where) for part in as_list(str(item), where)]:
         key, eq, val = str(item).partition("=")
-        if not eq or not key.strip() or not val.strip():
-            raise SpecError(f"{where}: {item!r} is not key=value; write e.g. account=myproject,qos=high")
-        out.append(f"{key.strip()}={val.strip()}")
+        key, val = key.strip(), val.strip()
+        if not eq or not SAFE_KEY.fullmatch(key) or not val:
+            raise SpecError(
+                f"{where}: {item!r} is not key=value with a key of letters, digits, '-' and '_'; "
+                "write e.g. account=myproject,qos=high"
+            )
+        out.append(f"{key}={safe_text(val, where)}")
     return tuple(out)

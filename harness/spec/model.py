@@ -67,8 +67,8 @@ class SweepSpec:
         parse=c.seq_lens,
         help="sequence lengths: '256,1k,4k' or a doubling range '256..8192'",
     )
-    batch: int = knob(flag="--batch", metavar="B", parse=c.positive_int, help="batch size")
-    heads: int = knob(flag="--heads", metavar="H", parse=c.positive_int, help="number of heads")
+    batch: int = knob(flag="--batch", metavar="B", parse=c.bounded_int(c.MAX_BATCH), help="batch size")
+    heads: int = knob(flag="--heads", metavar="H", parse=c.bounded_int(c.MAX_HEADS), help="number of heads")
     kv_heads: tuple[int, ...] = knob(
         (),
         flag="--kv-heads",
@@ -104,7 +104,7 @@ class SweepSpec:
         32,
         flag="--decode-steps",
         metavar="S",
-        parse=c.positive_int,
+        parse=c.bounded_int(c.MAX_STEPS),
         help="tokens generated per timed decode call (latency is per token)",
     )
     paddings: tuple[float, ...] = knob(
@@ -159,7 +159,11 @@ class SweepSpec:
         flag="--time-budget", metavar="SECONDS", group="how", parse=c.positive_number, help="seconds of timing per cell"
     )
     repeats: int = knob(
-        flag="--repeats", metavar="N", group="how", parse=c.positive_int, help="at least N timed calls per cell"
+        flag="--repeats",
+        metavar="N",
+        group="how",
+        parse=c.bounded_int(c.MAX_STEPS),
+        help="at least N timed calls per cell",
     )
     cell_timeout_s: float | None = knob(
         flag="--timeout",
@@ -172,20 +176,22 @@ class SweepSpec:
         flag="--error-rows",
         metavar="R",
         group="how",
-        parse=lambda v, w: c.to_int(v, w, minimum=2),
+        parse=c.bounded_int(c.MAX_SEQ_LEN, minimum=2),
         help="query rows sampled for the float64 accuracy check",
     )
     calibration_steps: int = knob(
         flag="--calibration-steps",
         metavar="STEPS",
         group="how",
-        parse=lambda v, w: c.to_int(v, w, minimum=0),
+        parse=c.bounded_int(c.MAX_STEPS, minimum=0),
         help="optimizer steps for learnable variants",
     )
     calibration_batches: int = knob(
-        group="how", parse=c.positive_int, help="calibration batches (seeds other than the evaluation's)"
+        group="how", parse=c.bounded_int(c.MAX_BATCH), help="calibration batches (seeds other than the evaluation's)"
     )
-    calibration_max_seq_len: int = knob(group="how", parse=c.positive_int, help="calibration length is min(N, this)")
+    calibration_max_seq_len: int = knob(
+        group="how", parse=c.bounded_int(c.MAX_SEQ_LEN), help="calibration length is min(N, this)"
+    )
     error_budgets: tuple[float, ...] = knob(
         (),
         flag="--error-budgets",

@@ -34,12 +34,15 @@ def expand_variants(value: Any, variant_config: dict[str, dict[str, Any]], where
     """Expand names and globs, apply variant_config then the entry's own fields, build each config."""
     from variants import get_variant, list_variants
 
-    if isinstance(value, str):
-        items: list[Any] = split_entries(value)
-    else:
-        items = []
-        for item in as_list(value):
-            items.extend(split_entries(item) if isinstance(item, str) else [item])
+    try:
+        if isinstance(value, str):
+            items: list[Any] = split_entries(value)
+        else:
+            items = []
+            for item in as_list(value):
+                items.extend(split_entries(item) if isinstance(item, str) else [item])
+    except ValueError as exc:  # an empty item
+        raise SpecError(f"{where}: {exc}") from None
     if not items:
         raise SpecError(f"{where}: needs at least one variant (a name, a glob like 'sliding_*', or '*')")
     entries: list[VariantEntry] = []

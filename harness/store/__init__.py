@@ -27,7 +27,8 @@ from harness.store.run_dir import (
     create_run_dir,
     new_run_id,
 )
-from harness.store.writer import RowWriter, repair_tail, rows_dataframe, write_json, write_tables
+from harness.store.safe_files import check_plain, check_run_folder, open_plain, write_plain
+from harness.store.writer import RowWriter, inert_csv_frame, repair_tail, rows_dataframe, write_json, write_tables
 
 __all__ = [
     "CSV_FILE",
@@ -38,13 +39,17 @@ __all__ = [
     "SPEC_FILE",
     "Run",
     "RowWriter",
+    "check_plain",
+    "check_run_folder",
     "check_run_id",
     "completed_cell_ids",
     "config_key",
     "create_run_dir",
+    "inert_csv_frame",
     "load_run",
     "lock_run_dir",
     "new_run_id",
+    "open_plain",
     "read_row_lines",
     "read_rows",
     "repair_tail",
@@ -54,5 +59,6 @@ __all__ = [
     "series_labels",
     "warn_note",
     "write_json",
+    "write_plain",
     "write_tables",
 ]

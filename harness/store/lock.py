@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 from harness.errors import UsageError
+from harness.store.safe_files import open_plain
 
 LOCK_FILE = ".lock"
 
@@ -27,7 +28,8 @@ def lock_run_dir(run_dir: str | Path) -> Iterator[None]:
         yield
         return
     path = Path(run_dir) / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    lock = open_plain(path, "rw", binary=True)  # never through a symbolic link
+    fd = lock.fileno()
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -44,4 +46,4 @@ def lock_run_dir(run_dir: str | Path) -> Iterator[None]:
         finally:
             os.ftruncate(fd, 0)  # the pid is only there while it holds the lock
     finally:
-        os.close(fd)  # closing the descriptor releases the lock
+        lock.close()  # closing the descriptor releases the lock

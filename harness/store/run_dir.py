@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
 
 from harness.errors import UsageError
+from harness.executors.isolated import CELL_TEMP_DIR
+from harness.executors.worker import FITTED_DIR
+from harness.store.lock import LOCK_FILE
+from harness.store.safe_files import check_run_folder
 
 ROWS_FILE, ENV_FILE, SPEC_FILE, CSV_FILE, PARQUET_FILE = (
     "rows.jsonl",
@@ -15,16 +20,20 @@ ROWS_FILE, ENV_FILE, SPEC_FILE, CSV_FILE, PARQUET_FILE = (
     "rows.csv",
     "rows.parquet",
 )
+# the files a sweep writes or appends (the report's figures are checked as they are written), and its folders
+WRITTEN_FILES = (ROWS_FILE, ENV_FILE, SPEC_FILE, CSV_FILE, PARQUET_FILE, LOCK_FILE, "report.md", "report.html")
+WRITTEN_FOLDERS = (FITTED_DIR, CELL_TEMP_DIR, "slurm")
 
 
-_RUN_ID = re.compile(r"[A-Za-z0-9_.-]+")
-RUN_ID_RULE = "one plain folder name: letters, digits, '-', '_', '.' (not '.' or '..')"
+_RUN_ID = re.compile(r"[A-Za-z0-9_.-]{1,200}")
+RUN_ID_RULE = "one plain folder name of at most 200 characters: letters, digits, '-', '_', '.' (not '.' or '..')"
 
 
 def check_run_id(run_id: str) -> str:
     """`run_id` when it is one plain path component; else UsageError, so a run folder never lands outside --out."""
     if not _RUN_ID.fullmatch(run_id) or run_id in (".", ".."):
-        raise UsageError(f"--run-id {run_id!r}: a run id must be {RUN_ID_RULE}, e.g. 'baseline-cpu'")
+        shown = run_id if len(run_id) <= 60 else run_id[:40] + f"... ({len(run_id)} characters)"
+        raise UsageError(f"--run-id {shown!r}: a run id must be {RUN_ID_RULE}, e.g. 'baseline-cpu'")
     return run_id
 
 
@@ -41,15 +50,19 @@ def create_run_dir(out: str | Path, run_id: str, *, exact: bool = False) -> Path
     A run id that is not one plain folder name (check_run_id) is a UsageError.
     """
     run_dir = Path(out) / check_run_id(run_id)
+    if exact and os.path.lexists(run_dir):
+        check_run_folder(
+            run_dir, WRITTEN_FILES, WRITTEN_FOLDERS
+        )  # a planted link is refused before anything is read or written
     if exact and (run_dir / ROWS_FILE).exists():
         raise UsageError(
             f"run folder {run_dir} already holds rows; continue it with --resume {run_dir} or pick another --run-id"
         )
     suffix = 2
-    while not exact and run_dir.exists():
+    while not exact and os.path.lexists(run_dir):
         run_dir, suffix = Path(out) / f"{run_id}-{suffix}", suffix + 1
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--out {out}: cannot create the run folder {run_dir} ({exc.strerror or exc})") from None
-    return run_dir
+    return check_run_folder(run_dir, WRITTEN_FILES, WRITTEN_FOLDERS)

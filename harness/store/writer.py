@@ -8,6 +8,7 @@ repairs it (repair_tail) before counting and appending, so every line stays one 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 from harness.row import ROW_FIELDS, Row, row_record
 from harness.store.reader import Run, read_rows, warn_note
 from harness.store.run_dir import CSV_FILE, PARQUET_FILE, ROWS_FILE
+from harness.store.safe_files import check_plain, open_plain, write_plain
 
 
 class RowWriter:
@@ -24,7 +26,7 @@ class RowWriter:
     def __init__(self, run_dir: str | Path):
         self.path = Path(run_dir) / ROWS_FILE
         repair_tail(self.path)
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._file = open_plain(self.path, "a")  # never through a symbolic link, never into a FIFO
 
     def append(self, row: Row | dict[str, Any]) -> None:
         """Write one row (a Row, or its dict: unknown fields are refused) as one complete line, durably."""
@@ -50,9 +52,10 @@ def repair_tail(path: Path) -> None:
     A last line without its newline that is a complete JSON object (killed between the row and its
     newline) is kept and gets the newline; one that does not parse (killed mid-write) is cut, with a warning.
     """
+    check_plain(path)
     if not path.exists() or path.stat().st_size == 0:
         return
-    with open(path, "rb+") as f:
+    with open_plain(path, "r+", binary=True) as f:
         start, data = _last_line(f)
         if data.endswith(b"\n"):
             return
@@ -92,7 +95,29 @@ def _last_line(f: Any, block: int = 1 << 16) -> tuple[int, bytes]:
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    write_plain(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+# A spreadsheet runs a cell that starts with one of these as a formula (OWASP "CSV injection").
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def inert_csv_frame(frame):
+    """The frame with every text cell that a spreadsheet would run as a formula prefixed with "'" (numbers such as
+    -1.5 stay numbers: only strings are touched, and a string that reads as a number is left alone)."""
+    from pandas.api.types import is_numeric_dtype
+
+    return frame.apply(lambda column: column if is_numeric_dtype(column) else column.map(_inert))
+
+
+def _inert(value: Any) -> Any:
+    if not isinstance(value, str) or not value.startswith(FORMULA_STARTS):
+        return value
+    try:
+        float(value)
+        return value  # '-1.5' in a text column is a number, not a formula
+    except ValueError:
+        return "'" + value
 
 
 def rows_dataframe(rows: list[dict[str, Any]]):
@@ -116,8 +141,12 @@ def write_tables(run: "str | Path | Run") -> list[Path]:
     for column in ("config", "calibration"):
         frame[column] = [None if v is None else json.dumps(v, sort_keys=True) for v in frame[column]]
     written = [run_dir / CSV_FILE]
-    frame.to_csv(written[0], index=False)  # full float precision: pandas writes repr()
+    text = io.StringIO()
+    inert_csv_frame(frame).to_csv(text, index=False)  # full float precision: pandas writes repr()
+    write_plain(written[0], text.getvalue())
     if importlib.util.find_spec("pyarrow") is not None:
-        frame.to_parquet(run_dir / PARQUET_FILE, index=False)
+        data = io.BytesIO()
+        frame.to_parquet(data, index=False)
+        write_plain(run_dir / PARQUET_FILE, data.getvalue())
         written.append(run_dir / PARQUET_FILE)
     return written

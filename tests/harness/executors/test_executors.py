@@ -237,7 +237,7 @@ def test_executor_settings_round_trip_through_spec_toml(tmp_path):
     )
     path = tmp_path / "spec.toml"
     path.write_text(spec_to_toml(spec))
-    again = build_spec(toml_path=path, plan_only=True)
+    again = build_spec(toml_path=path, plan_only=True, trust_config=True)
     options = again.executor_options
     assert (again.executor, options["ray_address"], options["cpus_per_cell"], options["max_parallel"]) == (
         "ray",
@@ -284,7 +284,7 @@ def test_resume_with_another_executor_runs_only_the_missing_cells(tmp_path, test
     lines = (run_dir / "rows.jsonl").read_text().splitlines()
     assert len(lines) == 4
     (run_dir / "rows.jsonl").write_text("\n".join(lines[:3]) + "\n")  # the first part: three cells
-    assert main(["sweep", "--resume", str(run_dir), "--executor", "subprocess", "--trust-plugins", "--quiet"]) == 0
+    assert main(["sweep", "--resume", str(run_dir), "--executor", "subprocess", "--trust-config", "--quiet"]) == 0
     after = read_rows(run_dir)
     assert [json.dumps(r, sort_keys=True) for r in after[:3]] == [
         json.dumps(json.loads(x), sort_keys=True) for x in lines[:3]
@@ -447,7 +447,8 @@ def test_an_isolated_child_dies_with_its_killed_parent_and_leaves_no_temp_folder
                 cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
             except OSError:
                 continue
-            if str(tmp).encode() in cmdline and b"harness.executors.isolated" in cmdline:
+            # the cell's temp folder, in its command line, is under the run folder (RUN_DIR/.cells)
+            if str(tmp_path / "runs").encode() in cmdline and b"harness.executors.isolated" in cmdline:
                 found.append(int(pid))
         return found
 
@@ -461,9 +462,10 @@ def test_an_isolated_child_dies_with_its_killed_parent_and_leaves_no_temp_folder
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait()
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and (children() or list(tmp.iterdir())):
+        cells = tmp_path / "runs" / "orphan" / ".cells"
+        while time.monotonic() < deadline and (children() or list(tmp.iterdir()) or list(cells.iterdir())):
             time.sleep(0.1)
-        assert children() == [] and list(tmp.iterdir()) == []
+        assert children() == [] and list(tmp.iterdir()) == [] and list(cells.iterdir()) == []
     finally:
         if parent.poll() is None:
             parent.kill()

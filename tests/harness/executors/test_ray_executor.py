@@ -220,9 +220,9 @@ def test_killed_driver_resumes_with_only_the_missing_cells(tmp_path, ray_cluster
         if child.poll() is None:
             child.kill()
     before = read_rows(run_dir)
-    planned = {c.cell_id for c in plan(build_spec(toml_path=run_dir / "spec.toml", trust_plugins=True))}
+    planned = {c.cell_id for c in plan(build_spec(toml_path=run_dir / "spec.toml", trust_config=True))}
     assert 3 <= len(before) < len(planned)
-    assert main(["sweep", "--resume", str(run_dir), "--ray-address", ray_cluster, "--trust-plugins", "--quiet"]) == 0
+    assert main(["sweep", "--resume", str(run_dir), "--ray-address", ray_cluster, "--trust-config", "--quiet"]) == 0
     after = read_rows(run_dir)
     assert sorted(r["cell_id"] for r in after) == sorted(planned)  # none lost, none twice
     assert [r["cell_id"] for r in after[: len(before)]] == [r["cell_id"] for r in before]  # nothing rewritten

@@ -65,11 +65,11 @@ def test_killed_run_resumes_with_each_cell_exactly_once(tmp_path, test_variants,
         if child.poll() is None:
             child.kill()
     before = read_rows(run_dir)
-    spec = build_spec(toml_path=run_dir / "spec.toml", trust_plugins=True)
+    spec = build_spec(toml_path=run_dir / "spec.toml", trust_config=True)
     planned = {cell.cell_id for cell in plan(spec)}
     assert 3 <= len(before) < len(planned)
 
-    assert main(["sweep", "--resume", str(run_dir), "--trust-plugins", "--quiet"]) == 0
+    assert main(["sweep", "--resume", str(run_dir), "--trust-config", "--quiet"]) == 0
     after = read_rows(run_dir)
     ids = [row["cell_id"] for row in after]
     assert sorted(ids) == sorted(planned)  # none lost, none twice
@@ -112,7 +112,7 @@ def test_resume_after_a_partial_line_and_a_finished_run_is_a_no_op(tmp_path, tes
     with open(run_dir / "rows.jsonl", "a") as f:
         f.write('{"cell_id": "partial')
     with pytest.warns(UserWarning, match="cut a partial last line"):  # the cut is said, not silent
-        assert main(["sweep", "--resume", str(run_dir), "--trust-plugins", "--quiet"]) == 0
+        assert main(["sweep", "--resume", str(run_dir), "--trust-config", "--quiet"]) == 0
     rows = read_rows(run_dir)
     assert len(rows) == 2
     assert (run_dir / "rows.jsonl").read_text().endswith("}\n")
@@ -147,7 +147,7 @@ def test_resume_keeps_a_complete_last_row_that_lost_its_newline(tmp_path, no_rep
     path = tmp_path / "nl" / "rows.jsonl"
     path.write_bytes(path.read_bytes()[:-1])  # killed after the last row but before its newline
     before = read_rows(tmp_path / "nl")
-    assert main(["sweep", "--resume", str(tmp_path / "nl"), "--trust-plugins", "--quiet"]) == 0
+    assert main(["sweep", "--resume", str(tmp_path / "nl"), "--trust-config", "--quiet"]) == 0
     after = read_rows(tmp_path / "nl")
     assert after == before  # the very row kept (a re-measured cell would differ in latency), its cell not run again
     assert path.read_text().endswith("}\n")

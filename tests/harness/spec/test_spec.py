@@ -193,7 +193,7 @@ def test_plugins_named_by_a_spec_file_are_not_imported_unless_the_user_names_the
     with pytest.raises(
         UsageError,
         match=r"names plugins .*someone_elses.py: importing them runs their code; to allow it pass "
-        r"--plugin .*someone_elses.py \(or --trust-plugins\)",
+        r"--plugin .*someone_elses.py \(or --trust-config\)",
     ):
         build_spec(toml_path=path, cli={"device": "cpu"}, plan_only=True)
     assert not marker.exists()  # refused before anything ran
@@ -202,7 +202,7 @@ def test_plugins_named_by_a_spec_file_are_not_imported_unless_the_user_names_the
     other_marker, other = tmp_path / "other_imported", tmp_path / "another.py"
     other.write_text(f"open({str(other_marker)!r}, 'w').write('ran')\n")
     path.write_text(f'plugins = [{str(other)!r}]\nvariants = ["dense"]\n')
-    build_spec(toml_path=path, cli={"device": "cpu"}, plan_only=True, trust_plugins=True)
+    build_spec(toml_path=path, cli={"device": "cpu"}, plan_only=True, trust_config=True)
     assert other_marker.exists()  # trusted: imported
 
 
