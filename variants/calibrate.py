@@ -17,8 +17,8 @@ Losses (``loss=``):
 
 Generalisation (``heldout=``): batches from other seeds than the training ones. Every ``eval_every``
 steps the relative L2 error of the outputs on them is measured; the fit keeps the parameters of the
-best one and stops when ``patience`` evaluations in a row improved it by less than 1% (early
-stopping). The report gives the relative L2 error on the training batches and on the held-out ones,
+best one and stops when PATIENCE evaluations in a row improved it by less than 1% (early
+stopping), or, given a ``target`` (an error budget), once it cannot reach it even on an optimistic line. The report gives the relative L2 error on the training batches and on the held-out ones,
 so a row can show the gap.
 """
 
@@ -42,6 +42,7 @@ DEFAULT_BATCHES = 4  # distinct calibration batches the sweep generates (cycled 
 DEFAULT_ROWS = 64  # query rows a weight_ce step scores (all rows when N is not larger)
 EVAL_EVERY = 10  # steps between held-out evaluations (early stopping)
 PATIENCE = 2  # evaluations in a row without a 1% gain that stop the fit
+TARGET_MARGIN = 1.5  # a fit stops as hopeless only when even its optimistic end is this far above the target
 MEASURED_BATCHES = 4  # the loss before/after and the training error are measured on the first batches (their cost)
 LOSSES = ("auto", "weight_ce", "mse")
 _TINY = 1e-12  # floor inside log() of the weight cross-entropy
@@ -68,7 +69,7 @@ class CalibrationReport:
     train_error: float | None = None  # relative L2 error of the outputs on the first MEASURED_BATCHES training batches
     heldout_error: float | None = None  # the same on the held-out batches (None without them)
     heldout_batches: int = 0  # held-out batches early stopping watched
-    stopped_early: bool = False  # the held-out error stopped improving before `steps`
+    stopped_early: bool = False  # the held-out error stopped improving, or could not reach `target`, before `steps`
 
     def to_dict(self) -> dict[str, Any]:
         """The report as a plain dict, as it goes into a result row's `calibration` field."""
@@ -86,6 +87,7 @@ def calibrate(
     causal: bool = False,
     heldout: Iterable[Batch] | None = None,
     rows: int = DEFAULT_ROWS,
+    target: float | None = None,
 ) -> CalibrationReport:
     """Fit a learnable variant to a teacher on calibration batches with Adam; a no-op otherwise.
 
@@ -101,6 +103,9 @@ def calibrate(
         causal: fit under the causal mask.
         heldout: batches from still other seeds, for early stopping and the held-out error (None: all steps run).
         rows: query rows per weight_ce step (sampled when N is larger).
+        target: a held-out error worth reaching (an error budget): with held-out batches, the fit also stops once its
+            held-out error, falling by its last gain at every remaining evaluation (an optimistic line: fits slow
+            down), would still end above TARGET_MARGIN x target; what it reports is then an upper bound.
     Returns:
         A CalibrationReport (loss before/after, training and held-out errors, budget, wall time).
     """
@@ -160,6 +165,7 @@ def calibrate(
         if params and steps:
             opt = torch.optim.Adam(params, lr=lr)
             best, best_state, stale = math.inf, None, 0
+            last = error(held, outputs[len(batches) :]) if held and target is not None else math.inf
             for step in range(steps):
                 opt.zero_grad(set_to_none=True)
                 batch_loss(step % len(batches)).backward()
@@ -172,7 +178,11 @@ def calibrate(
                         best, best_state = current, [p.detach().clone() for p in params]
                     else:
                         stale += 1
-                    if stale >= PATIENCE and taken < steps:
+                    evals_left = math.ceil((steps - taken) / EVAL_EVERY)
+                    gain = max(last - current, 0.0) if math.isfinite(last) else math.inf
+                    hopeless = target is not None and current - gain * evals_left > TARGET_MARGIN * target
+                    last = current
+                    if (stale >= PATIENCE or hopeless) and taken < steps:
                         stopped = True
                         break
             if best_state is not None:  # the parameters of the best held-out evaluation

@@ -45,12 +45,23 @@ def calibration_key(cell: Cell, settings: MeasureSettings) -> str:
     ]
     if cell.kv_heads != cell.heads:  # keys of older fits (RUN_DIR/fitted/) stay valid
         key.append({"kv_heads": cell.kv_heads})
+    if fit_target(cell, settings) is not None:
+        key.append({"target": fit_target(cell, settings)})
     return json.dumps(key, sort_keys=True, default=str)
 
 
 def calibration_seeds(cell: Cell, settings: MeasureSettings) -> list[int]:
     """The seeds of the calibration batches: never the evaluation seed."""
     return [cell.seed + CALIBRATION_SEED_OFFSET + i for i in range(settings.calibration_batches)]
+
+
+def fit_target(cell: Cell, settings: MeasureSettings) -> float | None:
+    """The held-out error a fit of an error-budget cell aims at: the run's largest budget (every budget of a series
+    shares one fit), so a fit that cannot reach even that stops early (variants.calibrate's `target`); None for a cell
+    without a budget or a metric other than relative L2 (the held-out error's)."""
+    if cell.matched_budget is None or cell.error_metric != "rel_l2":
+        return None
+    return float(max([*settings.error_budgets, cell.matched_budget]))
 
 
 def heldout_seeds(cell: Cell) -> list[int]:
@@ -96,7 +107,8 @@ def calibrated(
 
         batches, heldout = [batch(s) for s in seeds], [batch(s) for s in held]
         start = time.perf_counter()
-        report = calibrate(attn, batches, steps=settings.calibration_steps, causal=cell.causal, heldout=heldout)
+        steps, target = settings.calibration_steps, fit_target(cell, settings)
+        report = calibrate(attn, batches, steps=steps, causal=cell.causal, heldout=heldout, target=target)
         seconds = time.perf_counter() - start
         del batches, heldout
         report_dict = report.to_dict()

@@ -31,6 +31,10 @@ class MeasureSettings:
     calibration_steps: int = 50  # optimizer steps for learnable variants
     calibration_batches: int = 16  # calibration batches (seeds other than the evaluation's)
     calibration_max_seq_len: int = 256  # calibration length is min(N, this)
+    error_budgets: tuple[float, ...] = (
+        0.05,
+        0.1,
+    )  # the run's budgets: a search's fit stops once it cannot reach the largest
     accuracy_reference: str = "full"  # "full": exact softmax | "pattern": the variant's own sparsity pattern
     decode_steps: int = 32  # tokens generated per timed call of a decode cell
 

@@ -239,3 +239,13 @@ def test_held_out_batches_stop_the_fit_and_give_both_errors(monkeypatch):
     without = calibrate(build_variant("distilled", features=8), batches, steps=3)
     assert (without.heldout_error, without.heldout_batches, without.stopped_early) == (None, 0, False)
     assert without.steps == 3 and without.train_error > 0
+
+
+def test_a_fit_that_cannot_reach_its_target_stops_at_the_first_evaluations():
+    """A target far below what a few steps gain (an unreachable budget) stops the fit early; a reachable one does not."""
+    torch.manual_seed(0)
+    batches, held = [_local(70 + i) for i in range(3)], [_local(80)]
+    hopeless = calibrate(build_variant("distilled", features=8), batches, steps=60, heldout=held, target=1e-4)
+    assert hopeless.stopped_early and hopeless.steps <= 20
+    reachable = calibrate(build_variant("distilled", features=8), batches, steps=60, heldout=held, target=10.0)
+    assert reachable.steps > hopeless.steps
