@@ -66,6 +66,7 @@ class WindowLinearAttention(AttentionVariant):
 
     capabilities = Capabilities(
         learnable=True,
+        gqa=True,
         decode=True,
         approximates="softmax attention outside a sliding window by linear attention with a learned feature map",
     )
