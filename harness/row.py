@@ -71,6 +71,9 @@ class Row:
     setup_s: float | None = _measured()  # compilation, block masks: outside the timed region
     calibration_s: float | None = _measured()
     calibration: dict[str, Any] | None = None  # the calibration report
+    # relative L2 error of the fitted variant's outputs on its calibration batches, and on held-out calibration seeds
+    calibration_train_error: float | None = _measured()
+    calibration_heldout_error: float | None = _measured()
     tuning_s: float | None = _measured()  # seconds of the error-budget search (calibrations and scoring included)
     tuning: dict[str, Any] | None = None  # the search: knob, range, seeds, {value: error} tried
     started_at: str | None = None  # ISO time

@@ -20,7 +20,7 @@ from harness.error_metrics import budget_label
 from harness.cell_fields import ROLES, Setting, eq_text, setting_field as _field  # noqa: F401 - ROLES, Setting re-exported
 
 SCHEMA_VERSION = 1
-# unreachable: no knob value meets the budget
+# unreachable: no knob value meets the budget; fit_timeout: the search or calibration ran past fit_timeout_s (no verdict)
 STATUSES = (
     "ok",
     "oom",
@@ -29,6 +29,7 @@ STATUSES = (
     "nonfinite",
     "timeout",
     "unreachable",
+    "fit_timeout",
 )
 # the variant every other one is compared with (paired timing, ratios, the answer), at its default config
 BASELINE = "dense"

@@ -29,6 +29,7 @@ _BUILTIN_MODULES = (
     "variants.chunked",
     "variants.linformer",
     "variants.distilled",
+    "variants.window_linear",
 )
 
 _REGISTRY: dict[str, "VariantSpec"] = {}

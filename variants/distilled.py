@@ -120,20 +120,24 @@ class DistilledAttention(AttentionVariant):
         return B * H * (2 * (N + M) * D * self.config.features + 2 * M * F2 * D + 2 * N * F2 * D)
 
     # ---- the calibration hook -----------------------------------------------------------
-    def attention_weights(self, q: Tensor, k: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None) -> Tensor:
-        """The student's attention matrix phi(q)phi(k)^T / normaliser, (B, H, N, M) float32.
+    def attention_weights(
+        self, q: Tensor, k: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None, rows: Tensor | None = None
+    ) -> Tensor:
+        """The student's attention matrix phi(q)phi(k)^T / normaliser for query rows `rows` (default all),
+        (B, H, R, M) float32.
 
-        Materialises N x M: for the calibration loss at short N only, never in forward.
+        Materialises R x M: for the calibration loss (on sampled rows), never in forward.
         """
         self.materialize(k.shape[1], q.shape[3], q.device)
-        # (B, H_kv, G, N, 2F), (B, H_kv, 1, M, 2F)
+        rows = torch.arange(q.shape[2], device=q.device) if rows is None else rows.to(q.device)
+        # (B, H_kv, G, R, 2F), (B, H_kv, 1, M, 2F)
         fq, fk = (
-            self._phi(group(q, k.shape[1])),
+            self._phi(group(q[:, :, rows], k.shape[1])),
             self._phi(k[:, :, None], kv_mask),
         )
-        scores = ungroup(fq @ fk.transpose(-1, -2))  # (B, H, N, M), >= 0
+        scores = ungroup(fq @ fk.transpose(-1, -2))  # (B, H, R, M), >= 0
         if causal:
-            scores = scores.tril()
+            scores = scores * (torch.arange(k.shape[2], device=q.device)[None, :] <= rows[:, None])
         return scores / scores.sum(-1, keepdim=True).clamp_min(_EPS)
 
     # ---- forward ------------------------------------------------------------------------

@@ -110,12 +110,14 @@ def attention_weights(
     kv_mask: Tensor | None = None,
     pattern: PatternFn | None = None,
     dtype: torch.dtype = torch.float64,
+    rows: Tensor | None = None,
 ) -> Tensor:
-    """The exact attention matrix softmax(q k^T / sqrt(D) + mask): (B, H, N, M) in `dtype`.
+    """The exact attention matrix softmax(q k^T / sqrt(D) + mask): (B, H, N, M) in `dtype`, or only the query
+    rows `rows` (R,): (B, H, R, M).
 
     k may have H_kv heads dividing H (GQA); the result has a row block per query head.
     """
     N = q.shape[2]
     check_qkv(q, k, k, causal=causal, kv_mask=kv_mask)
-    rows = torch.arange(N, device=q.device)
-    return _weights(q.to(dtype), k.to(dtype), rows, causal=causal, kv_mask=kv_mask, pattern=pattern)
+    rows = torch.arange(N, device=q.device) if rows is None else rows.to(q.device)
+    return _weights(q[:, :, rows].to(dtype), k.to(dtype), rows, causal=causal, kv_mask=kv_mask, pattern=pattern)

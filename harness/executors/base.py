@@ -12,9 +12,12 @@ from harness.spec import convert as c
 STARTUP_SLACK_S = 60.0  # a worker's own start-up (importing torch) on top of a cell's limit
 
 
-def hard_limit_s(cell_timeout_s: float | None) -> float | None:
-    """Seconds after which the driver gives up on a running cell (the worker's own limit fires first)."""
-    return None if cell_timeout_s is None else cell_timeout_s * 1.5 + STARTUP_SLACK_S
+def hard_limit_s(cell_timeout_s: float | None, fit_timeout_s: float | None = None) -> float | None:
+    """Seconds after which the driver gives up on a running cell (the worker's own limits fire first): the cell's
+    limit plus its search and calibration's (fit_timeout_s), which the cell's does not count."""
+    if cell_timeout_s is None:
+        return None
+    return (cell_timeout_s + (fit_timeout_s or 0.0)) * 1.5 + STARTUP_SLACK_S
 
 
 @dataclass(frozen=True, kw_only=True)

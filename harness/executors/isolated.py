@@ -46,7 +46,7 @@ def measure_isolated(cell: Any, job: CellJob) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="attnsuite-cell-", dir=cell_temp_root(job)) as tmp:
         request, result = Path(tmp) / "cell.json", Path(tmp) / "row.json"
         request.write_text(json.dumps({"cell": asdict(cell), "job": job.to_dict()}, default=str), encoding="utf-8")
-        limit = hard_limit_s(job.settings.get("cell_timeout_s"))
+        limit = hard_limit_s(job.settings.get("cell_timeout_s"), job.settings.get("fit_timeout_s"))
         try:
             done = subprocess.run(
                 [sys.executable, "-m", "harness.executors.isolated", str(request), str(result)],

@@ -14,6 +14,8 @@ from harness.measure.context import MeasureContext
 from harness.measure.settings import CALIBRATION_SEED_OFFSET, MeasureSettings
 from harness.schema import Cell
 
+HELDOUT_BATCHES = 4  # held-out calibration batches: early stopping and the row's calibration_heldout_error
+
 
 def calibration_length(attn: Any, cell: Cell, settings: MeasureSettings) -> int:
     """N of the calibration batches: the evaluation length for variants with per-position parameters
@@ -43,12 +45,29 @@ def calibration_key(cell: Cell, settings: MeasureSettings) -> str:
     ]
     if cell.kv_heads != cell.heads:  # keys of older fits (RUN_DIR/fitted/) stay valid
         key.append({"kv_heads": cell.kv_heads})
+    if fit_target(cell, settings) is not None:
+        key.append({"target": fit_target(cell, settings)})
     return json.dumps(key, sort_keys=True, default=str)
 
 
 def calibration_seeds(cell: Cell, settings: MeasureSettings) -> list[int]:
     """The seeds of the calibration batches: never the evaluation seed."""
     return [cell.seed + CALIBRATION_SEED_OFFSET + i for i in range(settings.calibration_batches)]
+
+
+def fit_target(cell: Cell, settings: MeasureSettings) -> float | None:
+    """The held-out error a fit of an error-budget cell aims at: the run's largest budget (every budget of a series
+    shares one fit), so a fit that cannot reach even that stops early (variants.calibrate's `target`); None for a cell
+    without a budget or a metric other than relative L2 (the held-out error's)."""
+    if cell.matched_budget is None or cell.error_metric != "rel_l2":
+        return None
+    return float(max([*settings.error_budgets, cell.matched_budget]))
+
+
+def heldout_seeds(cell: Cell) -> list[int]:
+    """The seeds a fit is stopped on and its held-out error measured on: below the calibration seeds, so never a
+    calibration seed, a search's scoring seed (above them) or the evaluation seed."""
+    return [cell.seed + CALIBRATION_SEED_OFFSET - 1 - i for i in range(HELDOUT_BATCHES)]
 
 
 def calibrated(
@@ -59,7 +78,8 @@ def calibrated(
     context: MeasureContext,
     device: torch.device,
 ) -> tuple[Any, dict[str, Any]]:
-    """(a copy of the variant fitted with the fixed budget, the row fields calibration_s and calibration).
+    """(a copy of the variant fitted with the fixed budget, early-stopped on heldout_seeds; the row fields calibration_s,
+    calibration, calibration_train_error and calibration_heldout_error).
 
     `inputs` is the cell's parsed input distribution (name, knobs). The fit is cached in `context`
     across modes and longer N (see calibration_key).
@@ -70,9 +90,10 @@ def calibrated(
     if key not in context.calibrated:
         length = calibration_length(attn, cell, settings)
         name, knobs = inputs
-        seeds = calibration_seeds(cell, settings)
-        batches = [
-            make_inputs(
+        seeds, held = calibration_seeds(cell, settings), heldout_seeds(cell)
+
+        def batch(seed: int) -> tuple:
+            return make_inputs(
                 name,
                 knobs,
                 B=cell.batch,
@@ -80,17 +101,22 @@ def calibrated(
                 N=length,
                 D=cell.head_dim,
                 device=device,
-                seed=s,
+                seed=seed,
                 H_kv=cell.kv_heads,
             )
-            for s in seeds
-        ]
+
+        batches, heldout = [batch(s) for s in seeds], [batch(s) for s in held]
         start = time.perf_counter()
-        report = calibrate(attn, batches, steps=settings.calibration_steps, causal=cell.causal)
+        steps, target = settings.calibration_steps, fit_target(cell, settings)
+        report = calibrate(attn, batches, steps=steps, causal=cell.causal, heldout=heldout, target=target)
         seconds = time.perf_counter() - start
-        del batches
+        del batches, heldout
         report_dict = report.to_dict()
-        report_dict["seeds"] = seeds
+        report_dict["seeds"], report_dict["heldout_seeds"] = seeds, held
         context.calibrated[key] = (copy.deepcopy(attn), seconds, report_dict)
     fitted, seconds, report_dict = context.calibrated[key]
-    return copy.deepcopy(fitted), {"calibration_s": seconds, "calibration": dict(report_dict)}
+    errors = {
+        "calibration_train_error": report_dict.get("train_error"),
+        "calibration_heldout_error": report_dict.get("heldout_error"),
+    }
+    return copy.deepcopy(fitted), {"calibration_s": seconds, "calibration": dict(report_dict), **errors}

@@ -15,7 +15,8 @@ cell that fails still reports what its earlier stages measured (backend, errors,
 search returns the cell it found, and that cell's stages run as any other's.
 
 A failure never escapes (only Ctrl-C does; a SystemExit from a variant is an error row): out of memory -> "oom",
-NotSupportedError -> "unsupported", NaN/inf -> "nonfinite", the per-cell limit -> "timeout", anything else ->
+NotSupportedError -> "unsupported", NaN/inf -> "nonfinite", the per-cell limit -> "timeout", a search or calibration past its own limit (fit_timeout_s,
+not counted in the cell's) -> "fit_timeout", anything else ->
 "error" with the stage and message.
 """
 
@@ -38,7 +39,7 @@ from harness.measure.flops import flops_fields
 from harness.measure.kernel import memory_and_kernel
 from harness.measure.layer import measure_layer
 from harness.measure.noise import larger, load_per_cpu, noise_fields
-from harness.measure.outcome import base_row, classify_exception, deadline, now, release_memory
+from harness.measure.outcome import Deadline, base_row, classify_exception, deadline, now, release_memory
 from harness.measure.settings import DTYPES, MeasureSettings, RunInfo
 from harness.measure.speedup import baseline_for, timed_fields
 from harness.measure.stages import StageFailed, StageRecorder, stage
@@ -56,8 +57,8 @@ def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: M
     start, load_at_start = time.perf_counter(), load_per_cpu()
     recorder = StageRecorder()
     try:
-        with deadline(settings.cell_timeout_s):
-            row.update(**_stages(cell, settings, context, recorder))
+        with deadline(settings.cell_timeout_s, settings.fit_timeout_s) as clock:
+            row.update(**_stages(cell, settings, context, recorder, clock))
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a row (a timeout may land between stages)
@@ -98,7 +99,9 @@ class _Built(NamedTuple):
     fields: dict[str, Any]
 
 
-def _stages(cell: Cell, settings: MeasureSettings, context: MeasureContext, recorder: StageRecorder) -> dict[str, Any]:
+def _stages(
+    cell: Cell, settings: MeasureSettings, context: MeasureContext, recorder: StageRecorder, clock: Deadline
+) -> dict[str, Any]:
     """The cell's measured fields: inputs, then for an error-budget cell the search for its config, then that config's stages.
 
     Each stage returns its fields and `recorder` keeps them as it finishes (what a later failure leaves in the row).
@@ -117,21 +120,22 @@ def _stages(cell: Cell, settings: MeasureSettings, context: MeasureContext, reco
             parsed, q, k, v, padding_mask(cell.batch, cell.kv_len, cell.padding, seed=cell.seed, device=device)
         )
     if cell.matched_budget is None:
-        return _measure_config(cell, inputs, settings, context, device, recorder)
+        return _measure_config(cell, inputs, settings, context, device, recorder, clock)
     with stage("build"):  # refusals come before the search: a setting the variant cannot run is not searched
         built = _build(cell, inputs, device)
         recorder.record(built.fields)
     if built.reasons:
         return recorder.outcome("unsupported", "; ".join(built.reasons))
     del built  # the search builds its own candidates
-    with stage("tuning"):  # the cheapest config meeting the budget on held-out seeds: harness.measure.tuning
+    # the cheapest config meeting the budget on held-out seeds (harness.measure.tuning), on the fit's clock
+    with stage("tuning"), clock.fitting("the error-budget search"):
         tuned = tune(cell, settings, context, device, inputs.parsed)
         recorder.record(tuned.fields)  # what the search tried, also when it failed
         if tuned.failure is not None:
             raise tuned.failure
     if tuned.cell is None:
         return recorder.outcome("unreachable", tuned.reason)
-    return _measure_config(tuned.cell, inputs, settings, context, device, recorder)
+    return _measure_config(tuned.cell, inputs, settings, context, device, recorder, clock)
 
 
 def _measure_config(
@@ -141,6 +145,7 @@ def _measure_config(
     context: MeasureContext,
     device: torch.device,
     recorder: StageRecorder,
+    clock: Deadline,
 ) -> dict[str, Any]:
     """The stages of the config measured (an error-budget cell's: the one its search found): build, refuse, calibrate,
     then a decode cell's, a layer cell's or a prefill cell's own stages."""
@@ -152,7 +157,7 @@ def _measure_config(
         return recorder.outcome("unsupported", "; ".join(built.reasons))
     attn = built.attn
     if attn.capabilities.learnable:
-        with stage("calibration"):
+        with stage("calibration"), clock.fitting("the calibration"):
             attn, calibration = calibrated(attn, cell, inputs.parsed, settings, context, device)
             recorder.record(calibration)
     with stage("build"):

@@ -6,6 +6,7 @@ import contextlib
 import gc
 import signal
 import threading
+import time
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
@@ -18,6 +19,10 @@ from harness.schema import Cell
 
 class CellTimeout(Exception):
     """The cell ran past its limit."""
+
+
+class FitTimeout(Exception):
+    """A cell's error-budget search or calibration ran past its own limit (fit_timeout_s): no verdict on the variant."""
 
 
 def now() -> str:
@@ -51,6 +56,8 @@ def classify_exception(exc: BaseException, timeout_s: float | None = None) -> tu
         message = message[:2000] + " ..."
     if isinstance(exc, CellTimeout):
         return "timeout", f"cell ran past its limit of {timeout_s:g} s" if timeout_s else "cell ran past its limit"
+    if isinstance(exc, FitTimeout):
+        return "fit_timeout", str(exc)
     if isinstance(exc, NotSupportedError):
         return "unsupported", "; ".join(exc.reasons)
     if is_oom(exc):
@@ -78,20 +85,71 @@ def release_memory(device: str) -> None:
         torch.cuda.empty_cache()
 
 
+class Deadline:
+    """A cell's clock: SIGALRM raises CellTimeout after the cell's seconds, not counting the sections run under
+    `fitting()` (the search and calibration), which have a limit of their own for the whole cell (fit_s)."""
+
+    def __init__(self, fit_s: float | None, armed: bool):
+        self.fit_left = fit_s  # seconds of fitting left to this cell (None: no limit)
+        self.fit_s = fit_s
+        self.armed = armed  # signals work here (main thread, setitimer): else no limit is enforced
+
+    @contextlib.contextmanager
+    def fitting(self, what: str) -> Iterator[None]:
+        """Run `what` (a search, a calibration) outside the cell's limit and within the fit's; FitTimeout past it."""
+        if not self.armed:
+            yield
+            return
+        cell_left, _ = signal.setitimer(signal.ITIMER_REAL, 0)  # the cell's clock stops
+        if self.fit_left is not None and self.fit_left <= 0:
+            self._resume(cell_left)
+            raise FitTimeout(self._reason(what))
+
+        def expire(signum: int, frame: Any) -> None:
+            raise FitTimeout(self._reason(what))
+
+        previous = signal.signal(signal.SIGALRM, expire)
+        start = time.perf_counter()
+        if self.fit_left is not None:
+            signal.setitimer(signal.ITIMER_REAL, self.fit_left)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+            if self.fit_left is not None:
+                self.fit_left -= time.perf_counter() - start
+            self._resume(cell_left)
+
+    def _reason(self, what: str) -> str:
+        return (
+            f"{what} ran past its own limit of {self.fit_s:g} s (fit_timeout_s), so the variant has no verdict here; "
+            "raise fit_timeout_s (the cell's own limit does not count this time)"
+        )
+
+    @staticmethod
+    def _resume(cell_left: float) -> None:
+        if cell_left > 0:  # 0: the cell has no limit
+            signal.setitimer(signal.ITIMER_REAL, cell_left)
+
+
 @contextlib.contextmanager
-def deadline(seconds: float | None) -> Iterator[None]:
-    """Raise CellTimeout in this (main) thread after `seconds`; a running native call finishes first."""
-    if not seconds or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        yield
+def deadline(seconds: float | None, fit_seconds: float | None = None) -> Iterator[Deadline]:
+    """Raise CellTimeout in this (main) thread after `seconds` (a running native call finishes first); the sections the
+    Deadline yielded runs under `fitting()` do not count and have `fit_seconds` of their own (FitTimeout)."""
+    armed = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+    if not armed:
+        yield Deadline(fit_seconds, False)
         return
 
     def expire(signum: int, frame: Any) -> None:
         raise CellTimeout()
 
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    if seconds:
+        signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        yield
+        yield Deadline(fit_seconds, True)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)

@@ -25,11 +25,16 @@ class MeasureSettings:
     device: str = "cpu"  # full device string ("cuda:1"); the row records its type
     time_budget_s: float = 0.25  # seconds of timing per cell
     repeats: int = 3  # at least this many timed calls
-    cell_timeout_s: float | None = 120.0  # whole-cell limit (None: none)
+    cell_timeout_s: float | None = 120.0  # whole-cell limit, the search and calibration not counted (None: none)
+    fit_timeout_s: float | None = 600.0  # a cell's search and calibration together (None: none)
     error_rows: int = 256  # sampled query rows for the accuracy check
     calibration_steps: int = 50  # optimizer steps for learnable variants
-    calibration_batches: int = 4  # calibration batches (seeds other than the evaluation's)
+    calibration_batches: int = 16  # calibration batches (seeds other than the evaluation's)
     calibration_max_seq_len: int = 256  # calibration length is min(N, this)
+    error_budgets: tuple[float, ...] = (
+        0.05,
+        0.1,
+    )  # the run's budgets: a search's fit stops once it cannot reach the largest
     accuracy_reference: str = "full"  # "full": exact softmax | "pattern": the variant's own sparsity pattern
     decode_steps: int = 32  # tokens generated per timed call of a decode cell
 

@@ -84,4 +84,13 @@ COLUMNS: tuple[Column, ...] = (
         compared=True,
     ),
     Column("1 - cosine", "cosine", lambda r: format_error(_one_minus(r.get("cosine")), digits=2)),
+    Column("fit error train / held-out", "calibration_heldout_error", lambda r: _fit_gap(r)),
 )
+
+
+def _fit_gap(r: pd.Series) -> str:
+    """A learnable variant's calibration error on its training seeds and on held-out seeds: '0.74 / 0.84'; '' if unfitted."""
+    train, held = r.get("calibration_train_error"), r.get("calibration_heldout_error")
+    if not isinstance(held, (int, float)) or not np.isfinite(held):
+        return ""
+    return f"{format_error(train, digits=2)} / {format_error(held, digits=2)}"

@@ -170,7 +170,14 @@ class SweepSpec:
         metavar="SECONDS",
         group="how",
         parse=c.timeout,
-        help="per-cell limit; a cell past it becomes a 'timeout' row (0: none)",
+        help="per-cell limit, its search and calibration not counted; a cell past it becomes a 'timeout' row (0: none)",
+    )
+    fit_timeout_s: float | None = knob(
+        flag="--fit-timeout",
+        metavar="SECONDS",
+        group="how",
+        parse=c.timeout,
+        help="a cell's error-budget search and calibration together; past it the row is 'fit_timeout' (0: none)",
     )
     error_rows: int = knob(
         flag="--error-rows",

@@ -62,7 +62,10 @@ def spec_to_toml(spec: SweepSpec) -> str:
     values.update(spec.executor_options)  # flat keys, as the executor declared them
     lines = ["# The effective sweep spec of this run (defaults < TOML < CLI); `--config` or `--resume` reads it back."]
     for key, value in values.items():
-        if value is None and key == "cell_timeout_s":  # "no limit" must read back as none, not as the default limit
+        if value is None and key in (
+            "cell_timeout_s",
+            "fit_timeout_s",
+        ):  # "no limit" must read back as none, not as the default limit
             value = 0
         if value is None:
             lines.append(f"# {key} = (none)")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -202,3 +204,48 @@ def test_the_student_moves_to_its_teacher_not_to_exact_attention():
     assert (report.loss, report.teacher) == ("mse", "exact_q_times_0.5")
     assert to_teacher < 0.6 * before
     assert to_teacher < 0.25 * to_exact
+
+
+def test_weight_ce_scores_sampled_rows_never_n_by_m():
+    """Above `rows` query rows, each step's weights are rows x M (counted), and the fit still lowers the loss."""
+    torch.manual_seed(0)
+    attn = build_variant("distilled", features=16)
+    shapes = []
+    real = attn.attention_weights
+
+    def counted(q, k, *, causal=False, kv_mask=None, rows=None):
+        out = real(q, k, causal=causal, kv_mask=kv_mask, rows=rows)
+        shapes.append(tuple(out.shape[2:]))
+        return out
+
+    attn.attention_weights = counted
+    report = calibrate(attn, [_local(40, N=96), _local(41, N=96)], steps=6, rows=24, causal=True)
+    assert shapes and set(shapes) == {(24, 96)}
+    assert report.loss_after < report.loss_before
+
+
+def test_held_out_batches_stop_the_fit_and_give_both_errors(monkeypatch):
+    """With held-out batches the report has both errors; a fit whose held-out error stops improving stops early and
+    keeps its best parameters (the held-out error it reports is the best one seen)."""
+    module = importlib.import_module("variants.calibrate")  # the package exports the function under this name
+
+    torch.manual_seed(0)
+    attn = build_variant("distilled", features=8)
+    batches, held = [_local(50 + i) for i in range(3)], [_local(60), _local(61)]
+    monkeypatch.setattr(module, "EVAL_EVERY", 1)
+    report = calibrate(attn, batches, steps=400, lr=0.3, heldout=held)  # a large rate: the held-out error turns
+    assert report.heldout_batches == 2 and report.stopped_early and report.steps < 400
+    assert 0 < report.train_error < 2 and 0 < report.heldout_error < 2
+    without = calibrate(build_variant("distilled", features=8), batches, steps=3)
+    assert (without.heldout_error, without.heldout_batches, without.stopped_early) == (None, 0, False)
+    assert without.steps == 3 and without.train_error > 0
+
+
+def test_a_fit_that_cannot_reach_its_target_stops_at_the_first_evaluations():
+    """A target far below what a few steps gain (an unreachable budget) stops the fit early; a reachable one does not."""
+    torch.manual_seed(0)
+    batches, held = [_local(70 + i) for i in range(3)], [_local(80)]
+    hopeless = calibrate(build_variant("distilled", features=8), batches, steps=60, heldout=held, target=1e-4)
+    assert hopeless.stopped_early and hopeless.steps <= 20
+    reachable = calibrate(build_variant("distilled", features=8), batches, steps=60, heldout=held, target=10.0)
+    assert reachable.steps > hopeless.steps

@@ -571,7 +571,12 @@ def test_kv_cache_state_grows_linearly_in_n(name):
 
 
 @pytest.mark.parametrize(
-    "name,config", [("sliding_window", dict(window=64, sinks=4)), ("distilled", dict(features=16))]
+    "name,config",
+    [
+        ("sliding_window", dict(window=64, sinks=4)),
+        ("distilled", dict(features=16)),
+        ("window_linear", dict(window=64)),
+    ],
 )
 def test_bounded_state_is_constant_in_n(name, config):
     sizes = {n: _state_bytes_at(name, n, steps=3, **config) for n in (256, 1024, 4096)}

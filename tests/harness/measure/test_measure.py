@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -131,6 +132,28 @@ def test_per_cell_limit_becomes_a_timeout_row():
     assert row["wall_s"] < 2
 
 
+@pytest.mark.parametrize("fit_timeout_s,status", [(30.0, "ok"), (1.0, "fit_timeout")])
+def test_calibration_runs_on_its_own_clock(monkeypatch, fit_timeout_s, status):
+    """A calibration longer than the cell's limit is not a timeout (its time is not the cell's); past fit_timeout_s it
+    is a fit_timeout row whose reason says so, never a timeout that reads as the variant hanging."""
+    import importlib
+    import time
+
+    module = importlib.import_module("variants.calibrate")
+    real = module.calibrate
+
+    def slow(*args, **kwargs):
+        time.sleep(3.0)  # over the cell's 2 s, under the first fit limit
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "calibrate", slow)
+    settings = dataclasses.replace(FAST, cell_timeout_s=2.0, fit_timeout_s=fit_timeout_s)
+    row = measure_cell(cell("t_learn", N=32, seed=7), settings, RUN).to_dict()
+    assert row["status"] == status, row["reason"]
+    if status == "fit_timeout":
+        assert "calibration ran past its own limit of 1 s (fit_timeout_s)" in row["reason"]
+
+
 def test_prepare_hook_runs_outside_timing_and_is_recorded():
     from variants import get_variant
 
@@ -146,11 +169,12 @@ def test_learnable_variant_is_calibrated_on_other_seeds(monkeypatch):
     import importlib
 
     calibrate_module = importlib.import_module("variants.calibrate")  # the module (the package exports the function)
-    seen = []
+    seen, held = [], []
     real = calibrate_module.calibrate
 
     def spy(variant, batches, **kwargs):
         seen.extend(batches)
+        held.extend(kwargs["heldout"])
         return real(variant, batches, **kwargs)
 
     monkeypatch.setattr(calibrate_module, "calibrate", spy)
@@ -161,7 +185,10 @@ def test_learnable_variant_is_calibrated_on_other_seeds(monkeypatch):
     assert row["calibration_s"] > 0
     assert row["calibration"]["steps"] == 20 and row["calibration"]["loss_after"] < row["calibration"]["loss_before"]
     q_eval = context.get_inputs(c, torch.device("cpu"))[0]
-    assert len(seen) == 2 and not any(torch.equal(q, q_eval) for q, _, _ in seen)
+    assert len(seen) == 2 and not any(torch.equal(q, q_eval) for q, _, _ in seen + held)
+    # held-out seeds: neither a calibration batch nor the evaluation's; the fit's errors on both are in the row
+    assert len(held) == 4 and not any(torch.equal(h[0], q) for h in held for q, _, _ in seen)
+    assert 0 < row["calibration_train_error"] < 2 and 0 < row["calibration_heldout_error"] < 2
     # The train-mode cell of the same series reuses the fit: no second calibration.
     again = measure_cell(cell("t_learn", N=32, seed=5, mode="train"), FAST, RUN, context).to_dict()
     assert len(seen) == 2 and again["calibration"] == row["calibration"]

@@ -1,0 +1,257 @@
+"""Softmax in a sliding window, a learned linear attention outside it, one shared normaliser (LoLCATs, Based).
+
+For query i with window keys W(i) (causal: i - window < j <= i; else |i - j| < window) and the other
+visible keys O(i):
+
+    out_i = (sum_W e^(s_ij - m_i) v_j + g_i sum_O phi(q_i).phi(k_j) v_j)
+            / (sum_W e^(s_ij - m_i) + g_i sum_O phi(q_i).phi(k_j)),   g_i = e^(log_gamma - m_i),
+
+s_ij = q_i.k_j / sqrt(D), phi Hedgehog's feature map (as in distilled: [softmax(xW + b), softmax(-(xW + b))]
+over F learned directions) and gamma a learned scale, so gamma phi(q).phi(k) stands in for e^(s_ij) outside
+the window and both parts share one normaliser (Zhang et al., LoLCATs 2024; Arora et al., Based 2024).
+m_i = max(max_W s_ij, log_gamma) keeps every exponential <= 1. The window is exact; only the far keys are
+approximated, so a narrow window with a cheap map can meet a budget that either part alone misses.
+
+- Cost O(N * (window + C) * (D + F)): query chunks of C rows see the keys of their window span exactly and
+  the keys before it through running sums sum_j phi(k_j) v_j^T, sum_j phi(k_j) (non-causal: the sums over
+  all keys less the span's). Never an N x M matrix.
+- Parameters (W (P, D, F), b (P, 1, F), log_gamma (P,); P = H_kv with per_head, else 1) are created on the
+  first call; length-independent, so one fit at a short N serves every N.
+- GQA: the G query heads of a K/V head are viewed as (B, H_kv, G, N, D); phi(k) and the sums stay per K/V head.
+- kv_mask: padded keys are out of the window's softmax and get phi = 0, v = 0.
+- Decoding: a ring buffer of the last `window` keys (variants._ring) and the float32 running sums of the
+  keys that left it: state bytes depend on window, F and D, never on N.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from variants._band import band, band_pairs
+from variants._checks import check_int
+from variants._decode import check_context, check_state, check_step
+from variants._gqa import group, ungroup
+from variants._registry import register_variant
+from variants._ring import SlidingWindowState, ring_from_context
+from variants.base import AttentionVariant, Capabilities, QualityKnob, VariantConfig, softmax_scale
+
+_TINY = 1e-30  # floor of the normaliser: a query that sees no real key gets a zero output
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowLinearConfig(VariantConfig):
+    window: int = 64  # exact softmax band, itself included (causal: i-window < j <= i; else |i-j| < window)
+    features: int = 32  # F: learned directions of the linear part's feature map (2F features)
+    per_head: bool = False  # one map per K/V head (H_kv fixed by the first call) or one shared by all heads
+    chunk: int = 64  # C: query rows per block (each block scores its C x (C + span) keys exactly)
+    init_noise: float = 0.01  # std of the noise added to the scaled-identity W, to break ties
+
+    def validate(self) -> None:
+        check_int("window", self.window, minimum=1)
+        check_int("features", self.features, minimum=1)
+        if not isinstance(self.per_head, bool):
+            raise TypeError(f"per_head must be a bool, got {self.per_head!r}")
+        check_int("chunk", self.chunk, minimum=1)
+        if isinstance(self.init_noise, bool) or not isinstance(self.init_noise, (int, float)) or self.init_noise < 0:
+            raise ValueError(f"init_noise must be a number >= 0, got {self.init_noise!r}")
+
+
+@register_variant("window_linear", config=WindowLinearConfig)
+class WindowLinearAttention(AttentionVariant):
+    """Exact softmax over a sliding window plus learned linear attention over the keys outside it."""
+
+    capabilities = Capabilities(
+        learnable=True,
+        gqa=True,
+        decode=True,
+        approximates="softmax attention outside a sliding window by linear attention with a learned feature map",
+    )
+    small_config = {"window": 4, "features": 8, "chunk": 8}
+    quality_knob = QualityKnob("window", 16, 8192, at_most_length=True)  # more is more accurate and slower
+
+    def __init__(self, config: WindowLinearConfig | None = None):
+        super().__init__(config)
+        self.register_parameter("weight", None)  # (P, D, F), created by the first call
+        self.register_parameter("bias", None)  # (P, 1, F)
+        self.register_parameter("log_gamma", None)  # (P,): gamma phi(q).phi(k) stands in for e^(q.k/sqrt(D))
+
+    # ---- parameters ---------------------------------------------------------------------
+    def materialize(self, H: int, D: int, device: torch.device | str = "cpu") -> None:
+        """Create the parameters for H (K/V) heads of dim D (a no-op once created)."""
+        if self.weight is not None:
+            return
+        P, Fd = (H if self.config.per_head else 1), self.config.features
+        eye = torch.eye(D, Fd, device=device) * D**-0.25
+        self.weight = nn.Parameter(eye.expand(P, D, Fd) + torch.randn(P, D, Fd, device=device) * self.config.init_noise)
+        self.bias = nn.Parameter(torch.zeros(P, 1, Fd, device=device))
+        # phi(q).phi(k) is about 2/F for unrelated tokens, e^(s) about 1: start gamma at F/2.
+        self.log_gamma = nn.Parameter(torch.full((P,), math.log(Fd / 2), device=device))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[no-untyped-def]
+        saved = state_dict.get(prefix + "weight")
+        if self.weight is None and isinstance(saved, Tensor) and saved.dim() == 3:
+            self.materialize(saved.shape[0], saved.shape[1], saved.device)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def extra_reasons(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor | None, training: bool
+    ) -> list[str]:
+        if self.weight is None:
+            return []
+        P, D = self.weight.shape[0], self.weight.shape[1]
+        reasons = []
+        if q.shape[3] != D:
+            reasons.append(f"its feature map was built for head dim D={D}, got D={q.shape[3]}; build a new one")
+        if self.config.per_head and k.shape[1] != P:
+            reasons.append(f"its per-head feature maps were built for H_kv={P} K/V heads, got H_kv={k.shape[1]}")
+        return reasons
+
+    def extra_decode_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None) -> list[str]:
+        return self.extra_reasons(q, k, v, causal=True, kv_mask=kv_mask, training=False)
+
+    def flops(self, B: int, H: int, N: int, M: int, D: int, causal: bool, H_kv: int | None = None) -> int:
+        """4*D per (query, key) pair of the window, the feature maps (2*D*F per token: queries per query head, keys
+        per K/V head), the key sums (2*2F*D per key and K/V head) and each query's read of them (2*2F*D)."""
+        H_kv = H if H_kv is None else H_kv
+        F = self.config.features
+        window = 4 * B * H * D * band_pairs(N, M, self.config.window, causal)
+        keys = B * H_kv * M * (2 * D * F + 2 * 2 * F * D)
+        queries = B * H * N * (2 * D * F + 2 * 2 * F * D)
+        return window + keys + queries
+
+    # ---- forward ------------------------------------------------------------------------
+    def forward(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None
+    ) -> Tensor:
+        self.materialize(k.shape[1], q.shape[3], q.device)
+        N, M, W, C = q.shape[2], k.shape[2], self.config.window, self.config.chunk
+        q5, (k5, v5, real) = (
+            group(q.float(), k.shape[1]),
+            _keys(k, v, kv_mask),
+        )  # (B, H_kv, G, N, D), (B, H_kv, 1, M, D)
+        fk = self._phi(k5, real)  # (B, H_kv, 1, M, 2F)
+        total = _sums(fk, v5)  # ((B, H_kv, 1, 2F, D), (B, H_kv, 1, 2F, 1)) over every key
+        prefix, done = _sums(fk[..., :0, :], v5[..., :0, :]), 0  # causal: the sums over keys [0, done)
+        out = v5.new_empty(q5.shape)
+        for s in range(0, N, C):
+            e = min(s + C, N)
+            b = min(M, e if causal else e + W - 1)
+            a = min(max(0, s - W + 1), b)  # keys [a, b) may be in a window of the chunk; the others are far
+            if causal:
+                prefix, done = _add(prefix, _sums(fk[..., done:a, :], v5[..., done:a, :])), a
+                far = prefix
+            else:
+                span = _sums(fk[..., a:b, :], v5[..., a:b, :])
+                far = (total[0] - span[0], (total[1] - span[1]).clamp_min(0))
+            i, j = torch.arange(s, e, device=q.device)[:, None], torch.arange(a, b, device=q.device)[None, :]
+            out[..., s:e, :] = self._combine(q5[..., s:e, :], k5[..., a:b, :], v5[..., a:b, :], fk[..., a:b, :], i, j,
+                                             real[..., a:b], far, causal)  # fmt: skip
+        return ungroup(out).to(q.dtype)  # (B, H, N, D)
+
+    def _combine(self, q, k, v, fk, i, j, real, far, causal):  # type: ignore[no-untyped-def]
+        """One chunk's output: exact softmax over its span's window keys, gamma phi.phi over the rest, one normaliser.
+
+        q (B, H_kv, G, C, D); k, v, fk over the span (B, H_kv, 1, L, ·); i (C, 1), j (1, L) positions; real
+        (B, 1, 1, 1, L); far: the sums over the keys outside the span."""
+        fq = self._phi(q)  # (B, H_kv, G, C, 2F)
+        in_window = band(i, j, window=self.config.window, causal=causal) & real  # (B, 1, 1, C, L)
+        outside = ((j <= i) if causal else torch.ones_like(i == j)) & ~in_window & real
+        scores = (q @ k.transpose(-1, -2) * softmax_scale(q.shape[-1])).masked_fill(~in_window, -math.inf)
+        log_gamma = self.log_gamma.float().view(1, -1, 1, 1, 1)
+        m = torch.maximum(scores.amax(-1, keepdim=True), log_gamma)  # (B, H_kv, G, C, 1)
+        exact, g = torch.exp(scores - m), torch.exp(log_gamma - m)
+        linear = (fq @ fk.transpose(-1, -2)) * outside  # (B, H_kv, G, C, L)
+        num = exact @ v + g * (linear @ v + fq @ far[0])
+        den = exact.sum(-1, keepdim=True) + g * (linear.sum(-1, keepdim=True) + fq @ far[1])
+        return num / den.clamp_min(_TINY)  # (B, H_kv, G, C, D)
+
+    # ---- the calibration hook -----------------------------------------------------------
+    def attention_weights(
+        self, q: Tensor, k: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None, rows: Tensor | None = None
+    ) -> Tensor:
+        """The hybrid's attention matrix for query rows `rows` (default all), (B, H, R, M) float32.
+
+        Materialises R x M: for the calibration loss on sampled rows, never in forward.
+        """
+        self.materialize(k.shape[1], q.shape[3], q.device)
+        N, M = q.shape[2], k.shape[2]
+        rows = torch.arange(N, device=q.device) if rows is None else rows.to(q.device)
+        q5, (k5, _, real) = group(q[:, :, rows].float(), k.shape[1]), _keys(k, k, kv_mask)
+        fq, fk = self._phi(q5), self._phi(k5, real)
+        i, j = rows[:, None], torch.arange(M, device=q.device)[None, :]
+        in_window = band(i, j, window=self.config.window, causal=causal) & real
+        outside = ((j <= i) if causal else torch.ones_like(i == j)) & ~in_window & real
+        scores = (q5 @ k5.transpose(-1, -2) * softmax_scale(q.shape[-1])).masked_fill(~in_window, -math.inf)
+        log_gamma = self.log_gamma.float().view(1, -1, 1, 1, 1)
+        m = torch.maximum(scores.amax(-1, keepdim=True), log_gamma)
+        weights = torch.exp(scores - m) + torch.exp(log_gamma - m) * (fq @ fk.transpose(-1, -2)) * outside
+        return ungroup(weights / weights.sum(-1, keepdim=True).clamp_min(_TINY))
+
+    # ---- decoding: a ring buffer for the window, running sums for the keys that left it -------
+    def init_state(self, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> WindowLinearState:
+        """The last `window` tokens of the context k, v (B, H_kv, N, D) and the sums over the real ones before them."""
+        check_context(k, v, kv_mask)
+        self.check_decode(k, k, v, kv_mask=kv_mask)
+        self.materialize(k.shape[1], k.shape[3], k.device)
+        far = max(0, k.shape[2] - self.config.window)
+        k5, v5, real = _keys(k[:, :, :far], v[:, :, :far], None if kv_mask is None else kv_mask[:, :far])
+        kv, z = _sums(self._phi(k5, real), v5)
+        return WindowLinearState(ring_from_context(k, v, kv_mask, self.config.window, 0), kv, z)
+
+    def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: WindowLinearState) -> tuple[Tensor, WindowLinearState]:
+        """Move the key leaving the window into the sums, write the token into the ring, then attend as the forward."""
+        check_state(state, WindowLinearState, self.name)
+        ring = state.ring
+        B, Hkv, _, D = ring.k.shape
+        check_step(q_t, k_t, v_t, batch=B, kv_heads=Hkv, head_dim=D)
+        self.check_decode(q_t, k_t, v_t)
+        p, W = ring.length, ring.window
+        slot = p % W
+        if p >= W:  # the slot holds position p - W: from now on a far key
+            k5, v5, real = _keys(
+                ring.k[:, :, slot : slot + 1], ring.v[:, :, slot : slot + 1], ring.real[:, slot : slot + 1]
+            )
+            state.kv, state.z = _add((state.kv, state.z), _sums(self._phi(k5, real), v5))
+        ring.k[:, :, slot], ring.v[:, :, slot] = k_t[:, :, 0], v_t[:, :, 0]
+        ring.pos[slot], ring.real[:, slot], ring.length = p, True, p + 1
+        q5, (k5, v5, real) = group(q_t.float(), Hkv), _keys(ring.k, ring.v, ring.real & (ring.pos >= 0))
+        i, j = torch.full((1, 1), p, device=q_t.device), ring.pos[None, :].clamp_min(0)
+        out = self._combine(q5, k5, v5, self._phi(k5, real), i, j, real, (state.kv, state.z), True)
+        return ungroup(out).to(q_t.dtype), state
+
+    def _phi(self, x: Tensor, real: Tensor | None = None) -> Tensor:
+        """Hedgehog's feature map in float32 on x (B, H_kv, G or 1, L, D) -> (B, H_kv, G or 1, L, 2F); 0 at padded keys."""
+        proj = x.float() @ self.weight.float()[:, None] + self.bias.float()[:, None]  # (B, H_kv, G, L, F)
+        phi = torch.cat([proj.softmax(-1), (-proj).softmax(-1)], dim=-1)
+        return phi if real is None else torch.where(real[..., 0, :, None], phi, 0.0)
+
+
+@dataclass
+class WindowLinearState:
+    """window_linear's decode state: the window's ring buffer and float32 sums over the keys that left it (constant in N)."""
+
+    ring: SlidingWindowState  # the last `window` keys and values (variants._ring)
+    kv: Tensor  # (B, H_kv, 1, 2F, D): sum_j phi(k_j) v_j^T over the far keys
+    z: Tensor  # (B, H_kv, 1, 2F, 1): sum_j phi(k_j)
+
+
+def _keys(k: Tensor, v: Tensor, kv_mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    """k, v (B, H_kv, M, D) as (B, H_kv, 1, M, D) float32, zero at padded keys; which keys are real, (B, 1, 1, 1, M)."""
+    B, M = k.shape[0], k.shape[2]
+    real = torch.ones(B, M, dtype=torch.bool, device=k.device) if kv_mask is None else kv_mask
+    real = real[:, None, None, None, :]
+    k5, v5 = (torch.where(real[:, :, :, 0, :, None], t.float()[:, :, None], 0.0) for t in (k, v))
+    return k5, v5, real
+
+
+def _sums(fk: Tensor, v5: Tensor) -> tuple[Tensor, Tensor]:
+    """(sum_j phi(k_j) v_j^T (B, H_kv, 1, 2F, D), sum_j phi(k_j) (B, H_kv, 1, 2F, 1)) over the keys given."""
+    return fk.transpose(-1, -2) @ v5, fk.sum(-2).unsqueeze(-1)
+
+
+def _add(a: tuple[Tensor, Tensor], b: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+    return a[0] + b[0], a[1] + b[1]
