@@ -39,6 +39,7 @@ def test_row_fields_are_the_design_schema():
             "nonfinite",
             "timeout",
             "unreachable",
+            "fit_timeout",
             "cpu",
             "cuda",
             "forward",
