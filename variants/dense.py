@@ -57,6 +57,10 @@ class DenseAttention(KVCacheDecoding, AttentionVariant):
             return _xformers(q, k, v, causal=causal, kv_mask=kv_mask)
         return _textbook(q, k, v, causal=causal, kv_mask=kv_mask)
 
+    def executed_flops(self, B: int, H: int, N: int, M: int, D: int, causal: bool, H_kv: int | None = None) -> int:
+        """The reference backend computes every score and masks after: causal work is not halved there."""
+        return self.flops(B, H, N, M, D, causal and self.config.backend != "reference")
+
     # ---- decoding: a KV cache (init_state, step: KVCacheDecoding) -------------------------
     def extra_decode_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None) -> list[str]:
         """A step runs the configured backend, so its refusals (e.g. xformers off CUDA) apply too."""

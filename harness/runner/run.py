@@ -101,6 +101,7 @@ def run_sweep(
     run_id: str | None = None,
     resume: str | Path | None = None,
     quiet: bool = True,
+    remeasure_limits: bool = False,
 ) -> Path:
     """Measure every cell of `spec` into a run folder and return its path.
 
@@ -109,6 +110,7 @@ def run_sweep(
         out: parent folder of run folders; run_id: the folder's name (default: time and device).
         resume: an existing run folder to continue (its cells with a row are not run again).
         quiet: no progress bar (it is also silent when stderr is not a terminal).
+        remeasure_limits: measure the machine's limits again rather than take them from the day's cache.
     """
     from harness.executors import resolve_spec
     from harness.store import create_run_dir, lock_run_dir, new_run_id
@@ -119,11 +121,11 @@ def run_sweep(
     else:
         run_dir = create_run_dir(out, new_run_id(spec.device) if run_id is None else run_id, exact=run_id is not None)
     with lock_run_dir(run_dir):  # one writer per folder, from counting what is done to the last table
-        _sweep_into(run_dir, spec, fresh=resume is None, quiet=quiet)
+        _sweep_into(run_dir, spec, fresh=resume is None, quiet=quiet, remeasure_limits=remeasure_limits)
     return run_dir
 
 
-def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> None:
+def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool, remeasure_limits: bool = False) -> None:
     """The body of run_sweep, under the folder's lock: env and spec, the rows a resumed run lacks, the tables."""
     import dataclasses
 
@@ -133,6 +135,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
     from harness.executors import CellJob, executor_class, make_executor, run_cells
     from harness.measure import CALIBRATION_SEED_OFFSET, MeasureSettings, RunInfo, outcome_row
     from harness.entries import knob_field
+    from harness.measure.limits import limit_dtypes, run_limits
     from harness.measure.tuning import scoring_seeds, unreachable_carries_over
     from harness.plan import plan
     from harness.runner.progress import Progress
@@ -159,6 +162,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
     }
     env["measure_settings"] = settings.to_dict()
     env["executor"] = spec.executor  # of the first part; each row's host and device_name say where it ran
+    env["limits"] = run_limits(spec.device, limit_dtypes(spec), remeasure=remeasure_limits)  # every row is held to them
     if (
         fresh and (run_dir / SPEC_FILE).exists()
     ):  # a chosen --run-id whose folder holds no rows (create_run_dir checked)
@@ -176,6 +180,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
         host=env["host"],
         threads=torch.get_num_threads(),
         accuracy_reference=settings.accuracy_reference,
+        limits=env["limits"],
     )
     remote = executor_class(spec.executor).remote
     job = CellJob(
