@@ -55,7 +55,8 @@ class Row:
     noise_reason: str | None = None  # why noisy, or why no paired speed-up (baseline failed, unsupported)
     peak_memory_bytes: int | None = _measured()  # beyond the inputs
     memory_method: str | None = None
-    state_bytes: int | None = _measured()  # decode: bytes of the state after the N-token context
+    state_bytes: int | None = _measured()  # decode: bytes of the state after the N-token context (capacity held)
+    state_live_bytes: int | None = _measured()  # decode: of which live, what a step reads (a KV cache's K/V so far)
     flops: int | None = _measured()  # analytic, forward or forward+backward per mode
     tflops: float | None = _measured()
     # -- held against the machine's measured limits (harness.measure.roofline; env.json "limits") --

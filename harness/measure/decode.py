@@ -72,10 +72,18 @@ def measure_decode(
                 outs.append(out_t)
         return outs
 
+    from variants import live_state_bytes
+
     with stage("init_state"):
         start = time.perf_counter()
         state = fresh_state()
-        recorder.record({"setup_s": time.perf_counter() - start, "state_bytes": int(attn.state_bytes(state))})
+        recorder.record(
+            {
+                "setup_s": time.perf_counter() - start,
+                "state_bytes": int(attn.state_bytes(state)),
+                "state_live_bytes": int(live_state_bytes(state)),
+            }
+        )
     with stage("accuracy"):
         start = time.perf_counter()
         outs = generate(state)

@@ -33,7 +33,7 @@ def bytes_moved(cell: Cell, state_bytes: int | None = None) -> int:
     """The bytes one timed call must move at least (per generated token for decode), in the cell's dtype.
 
     prefill: q, k, v read and the output written; train: also the output gradient read and dq, dk, dv written.
-    decode: the state read (`state_bytes`, after the context) and the token's q, k, v read and output written.
+    decode: the live state read (`state_bytes`: the row's state_live_bytes, after the context) and the token's q, k, v read and output written.
     layer: the block's input read and output written (its weights and intermediates not counted: a lower bound).
     """
     e = _BYTES.get(cell.dtype, 4)
@@ -51,12 +51,13 @@ def roofline_fields(
 ) -> dict[str, Any]:
     """bytes_moved, bytes_per_s, pct_of_compute_peak, pct_of_bandwidth and impossible of an ok row.
 
-    `row` holds latency_s, executed_flops and (decode) state_bytes; `limits` is the run's (run_limits' output);
+    `row` holds latency_s, executed_flops and (decode) state_live_bytes (else state_bytes); `limits` is the run's (run_limits' output);
     `precision_dtype` the dtype the call computes in when autocast changes it. Without limits for the dtype the
     percentages are None.
     """
     latency = row.get("latency_s")
-    moved = bytes_moved(cell, row.get("state_bytes"))
+    live = row.get("state_live_bytes")
+    moved = bytes_moved(cell, live if live is not None else row.get("state_bytes"))
     fields: dict[str, Any] = {"bytes_moved": moved, "bytes_per_s": moved / latency if latency else None}
     entry = ((limits or {}).get("dtypes") or {}).get(precision_dtype or cell.dtype)
     if not entry or not latency:

@@ -104,3 +104,13 @@ def test_bandwidth_above_the_limit_is_impossible_only_beyond_the_cache():
 def test_cuda_limits_are_measured():
     entry = limits_mod.measure_limits("cuda", torch.bfloat16)
     assert entry["peak_flops"] > 1e12 and entry["bandwidth_bytes_per_s"] > 1e11 and entry["cache_bytes"]
+
+
+def test_a_decode_row_moves_its_live_state_not_the_caches_capacity(cpu_limits):
+    run = RunInfo(run_id="t", device_name="cpu", host="h", threads=torch.get_num_threads(), limits=cpu_limits)
+    row = measure_cell(_cell("dense", N=64, phase="decode", causal=True), FAST, run).to_dict()
+    assert row["status"] == "ok", row["reason"]
+    live = 2 * 2 * 64 * 16 * 4  # k and v of the 64 context tokens, float32
+    assert row["state_live_bytes"] == live and row["state_bytes"] == 2 * live  # capacity 2N
+    assert row["bytes_moved"] == live + 2 * (2 * 16 + 2 * 16) * 4
+    assert row["pct_of_bandwidth"] > 0 and row["impossible"] is None
