@@ -57,9 +57,17 @@ class Row:
     noise_reason: str | None = None  # why noisy, or why no paired speed-up (baseline failed, unsupported)
     peak_memory_bytes: int | None = _measured()  # beyond the inputs
     memory_method: str | None = None
-    state_bytes: int | None = _measured()  # decode: bytes of the state after the N-token context
+    state_bytes: int | None = _measured()  # decode: bytes of the state after the N-token context (capacity held)
+    state_live_bytes: int | None = _measured()  # decode: of which live, what a step reads (a KV cache's K/V so far)
     flops: int | None = _measured()  # analytic, forward or forward+backward per mode
     tflops: float | None = _measured()
+    # -- held against the machine's measured limits (harness.measure.roofline; env.json "limits") --
+    executed_flops: int | None = _measured()  # what the backend computes (a banded kernel's padding included)
+    bytes_moved: int | None = _measured()  # the least bytes a call moves: inputs, output, decode state (per token)
+    bytes_per_s: float | None = _measured()  # bytes_moved / latency_s
+    pct_of_compute_peak: float | None = _measured()  # executed FLOP/s over the measured matmul peak, in %
+    pct_of_bandwidth: float | None = _measured()  # bytes_per_s over the measured copy bandwidth, in %
+    impossible: str | None = None  # why a number is above a measured limit (never a winner); None: within them
     rel_l2_error: float | None = _measured()
     max_abs_error: float | None = _measured()
     cosine: float | None = _measured()  # mean over sampled rows

@@ -29,7 +29,7 @@ from variants.base import (
     dense_flops,
     train_flops,
 )
-from variants._decode import state_bytes
+from variants._decode import live_state_bytes, state_bytes
 from variants.calibrate import CalibrationReport, calibrate
 from variants.checkpoint import load_variant, save_variant
 from variants.multihead import MultiHeadAttention
@@ -59,5 +59,6 @@ __all__ = [
     "register_variant",
     "save_variant",
     "state_bytes",
+    "live_state_bytes",
     "train_flops",
 ]

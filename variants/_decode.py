@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
@@ -31,19 +31,43 @@ def state_bytes(state: Any) -> int:
     return sum(seen.values())
 
 
-def _collect(obj: Any, seen: dict[int, int]) -> None:
+def live_state_bytes(state: Any) -> int:
+    """Bytes of what a decode state holds now, the part a step reads: a state with ``live_tensors()`` (a KV cache)
+    counts those views, every other tensor its storage as state_bytes does. A KV cache's capacity is state_bytes."""
+    seen: dict[int, int] = {}
+    _collect(state, seen, live=True)
+    return sum(seen.values())
+
+
+def checked_once(state: Any, q_t: Any, k_t: Any, v_t: Any, check: Callable[[], None]) -> None:
+    """Run a step's `check` once per sequence: on a state's first step, and again whenever the token's shapes, dtypes
+    or devices differ from the last checked ones (so a bad step is still refused with the same message)."""
+    if not all(isinstance(t, Tensor) for t in (q_t, k_t, v_t)):
+        check()  # raises its TypeError
+        return
+    key = tuple((t.shape, t.dtype, t.device) for t in (q_t, k_t, v_t))
+    if getattr(state, "_checked_for", None) != key:
+        check()
+        object.__setattr__(state, "_checked_for", key)  # not a field: state_bytes and equality ignore it
+
+
+def _collect(obj: Any, seen: dict[int, int], *, live: bool = False) -> None:
+    if live and hasattr(obj, "live_tensors"):
+        for t in obj.live_tensors():
+            seen[id(t)] = t.numel() * t.element_size()
+        return
     if isinstance(obj, Tensor):
         storage = obj.untyped_storage()
         seen[storage.data_ptr() or id(storage)] = storage.nbytes()
     elif isinstance(obj, dict):
         for value in obj.values():
-            _collect(value, seen)
+            _collect(value, seen, live=live)
     elif isinstance(obj, (list, tuple)):
         for value in obj:
-            _collect(value, seen)
+            _collect(value, seen, live=live)
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         for field in dataclasses.fields(obj):
-            _collect(getattr(obj, field.name), seen)
+            _collect(getattr(obj, field.name), seen, live=live)
 
 
 def check_context(k: Any, v: Any, kv_mask: Any = None) -> None:
@@ -141,6 +165,10 @@ class KVCache:
         self.v[:, :, self.length] = v_t[:, :, 0]
         self.length += 1
 
+    def live_tensors(self) -> tuple[Tensor, ...]:
+        """The live keys, values and mask (what live_state_bytes counts; the capacity is state_bytes')."""
+        return tuple(t for t in self.live() if t is not None)
+
     def live(self) -> tuple[Tensor, Tensor, Tensor | None]:
         """Views of the live keys, values (B, H_kv, length, D) and padding mask (B, length) or None."""
         L = self.length
@@ -166,8 +194,12 @@ def kv_cache_step(variant: Any, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: KV
     whole cache (the context's padding still masked).
     """
     check_state(state, KVCache, variant.name)
-    check_step(q_t, k_t, v_t, batch=state.k.shape[0], kv_heads=state.k.shape[1], head_dim=state.k.shape[3])
-    variant.check_decode(q_t, k_t, v_t)
+
+    def check() -> None:
+        check_step(q_t, k_t, v_t, batch=state.k.shape[0], kv_heads=state.k.shape[1], head_dim=state.k.shape[3])
+        variant.check_decode(q_t, k_t, v_t)
+
+    checked_once(state, q_t, k_t, v_t, check)
     state.append(k_t, v_t)
     k, v, mask = state.live()  # (B, H_kv, L, D), (B, L) or None
     return variant.forward(q_t, k, v, causal=False, kv_mask=mask), state

@@ -26,6 +26,7 @@ class SlidingWindowState:
     length: int  # tokens seen so far: the position the next token takes
     window: int  # W, the band: a query at p sees p - W < j <= p
     sinks: int  # S, keys 0..S-1 visible to every later query
+    padded: bool = True  # some slot may hold a padded token (False: the context had no padding, no mask needed)
 
 
 def ring_from_context(k: Tensor, v: Tensor, kv_mask: Tensor | None, window: int, sinks: int) -> SlidingWindowState:
@@ -40,6 +41,7 @@ def ring_from_context(k: Tensor, v: Tensor, kv_mask: Tensor | None, window: int,
         length=N,
         window=W,
         sinks=S,
+        padded=kv_mask is not None and not bool(kv_mask.all()),
     )
     real = torch.ones(B, N, dtype=torch.bool, device=k.device) if kv_mask is None else kv_mask
     positions = torch.arange(N, device=k.device)
@@ -55,15 +57,25 @@ def ring_from_context(k: Tensor, v: Tensor, kv_mask: Tensor | None, window: int,
 
 
 def ring_step(q_t: Tensor, k_t: Tensor, v_t: Tensor, state: SlidingWindowState) -> Tensor:
-    """Write the token at position p = state.length, then attend q_t (B, H, 1, D) to its sinks and band."""
+    """Write the token at position p = state.length in place, then attend q_t (B, H, 1, D) to its sinks and band.
+
+    From p >= S + W - 1 on every slot is filled and every sink lies outside the band, so all slots are visible: the
+    mask is then only the padding (`real`, a view), or none at all when the context had no padding.
+    """
     p, S, W = state.length, state.sinks, state.window
     slots = [S + p % W] + ([p] if p < S else [])  # a sink position is also in the band for a while
     for slot in slots:
         state.k[:, :, slot] = k_t[:, :, 0]
         state.v[:, :, slot] = v_t[:, :, 0]
         state.pos[slot] = p
-        state.real[:, slot] = True
+        if state.padded:
+            state.real[:, slot] = True
     state.length = p + 1
+    if p >= S + W - 1:  # steady: every slot visible
+        keep = state.real[:, None, None, :] if state.padded else None  # (B, 1, 1, S + W) or None
+        return sdpa(q_t, state.k, state.v, attn_mask=keep)
+    if not state.padded:
+        state.real[:, slots] = True
     filled = state.pos >= 0
     # Ring slots hold p - W < j <= p by construction; a sink counts only outside the band (no key twice).
     is_sink = torch.arange(S + W, device=q_t.device) < S

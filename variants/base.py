@@ -236,6 +236,11 @@ class AttentionVariant(nn.Module):
         """
         return dense_flops(B, H, N, M, D, causal)
 
+    def executed_flops(self, B: int, H: int, N: int, M: int, D: int, causal: bool, H_kv: int | None = None) -> int:
+        """Forward FLOPs the resolved backend really computes (masked-out work it does not skip included): what % of
+        the machine's compute peak is measured with. This default is `flops` (a backend that skips all it masks)."""
+        return self.flops(B, H, N, M, D, causal)
+
     # ---- calling --------------------------------------------------------------------------
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None):
         return self.prepare_call(q, k, v, causal=causal, kv_mask=kv_mask)(q, k, v)

@@ -57,6 +57,10 @@ class DenseAttention(KVCacheDecoding, AttentionVariant):
             return _xformers(q, k, v, causal=causal, kv_mask=kv_mask)
         return _textbook(q, k, v, causal=causal, kv_mask=kv_mask)
 
+    def executed_flops(self, B: int, H: int, N: int, M: int, D: int, causal: bool, H_kv: int | None = None) -> int:
+        """The reference backend computes every score and masks after: causal work is not halved there."""
+        return self.flops(B, H, N, M, D, causal and self.config.backend != "reference")
+
     # ---- decoding: a KV cache (init_state, step: KVCacheDecoding) -------------------------
     def extra_decode_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None) -> list[str]:
         """A step runs the configured backend, so its refusals (e.g. xformers off CUDA) apply too."""
@@ -65,23 +69,45 @@ class DenseAttention(KVCacheDecoding, AttentionVariant):
 
 
 def _textbook(q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor | None) -> Tensor:
-    """softmax(q k^T / sqrt(D)) v with the N x M scores materialised (nanoGPT's slow path).
+    """softmax(q k^T / sqrt(D) + bias) v with the N x M scores materialised (nanoGPT's slow path).
 
+    One pass per step: the scale folded into q (N*D, not N*M), the additive -inf bias added in place, and
+    nan_to_num only when some query row sees no key (a padded first key when causal, an all-padded sequence).
     GQA: the G query heads of a K/V head are stacked as rows, (B, H_kv, G*N, D), so K/V are not repeated.
     """
     B, H, N, D = q.shape
-    Hkv = k.shape[1]
-    qg = group(q, Hkv).flatten(2, 3)  # (B, H_kv, G*N, D)
-    scores = torch.matmul(qg, k.transpose(-2, -1)).view(B, H, N, -1) * softmax_scale(D)  # (B, H, N, M)
-    keep = _keep_mask(q, k, causal=causal, kv_mask=kv_mask)
-    if keep is not None:
-        # -inf, not -1e20: -1e20 overflows float16; a row that sees no key is zeroed below.
-        scores = scores.masked_fill(~keep, float("-inf"))
+    Hkv, M = k.shape[1], k.shape[2]
+    qg = group(q * softmax_scale(D), Hkv).flatten(2, 3)  # (B, H_kv, G*N, D)
+    scores = torch.matmul(qg, k.transpose(-2, -1)).view(B, H, N, M)  # (B, H, N, M)
+    bias = _additive_mask(N, M, causal=causal, kv_mask=kv_mask, dtype=scores.dtype, device=q.device)
+    if bias is not None:
+        scores += bias  # -inf, not -1e20: -1e20 overflows float16
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32)
-    if keep is not None:
-        weights = weights.nan_to_num(0.0)
-    out = torch.matmul(weights.to(v.dtype).view(B, Hkv, -1, k.shape[2]), v)  # (B, H_kv, G*N, D)
+    if _some_row_sees_nothing(causal, kv_mask):
+        weights = weights.nan_to_num_(0.0)  # a row that sees no key: zeros, as the reference gives
+    out = torch.matmul(weights.to(v.dtype).view(B, Hkv, -1, M), v)  # (B, H_kv, G*N, D)
     return ungroup(out.view(B, Hkv, H // Hkv, N, D))  # (B, H, N, D)
+
+
+def _additive_mask(
+    N: int, M: int, *, causal: bool, kv_mask: Tensor | None, dtype: torch.dtype, device: torch.device
+) -> Tensor | None:
+    """0 where a key is visible, -inf where not: (B or 1, 1, N or 1, M), built in one pass; None when all are visible."""
+    bias = None
+    if causal:
+        bias = torch.full((N, M), float("-inf"), dtype=dtype, device=device).triu_(1)[None, None]  # (1, 1, N, M)
+    if kv_mask is not None:
+        padding = torch.zeros(kv_mask.shape, dtype=dtype, device=device).masked_fill_(~kv_mask, float("-inf"))
+        padding = padding[:, None, None, :]  # (B, 1, 1, M)
+        bias = padding if bias is None else bias + padding
+    return bias
+
+
+def _some_row_sees_nothing(causal: bool, kv_mask: Tensor | None) -> bool:
+    """Whether a query row has no visible key: causal row 0 sees key 0 only, so a padded first key; else an all-padded row."""
+    if kv_mask is None:
+        return False
+    return not bool(kv_mask[:, 0].all() if causal else kv_mask.any(dim=1).all())
 
 
 def _sdpa(q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor | None) -> Tensor:

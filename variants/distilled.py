@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from variants._checks import check_int
-from variants._decode import check_context, check_state, check_step
+from variants._decode import check_context, check_state, check_step, checked_once
 from variants._gqa import group, ungroup
 from variants._registry import register_variant
 from variants.base import AttentionVariant, Capabilities, QualityKnob, VariantConfig
@@ -178,13 +178,18 @@ class DistilledAttention(AttentionVariant):
         """Add phi(k_t) v_t^T and phi(k_t) to the sums, then out_t = phi(q_t) kv / phi(q_t).z."""
         check_state(state, DistilledState, self.name)
         B, Hkv, _, _, D = state.kv.shape
-        check_step(q_t, k_t, v_t, batch=B, kv_heads=Hkv, head_dim=D)
-        self.check_decode(q_t, k_t, v_t)
-        sums = {"kv": state.kv, "z": state.z}
-        self._add_keys(sums, k_t[:, :, None], v_t.float()[:, :, None], None)
+
+        def check() -> None:
+            check_step(q_t, k_t, v_t, batch=B, kv_heads=Hkv, head_dim=D)
+            self.check_decode(q_t, k_t, v_t)
+
+        checked_once(state, q_t, k_t, v_t, check)  # once per sequence, not per token
+        fk = self._phi(k_t[:, :, None]).transpose(-1, -2)  # (B, H_kv, 1, 2F, 1)
+        state.kv.addcmul_(fk, v_t[:, :, None].float())  # in place: += phi(k_t) v_t^T, (B, H_kv, 1, 2F, D)
+        state.z.add_(fk)
         fq = self._phi(group(q_t, Hkv))  # (B, H_kv, G, 1, 2F)
-        out = (fq @ sums["kv"]) / (fq @ sums["z"]).clamp_min(_EPS)  # (B, H_kv, G, 1, D)
-        return ungroup(out).to(q_t.dtype), DistilledState(**sums)
+        out = (fq @ state.kv) / (fq @ state.z).clamp_min(_EPS)  # (B, H_kv, G, 1, D)
+        return ungroup(out).to(q_t.dtype), state
 
     def _add_keys(self, sums: dict[str, Tensor], k5: Tensor, v5: Tensor, kv_mask: Tensor | None) -> None:
         """sums["kv"] += phi(k)^T v and sums["z"] += sum phi(k) for k5, v5 (B, H_kv, 1, L, D), in _BLOCK slices."""
@@ -239,7 +244,7 @@ class DistilledAttention(AttentionVariant):
 
         Returns (B, H_kv, G or 1, L, 2F); K/V head h's map (weight (P, D, F), P = H_kv or 1) serves its group.
         """
-        weight, bias = self.weight.float()[:, None], self.bias.float()[:, None]  # (P, 1, D, F), (P, 1, 1, F)
+        weight, bias = self._float_map()  # (P, 1, D, F), (P, 1, 1, F)
         proj = x.float() @ weight + bias  # (B, H_kv, G, L, F)
         phi = torch.cat([proj.softmax(-1), (-proj).softmax(-1)], dim=-1)  # (B, H_kv, G, L, 2F), each in [0, 1]
         if kv_mask is not None:
@@ -247,6 +252,19 @@ class DistilledAttention(AttentionVariant):
             # padded keys: phi = 0
             phi = torch.where(kv_mask[:, None, None, :, None], phi, torch.zeros((), device=phi.device))
         return phi
+
+    def _float_map(self) -> tuple[Tensor, Tensor]:
+        """The feature map's weight and bias in float32, shaped for _phi: cast once per parameter version when no
+        gradient flows (decode, inference), fresh under autograd (a cached cast would hold an old graph)."""
+        weight, bias = self.weight, self.bias
+        if torch.is_grad_enabled() and (weight.requires_grad or bias.requires_grad):
+            return weight.float()[:, None], bias.float()[:, None]
+        key = (weight.data_ptr(), weight._version, bias.data_ptr(), bias._version, weight.dtype, weight.device)
+        cached = self.__dict__.get("_float_cache")
+        if cached is None or cached[0] != key:
+            cached = (key, weight.detach().float()[:, None], bias.detach().float()[:, None])
+            self.__dict__["_float_cache"] = cached  # not a buffer: never saved, never moved by .to()
+        return cached[1], cached[2]
 
 
 @dataclass

@@ -81,6 +81,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--resume", metavar="RUN_DIR", help="continue a killed run: its spec, only the cells it lacks")
     out.add_argument("--dry-run", action="store_true", help="print the planned cells and exit")
     out.add_argument("--quiet", action="store_true", help="no progress bar")
+    out.add_argument(
+        "--remeasure-limits",
+        action="store_true",
+        help="measure the machine's peak FLOP/s and bandwidth again (else a cached measurement under a day old)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,7 +114,14 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("\n".join(plan_lines(spec, Path(args.resume) if args.resume else None)))
         return 0
-    run_sweep(spec, out=args.out or "results", run_id=args.run_id, resume=args.resume, quiet=args.quiet)
+    run_sweep(
+        spec,
+        out=args.out or "results",
+        run_id=args.run_id,
+        resume=args.resume,
+        quiet=args.quiet,
+        remeasure_limits=args.remeasure_limits,
+    )
     return 0
 
 

@@ -10,7 +10,7 @@ Every executor runs :func:`harness.executors.worker.run_cell` for a cell; the dr
 (:func:`harness.executors.drive.run_cells`) pulls cells lazily in plan order, keeps at most
 ``executor.slots`` in flight, hands each finished row to the sweep (the only writer of rows.jsonl)
 and asks the sweep's `skip` for each queued cell, which drops longer cells of a series after an OOM,
-a timeout or an unreachable error budget (harness.runner.run.BLOCKING). A lost task (a killed
+a timeout or an unreachable error budget (harness.runner.blocked.BLOCKING). A lost task (a killed
 worker, a node gone, a cell past its hard limit) comes back as a row too.
 
 Each executor owns its options (a dataclass of knob fields, ``Executor.options``) and checks them

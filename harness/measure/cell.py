@@ -40,6 +40,7 @@ from harness.measure.kernel import memory_and_kernel
 from harness.measure.layer import measure_layer
 from harness.measure.noise import larger, load_per_cpu, noise_fields
 from harness.measure.outcome import Deadline, base_row, classify_exception, deadline, now, release_memory
+from harness.measure.roofline import compute_dtype, roofline_fields
 from harness.measure.settings import DTYPES, MeasureSettings, RunInfo
 from harness.measure.speedup import baseline_for, timed_fields
 from harness.measure.stages import StageFailed, StageRecorder, stage
@@ -73,6 +74,8 @@ def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: M
         if status == "oom":
             context.clear()
         del exc, error
+    if row.status == "ok":  # held against the machine's measured limits
+        row.update(**roofline_fields(cell, row.to_dict(), run.limits, precision_dtype=compute_dtype(cell)))
     row.wall_s = time.perf_counter() - start
     row.load_per_cpu = larger(load_at_start, load_per_cpu())
     row.update(**noise_fields(row.to_dict(), row.load_per_cpu))
@@ -211,8 +214,10 @@ def _measure_prefill(
         baseline = baseline_for(cell, q, k, v, context, device, partial(_step, wrap=wrap), kv_mask)  # same tricks
         timed = timed_fields(step, baseline, settings, device, first_call_s=accuracy.call_s)
         recorder.record(timed)
-        attention_flops = attn.flops(cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal)
-    return recorder.outcome("ok", **flops_fields(attention_flops, timed["latency_s"], training=training))
+        shape = (cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal)
+        attention_flops, executed = attn.flops(*shape), attn.executed_flops(*shape, H_kv=cell.kv_heads)
+    fields = flops_fields(attention_flops, timed["latency_s"], training=training, executed_attention_flops=executed)
+    return recorder.outcome("ok", **fields)
 
 
 def _build(cell: Cell, inputs: _Inputs, device: torch.device) -> _Built:

@@ -72,10 +72,18 @@ def measure_decode(
                 outs.append(out_t)
         return outs
 
+    from variants import live_state_bytes
+
     with stage("init_state"):
         start = time.perf_counter()
         state = fresh_state()
-        recorder.record({"setup_s": time.perf_counter() - start, "state_bytes": int(attn.state_bytes(state))})
+        recorder.record(
+            {
+                "setup_s": time.perf_counter() - start,
+                "state_bytes": int(attn.state_bytes(state)),
+                "state_live_bytes": int(live_state_bytes(state)),
+            }
+        )
     with stage("accuracy"):
         start = time.perf_counter()
         outs = generate(state)
@@ -98,13 +106,17 @@ def measure_decode(
     latency = statistics.median(times) / S
     # per token
     flops = sum(int(attn.flops(cell.batch, cell.heads, 1, N + t + 1, cell.head_dim, False)) for t in range(S)) // S
+    executed = sum(
+        int(attn.executed_flops(cell.batch, cell.heads, 1, N + t + 1, cell.head_dim, False, H_kv=cell.kv_heads))
+        for t in range(S)
+    )
     return recorder.outcome(
         "ok",
         latency_s=latency,
         latency_p20_s=quantile(times, 0.2) / S,
         latency_p80_s=quantile(times, 0.8) / S,
         repeats=len(times),
-        **flops_fields(flops, latency, training=False),
+        **flops_fields(flops, latency, training=False, executed_attention_flops=executed // S),
     )
 
 

@@ -141,7 +141,8 @@ def measure_layer(
     with stage("timing"):
         times, repeats = time_step(step, settings, device, first_call_s=first_call_s)
     latency = statistics.median(times)
-    attention = attn.flops(cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal)
+    shape = (cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal)
+    attention, executed = attn.flops(*shape), attn.executed_flops(*shape, H_kv=cell.kv_heads)
     return recorder.outcome(
         "ok",
         latency_s=latency,
@@ -149,7 +150,11 @@ def measure_layer(
         latency_p80_s=quantile(times, 0.8),
         repeats=repeats,
         **flops_fields(
-            attention, latency, training=training, linear_flops=block.linear_flops(cell.batch, cell.seq_len)
+            attention,
+            latency,
+            training=training,
+            linear_flops=block.linear_flops(cell.batch, cell.seq_len),
+            executed_attention_flops=executed,
         ),
     )
 

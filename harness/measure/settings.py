@@ -56,3 +56,6 @@ class RunInfo:
     host: str
     threads: int
     accuracy_reference: str = "full"  # what the run's errors are measured against (MeasureSettings.accuracy_reference)
+    limits: dict[str, Any] | None = (
+        None  # the machine's measured limits (harness.measure.limits.run_limits); None: none
+    )

@@ -295,6 +295,14 @@ def axes_title(setting: dict) -> str:
     return "".join(" " + p for p in describe(setting, axes))
 
 
+def possible(frame: pd.DataFrame) -> pd.Series:
+    """Rows not flagged impossible (a number above the machine's measured limits: harness.measure.roofline); an
+    impossible row is shown, never a winner."""
+    if "impossible" not in frame:
+        return pd.Series(True, index=frame.index)
+    return frame["impossible"].isna()
+
+
 def _ok(frame: pd.DataFrame, inputs: str | None) -> pd.DataFrame:
     if not len(frame):
         return frame

@@ -52,4 +52,7 @@ def cell_row(r: pd.Series) -> list[str]:
     if r["status"] != "ok":
         status = "OOM" if r["status"] == "oom" else str(r["status"])
         return [str(r["series"]), str(r["seq_len"]), status] + ["-"] * len(COLUMNS) + [short_reason(r["reason"])]
+    impossible = r.get("impossible")
+    if isinstance(impossible, str):  # above the machine's measured limits: shown, flagged, never a winner
+        return [str(r["series"]), str(r["seq_len"]), "IMPOSSIBLE"] + [c.text(r) for c in COLUMNS] + [impossible]
     return [str(r["series"]), str(r["seq_len"]), str(r["status"])] + [c.text(r) for c in COLUMNS] + [""]

@@ -93,7 +93,7 @@ def answer_tables(frame: pd.DataFrame, budgets: Sequence[float], metric: str) ->
             if not (part["status"] == "ok").any():
                 continue
             lengths = tuple(sorted(int(n) for n in set(part["seq_len"])))
-            ok = part[part["status"] == "ok"]
+            ok = part[(part["status"] == "ok") & analysis.possible(part)]  # an impossible row is never a winner
             picks = {}
             for n in lengths:
                 at_n = ok[ok["seq_len"] == n]

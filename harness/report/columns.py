@@ -50,6 +50,11 @@ def _speedup(r: pd.Series) -> str:
     return text
 
 
+def _scaled(value, scale: float) -> float | None:
+    """value / scale, None when missing (older runs have no such column)."""
+    return value / scale if isinstance(value, (int, float)) and np.isfinite(value) else None
+
+
 def _one_minus(cosine) -> float | None:
     """1 - cosine similarity, the error beside relative L2 (a cosine of 0.9999998 would print as 1.00); None if unmeasured."""
     return 1.0 - cosine if isinstance(cosine, (int, float)) and np.isfinite(cosine) else None
@@ -74,7 +79,11 @@ COLUMNS: tuple[Column, ...] = (
     ),
     Column("peak memory", "peak_memory_bytes", lambda r: format_bytes(r["peak_memory_bytes"]), compared=True),
     Column("vs dense", "memory_ratio", lambda r: format_ratio(r["memory_ratio"]), summary="memory"),
+    # bytes per second first: decode is memory-bound, its TFLOP/s say little (ANCHORS: report decode in bytes/s)
+    Column("GB/s", "bytes_per_s", lambda r: format_number(_scaled(r.get("bytes_per_s"), 1e9), ".3g")),
+    Column("% bandwidth", "pct_of_bandwidth", lambda r: format_number(r.get("pct_of_bandwidth"), ".3g", "%")),
     Column("TFLOP/s", "tflops", lambda r: format_number(r["tflops"], ".3g")),
+    Column("% peak", "pct_of_compute_peak", lambda r: format_number(r.get("pct_of_compute_peak"), ".3g", "%")),
     Column(
         "rel. error",
         "rel_l2_error",

@@ -18,6 +18,7 @@ from harness.report.maps_isolated import isolated_maps
 from harness.report.maps_plot import plot_attention_maps
 from harness.report.page import Block, Image, Table
 from harness.report.plotting import variant_colors
+from harness.report.roofline_plot import has_roofline, plot_roofline
 from harness.report.winner_map import winner_map
 
 if TYPE_CHECKING:
@@ -187,6 +188,20 @@ FIGURES: tuple[Figure, ...] = (
             "and joined) is computed over those only, so a fast but inaccurate series is never on it. Hollow points "
             f"are outside every budget. Dashed lines: the budgets ({_budget_list(a)})."
         ),
+    ),
+    Figure(
+        "roofline.png",
+        "measured",
+        lambda a, path, _: plot_roofline(a.frame, a.run.env, path),
+        lambda a: (
+            "Every ok row's arithmetic intensity (the FLOPs its backend executes per byte it must move: inputs, output "
+            "and a decode state) against the FLOP/s it achieved, log-log, under the ceilings measured on this machine "
+            "at the sweep's start (grey: min(matmul peak, copy bandwidth x intensity); dashed for a low-precision "
+            "dtype). Filled circles: prefill; hollow triangles: decode (memory-bound, far left). A red cross marks a "
+            "row above a ceiling: impossible, never a winner. A working set that fits in the cache may sit above the "
+            "bandwidth slope."
+        ),
+        when=lambda a: has_roofline(a.frame, a.run.env),
     ),
     Figure(
         "max_length.png",

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.report.formatting import format_text
+from harness.report.formatting import format_number, format_text
 from harness.report.page import Block, Code, Heading, Paragraph, Table
 
 # the outcome table's columns, then any other
@@ -38,12 +38,40 @@ def environment(env: dict[str, Any], frame: pd.DataFrame) -> list[Block]:
         ["python", format_text(env.get("python"))],
         ["host", format_text(env.get("host"))],
     ]
+    rows += limits_rows(env.get("limits"))
     packages = env.get("packages") or {}
     if packages:
         rows.append(["packages", ", ".join(f"{k} {v}" for k, v in sorted(packages.items()) if v)])
     if not env:
         rows.append(["note", "env.json missing or unreadable"])
     return [Heading(2, "Environment"), Table(["", ""], rows)]
+
+
+def limits_rows(limits: Any) -> list[list[str]]:
+    """The machine's measured limits (env.json "limits"), each beside its datasheet figure where the GPU is known."""
+    if not isinstance(limits, dict) or not isinstance(limits.get("dtypes"), dict):
+        return []
+    sheet = limits.get("datasheet") if isinstance(limits.get("datasheet"), dict) else {}
+    entries = {dtype: e for dtype, e in sorted(limits["dtypes"].items()) if isinstance(e, dict)}
+
+    def line(measured: Any, scale: float, unit: str, datasheet: Any) -> str:
+        text = f"{format_number(_scaled(measured, scale), '.3g')} {unit} measured"
+        return text + (f" (datasheet {sheet['name']}: {datasheet / scale:.4g} {unit})" if datasheet else "")
+
+    rows = [
+        [f"peak {dtype}", line(e.get("peak_flops"), 1e12, "TFLOP/s", (sheet.get("peak_flops") or {}).get(dtype))]
+        for dtype, e in entries.items()
+    ]
+    if entries:
+        first = next(iter(entries.values()))
+        bandwidth = line(first.get("bandwidth_bytes_per_s"), 1e9, "GB/s", sheet.get("bandwidth_bytes_per_s"))
+        rows.append(["bandwidth", bandwidth])
+        rows.append(["limits", f"{format_text(first.get('method'))}; {format_text(first.get('measured_at'))}"])
+    return rows
+
+
+def _scaled(value: Any, scale: float) -> float | None:
+    return value / scale if isinstance(value, (int, float)) else None
 
 
 def load_warning(frame: pd.DataFrame) -> list[str]:

@@ -49,6 +49,8 @@ def summary_table(analysed: "AnalysedRun") -> str:
                         cells.append("")
                     elif r["status"] != "ok":
                         cells.append(str(r["status"]) if i == 0 else "")
+                    elif isinstance(r.get("impossible"), str):  # above the machine's measured limits
+                        cells.append("impossible" if i == 0 else "")
                     else:
                         cells.append(text(r))
                 lines.append([series if i == 0 else "", metric] + cells)

@@ -131,6 +131,7 @@ def run_sweep(
     run_id: str | None = None,
     resume: str | Path | None = None,
     quiet: bool = True,
+    remeasure_limits: bool = False,
 ) -> Path:
     """Measure every cell of `spec` into a run folder and return its path.
 
@@ -139,6 +140,7 @@ def run_sweep(
         out: parent folder of run folders; run_id: the folder's name (default: time and device).
         resume: an existing run folder to continue (its cells with a row are not run again).
         quiet: no progress bar (it is also silent when stderr is not a terminal).
+        remeasure_limits: measure the machine's limits again rather than take them from the day's cache.
     """
     from harness.executors import resolve_spec
     from harness.runner.signals import sigterm_stops
@@ -152,11 +154,11 @@ def run_sweep(
     # one writer per folder, from counting what is done to the last table; SIGTERM unwinds like Ctrl-C (the lock's pid
     # is removed, the executor closed)
     with lock_run_dir(run_dir), sigterm_stops():
-        _sweep_into(run_dir, spec, fresh=resume is None, quiet=quiet)
+        _sweep_into(run_dir, spec, fresh=resume is None, quiet=quiet, remeasure_limits=remeasure_limits)
     return run_dir
 
 
-def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> None:
+def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool, remeasure_limits: bool = False) -> None:
     """The body of run_sweep, under the folder's lock: env and spec, the rows a resumed run lacks, the tables."""
     import dataclasses
 
@@ -167,8 +169,10 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
     from harness.executors.isolated import clean_cell_temp
     from harness.measure import CALIBRATION_SEED_OFFSET, MeasureSettings, RunInfo, outcome_row
     from harness.entries import knob_field
+    from harness.measure.limits import limit_dtypes, run_limits
     from harness.measure.tuning import scoring_seeds, unreachable_carries_over
     from harness.plan import plan
+    from harness.runner.blocked import BLOCKING, block, blocked_series
     from harness.runner.progress import Progress
     from harness.schema import NOT_RUN_PREFIX
     from harness.store import (
@@ -194,6 +198,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
     }
     env["measure_settings"] = settings.to_dict()
     env["executor"] = spec.executor  # of the first part; each row's host and device_name say where it ran
+    env["limits"] = run_limits(spec.device, limit_dtypes(spec), remeasure=remeasure_limits)  # every row is held to them
     if (
         fresh and (run_dir / SPEC_FILE).exists()
     ):  # a chosen --run-id whose folder holds no rows (create_run_dir checked)
@@ -211,6 +216,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
         host=env["host"],
         threads=torch.get_num_threads(),
         accuracy_reference=settings.accuracy_reference,
+        limits=env["limits"],
     )
     remote = executor_class(spec.executor).remote
     job = CellJob(
@@ -226,7 +232,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
     existing = read_rows(run_dir)
     done = completed_cell_ids(existing)
     cells = plan(spec)
-    blocked = _blocked_series(existing, cells)
+    blocked = blocked_series(existing, cells)
     progress = Progress(cells, done, enabled=not quiet)
 
     def skip(cell) -> dict | None:
@@ -256,7 +262,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
                 writer.append(row)
                 done.add(cell.cell_id)
                 if measured and row["status"] in BLOCKING:
-                    _block(blocked, cell, row["status"])
+                    block(blocked, cell, row["status"])
                 progress.finish(cell, row, measured=measured)
 
             todo = (cell for cell in cells if cell.cell_id not in done)
@@ -275,35 +281,6 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
         raise
     progress.close()
     finish_run(run_dir, plugins=job.plugins)
-
-
-# Statuses at N that spare a series its longer N: out of memory, the time limit, and an error budget no value of the
-# knob met (skipped only where the knob's range is the one searched: harness.measure.tuning.unreachable_carries_over).
-BLOCKING = ("oom", "timeout", "unreachable")
-
-
-def _blocked_series(rows: list[dict], cells: list) -> dict[tuple[str, str], tuple[str, int]]:
-    """Series (a cell minus its length) that hit OOM, the time limit or an unreachable budget in earlier rows, and at which N."""
-    from harness.schema import NOT_RUN_PREFIX
-
-    by_id = {cell.cell_id: cell for cell in cells}
-    blocked: dict[tuple[str, str], tuple[str, int]] = {}
-    for row in rows:
-        cell = by_id.get(row.get("cell_id"))
-        if cell is None or row.get("status") not in BLOCKING or str(row.get("reason", "")).startswith(NOT_RUN_PREFIX):
-            continue
-        _block(blocked, cell, row["status"])
-    return blocked
-
-
-def _block(blocked: dict[tuple[str, str], tuple[str, int]], cell, status: str) -> None:
-    """Record where the cell's series stopped, under (series, "stop") for oom and timeout at the shortest N (nothing
-    longer runs) and under (series, "unreachable") at the longest searched N (its knob range is what a longer N is
-    compared with): one does not hide the other."""
-    kind = "unreachable" if status == "unreachable" else "stop"
-    current = blocked.get((cell.series_key, kind))
-    if current is None or (cell.seq_len > current[1] if kind == "unreachable" else cell.seq_len < current[1]):
-        blocked[(cell.series_key, kind)] = (status, cell.seq_len)
 
 
 def finish_run(run_dir: Path, *, plugins: tuple[str, ...] = ()) -> None:

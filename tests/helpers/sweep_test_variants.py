@@ -39,6 +39,7 @@ NAMES = (
     "t_exit",
     "t_refuse",
     "t_fivedim",
+    "t_badflops",
 )
 
 
@@ -268,3 +269,14 @@ class FiveDimAttention(AttentionVariant):
 
     def forward(self, q, k, v, *, causal=False, kv_mask=None):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v)[None]
+
+
+@register_variant("t_badflops")
+class BadFlopsAttention(AttentionVariant):
+    """Exact attention with a planted wrong FLOP formula (a million times the work): its row must be impossible."""
+
+    def forward(self, q, k, v, *, causal=False, kv_mask=None):
+        return _exact(q, k, v, causal)
+
+    def flops(self, B, H, N, M, D, causal):
+        return 10**6 * 4 * B * H * N * M * D

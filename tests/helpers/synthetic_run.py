@@ -57,6 +57,8 @@ def make_rows(
                             memory_method="synthetic",
                             flops=4 * n * n * 64,
                             tflops=4 * n * n * 64 / t / 1e12,
+                            executed_flops=4 * n * n * 64,
+                            bytes_moved=4 * n * 64 * 4,
                             rel_l2_error=err,
                             max_abs_error=err * 3,
                             cosine=1 - err,
@@ -197,6 +199,7 @@ def write_run(
         "git_commit": "abc123",
         "host": "synth",
         "packages": {},
+        "limits": {"dtypes": {"float32": {"peak_flops": 1e11, "bandwidth_bytes_per_s": 2e10, "method": "synthetic"}}},
     }
     (folder / "env.json").write_text(json.dumps(env))
     (folder / "spec.toml").write_text(spec_text)

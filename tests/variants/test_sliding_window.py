@@ -109,10 +109,31 @@ def test_flex_block_mask_equals_torch_builder(n, m, window, causal):
     assert torch.equal(ours.full_kv_num_blocks, theirs.full_kv_num_blocks)
 
 
-def test_flex_prepare_reports_setup_seconds_and_banded_has_none():
+def test_prepare_reports_setup_seconds_and_banded_chooses_its_block_once():
+    from variants.sliding_window import _BLOCK_CHOICES, _FASTEST_BLOCK, _block_key
+
     q, k, v = _qkv(37)
-    assert build_variant("sliding_window", backend="banded").prepare(q, k, v, causal=True) == 0.0
+    banded = build_variant("sliding_window", window=6, backend="banded")
+    _FASTEST_BLOCK.pop(_block_key(q, 6, True, 0), None)
+    assert banded.prepare(q, k, v, causal=True) > 0.0  # timed each block size on these inputs
+    assert _FASTEST_BLOCK[_block_key(q, 6, True, 0)] in _BLOCK_CHOICES
+    assert banded.prepare(q, k, v, causal=True) == 0.0  # chosen once per device and shape
     assert build_variant("sliding_window", window=5, backend="flex").prepare(q, k, v, causal=True) > 0.0
+
+
+@pytest.mark.parametrize("block", [8, 32, 64])
+@pytest.mark.parametrize("causal,sinks,padded", [(True, 3, False), (False, 0, True), (True, 2, True)])
+def test_banded_is_exact_at_every_block_size(block, causal, sinks, padded):
+    from variants.sliding_window import _banded
+
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, 50, 16, generator=gen, dtype=torch.float64)
+    k, v = (torch.randn(2, 2, 50, 16, generator=gen, dtype=torch.float64) for _ in range(2))
+    kv_mask = (torch.rand(2, 50, generator=gen) > 0.3) if padded else None
+    attn = build_variant("sliding_window", window=7, sinks=sinks)
+    out = _banded(q, k, v, 7, causal=causal, kv_mask=kv_mask, sinks=sinks, block=block)
+    ref = reference_attention(q, k, v, causal=causal, kv_mask=kv_mask, pattern=attn.pattern)
+    torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10)
 
 
 def _peak_bytes(attn, n: int, *, train: bool) -> int:

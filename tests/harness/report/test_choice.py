@@ -176,3 +176,16 @@ def test_the_figures_inputs_are_those_where_the_most_series_ran():
     frame = rows_frame([r for r in rows if not (r["inputs"] == "gaussian" and r["variant"] == "sliding_window")])
     assert primary_inputs(frame) == "local"
     assert primary_inputs(rows_frame(rows)) == "gaussian"  # a tie: gaussian
+
+
+def test_an_impossible_row_is_never_the_winner():
+    rows = make_rows(variants=("dense", "sliding_window"), inputs=("gaussian",), with_failures=False)
+    for r in rows:
+        r["rel_l2_error"] = 1e-7
+        if r["variant"] == "sliding_window":
+            r["speedup"], r["speedup_low"], r["speedup_high"] = (1.5, 1.4, 1.6)
+    assert _table(rows, spec_text=None, budgets=(1e-3,)).picks[(256, 1e-3)].variant == "sliding_window"
+    for r in rows:
+        if r["variant"] == "sliding_window":
+            r["impossible"] = "250% of the measured compute peak"
+    assert _table(rows, spec_text=None, budgets=(1e-3,)).picks[(256, 1e-3)].label == "dense"

@@ -31,6 +31,7 @@ def test_report_from_a_run_with_failures_writes_every_file(tmp_path):
         "error_vs_n.png",
         "pareto.png",
         "max_length.png",
+        "roofline.png",
         "attention_maps.png",
     }
     assert names == {"report.md", "report.html"} | PREFILL_FIGURES

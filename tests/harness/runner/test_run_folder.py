@@ -202,7 +202,7 @@ def test_an_unreachable_budget_spares_longer_n_over_the_same_range_and_says_so(t
 def test_an_oom_after_an_unreachable_budget_still_stops_the_series_and_a_resume_remembers_both():
     from harness.plan import plan
     from harness.runner import sweep_spec
-    from harness.runner.run import _blocked_series
+    from harness.runner.blocked import blocked_series
 
     spec = sweep_spec(
         cli={
@@ -219,6 +219,6 @@ def test_an_oom_after_an_unreachable_budget_still_stops_the_series_and_a_resume_
         {"cell_id": cells[512].cell_id, "status": "ok"},
         {"cell_id": cells[1024].cell_id, "status": "oom", "reason": "out of memory"},
     ]
-    blocked = _blocked_series(rows, list(cells.values()))
+    blocked = blocked_series(rows, list(cells.values()))
     key = cells[256].series_key
     assert blocked == {(key, "unreachable"): ("unreachable", 256), (key, "stop"): ("oom", 1024)}

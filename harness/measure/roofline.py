@@ -1,0 +1,84 @@
+"""A row held against the machine's measured limits (harness.measure.limits): % of compute peak, % of bandwidth, and
+the `impossible` flag of a number above either.
+
+pct_of_compute_peak: the FLOPs the backend executes (AttentionVariant.executed_flops, train and layer factors as for
+`flops`) per second over the measured matmul peak. pct_of_bandwidth: the bytes the call must move at least (inputs,
+output and, for decode, the state read once per token; train also reads the output gradient and writes the input
+gradients) per second over the measured copy bandwidth. A lower bound on the work is what makes `impossible` sound:
+above IMPOSSIBLE_ABOVE_PCT of either limit no correct kernel runs. Bandwidth is only held to the limit when the
+bytes do not fit in the last-level cache (a cached working set legitimately moves faster than DRAM copies).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.schema import Cell
+
+# Tolerance above 100%: the limits are the best of a short measurement on a machine that may be shared.
+IMPOSSIBLE_ABOVE_PCT = 110.0
+
+_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def compute_dtype(cell: Cell) -> str:
+    """The dtype a cell's matmuls run in: its dtype, or its autocast precision's ("autocast-bf16": bfloat16)."""
+    from harness.measure.tricks import AUTOCAST_DTYPES
+
+    dtype = AUTOCAST_DTYPES.get(cell.precision)
+    return str(dtype).removeprefix("torch.") if dtype is not None else cell.dtype
+
+
+def bytes_moved(cell: Cell, state_bytes: int | None = None) -> int:
+    """The bytes one timed call must move at least (per generated token for decode), in the cell's dtype.
+
+    prefill: q, k, v read and the output written; train: also the output gradient read and dq, dk, dv written.
+    decode: the live state read (`state_bytes`: the row's state_live_bytes, after the context) and the token's q, k, v read and output written.
+    layer: the block's input read and output written (its weights and intermediates not counted: a lower bound).
+    """
+    e = _BYTES.get(cell.dtype, 4)
+    B, H, Hkv, N, M, D = cell.batch, cell.heads, cell.kv_heads or cell.heads, cell.seq_len, cell.kv_len, cell.head_dim
+    if cell.phase == "decode":
+        return int(state_bytes or 0) + 2 * (B * H * D + B * Hkv * D) * e
+    if cell.scope == "layer":
+        return 2 * B * N * H * D * e
+    forward = (2 * B * H * N * D + 2 * B * Hkv * M * D) * e  # q, out; k, v
+    return 2 * forward if cell.mode == "train" else forward
+
+
+def roofline_fields(
+    cell: Cell, row: dict[str, Any], limits: dict[str, Any] | None, *, precision_dtype: str | None = None
+) -> dict[str, Any]:
+    """bytes_moved, bytes_per_s, pct_of_compute_peak, pct_of_bandwidth and impossible of an ok row.
+
+    `row` holds latency_s, executed_flops and (decode) state_live_bytes (else state_bytes); `limits` is the run's (run_limits' output);
+    `precision_dtype` the dtype the call computes in when autocast changes it. Without limits for the dtype the
+    percentages are None.
+    """
+    latency = row.get("latency_s")
+    live = row.get("state_live_bytes")
+    moved = bytes_moved(cell, live if live is not None else row.get("state_bytes"))
+    fields: dict[str, Any] = {"bytes_moved": moved, "bytes_per_s": moved / latency if latency else None}
+    entry = ((limits or {}).get("dtypes") or {}).get(precision_dtype or cell.dtype)
+    if not entry or not latency:
+        return fields
+    executed = row.get("executed_flops")
+    peak, bandwidth = entry.get("ceiling_flops") or entry.get("peak_flops"), entry.get("bandwidth_bytes_per_s")
+    compute_pct = 100.0 * executed / latency / peak if executed and peak else None
+    bandwidth_pct = 100.0 * fields["bytes_per_s"] / bandwidth if bandwidth else None
+    fields.update(pct_of_compute_peak=compute_pct, pct_of_bandwidth=bandwidth_pct)
+    reasons = []
+    if compute_pct is not None and compute_pct > IMPOSSIBLE_ABOVE_PCT:
+        reasons.append(f"{compute_pct:.0f}% of the measured compute peak ({peak / 1e12:.3g} TFLOP/s)")
+    cache = entry.get("cache_bytes") or 0
+    if bandwidth_pct is not None and bandwidth_pct > IMPOSSIBLE_ABOVE_PCT and moved > cache:
+        reasons.append(
+            f"{bandwidth_pct:.0f}% of the measured bandwidth ({bandwidth / 1e9:.3g} GB/s) "
+            f"with {moved / 2**20:.3g} MiB moved, more than the {cache / 2**20:.3g} MiB cache"
+        )
+    if reasons:
+        fields["impossible"] = (
+            " and ".join(reasons) + f" (above {IMPOSSIBLE_ABOVE_PCT:g}%): a wrong FLOP count, a cached result or a "
+            "timer error; if the machine was busy when its limits were measured, rerun with --remeasure-limits"
+        )
+    return fields
