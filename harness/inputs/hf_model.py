@@ -46,6 +46,17 @@ def load_pretrained(
     return model.to(device).eval()
 
 
+def load_config(path: str) -> Any:
+    """The model's transformers config, without its weights; ValueError with transformers' reason when it cannot."""
+    import transformers
+
+    try:
+        return transformers.AutoConfig.from_pretrained(path, trust_remote_code=False)
+    except (OSError, ValueError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"transformers cannot load the model {path!r}: {first}") from None
+
+
 def is_causal_lm(config: Any) -> bool:
     """Whether a transformers config describes a causal LM (next-token logits), else an encoder."""
     architectures = getattr(config, "architectures", None) or []
@@ -104,3 +115,31 @@ def capture_qkv(model: nn.Module, run: Callable[[], Any], *, layers: Iterable[in
         if model.config._attn_implementation != before:
             model.set_attn_implementation(before)
     return [record[0] for record in records]
+
+
+def token_ids(path: str, text: str, vocab_size: int) -> tuple[list[int], str]:
+    """The text's token ids under the model's own tokenizer, or its UTF-8 bytes modulo vocab_size for a folder
+    without one (tiny test models). Returns (ids, the tokenizer's description for the results)."""
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()  # "sequence longer than the model's maximum": windows cut it
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+    except (OSError, ValueError, KeyError, TypeError):
+        return [b % vocab_size for b in text.encode("utf-8")], f"UTF-8 bytes mod {vocab_size} (no tokenizer in {path})"
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"]), type(tokenizer).__name__
+
+
+def token_windows(stream: list[int], N: int, count: int, *, calibration: bool) -> list[list[int]]:
+    """`count` windows of N consecutive tokens: evaluation ones from the first 3/4 of the stream, calibration ones
+    from the last 1/4, so the two never share a token. Raises ValueError when that part is too short."""
+    split = len(stream) * 3 // 4
+    part = stream[split:] if calibration else stream[:split]
+    fits = len(part) // N if N > 0 else 0
+    if count > fits:
+        which = "calibration (last quarter)" if calibration else "evaluation (first three quarters)"
+        raise ValueError(
+            f"the text's {which} part has {len(part)} tokens: {fits} windows of {N}, asked for {count}; "
+            "pass a longer --text FILE or fewer --texts / --calibration-texts"
+        )
+    return [part[i * N : (i + 1) * N] for i in range(count)]

@@ -111,6 +111,7 @@ def run_sweep(
         quiet: no progress bar (it is also silent when stderr is not a terminal).
     """
     from harness.executors import resolve_spec
+    from harness.inputs.model import run_folder
     from harness.store import create_run_dir, lock_run_dir, new_run_id
 
     spec = resolve_spec(spec)
@@ -118,7 +119,8 @@ def run_sweep(
         run_dir = check_resume(resume, run_id=run_id)
     else:
         run_dir = create_run_dir(out, new_run_id(spec.device) if run_id is None else run_id, exact=run_id is not None)
-    with lock_run_dir(run_dir):  # one writer per folder, from counting what is done to the last table
+    # one writer per folder, from counting what is done to the last table; `model` inputs cache their captures in it
+    with lock_run_dir(run_dir), run_folder(run_dir):
         _sweep_into(run_dir, spec, fresh=resume is None, quiet=quiet)
     return run_dir
 
