@@ -87,7 +87,7 @@ def record_qkv(module: nn.Module, record: list[tuple[Tensor, Tensor, Tensor]] | 
 
 
 def attention_modules(model: nn.Module) -> list[nn.Module]:
-    """The model's attention modules (those with a ``layer_idx`` and q/k/v projections... or BERT's self-attention), in order."""
+    """The model's attention modules in layer order: those with q/k/v projections and an ``is_causal`` flag."""
     found = []
     for module in model.modules():
         if _is_attention(module):
