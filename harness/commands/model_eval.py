@@ -1,10 +1,15 @@
-"""`python -m harness model-eval`: swap each variant into every attention layer of all-MiniLM-L6-v2 and compare embeddings."""
+"""`python -m harness model-eval`: swap each variant into the attention layers of a pretrained model and compare.
+
+Without --model: all-MiniLM-L6-v2 (sentence embeddings); with --model PATH: any causal LM transformers
+loads (perplexity, top-1 agreement, KL at each --seq-lens).
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -13,7 +18,7 @@ from harness.devices import check_device
 from harness.errors import UsageError
 from harness.inputs import minilm
 from harness.plugins import load_plugins
-from harness.studies import model_eval
+from harness.studies import lm_eval, model_eval
 from harness.studies.results_io import output_dir
 from harness.studies.selection import check_overrides, select_variants
 from variants.calibrate import DEFAULT_STEPS
@@ -25,18 +30,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="128,512",
         help=f"comma-separated token limits per passage, each <= {minilm.BertConfig().max_positions}",
     )
-    parser.add_argument("--texts", type=int, default=96, help="evaluation passages")
+    parser.add_argument(
+        "--model",
+        metavar="PATH_OR_HUB_ID",
+        help="a causal LM transformers loads (a local folder; a hub id where you have the hub); default: MiniLM",
+    )
+    parser.add_argument(
+        "--seq-lens", default="256,1024", help="--model: window lengths in tokens: '256,1k,4k' or '256..8192'"
+    )
+    parser.add_argument("--layers", help="--model: comma-separated layer indices to swap (default: every layer)")
+    parser.add_argument("--text", metavar="FILE", help="--model: UTF-8 text to evaluate on (default: Python's docs)")
+    parser.add_argument("--texts", type=int, help="evaluation passages (MiniLM: 96) or windows (--model: 4)")
     parser.add_argument(
         "--calibration-texts",
         type=int,
-        default=16,
-        help="passages whose q, k, v calibrate learnable variants (never evaluated)",
+        help="passages or windows whose q, k, v calibrate learnable variants, never evaluated (MiniLM: 16, --model: 2)",
     )
     parser.add_argument("--calibration-steps", type=int, default=DEFAULT_STEPS, help="calibration steps per layer")
     add_study_arguments(parser, model_eval.STEM, set_example="sliding_window.window=32")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.model:
+        return run_model(args)
+    args.texts = 96 if args.texts is None else args.texts
+    args.calibration_texts = 16 if args.calibration_texts is None else args.calibration_texts
     reason = minilm.missing_extra_reason()
     if reason:
         raise UsageError(reason)
@@ -89,3 +107,84 @@ def run(args: argparse.Namespace) -> int:
     paths = model_eval.write_model_eval(folder, rows, meta)
     print(f"wrote {', '.join(str(p) for p in paths)}")
     return 0
+
+
+def run_model(args: argparse.Namespace) -> int:
+    """model-eval --model PATH: a causal LM; every refusal is one line and exit 2."""
+    from harness.inputs import hf_adapter, hf_model
+
+    reason = hf_adapter.missing_transformers_reason()
+    if reason:
+        raise UsageError(reason)
+    load_plugins(args.plugin)
+    device = check_device(args.device)
+    from harness.spec.convert import lengths
+
+    try:
+        seq_lens = [n for item in args.seq_lens.split(",") for n in lengths(item, "--seq-lens")]  # 1k, 4k, 256..8192
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    layers = parse_ints(args.layers, "--layers", "0,1") if args.layers else None
+    n_eval = 4 if args.texts is None else args.texts
+    n_calibration = 2 if args.calibration_texts is None else args.calibration_texts
+    if n_eval < 1 or n_calibration < 0 or args.calibration_steps < 0:
+        raise UsageError(
+            f"need --texts >= 1, --calibration-texts >= 0, --calibration-steps >= 0; "
+            f"got {n_eval}, {n_calibration}, {args.calibration_steps}"
+        )
+    try:
+        config = hf_model.load_config(args.model)
+    except ValueError as exc:
+        raise UsageError(f"--model: {exc}") from None
+    if not hf_model.is_causal_lm(config):
+        raise UsageError(
+            f"--model {args.model!r} is not a causal LM (architectures {getattr(config, 'architectures', None)}); "
+            "model-eval --model takes causal LMs, and all-MiniLM-L6-v2 without --model is the encoder study"
+        )
+    limit = getattr(config, "max_position_embeddings", None)
+    too_long = [n for n in seq_lens if n < 2 or (limit and n > limit)]
+    if too_long:
+        raise UsageError(f"--seq-lens {too_long} outside 2..{limit} (the model's max_position_embeddings)")
+    layer_count = int(getattr(config, "num_hidden_layers", 0) or 0)
+    if layers is not None and any(not 0 <= i < layer_count for i in layers):
+        raise UsageError(f"--layers {layers}: the model has layers 0..{layer_count - 1}")
+    text = _read_text(args.text)
+    variants = select_variants(args.variants)
+    overrides = parse_overrides(args.set)
+    check_overrides(overrides, variants, max(seq_lens))
+    folder = output_dir(lm_eval.STEM, run=args.run, out=args.out)
+    start = time.perf_counter()
+    try:
+        rows, meta = lm_eval.run_lm_eval(
+            args.model,
+            variants,
+            seq_lens,
+            text=text,
+            n_eval=n_eval,
+            n_calibration=n_calibration,
+            steps=args.calibration_steps,
+            layers=layers,
+            device=device,
+            seed=args.seed,
+            overrides=overrides,
+            log=print,
+        )
+    except ValueError as exc:  # the text is too short for the windows asked, the model does not load
+        raise UsageError(str(exc)) from None
+    meta.update(variants=variants, overrides=overrides, device=device, seed=args.seed)
+    meta.update(wall_s=time.perf_counter() - start, torch_threads=torch.get_num_threads())
+    paths = lm_eval.write_lm_eval(folder, rows, meta)
+    print(f"wrote {', '.join(str(p) for p in paths)}")
+    return 0
+
+
+def _read_text(path: str | None) -> str:
+    """The evaluation text: the file given, else Python's documentation (the MiniLM corpus) joined."""
+    if path is None:
+        return "\n\n".join(minilm.corpus())
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(
+            f"--text {path!r} cannot be read as UTF-8 text ({type(exc).__name__}); pass a text file"
+        ) from None

@@ -61,7 +61,7 @@ class InputGenerator:
 
 _INPUTS: dict[str, InputGenerator] = {}
 # Modules that register more distributions, imported on the first list/get (not at import time).
-_EXTRA_MODULES = ("harness.inputs.real",)
+_EXTRA_MODULES = ("harness.inputs.real", "harness.inputs.model")
 _extras_loaded = False
 
 

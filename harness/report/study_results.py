@@ -16,6 +16,7 @@ from harness.report.formatting import format_number, short_reason
 from harness.report.page import Block, Heading, Image, Paragraph, Table
 
 MODEL_EVAL = "model_eval"  # the file stem harness.studies.model_eval writes
+LM_EVAL = "lm_eval"  # the file stem harness.studies.lm_eval writes (model-eval --model on a causal LM)
 TASKS = "tasks"  # the file stem harness.studies.tasks writes
 TASK_LOSS_FLAG = 0.05  # accuracy points below dense that the recommendation calls out
 MODEL_COSINE_FLAG = 0.99  # mean embedding cosine below which the recommendation calls a variant out
@@ -46,6 +47,33 @@ def model_eval_table(rows: list[dict[str, Any]]) -> Table:
 
 def model_eval_note(model: str) -> str:
     return f"Each variant swapped into every layer of {model}; embeddings compared to the unmodified model over the evaluation passages."
+
+
+def lm_eval_table(rows: list[dict[str, Any]]) -> Table:
+    """One line per variant and length: perplexity (the model's own), increase, top-1 agreement, KL, or the failure."""
+    body = []
+    for r in rows:
+        head = [str(r.get("variant")), str(r.get("seq_len"))]
+        if r.get("status") == "ok":
+            numbers = [
+                f"{format_number(r.get('perplexity'), '.4f')} ({format_number(r.get('perplexity_reference'), '.4f')})",
+                format_number(r.get("perplexity_increase"), "+.2%"),
+                format_number(r.get("top1_agreement"), ".4f"),
+                format_number(r.get("kl_mean"), ".2e"),
+            ]
+            body.append(head + numbers + [""])
+        else:
+            body.append(head + ["-"] * 4 + [f"{r.get('status')}: {short_reason(r.get('reason'), missing='')}"])
+    return Table(
+        ["variant", "N", "perplexity (model)", "increase", "top-1 agreement", "KL(dense||variant)", "note"], body
+    )
+
+
+def lm_eval_note(model: str) -> str:
+    return (
+        f"Each variant swapped into the attention layers of {model}; next-token predictions compared to the "
+        "unmodified model over windows of N tokens of the evaluation text."
+    )
 
 
 def tasks_table(rows: list[dict[str, Any]]) -> Table:
@@ -119,6 +147,12 @@ STUDIES: dict[str, tuple[str, str, Callable[[list[dict[str, Any]]], Table]]] = {
         "Each variant swapped into every attention layer of all-MiniLM-L6-v2 (its weights kept): sentence-embedding "
         "cosine to the unmodified model and how often each passage's nearest neighbour stays the same.",
         model_eval_table,
+    ),
+    LM_EVAL: (
+        "Inside your causal LM (model-eval --model)",
+        "Each variant swapped into the model's attention layers (its weights kept): perplexity against the unmodified "
+        "model's, next-token top-1 agreement and KL(dense || variant) at each length.",
+        lm_eval_table,
     ),
     TASKS: (
         "Trained from scratch on long-range tasks (tasks)",

@@ -143,6 +143,7 @@ def run_sweep(
         remeasure_limits: measure the machine's limits again rather than take them from the day's cache.
     """
     from harness.executors import resolve_spec
+    from harness.inputs.model import run_folder
     from harness.runner.signals import sigterm_stops
     from harness.store import create_run_dir, lock_run_dir, new_run_id
 
@@ -152,8 +153,8 @@ def run_sweep(
     else:
         run_dir = create_run_dir(out, new_run_id(spec.device) if run_id is None else run_id, exact=run_id is not None)
     # one writer per folder, from counting what is done to the last table; SIGTERM unwinds like Ctrl-C (the lock's pid
-    # is removed, the executor closed)
-    with lock_run_dir(run_dir), sigterm_stops():
+    # is removed, the executor closed); `model` inputs cache their captures in the folder
+    with lock_run_dir(run_dir), sigterm_stops(), run_folder(run_dir):
         _sweep_into(run_dir, spec, fresh=resume is None, quiet=quiet, remeasure_limits=remeasure_limits)
     return run_dir
 

@@ -48,6 +48,33 @@ def plot_model_eval(rows: list[dict[str, Any]], path: Path, *, model: str) -> Pa
     return path
 
 
+def plot_lm_eval(rows: list[dict[str, Any]], path: Path, *, model: str) -> Path:
+    """Two panels against N: KL(dense || variant) (log) and next-token top-1 agreement, one line per variant."""
+    plt = pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        ok = sorted((r["seq_len"], r) for r in rows if r["variant"] == variant and r["status"] == "ok")
+        if not ok:
+            continue
+        lens = [n for n, _ in ok]
+        ax1.plot(lens, [max(r["kl_mean"], 1e-10) for _, r in ok], marker="o", label=variant)
+        ax2.plot(lens, [r["top1_agreement"] for _, r in ok], marker="o", label=variant)
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("sequence length N")
+    ax1.set_yscale("log")
+    ax1.set_ylabel("KL(dense || variant) per token\n(lower is better; floor 1e-10)")
+    ax2.set_ylim(0, 1.05)
+    ax2.set_ylabel("next-token top-1 agreement")
+    handles, labels = ax1.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=max(len(labels), 1), fontsize=8, frameon=False)
+    fig.suptitle(f"{model}: attention layers swapped")
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
 def plot_tasks(rows: list[dict[str, Any]], path: Path) -> Path:
     """Grouped bars: accuracy per variant for each task and N, with each task's chance level."""
     plt = pyplot()

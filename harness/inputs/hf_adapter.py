@@ -1,0 +1,226 @@
+"""Any registered variant as a Hugging Face transformers attention implementation: register_with_transformers.
+
+    >>> name = register_with_transformers("sliding_window", window=256)
+    >>> model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=name)   # or model.set_attn_implementation(name)
+
+transformers calls ``fn(module, query (B, H, N, D), key (B, H_kv, M, D), value, attention_mask, scaling=,
+dropout=, **kwargs)`` and wants ``(out (B, N, H, D), None)``. The mapping onto the variant contract:
+- causality: the call's ``is_causal`` if given, else ``module.is_causal`` (True for decoders, False for BERT);
+- padding: the registered mask function hands over the 2-D key padding mask (B, M) as ``kv_mask``, or None;
+- GQA: k, v keep their H_kv heads (repeated only for a variant that declares ``gqa=False``);
+- scaling: a ``scaling`` other than 1/sqrt(D) multiplies q by scaling * sqrt(D) first, so softmax(q' k^T / sqrt(D))
+  is the model's softmax(q k^T * scaling): exact for every variant whose scores are q . k (all built-ins); a
+  variant that fits features of q is calibrated on the same pre-scaled q (``capture_qkv`` records it).
+Refused with ``NotSupportedError`` naming the model feature (never computed differently): logit softcapping, a
+sliding window narrower than the keys, a query offset into a KV cache (decoding with past_key_values), attention
+dropout while training, sinks or a position bias, a prepared 4-D mask, any mask pattern other than causal or
+bidirectional plus padding (packed sequences, chunked layers, overlays), and everything the variant itself refuses.
+
+Per-layer variants (fitted per layer) and recording q, k, v go through attributes of each attention module,
+set with ``set_layer_variant`` and ``record_qkv``. Needs ``pip install 'attnsuite[hf]'`` (transformers >= 4.51).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from variants import AttentionVariant, NotSupportedError, build_variant
+
+PREFIX = "attnsuite_"  # every implementation name this module registers starts with it
+INSTALL_HINT = "pip install 'attnsuite[hf]'"
+LAYER_VARIANT = "_attnsuite_variant"  # attribute of an attention module: the variant of that layer
+LAYER_RECORD = "_attnsuite_record"  # attribute of an attention module: a list that receives (q, k, v)
+_SHARED: dict[str, AttentionVariant] = {}  # implementation name -> the variant used where a layer sets none
+
+
+def missing_transformers_reason() -> str | None:
+    """Why the adapter cannot run here (transformers missing, with the install command), or None."""
+    if importlib.util.find_spec("transformers") is None:
+        return f"the transformers adapter needs the optional extra (missing: transformers); install it: {INSTALL_HINT}"
+    return None
+
+
+def register_with_transformers(variant: str | AttentionVariant, **config: Any) -> str:
+    """Register `variant` (a registered name and its config fields, or a built instance) with transformers.
+
+    Registers an attention function and its mask function under one name (``AttentionInterface`` and
+    ``AttentionMaskInterface``) and returns that name, for ``attn_implementation=`` or
+    ``model.set_attn_implementation``. The same name and config give the same implementation name.
+    Raises ImportError without transformers, ValueError/TypeError for a bad config, NotSupportedError at call time.
+    """
+    reason = missing_transformers_reason()
+    if reason:
+        raise ImportError(reason)
+    from transformers import AttentionInterface, AttentionMaskInterface
+
+    if isinstance(variant, AttentionVariant):
+        if config:
+            raise TypeError(f"config fields {sorted(config)} go with a variant name, not with a built {variant.name}")
+        instance = variant
+        key = f"{variant.name}_{id(variant):x}"
+    else:
+        instance = build_variant(variant, **config)
+        fields = json.dumps(instance.config.to_dict(), sort_keys=True, default=str)
+        key = f"{instance.name}_{hashlib.sha1(fields.encode()).hexdigest()[:8]}"
+    name = PREFIX + key
+    _SHARED[name] = instance
+    AttentionInterface.register(name, _attention_function(name))
+    AttentionMaskInterface.register(name, _mask_function(instance.name))
+    return name
+
+
+def set_layer_variant(module: nn.Module, variant: AttentionVariant | None) -> None:
+    """Give one attention module its own variant (a per-layer fit); None returns it to the registered one."""
+    module.__dict__[LAYER_VARIANT] = variant  # not a submodule: the model's state_dict stays the model's
+
+
+def record_qkv(module: nn.Module, record: list[tuple[Tensor, Tensor, Tensor]] | None) -> None:
+    """Make one attention module append the (q, k, v) its variant receives to `record` (None stops)."""
+    module.__dict__[LAYER_RECORD] = record
+
+
+def attention_modules(model: nn.Module) -> list[nn.Module]:
+    """The model's attention modules in layer order: those with q/k/v projections and an ``is_causal`` flag."""
+    found = []
+    for module in model.modules():
+        if _is_attention(module):
+            found.append(module)
+    return found
+
+
+def _is_attention(module: nn.Module) -> bool:
+    # Llama/Qwen/Mistral: q_proj, k_proj; BERT: query, key. Both keep `is_causal` and call the interface.
+    has_projections = hasattr(module, "q_proj") or hasattr(module, "query")
+    return has_projections and hasattr(module, "is_causal")
+
+
+def model_feature_reasons(
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Any,
+    *,
+    dropout: float,
+    kwargs: dict[str, Any],
+) -> list[str]:
+    """Every feature of this transformers call the variant contract cannot express ([] if none)."""
+    reasons = []
+    N, M = query.shape[2], key.shape[2]
+    if kwargs.get("softcap") is not None:
+        reasons.append(f"the model's attention logit softcapping (softcap={kwargs['softcap']}) is not in the contract")
+    window = kwargs.get("sliding_window")
+    if window is not None and int(window) < M:
+        reasons.append(
+            f"the model's own sliding-window layer (sliding_window={window} < {M} keys) would be replaced by "
+            "full attention; evaluate at seq_len <= the model's window, or a model without sliding layers"
+        )
+    if N != M:
+        reasons.append(
+            f"a query offset into a KV cache ({N} queries over {M} keys: decoding with past_key_values); "
+            "run full sequences with use_cache=False"
+        )
+    if dropout and module.training:
+        reasons.append(f"attention dropout while training (dropout={dropout}); call model.eval() or set it to 0")
+    for name, feature in (("s_aux", "attention sinks"), ("position_bias", "an additive position bias")):
+        if kwargs.get(name) is not None:
+            reasons.append(f"the model's {feature} ({name}) is not in the contract")
+    if isinstance(attention_mask, Tensor) and attention_mask.dim() != 2:
+        reasons.append(
+            f"a prepared {attention_mask.dim()}-D attention mask; pass the 2-D padding mask (B, N) as attention_mask"
+        )
+    if key.shape[-1] != value.shape[-1]:
+        reasons.append(
+            f"values of head_dim {value.shape[-1]} differ from keys' {key.shape[-1]} (the contract has one D)"
+        )
+    return reasons
+
+
+def _attention_function(name: str):
+    def attnsuite_attention(
+        module: nn.Module,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        attention_mask: Tensor | None,
+        dropout: float = 0.0,
+        scaling: float | None = None,
+        is_causal: bool | None = None,
+        **kwargs: Any,
+    ) -> tuple[Tensor, None]:
+        variant = module.__dict__.get(LAYER_VARIANT)
+        variant = _SHARED[name] if variant is None else variant
+        reasons = model_feature_reasons(module, query, key, value, attention_mask, dropout=dropout, kwargs=kwargs)
+        if reasons:
+            raise NotSupportedError(variant.name, reasons)
+        causal = bool(is_causal) if is_causal is not None else bool(getattr(module, "is_causal", True))
+        D = query.shape[-1]
+        if scaling is not None and not math.isclose(scaling, D**-0.5, rel_tol=1e-6):
+            query = query * (scaling * math.sqrt(D))  # softmax(q' k^T / sqrt(D)) = softmax(q k^T * scaling)
+        H, H_kv = query.shape[1], key.shape[1]
+        if H != H_kv and not variant.capabilities.gqa:
+            key, value = (t.repeat_interleave(H // H_kv, dim=1) for t in (key, value))  # (B, H, M, D)
+        record = module.__dict__.get(LAYER_RECORD)
+        if record is not None:
+            record.append((query.detach(), key.detach(), value.detach()))
+        out = variant(query, key, value, causal=causal, kv_mask=attention_mask)  # (B, H, N, D)
+        return out.transpose(1, 2).contiguous(), None  # (B, N, H, D)
+
+    attnsuite_attention.__name__ = name
+    return attnsuite_attention
+
+
+def _mask_function(variant_name: str):
+    """The mask function: the 2-D key padding mask (B, M), True = real token, or None; other patterns refused."""
+
+    def attnsuite_mask(
+        batch_size: int,
+        q_length: int,
+        kv_length: int,
+        q_offset: Any = 0,
+        kv_offset: Any = 0,
+        mask_function: Any = None,
+        attention_mask: Tensor | None = None,
+        device: Any = "cpu",
+        **kwargs: Any,
+    ) -> Tensor | None:
+        if int(q_offset) or int(kv_offset):
+            raise NotSupportedError(
+                variant_name,
+                f"a query offset into a KV cache (q_offset={int(q_offset)}, kv_offset={int(kv_offset)}: decoding "
+                "with past_key_values); run full sequences with use_cache=False",
+            )
+        if mask_function is not None and not _standard_pattern(mask_function, batch_size, q_length, kv_length, device):
+            raise NotSupportedError(
+                variant_name,
+                "the model's own attention pattern (sliding-window or chunked layers narrower than the sequence, "
+                "packed sequences, or an overlay) is neither causal nor bidirectional",
+            )
+        if attention_mask is None:
+            return None
+        padding = attention_mask[:, -kv_length:].to(dtype=torch.bool)  # (B, M)
+        return None if bool(padding.all()) else padding
+
+    return attnsuite_mask
+
+
+def _standard_pattern(mask_function: Any, batch_size: int, q_length: int, kv_length: int, device: Any) -> bool:
+    """Whether mask_function is the plain causal or bidirectional pattern on this (q_length, kv_length)."""
+    from transformers.masking_utils import bidirectional_mask_function, causal_mask_function
+
+    if mask_function in (causal_mask_function, bidirectional_mask_function):
+        return True
+    b_idx = torch.arange(batch_size, device=device)[:, None, None]  # (B, 1, 1)
+    q_idx = torch.arange(q_length, device=device)[None, :, None]  # (1, N, 1)
+    kv_idx = torch.arange(kv_length, device=device)[None, None, :]  # (1, 1, M)
+    head = torch.zeros((), dtype=torch.long, device=device)
+    pattern = torch.as_tensor(mask_function(b_idx, head, q_idx, kv_idx), device=device)
+    pattern = pattern.expand(batch_size, q_length, kv_length)
+    return bool(pattern.all()) or bool((pattern == (kv_idx <= q_idx)).all())

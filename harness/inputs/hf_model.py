@@ -1,0 +1,145 @@
+"""A transformers model from a local folder (or the hub, where a user has it): load it, swap variants into its layers,
+record the q, k, v its attention receives. Built on ``hf_adapter``; never runs a model's own code (no remote code).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+import torch
+from torch import Tensor, nn
+
+from harness.inputs import hf_adapter
+from variants import AttentionVariant, build_variant
+
+QKVList = list[tuple[Tensor, Tensor, Tensor]]
+
+
+def load_pretrained(
+    path: str,
+    *,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    causal_lm: bool | None = None,
+) -> nn.Module:
+    """The model at `path` with transformers' own attention (SDPA where it has it, else eager), in eval mode.
+
+    causal_lm: load with AutoModelForCausalLM (True) or AutoModel (False); None decides from the config
+    (a decoder whose architecture ends in ForCausalLM). Raises ImportError without transformers,
+    ValueError when transformers cannot load it (the reason), never runs code shipped with a model.
+    """
+    reason = hf_adapter.missing_transformers_reason()
+    if reason:
+        raise ImportError(reason)
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        config = transformers.AutoConfig.from_pretrained(path, trust_remote_code=False)
+        if causal_lm is None:
+            causal_lm = is_causal_lm(config)
+        auto = transformers.AutoModelForCausalLM if causal_lm else transformers.AutoModel
+        model = auto.from_pretrained(path, dtype=dtype, trust_remote_code=False)  # transformers' default attention
+    except (OSError, ValueError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"transformers cannot load the model {path!r}: {first}") from None
+    return model.to(device).eval()
+
+
+def load_config(path: str) -> Any:
+    """The model's transformers config, without its weights; ValueError with transformers' reason when it cannot."""
+    import transformers
+
+    try:
+        return transformers.AutoConfig.from_pretrained(path, trust_remote_code=False)
+    except (OSError, ValueError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"transformers cannot load the model {path!r}: {first}") from None
+
+
+def is_causal_lm(config: Any) -> bool:
+    """Whether a transformers config describes a causal LM (next-token logits), else an encoder."""
+    architectures = getattr(config, "architectures", None) or []
+    if any(a.endswith("ForCausalLM") for a in architectures):
+        return True
+    return bool(getattr(config, "is_decoder", False)) or (not architectures and hasattr(config, "rope_theta"))
+
+
+def attention_shape(model: nn.Module) -> dict[str, int]:
+    """The model's attention shape from its config: layers, heads H, key/value heads H_kv, head_dim D."""
+    config = model.config
+    H = int(config.num_attention_heads)
+    H_kv = int(getattr(config, "num_key_value_heads", None) or H)
+    D = int(getattr(config, "head_dim", None) or config.hidden_size // H)
+    return {"layers": len(hf_adapter.attention_modules(model)), "H": H, "H_kv": H_kv, "D": D}
+
+
+def swap_layers(
+    model: nn.Module,
+    make_variant: Callable[[int], AttentionVariant],
+    *,
+    layers: Iterable[int] | None = None,
+) -> nn.Module:
+    """Run every attention layer through the adapter: `make_variant(i)` in the layers listed (default all), exact
+    `dense` in the others. Returns the model (changed in place)."""
+    modules = hf_adapter.attention_modules(model)
+    chosen = set(range(len(modules)) if layers is None else layers)
+    model.set_attn_implementation(hf_adapter.register_with_transformers("dense"))
+    device = next(model.parameters()).device
+    for index, module in enumerate(modules):
+        variant = make_variant(index) if index in chosen else build_variant("dense")
+        hf_adapter.set_layer_variant(module, variant.to(device))
+    return model
+
+
+@torch.no_grad()
+def capture_qkv(model: nn.Module, run: Callable[[], Any], *, layers: Iterable[int] | None = None) -> QKVList:
+    """The (q, k, v) each attention layer (all, or `layers` in order) receives while `run()` runs the model once.
+
+    q is (B, H, N, D) as the variant gets it (pre-scaled for a non-default scaling); k, v (B, H_kv, N, D).
+    A model on transformers' own attention runs through the adapter's exact `dense` for the capture.
+    """
+    modules = hf_adapter.attention_modules(model)
+    indices = list(range(len(modules)) if layers is None else layers)
+    before = model.config._attn_implementation
+    if not str(before).startswith(hf_adapter.PREFIX):
+        model.set_attn_implementation(hf_adapter.register_with_transformers("dense"))
+    records: list[QKVList] = [[] for _ in indices]
+    try:
+        for index, record in zip(indices, records):
+            hf_adapter.record_qkv(modules[index], record)
+        run()
+    finally:
+        for module in modules:
+            hf_adapter.record_qkv(module, None)
+        if model.config._attn_implementation != before:
+            model.set_attn_implementation(before)
+    return [record[0] for record in records]
+
+
+def token_ids(path: str, text: str, vocab_size: int) -> tuple[list[int], str]:
+    """The text's token ids under the model's own tokenizer, or its UTF-8 bytes modulo vocab_size for a folder
+    without one (tiny test models). Returns (ids, the tokenizer's description for the results)."""
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()  # "sequence longer than the model's maximum": windows cut it
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+    except (OSError, ValueError, KeyError, TypeError):
+        return [b % vocab_size for b in text.encode("utf-8")], f"UTF-8 bytes mod {vocab_size} (no tokenizer in {path})"
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"]), type(tokenizer).__name__
+
+
+def token_windows(stream: list[int], N: int, count: int, *, calibration: bool) -> list[list[int]]:
+    """`count` windows of N consecutive tokens: evaluation ones from the first 3/4 of the stream, calibration ones
+    from the last 1/4, so the two never share a token. Raises ValueError when that part is too short."""
+    split = len(stream) * 3 // 4
+    part = stream[split:] if calibration else stream[:split]
+    fits = len(part) // N if N > 0 else 0
+    if count > fits:
+        which = "calibration (last quarter)" if calibration else "evaluation (first three quarters)"
+        raise ValueError(
+            f"the text's {which} part has {len(part)} tokens: {fits} windows of {N}, asked for {count}; "
+            "pass a longer --text FILE or fewer --texts / --calibration-texts"
+        )
+    return [part[i * N : (i + 1) * N] for i in range(count)]

@@ -1,0 +1,138 @@
+"""The `model` input distribution: the q, k, v a transformers model's attention layer receives on real text.
+
+``--inputs model:path=DIR,layer=0`` (optionally ``text=FILE``, default Python's documentation): B windows
+of N consecutive tokens of the text's first three quarters, at seeded offsets, run through the model
+loaded from DIR (a local folder with safetensors weights; never code shipped with a model); the
+chosen layer's q, k, v are recorded as the model's attention gets them (after RoPE, GQA kept, q
+pre-scaled for a non-default scaling). The cell's H, H_kv and D must be the model's: any other
+shape is refused with the model's values. Captures are cached as safetensors in the run folder
+(``model_inputs/``, while a sweep runs: see ``run_folder``), so a resume or a second budget does not
+re-run the model. Needs ``pip install 'attnsuite[hf]'``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from harness.inputs import QKV, hf_adapter, hf_model, register_inputs
+from variants import NotSupportedError
+
+RUN_DIR_ENV = "ATTNSUITE_RUN_DIR"  # set while a sweep runs: the folder the captures are cached in
+CACHE_FOLDER = "model_inputs"  # <run folder>/model_inputs/<key>.safetensors
+
+
+@contextlib.contextmanager
+def run_folder(path: str | Path) -> Iterator[None]:
+    """Cache captures under `path`/model_inputs while the block runs (the sweep's run folder); restores after."""
+    before = os.environ.get(RUN_DIR_ENV)
+    os.environ[RUN_DIR_ENV] = str(path)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(RUN_DIR_ENV, None)
+        else:
+            os.environ[RUN_DIR_ENV] = before
+
+
+def model_shape_reasons(path: str, layer: int, *, H: int, N: int, M: int, D: int, H_kv: int | None) -> list[str]:
+    """Why the model at `path` cannot give q, k, v of this shape ([] if it can); the reasons name the model's values."""
+    if not path:
+        return ["needs the model's folder: write it as model:path=DIR (e.g. model:path=models/llama,layer=0)"]
+    try:
+        config = hf_model.load_config(path)
+    except ValueError as exc:
+        return [str(exc)]
+    H_model = int(config.num_attention_heads)
+    Hkv_model = int(getattr(config, "num_key_value_heads", None) or H_model)
+    D_model = int(getattr(config, "head_dim", None) or config.hidden_size // H_model)
+    layers = int(config.num_hidden_layers)
+    limit = getattr(config, "max_position_embeddings", None)
+    reasons = []
+    if (H, D) != (H_model, D_model) or (H_kv is not None and H_kv != Hkv_model):
+        reasons.append(
+            f"the model has H={H_model} heads, H_kv={Hkv_model} key/value heads and head_dim D={D_model}, the cell asks "
+            f"H={H}, H_kv={H_kv if H_kv is not None else '?'}, D={D}; run with --heads {H_model} --kv-heads {Hkv_model} "
+            f"--head-dims {D_model}"
+        )
+    if not 0 <= layer < layers:
+        reasons.append(f"layer={layer} is not one of the model's layers 0..{layers - 1}")
+    if M != N:
+        reasons.append(f"a model's activations are self-attention, so kv_len must equal seq_len, got N={N}, M={M}")
+    if limit and N > int(limit):
+        reasons.append(f"seq_len N={N} is beyond the model's max_position_embeddings {limit}")
+    return reasons
+
+
+@register_inputs("model", availability=hf_adapter.missing_transformers_reason)
+def model(
+    B: int,
+    H: int,
+    N: int,
+    M: int,
+    D: int,
+    *,
+    generator,
+    device,
+    path: str = "",
+    layer: int = 0,
+    text: str = "",
+    kv_heads: int | None = None,
+) -> QKV:
+    """q, k, v a transformers model's layer receives on real text (path=DIR, layer=i): its own H, H_kv, D; extra [hf]."""
+    reasons = model_shape_reasons(path, layer, H=H, N=N, M=M, D=D, H_kv=kv_heads)
+    if reasons:
+        raise NotSupportedError("inputs 'model'", reasons)
+    starts = torch.randint(0, 2**62, (B,), generator=generator, device=generator.device).tolist()
+    q, k, v = captured(path, layer, text, N, starts)
+    if kv_heads is None and k.shape[1] != H:  # the caller keeps every G-th K/V head: give each group's its own
+        k, v = (t.repeat_interleave(H // k.shape[1], dim=1) for t in (k, v))
+    return q.to(device), k.to(device), v.to(device)
+
+
+def captured(path: str, layer: int, text: str, N: int, starts: list[int]) -> QKV:
+    """The layer's (q, k, v), float32 on the CPU, for windows at `starts`: from the run folder's cache, or the model."""
+    from safetensors.torch import load_file, save_file
+
+    folder = os.environ.get(RUN_DIR_ENV)
+    key = json.dumps([str(Path(path).resolve()), layer, text, N, starts])
+    file = (
+        Path(folder) / CACHE_FOLDER / f"{hashlib.sha1(key.encode()).hexdigest()[:16]}.safetensors" if folder else None
+    )
+    if file is not None and file.is_file():
+        tensors = load_file(str(file))
+        return tensors["q"], tensors["k"], tensors["v"]
+    stream = _stream(path, text)
+    split = len(stream) * 3 // 4  # the first three quarters: model-eval calibrates on the last
+    if split < N + 1:
+        raise ValueError(f"inputs 'model': the text has {len(stream)} tokens, too few for windows of N={N}")
+    ids = torch.tensor([stream[s % (split - N) : s % (split - N) + N] for s in starts])  # (B, N)
+    net = _model(path)
+    with torch.no_grad():
+        q, k, v = hf_model.capture_qkv(net, lambda: net(input_ids=ids, use_cache=False), layers=[layer])[0]
+    q, k, v = (t.float().contiguous() for t in (q, k, v))
+    if file is not None:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        save_file({"q": q, "k": k, "v": v}, str(file), metadata={"key": key})
+    return q, k, v
+
+
+@functools.lru_cache(maxsize=2)
+def _model(path: str) -> torch.nn.Module:
+    return hf_model.load_pretrained(path)
+
+
+@functools.lru_cache(maxsize=4)
+def _stream(path: str, text: str) -> tuple[int, ...]:
+    from harness.inputs.minilm import corpus
+
+    body = Path(text).read_text(encoding="utf-8") if text else "\n\n".join(corpus())
+    return tuple(hf_model.token_ids(path, body, int(hf_model.load_config(path).vocab_size))[0])

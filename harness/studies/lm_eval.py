@@ -1,0 +1,191 @@
+"""The causal-LM side of model-eval (`model-eval --model PATH`): each variant swapped into the model's attention layers.
+
+For each sequence length N and variant: windows of N consecutive tokens of the evaluation text
+run through the unmodified model (its own attention) and through the model with the variant in
+every layer (or the `--layers` chosen; the others run exact dense through the same adapter), and
+are compared by
+- perplexity of the next token (and the unmodified model's, on the same windows),
+- next-token top-1 agreement with the unmodified model,
+- KL(dense || variant) of the next-token distributions, mean over positions.
+Learnable variants are calibrated per layer on the q, k, v the model's layers receive on
+calibration windows (the text's last quarter, never evaluated).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import Tensor, nn
+
+from harness.inputs import hf_model
+from harness.report.page import Block, Paragraph
+from harness.report.study_results import LM_EVAL, lm_eval_note, lm_eval_table
+from harness.studies.plots import plot_lm_eval
+from harness.studies.results_io import write_results
+from harness.studies.selection import variant_fields
+from variants import AttentionVariant, NotSupportedError, build_variant, get_variant
+
+STEM = LM_EVAL  # lm_eval.csv/.json/.md/.png
+
+
+@torch.no_grad()
+def _logits(model: nn.Module, ids: Tensor) -> Tensor:
+    """Next-token log-probabilities (1, N, V) in float32 for one window (1, N)."""
+    return torch.log_softmax(model(input_ids=ids, use_cache=False).logits.float(), dim=-1)
+
+
+def _window_stats(ids: Tensor, reference: Tensor, candidate: Tensor) -> dict[str, float]:
+    """Sums over the N - 1 predicted positions: NLL of the candidate and the reference, top-1 agreement, KL."""
+    targets = ids[:, 1:]  # (1, N - 1)
+    ref, cand = reference[:, :-1], candidate[:, :-1]  # (1, N - 1, V)
+    return {
+        "nll": float(-cand.gather(-1, targets[..., None]).sum()),
+        "nll_reference": float(-ref.gather(-1, targets[..., None]).sum()),
+        "agree": float((ref.argmax(-1) == cand.argmax(-1)).sum()),
+        "kl": float((ref.exp() * (ref - cand)).sum()),
+        "count": float(targets.numel()),
+    }
+
+
+def calibrated_variants(
+    name: str,
+    fields: dict[str, Any],
+    batches: Callable[[], list[list[tuple[Tensor, Tensor, Tensor]]]],
+    *,
+    layers: list[int],
+    steps: int,
+    device: str,
+    seed: int,
+) -> tuple[dict[int, AttentionVariant], dict[str, Any] | None]:
+    """One variant per chosen layer, learnable ones fitted (causal) on that layer's calibration q, k, v."""
+    from variants.calibrate import calibrate
+
+    torch.manual_seed(seed)
+    learnable = get_variant(name).capabilities.learnable
+    out, reports = {}, []
+    for layer in layers:
+        variant = build_variant(name, **fields).to(device)
+        if learnable:
+            reports.append(calibrate(variant, batches()[layer], steps=steps, causal=True).to_dict())
+            variant.eval()
+        out[layer] = variant
+    if not learnable:
+        return out, None
+    return out, {
+        "steps_per_layer": steps,
+        "layers": len(reports),
+        "loss_before_mean": sum(r["loss_before"] for r in reports) / len(reports),
+        "loss_after_mean": sum(r["loss_after"] for r in reports) / len(reports),
+    }
+
+
+def run_lm_eval(
+    path: str,
+    variants: list[str],
+    seq_lens: list[int],
+    *,
+    text: str,
+    n_eval: int,
+    n_calibration: int,
+    steps: int,
+    layers: list[int] | None = None,
+    device: str = "cpu",
+    seed: int = 0,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Rows for every (seq_len, variant) and meta (model shape, tokenizer, reference perplexity per length)."""
+    model = hf_model.load_pretrained(path, device=device, causal_lm=True)
+    shape = hf_model.attention_shape(model)
+    chosen = list(range(shape["layers"])) if layers is None else layers
+    stream, tokenizer = hf_model.token_ids(path, text, int(model.config.vocab_size))
+    own = model.config._attn_implementation
+    rows = []
+    for N in seq_lens:
+        windows = [
+            torch.tensor([w], device=device) for w in hf_model.token_windows(stream, N, n_eval, calibration=False)
+        ]
+        cache: dict[str, Any] = {}
+
+        def batches() -> list[list[tuple[Tensor, Tensor, Tensor]]]:
+            if "qkv" not in cache:  # captured once per length, only if a learnable variant asks
+                per_layer: list[list[tuple[Tensor, Tensor, Tensor]]] = [[] for _ in range(shape["layers"])]
+                for w in hf_model.token_windows(stream, N, n_calibration, calibration=True):
+                    ids = torch.tensor([w], device=device)
+                    for layer, qkv in zip(per_layer, hf_model.capture_qkv(model, lambda: _logits(model, ids))):
+                        layer.append(qkv)
+                cache["qkv"] = per_layer
+            return cache["qkv"]
+
+        for name in variants:
+            row = _evaluate(model, own, name, N, windows, batches, chosen, steps, device, seed, overrides)
+            rows.append({"model": path, "layers": "all" if layers is None else ",".join(map(str, layers)), **row})
+            if log:
+                shown = (
+                    f"perplexity {row['perplexity']:.4f} (model {row['perplexity_reference']:.4f}), top-1 "
+                    f"{row['top1_agreement']:.4f}, KL {row['kl_mean']:.2e}"
+                    if row["status"] == "ok"
+                    else f"{row['status']}: {row['reason']}"
+                )
+                log(f"N={N:<6d} {name:15s} {shown}")
+        model.set_attn_implementation(own)
+    meta = {"model": path, "kind": "causal-lm", **shape, "tokenizer": tokenizer, "text_tokens": len(stream)}
+    meta.update(seq_lens=seq_lens, texts=n_eval, calibration_texts=n_calibration, calibration_steps=steps)
+    return rows, meta
+
+
+def _evaluate(model, own, name, N, windows, batches, layers, steps, device, seed, overrides) -> dict[str, Any]:
+    fields = variant_fields(name, N, (overrides or {}).get(name))
+    row: dict[str, Any] = {"variant": name, "config": None, "seq_len": N, "texts": len(windows), "status": "ok"}
+    row.update(reason=None, perplexity=None, perplexity_reference=None, perplexity_increase=None)
+    row.update(top1_agreement=None, kl_mean=None, calibration=None, calibration_s=None, eval_s=None, device=device)
+    try:
+        row["config"] = build_variant(name, **fields).config.to_dict()
+        start = time.perf_counter()
+        per_layer, row["calibration"] = calibrated_variants(
+            name, fields, batches, layers=layers, steps=steps, device=device, seed=seed
+        )
+        row["calibration_s"] = time.perf_counter() - start if row["calibration"] else None
+        start = time.perf_counter()
+        totals: dict[str, float] = {}
+        for ids in windows:
+            model.set_attn_implementation(own)
+            reference = _logits(model, ids)
+            hf_model.swap_layers(model, lambda i: per_layer[i], layers=layers)
+            for key, value in _window_stats(ids, reference, _logits(model, ids)).items():
+                totals[key] = totals.get(key, 0.0) + value
+        row["eval_s"] = time.perf_counter() - start
+    except NotSupportedError as exc:
+        return {**row, "status": "unsupported", "reason": "; ".join(exc.reasons)}
+    except (TypeError, ValueError) as exc:
+        return {**row, "status": "error", "reason": f"{type(exc).__name__}: {exc}"}
+    if not all(math.isfinite(v) for v in totals.values()):
+        return {**row, "status": "nonfinite", "reason": "a log-probability is NaN or inf"}
+    count = totals["count"]
+    ppl, ppl_ref = math.exp(totals["nll"] / count), math.exp(totals["nll_reference"] / count)
+    return {
+        **row,
+        "perplexity": ppl,
+        "perplexity_reference": ppl_ref,
+        "perplexity_increase": ppl / ppl_ref - 1,
+        "top1_agreement": totals["agree"] / count,
+        "kl_mean": totals["kl"] / count,
+    }
+
+
+def summary(rows: list[dict[str, Any]], model: str) -> list[Block]:
+    """lm_eval.md: the table the report shows too, and what was compared."""
+    return [lm_eval_table(rows), Paragraph(lm_eval_note(model))]
+
+
+def write_lm_eval(folder: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[Path]:
+    """lm_eval.csv, .json, .md and .png in `folder`; returns the paths."""
+    model = Path(str(meta["model"])).name or str(meta["model"])
+    return write_results(
+        folder, STEM, rows, meta, summary=summary(rows, model), plot=functools.partial(plot_lm_eval, model=model)
+    )

@@ -1,0 +1,50 @@
+"""Tiny random-initialised transformers models saved into folders (offline, seconds): hidden 64, 2 layers, 4 heads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+VOCAB = 128  # token ids 0..127; the models have no tokenizer, text is mapped by the harness's byte fallback
+
+
+def tiny_config(kind: str, **overrides):
+    """A transformers config of `kind`: llama (GQA 4/2, RoPE), qwen2 (q/k/v biases, GQA 4/1), gemma2 (another scaling)."""
+    import transformers
+
+    common = dict(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=1024,
+        attention_dropout=0.0,
+    )
+    if kind == "llama":
+        config = transformers.LlamaConfig(**common, num_key_value_heads=2)
+    elif kind == "qwen2":
+        config = transformers.Qwen2Config(**common, num_key_value_heads=1, use_sliding_window=False)
+    elif kind == "mistral":
+        config = transformers.MistralConfig(**common, num_key_value_heads=2, sliding_window=4096)
+    elif kind == "gemma2":
+        config = transformers.Gemma2Config(
+            **common, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=64, attn_logit_softcapping=None
+        )
+    else:
+        raise ValueError(f"no tiny config {kind!r}")
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    config.architectures = [type(config).__name__.replace("Config", "ForCausalLM")]
+    return config
+
+
+def save_tiny(folder: Path, kind: str, *, seed: int = 0, **overrides) -> Path:
+    """A tiny causal LM of `kind` with seeded random weights, saved (safetensors) into `folder`; returns it."""
+    import transformers
+
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(tiny_config(kind, **overrides))
+    model.save_pretrained(folder)
+    return folder
