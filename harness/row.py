@@ -56,7 +56,8 @@ class Row:
     peak_memory_bytes: int | None = _measured()  # beyond the inputs
     memory_method: str | None = None
     state_bytes: int | None = _measured()  # decode: bytes of the state after the N-token context
-    flops: int | None = _measured()  # analytic, forward or forward+backward per mode
+    flops: int | None = _measured()  # analytic, what the backend executes, forward or forward+backward per mode
+    useful_flops: int | None = _measured()  # the same for the algorithm's useful work (a band's pairs, not its blocks)
     tflops: float | None = _measured()
     rel_l2_error: float | None = _measured()
     max_abs_error: float | None = _measured()

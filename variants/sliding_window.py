@@ -35,7 +35,9 @@ from variants._decode import check_context, check_state, check_step
 from variants._gqa import sdpa
 from variants._registry import register_variant
 from variants._ring import SlidingWindowState, ring_from_context, ring_step
+from variants._sliding_kernels import FLEX_BLOCK
 from variants._sliding_kernels import flex as _flex
+from variants._sliding_kernels import flex_blocks as _flex_blocks
 from variants._sliding_kernels import flex_block_mask as _flex_block_mask  # noqa: F401 - tests import it here
 from variants._sliding_kernels import xformers as _xformers
 from variants.base import AttentionVariant, Capabilities, QualityKnob, VariantConfig, softmax_scale
@@ -70,6 +72,7 @@ class SlidingWindowAttention(AttentionVariant):
     backends = SLIDING_BACKENDS
     small_config = {"window": 8}
     quality_knob = QualityKnob("window", 16, 8192, at_most_length=True)  # more is more accurate and slower
+    flops_tolerance = 0.0  # executed_flops counts the banded and masked backends' SDPA scores exactly
 
     def resolve_backend(self, q: Tensor, *, training: bool = False) -> str:
         """config.backend, or for "auto" the fastest available here (the order differs on CPU and CUDA)."""
@@ -130,9 +133,42 @@ class SlidingWindowAttention(AttentionVariant):
             query_idx[:, None], key_idx[None, :], window=self.config.window, causal=False, sinks=self.config.sinks
         )
 
-    def flops(self, B: int, H: int, N: int, M: int, D: int, causal: bool) -> int:
+    def flops(self, B: int, H: int, N: int, M: int, D: int, causal: bool, *, H_kv: int | None = None) -> int:
         """4*D FLOPs per visible (query, key) pair of the band and sinks: the useful work, the same for every backend."""
         return 4 * B * H * D * band_pairs(N, M, self.config.window, causal, sinks=self.config.sinks)
+
+    def executed_flops(
+        self,
+        B: int,
+        H: int,
+        N: int,
+        M: int,
+        D: int,
+        causal: bool,
+        *,
+        H_kv: int | None = None,
+        backend: str | None = None,
+    ) -> int:
+        """4*D FLOPs per (query, key) score the backend computes ("auto": banded, the CPU choice):
+        - banded: each block of b queries scores its L = b + (window - 1) (twice that non-causal) keys, plus the sinks;
+        - masked: all N x M; flex: every block its block mask keeps (partial or whole), FLEX_BLOCK square;
+        - xformers: the band (its kernel's tiling is not modelled).
+        """
+        window, S = self.config.window, min(self.config.sinks, M)
+        backend = backend or self.config.backend
+        backend = "banded" if backend == "auto" else backend
+        if backend == "banded":
+            b = min(_BLOCK, N)
+            L = b + (window - 1) * (1 if causal else 2)
+            scores = -(-N // b) * b * (L + S)
+        elif backend == "masked":
+            scores = N * M
+        elif backend == "flex":
+            partial, full = _flex_blocks(N, M, window, causal, torch.device("cpu"), sinks=S)
+            scores = int((partial | full).sum()) * FLEX_BLOCK**2
+        else:
+            return self.flops(B, H, N, M, D, causal, H_kv=H_kv)
+        return 4 * B * H * D * scores
 
     def prepare(
         self,

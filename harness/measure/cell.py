@@ -34,7 +34,7 @@ from harness.measure.accuracy import check_accuracy
 from harness.measure.calibration import calibrated
 from harness.measure.context import MeasureContext
 from harness.measure.decode import decode_inputs_extra, measure_decode
-from harness.measure.flops import flops_fields
+from harness.measure.flops import attention_flops, flops_fields
 from harness.measure.kernel import memory_and_kernel
 from harness.measure.layer import measure_layer
 from harness.measure.noise import larger, load_per_cpu, noise_fields
@@ -206,8 +206,9 @@ def _measure_prefill(
         baseline = baseline_for(cell, q, k, v, context, device, partial(_step, wrap=wrap), kv_mask)  # same tricks
         timed = timed_fields(step, baseline, settings, device, first_call_s=accuracy.call_s)
         recorder.record(timed)
-        attention_flops = attn.flops(cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal)
-    return recorder.outcome("ok", **flops_fields(attention_flops, timed["latency_s"], training=training))
+        executed, useful = attention_flops(attn, cell, backend=attn.resolve_backend(q, training=training))
+    fields = flops_fields(executed, timed["latency_s"], training=training, useful_attention_flops=useful)
+    return recorder.outcome("ok", **fields)
 
 
 def _build(cell: Cell, inputs: _Inputs, device: torch.device) -> _Built:
