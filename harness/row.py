@@ -63,6 +63,10 @@ class Row:
     max_abs_error: float | None = _measured()
     cosine: float | None = _measured()  # mean over sampled rows
     error_rows: int | None = _measured()
+    # baselines on the same inputs and sampled rows (prefill attention cells): harness.measure.accuracy.baseline_errors
+    uniform_rel_l2_error: float | None = _measured()  # uniform attention: the mean of v over the visible keys
+    uniform_cosine: float | None = _measured()
+    zero_rel_l2_error: float | None = _measured()  # a zero output (1 unless the exact output is zero)
     grad_rel_l2_q: float | None = _measured()
     grad_rel_l2_k: float | None = _measured()
     grad_rel_l2_v: float | None = _measured()

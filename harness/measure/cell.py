@@ -30,7 +30,7 @@ from torch import Tensor
 
 from harness.inputs import get_inputs, parse_inputs
 from harness.inputs.padding import padding_mask
-from harness.measure.accuracy import check_accuracy
+from harness.measure.accuracy import baseline_errors, check_accuracy
 from harness.measure.calibration import calibrated
 from harness.measure.context import MeasureContext
 from harness.measure.decode import decode_inputs_extra, measure_decode
@@ -116,6 +116,13 @@ def _stages(cell: Cell, settings: MeasureSettings, context: MeasureContext, reco
         inputs = _Inputs(
             parsed, q, k, v, padding_mask(cell.batch, cell.kv_len, cell.padding, seed=cell.seed, device=device)
         )
+    if cell.phase == "prefill" and cell.scope == "attention":
+        with stage("accuracy"):  # the trivial answers' errors, also for a cell whose budget turns out unreachable
+            recorder.record(
+                baseline_errors(
+                    q, k, v, causal=cell.causal, error_rows=settings.error_rows, seed=cell.seed, kv_mask=inputs.kv_mask
+                )
+            )
     if cell.matched_budget is None:
         return _measure_config(cell, inputs, settings, context, device, recorder)
     with stage("build"):  # refusals come before the search: a setting the variant cannot run is not searched

@@ -84,4 +84,12 @@ COLUMNS: tuple[Column, ...] = (
         compared=True,
     ),
     Column("1 - cosine", "cosine", lambda r: format_error(_one_minus(r.get("cosine")), digits=2)),
+    # the trivial answers' errors on the same inputs and rows (harness.measure.accuracy.baseline_errors)
+    Column(
+        "uniform / zero error",
+        "uniform_rel_l2_error",
+        lambda r: (
+            f"{format_number(r.get('uniform_rel_l2_error'), '.2f')} / {format_number(r.get('zero_rel_l2_error'), '.2f')}"
+        ),
+    ),
 )
