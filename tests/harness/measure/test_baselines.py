@@ -25,7 +25,9 @@ def _cell(variant: str, **changes) -> Cell:
 @pytest.fixture
 def uniform_variant(monkeypatch):
     """A plugin that answers uniform attention itself: the mean of v over the keys each query may see."""
-    from variants import AttentionVariant, VariantConfig, _registry, register_variant
+    from variants import AttentionVariant, VariantConfig, _registry, list_variants, register_variant
+
+    list_variants()  # the built-ins registered first, so the copy below holds them
 
     class MeanOfV(AttentionVariant):
         def forward(self, q, k, v, *, causal=False, kv_mask=None):
