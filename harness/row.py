@@ -59,10 +59,10 @@ class Row:
     memory_method: str | None = None
     state_bytes: int | None = _measured()  # decode: bytes of the state after the N-token context (capacity held)
     state_live_bytes: int | None = _measured()  # decode: of which live, what a step reads (a KV cache's K/V so far)
-    flops: int | None = _measured()  # analytic, forward or forward+backward per mode
+    flops: int | None = _measured()  # analytic, what the backend executes, forward or forward+backward per mode
+    useful_flops: int | None = _measured()  # the same for the algorithm's useful work (a band's pairs, not its blocks)
     tflops: float | None = _measured()
     # -- held against the machine's measured limits (harness.measure.roofline; env.json "limits") --
-    executed_flops: int | None = _measured()  # what the backend computes (a banded kernel's padding included)
     bytes_moved: int | None = _measured()  # the least bytes a call moves: inputs, output, decode state (per token)
     bytes_per_s: float | None = _measured()  # bytes_moved / latency_s
     pct_of_compute_peak: float | None = _measured()  # executed FLOP/s over the measured matmul peak, in %
@@ -72,6 +72,10 @@ class Row:
     max_abs_error: float | None = _measured()
     cosine: float | None = _measured()  # mean over sampled rows
     error_rows: int | None = _measured()
+    # baselines on the same inputs and sampled rows (prefill attention cells): harness.measure.accuracy.baseline_errors
+    uniform_rel_l2_error: float | None = _measured()  # uniform attention: the mean of v over the visible keys
+    uniform_cosine: float | None = _measured()
+    zero_rel_l2_error: float | None = _measured()  # a zero output (1 unless the exact output is zero)
     grad_rel_l2_q: float | None = _measured()
     grad_rel_l2_k: float | None = _measured()
     grad_rel_l2_v: float | None = _measured()

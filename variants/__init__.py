@@ -26,6 +26,7 @@ from variants.base import (
     NotSupportedError,
     QualityKnob,
     VariantConfig,
+    count_flops,
     dense_flops,
     train_flops,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "build_config",
     "build_variant",
     "calibrate",
+    "count_flops",
     "dense_flops",
     "get_variant",
     "list_variants",

@@ -13,7 +13,7 @@ from variants._band import band_limits, in_band
 from variants._checks import softmax_scale
 from variants._gqa import from_xformers_layout, xformers_layout
 
-_FLEX_BLOCK = 128  # flex: sparse block size (flex_attention's default tile)
+FLEX_BLOCK = 128  # flex: sparse block size (flex_attention's default tile)
 _FLEX_BLOCK_MASKS: dict[tuple, object] = {}  # (N, M, window, causal, sinks, device) -> BlockMask
 # Shape family -> its own compiled copy of _flex_padded, built on first use (never at import). A family is what
 # dynamo specialises a call on (dtype, device, grad mode, requires_grad, GQA, head dims; sizes where static), so
@@ -117,17 +117,29 @@ def flex_block_mask(N: int, M: int, window: int, causal: bool, device: torch.dev
         return _FLEX_BLOCK_MASKS[key]
     from torch.nn.attention.flex_attention import BlockMask
 
-    limits = band_limits(window, causal, sinks)
-    bounds = torch.tensor(limits, device=device)  # a tensor, not Python ints: no recompile per band
+    bounds = torch.tensor(
+        band_limits(window, causal, sinks), device=device
+    )  # a tensor, not Python ints: no recompile per band
 
     def mask_mod(b, h, q_idx, kv_idx):
         return in_band(q_idx, kv_idx, bounds)
 
     mask_mod.__name__ = f"sliding_window_{window}{'_causal' if causal else ''}{f'_sinks_{sinks}' if sinks else ''}"
-    # Blocks from the same limits, by corners: a block's offsets j - i run over [k0 - q1, k1 - q0], and
-    # the window and the visible sinks are each one run of offsets, so its extremes decide.
-    lo, hi, _, sink_hi = limits
-    S = _FLEX_BLOCK
+    partial, full = flex_blocks(N, M, window, causal, device, sinks=sinks)
+    mask = BlockMask.from_kv_blocks(
+        *_ordered(partial), *_ordered(full), BLOCK_SIZE=FLEX_BLOCK, mask_mod=mask_mod, seq_lengths=(N, M)
+    )
+    _FLEX_BLOCK_MASKS[key] = mask
+    return mask
+
+
+def flex_blocks(N: int, M: int, window: int, causal: bool, device: torch.device, *, sinks: int = 0):
+    """(partial, full): bool (QB, KB) of the FLEX_BLOCK-square blocks flex computes, masked or whole.
+
+    From block corners: a block's offsets j - i run over [k0 - q1, k1 - q0], and the window and the visible sinks are
+    each one run of offsets, so its extremes decide."""
+    lo, hi, _, sink_hi = band_limits(window, causal, sinks)
+    S = FLEX_BLOCK
     q0 = torch.arange(0, N, S, device=device)[:, None]  # first row of each query block, (QB, 1)
     k0 = torch.arange(0, M, S, device=device)[None, :]  # first key of each key block, (1, KB)
     q1, k1 = (q0 + S - 1).clamp(max=N - 1), (k0 + S - 1).clamp(max=M - 1)
@@ -137,12 +149,7 @@ def flex_block_mask(N: int, M: int, window: int, causal: bool, device: torch.dev
     if sinks:  # a block both parts cover only together stays partial: exact, just not skipped
         any_visible = any_visible | ((k0 < sinks) & (k0 - q1 < sink_hi))
         full = full | ((k1 < sinks) & (k1 - q0 < sink_hi) & whole)  # every key a sink, visible to every row
-    partial = any_visible & ~full
-    mask = BlockMask.from_kv_blocks(
-        *_ordered(partial), *_ordered(full), BLOCK_SIZE=S, mask_mod=mask_mod, seq_lengths=(N, M)
-    )
-    _FLEX_BLOCK_MASKS[key] = mask
-    return mask
+    return any_visible & ~full, full
 
 
 def _ordered(dense: Tensor) -> tuple[Tensor, Tensor]:

@@ -43,6 +43,24 @@ class ChunkedAttention(KVCacheDecoding, AttentionVariant):
 
     capabilities = Capabilities(exact=True, gqa=True, decode=True)
     small_config = {"query_chunk": 8, "key_chunk": 16}
+    flops_tolerance = 0.0  # executed_flops counts the tiles the loop computes
+
+    def executed_flops(
+        self,
+        B: int,
+        H: int,
+        N: int,
+        M: int,
+        D: int,
+        causal: bool,
+        *,
+        H_kv: int | None = None,
+        backend: str | None = None,
+    ) -> int:
+        """4*D per score of every tile computed: causal stops each query chunk's keys at its last row, so the
+        tiles that cross the diagonal are computed whole (the convention's flops() counts half of N x M)."""
+        keys = sum((qe - qs) * (min(M, qe) if causal else M) for qs, qe in _spans(N, self.config.query_chunk))
+        return 4 * B * H * D * keys
 
     def forward(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None

@@ -18,7 +18,7 @@ from variants._checks import check_choice
 from variants._decode import KVCacheDecoding
 from variants._gqa import from_xformers_layout, group, sdpa, ungroup, xformers_layout
 from variants._registry import register_variant
-from variants.base import AttentionVariant, Capabilities, VariantConfig, softmax_scale
+from variants.base import dense_flops, AttentionVariant, Capabilities, VariantConfig, softmax_scale
 from variants.reference import visibility
 
 DENSE_BACKENDS = ("sdpa", "xformers", "reference")  # fastest first: "auto" takes the first that works
@@ -38,6 +38,24 @@ class DenseAttention(KVCacheDecoding, AttentionVariant):
 
     capabilities = Capabilities(exact=True, gqa=True, decode=True)
     backends = DENSE_BACKENDS
+    flops_tolerance = 0.0  # the CPU count is exact: fused SDPA's two matmuls, or the textbook's two
+
+    def executed_flops(
+        self,
+        B: int,
+        H: int,
+        N: int,
+        M: int,
+        D: int,
+        causal: bool,
+        *,
+        H_kv: int | None = None,
+        backend: str | None = None,
+    ) -> int:
+        """The fused backends skip the tiles above the diagonal (the convention's half); the textbook backend
+        computes all N x M scores and masks them."""
+        backend = backend or self.config.backend
+        return dense_flops(B, H, N, M, D, causal and backend != "reference")
 
     def backend_reasons(self, backend: str, q: Tensor, *, training: bool) -> list[str]:
         if backend == "xformers":
@@ -56,10 +74,6 @@ class DenseAttention(KVCacheDecoding, AttentionVariant):
         if backend == "xformers":
             return _xformers(q, k, v, causal=causal, kv_mask=kv_mask)
         return _textbook(q, k, v, causal=causal, kv_mask=kv_mask)
-
-    def executed_flops(self, B: int, H: int, N: int, M: int, D: int, causal: bool, H_kv: int | None = None) -> int:
-        """The reference backend computes every score and masks after: causal work is not halved there."""
-        return self.flops(B, H, N, M, D, causal and self.config.backend != "reference")
 
     # ---- decoding: a KV cache (init_state, step: KVCacheDecoding) -------------------------
     def extra_decode_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None) -> list[str]:

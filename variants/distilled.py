@@ -68,6 +68,7 @@ class DistilledAttention(AttentionVariant):
         approximates="softmax attention by linear attention phi(q).phi(k) with a learned softmax feature map (Hedgehog)",
     )
     small_config = {"features": 16, "chunk": 8}
+    flops_tolerance = 0.0  # every matmul of the forward is in executed_flops
     quality_knob = QualityKnob("features", 16, 512)  # more is more accurate and slower
 
     def __init__(self, config: DistilledConfig | None = None):
@@ -109,15 +110,34 @@ class DistilledAttention(AttentionVariant):
             )
         return reasons
 
-    def flops(self, B: int, H: int, N: int, M: int, D: int, causal: bool) -> int:
-        """Feature maps (2*(N+M)*D*F), sum_j phi(k_j) v_j^T (2*M*2F*D) and phi(q) against it (2*N*2F*D).
-
-        The count is the algorithm's, the same with and without causal=True (a prefix sum adds no
-        multiplications); the chunked causal implementation also does a C x C block per chunk,
-        about N*C*(2F + D) more.
+    def flops(self, B: int, H: int, N: int, M: int, D: int, causal: bool, *, H_kv: int | None = None) -> int:
+        """Per K/V head: phi(k) (2*M*D*F) and sum_j phi(k_j) v_j^T (2*M*2F*D); per query head: phi(q) (2*N*D*F),
+        phi(q) against the sums (2*N*2F*D) and the normaliser (2*N*2F). The algorithm's count, the same with and
+        without causal=True (a prefix sum adds no multiplications); executed_flops adds the causal chunks' blocks.
         """
-        F2 = 2 * self.config.features
-        return B * H * (2 * (N + M) * D * self.config.features + 2 * M * F2 * D + 2 * N * F2 * D)
+        F, F2, Hkv = self.config.features, 2 * self.config.features, H if H_kv is None else H_kv
+        return B * (Hkv * (2 * M * D * F + 2 * M * F2 * D) + H * (2 * N * D * F + 2 * N * F2 * D + 2 * N * F2))
+
+    def executed_flops(
+        self,
+        B: int,
+        H: int,
+        N: int,
+        M: int,
+        D: int,
+        causal: bool,
+        *,
+        H_kv: int | None = None,
+        backend: str | None = None,
+    ) -> int:
+        """flops, plus for causal=True each chunk's C x C block within it: phi(q) phi(k)^T (2*C*C*2F), block @ v
+        (2*C*C*D), per query head."""
+        useful = self.flops(B, H, N, M, D, causal, H_kv=H_kv)
+        if not causal:
+            return useful
+        C = self.config.chunk
+        blocks = sum(min(C, N - s) ** 2 for s in range(0, N, C))
+        return useful + B * H * blocks * 2 * (2 * self.config.features + D)
 
     # ---- the calibration hook -----------------------------------------------------------
     def attention_weights(

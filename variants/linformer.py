@@ -68,6 +68,7 @@ class LinformerAttention(AttentionVariant):
     )
     calibrate_at_eval_length = True  # E and F have a column per position: a fit at 256 leaves later columns untrained
     small_config = {"k": 8, "max_seq_len": 128}
+    flops_tolerance = 0.0  # projections and SDPA over k rows, counted exactly
     # more is more accurate and slower; 256: the largest k of the paper's GLUE results
     quality_knob = QualityKnob("k", 16, 256, at_most_length=True)
     length_fields = ("max_seq_len",)  # E, F sized for the N measured unless a user sets it
@@ -124,10 +125,11 @@ class LinformerAttention(AttentionVariant):
             "sequence, so a new token changes all of them"
         ]
 
-    def flops(self, B: int, H: int, N: int, M: int, D: int, causal: bool) -> int:
-        """Projections E k and F v (2*k*M*D each) plus attention over k rows (2*N*k*D twice)."""
-        K = self.config.k
-        return 4 * B * H * K * M * D + 4 * B * H * N * K * D
+    def flops(self, B: int, H: int, N: int, M: int, D: int, causal: bool, *, H_kv: int | None = None) -> int:
+        """Projections E k and F v (2*k*M*D each, per K/V head) plus attention over k rows (2*N*k*D twice, per query
+        head). The same count is what runs."""
+        K, Hkv = self.config.k, H if H_kv is None else H_kv
+        return 4 * B * Hkv * K * M * D + 4 * B * H * N * K * D
 
     def forward(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None

@@ -71,6 +71,7 @@ class WindowLinearAttention(AttentionVariant):
         approximates="softmax attention outside a sliding window by linear attention with a learned feature map",
     )
     small_config = {"window": 4, "features": 8, "chunk": 8}
+    flops_tolerance = 0.0  # executed_flops follows forward chunk by chunk
     quality_knob = QualityKnob("window", 16, 8192, at_most_length=True)  # more is more accurate and slower
 
     def __init__(self, config: WindowLinearConfig | None = None):
@@ -122,6 +123,37 @@ class WindowLinearAttention(AttentionVariant):
         keys = B * H_kv * M * (2 * D * F + 2 * 2 * F * D)
         queries = B * H * N * (2 * D * F + 2 * 2 * F * D)
         return window + keys + queries
+
+    def executed_flops(
+        self,
+        B: int,
+        H: int,
+        N: int,
+        M: int,
+        D: int,
+        causal: bool,
+        *,
+        H_kv: int | None = None,
+        backend: str | None = None,
+    ) -> int:
+        """What forward's matmuls compute, chunk by chunk as forward walks: each chunk of C query rows scores its span of
+        L keys exactly and through the feature map (q k^T, phi(q) phi(k)^T, both times v: 4 products of C x L) and reads
+        the far sums once; plus phi of every query and key, and the key sums (over every key, and the span's or the
+        causal prefix's)."""
+        H_kv = H if H_kv is None else H_kv
+        F, W, C = self.config.features, self.config.window, self.config.chunk
+        total = 2 * B * (H_kv * M + H * N) * D * F  # phi(k), phi(q)
+        total += 2 * B * H_kv * 2 * F * M * D  # the sums over every key
+        done = 0
+        for s in range(0, N, C):
+            e = min(s + C, N)
+            b = min(M, e if causal else e + W - 1)
+            a = min(max(0, s - W + 1), b)
+            c, L = e - s, b - a
+            total += 2 * B * H_kv * 2 * F * ((a - done) if causal else L) * D  # the prefix grows, or the span's sums
+            done = a if causal else done
+            total += 2 * B * H * c * (3 * L * D + 2 * F * L + 2 * F * D + 2 * F)
+        return total
 
     # ---- forward ------------------------------------------------------------------------
     def forward(

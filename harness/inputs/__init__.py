@@ -6,6 +6,11 @@ so a (name, knobs, shape, seed) always gives the same tensors: within a cell eve
 the same q, k, v. Knobs are the generator's keyword-only parameters with defaults, given in
 an inputs string like ``"gaussian:scale=4"``.
 
+GQA: a generator with a keyword-only ``kv_heads`` parameter draws its structure (a head's direction, type, basis)
+per K/V head and returns k, v with kv_heads heads; the G = H // kv_heads query heads of a group share their K/V head's
+structure and differ in their own q draws, as in a GQA model. A generator without it (real activations) gets
+every G-th head's K/V kept.
+
 A generator may declare ``max_seq_len`` and an ``availability()`` check that returns a reason
 when it cannot run here (e.g. a missing optional extra); the sweep records ``unsupported`` rows.
 """
@@ -23,6 +28,7 @@ from torch import Tensor
 from variants._checks import did_you_mean
 
 QKV = tuple[Tensor, Tensor, Tensor]
+_NOT_KNOBS = ("generator", "device", "kv_heads")  # keyword-only parameters make_inputs passes itself
 
 
 @dataclass(frozen=True)
@@ -40,7 +46,12 @@ class InputGenerator:
     def knobs(self) -> dict[str, Any]:
         """Keyword-only parameters and their defaults (the knobs of ``"name:knob=value"``)."""
         params = inspect.signature(self.fn).parameters.values()
-        return {p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY and p.name not in ("generator", "device")}
+        return {p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY and p.name not in _NOT_KNOBS}
+
+    @property
+    def draws_per_kv_head(self) -> bool:
+        """Whether it takes kv_heads: structure per K/V head, shared by the query heads of its group."""
+        return "kv_heads" in inspect.signature(self.fn).parameters
 
     def unsupported_reason(
         self, N: int, M: int, *, B: int | None = None, H: int | None = None, D: int | None = None
@@ -61,7 +72,7 @@ class InputGenerator:
 
 _INPUTS: dict[str, InputGenerator] = {}
 # Modules that register more distributions, imported on the first list/get (not at import time).
-_EXTRA_MODULES = ("harness.inputs.real", "harness.inputs.model")
+_EXTRA_MODULES = ("harness.inputs.real", "harness.inputs.model", "harness.inputs.llm")
 _extras_loaded = False
 
 
@@ -124,9 +135,9 @@ def make_inputs(
 ) -> QKV:
     """q (B, H, N, D), k and v (B, H_kv, M, D) from distribution `name`, seeded, in `dtype` on `device`.
 
-    H_kv (default H) must divide H: the generator draws H heads and K/V head j keeps head j * (H // H_kv),
-    the first query head of its group, so that head keeps the distribution's q-k structure and the
-    group's other heads read its keys as in a GQA model. Raises ValueError for an unknown name or
+    H_kv (default H) must divide H. A generator that takes kv_heads draws its structure per K/V head and shares it
+    across the group's query heads (see the module doc); for one that does not, K/V head j keeps head j * (H // H_kv),
+    so only the first query head of each group keeps the distribution's q-k structure. Raises ValueError for an unknown name or
     knob, an H_kv that does not divide H, or when the generator cannot run (its reason).
     """
     H_kv = H if H_kv is None else int(H_kv)
@@ -146,8 +157,10 @@ def make_inputs(
         raise ValueError(reason)
     device = torch.device(device)
     generator = torch.Generator(device=device).manual_seed(int(seed))
+    if spec.draws_per_kv_head:
+        knobs["kv_heads"] = H_kv
     q, k, v = spec.fn(B, H, N, M, D, generator=generator, device=device, **knobs)
-    if H_kv != H:
+    if k.shape[1] != H_kv:
         k, v = k[:, :: H // H_kv], v[:, :: H // H_kv]  # (B, H_kv, M, D)
     return tuple(t.to(dtype).contiguous() for t in (q, k, v))  # type: ignore[return-value]
 
@@ -175,11 +188,14 @@ def _randn(*shape: int, generator: torch.Generator, device: torch.device) -> Ten
 
 # ---- built-in distributions ---------------------------------------------------------------------
 @register_inputs("gaussian")
-def gaussian(B: int, H: int, N: int, M: int, D: int, *, generator, device, scale: float = 1.0) -> QKV:
+def gaussian(
+    B: int, H: int, N: int, M: int, D: int, *, generator, device, scale: float = 1.0, kv_heads: int | None = None
+) -> QKV:
     """iid N(0, 1) q, k, v; `scale` multiplies q, so logits have std ~scale: 1 diffuse, 4+ peaked."""
+    Hkv = H if kv_heads is None else kv_heads
     q = _randn(B, H, N, D, generator=generator, device=device) * scale
-    k = _randn(B, H, M, D, generator=generator, device=device)
-    v = _randn(B, H, M, D, generator=generator, device=device)
+    k = _randn(B, Hkv, M, D, generator=generator, device=device)
+    v = _randn(B, Hkv, M, D, generator=generator, device=device)
     return q, k, v
 
 
@@ -196,6 +212,7 @@ def local(
     scale: float = 12.0,
     noise: float = 0.3,
     base: float = 64.0,
+    kv_heads: int | None = None,
 ) -> QKV:
     """Rotary-rotated copies of one vector per head: logits peak at i == j and fall with |i-j| (windows like it).
 
@@ -203,12 +220,14 @@ def local(
     q_i . k_j ~ sum_f |u_f|^2 cos((i-j) theta_f): largest on the diagonal. `scale` sets the peak
     logit (|u|^2 / sqrt(D)); `base` sets how fast the correlation decays with distance.
     """
-    u = _randn(B, H, 1, D, generator=generator, device=device)
+    Hkv = H if kv_heads is None else kv_heads
+    u = _randn(B, Hkv, 1, D, generator=generator, device=device)  # one direction per K/V head
     u = u / u.norm(dim=-1, keepdim=True) * math.sqrt(scale * math.sqrt(D))  # |u|^2 / sqrt(D) = scale
     jitter = noise * u.norm(dim=-1, keepdim=True) / math.sqrt(D)  # per-coordinate noise relative to |u|
-    q = _rotate(u + jitter * _randn(B, H, N, D, generator=generator, device=device), base)
-    k = _rotate(u + jitter * _randn(B, H, M, D, generator=generator, device=device), base)
-    v = _randn(B, H, M, D, generator=generator, device=device)
+    uq, jq = per_query_head(u, H), per_query_head(jitter, H)  # (B, H, 1, D): the group's direction
+    q = _rotate(uq + jq * _randn(B, H, N, D, generator=generator, device=device), base)
+    k = _rotate(u + jitter * _randn(B, Hkv, M, D, generator=generator, device=device), base)
+    v = _randn(B, Hkv, M, D, generator=generator, device=device)
     return q, k, v
 
 
@@ -225,33 +244,54 @@ def global_(
     n_global: int = 4,
     fraction: float = 0.5,
     strength: float = 6.0,
+    kv_heads: int | None = None,
 ) -> QKV:
     """Gaussian, plus `n_global` keys spread over the sequence that a `fraction` of queries match strongly (windows miss them).
 
     Matching queries get a shared direction g added; the global keys are g scaled so their logit
     is ~`strength` above the rest. The first global key sits at position 0 (visible under causal).
     """
-    q, k, v = gaussian(B, H, N, M, D, generator=generator, device=device)
-    g = _randn(B, H, 1, D, generator=generator, device=device)
-    g = g / g.norm(dim=-1, keepdim=True)  # (B, H, 1, D) unit direction per head
+    Hkv = H if kv_heads is None else kv_heads
+    q, k, v = gaussian(B, H, N, M, D, generator=generator, device=device, kv_heads=Hkv)
+    g = _randn(B, Hkv, 1, D, generator=generator, device=device)
+    g = g / g.norm(dim=-1, keepdim=True)  # (B, H_kv, 1, D) unit direction per K/V head
     positions = torch.linspace(0, M - 1, max(1, min(n_global, M)), device=device).round().long().unique()
     matching = torch.rand(B, H, N, 1, generator=generator, device=device) < fraction  # (B, H, N, 1)
     amplitude = math.sqrt(strength * math.sqrt(D))  # (a g) . (a g) / sqrt(D) = strength
-    q = q + matching * amplitude * g
-    k[:, :, positions] = amplitude * g.expand(B, H, len(positions), D)
+    q = q + matching * amplitude * per_query_head(g, H)
+    k[:, :, positions] = amplitude * g.expand(B, Hkv, len(positions), D)
     return q, k, v
 
 
 @register_inputs("lowrank")
-def lowrank(B: int, H: int, N: int, M: int, D: int, *, generator, device, rank: int = 8, scale: float = 1.0) -> QKV:
+def lowrank(
+    B: int,
+    H: int,
+    N: int,
+    M: int,
+    D: int,
+    *,
+    generator,
+    device,
+    rank: int = 8,
+    scale: float = 1.0,
+    kv_heads: int | None = None,
+) -> QKV:
     """q and k confined to one random `rank`-dimensional subspace per head (Linformer likes it); v gaussian."""
-    rank = max(1, min(int(rank), D))
-    basis, _ = torch.linalg.qr(_randn(B, H, D, rank, generator=generator, device=device))  # (B, H, D, r) orthonormal
+    rank, Hkv = max(1, min(int(rank), D)), H if kv_heads is None else kv_heads
+    # (B, H_kv, D, r) orthonormal, one per K/V head
+    basis, _ = torch.linalg.qr(_randn(B, Hkv, D, rank, generator=generator, device=device))
     coeff_scale = math.sqrt(D / rank)  # keep |q|^2 ~ D as in the gaussian case
-    q = _randn(B, H, N, rank, generator=generator, device=device) @ basis.transpose(-1, -2) * coeff_scale * scale
-    k = _randn(B, H, M, rank, generator=generator, device=device) @ basis.transpose(-1, -2) * coeff_scale
-    v = _randn(B, H, M, D, generator=generator, device=device)
+    q_basis = per_query_head(basis, H).transpose(-1, -2)
+    q = _randn(B, H, N, rank, generator=generator, device=device) @ q_basis * coeff_scale * scale
+    k = _randn(B, Hkv, M, rank, generator=generator, device=device) @ basis.transpose(-1, -2) * coeff_scale
+    v = _randn(B, Hkv, M, D, generator=generator, device=device)
     return q, k, v
+
+
+def per_query_head(x: Tensor, H: int) -> Tensor:
+    """(B, H_kv, ...) -> (B, H, ...): each K/V head's tensor for the G = H // H_kv query heads of its group."""
+    return x.repeat_interleave(H // x.shape[1], dim=1)
 
 
 def _rotate(x: Tensor, base: float) -> Tensor:

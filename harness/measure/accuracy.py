@@ -149,6 +149,38 @@ def check_accuracy(
     return result
 
 
+def baseline_errors(
+    q: Tensor, k: Tensor, v: Tensor, *, causal: bool, error_rows: int, seed: int, kv_mask: Tensor | None = None
+) -> dict[str, Any]:
+    """The errors two trivial answers score against exact attention on the rows check_accuracy samples (same seed):
+    uniform attention (the mean of v over the keys each row sees, causality and padding respected: exact attention with
+    q = 0) and a zero output. A variant not clearly below the uniform error has learnt nothing about q."""
+    from variants import reference_attention
+
+    N, B, R = q.shape[2], q.shape[0], min(error_rows, q.shape[2])
+    rows = sample_rows(N, error_rows, seed).to(q.device)
+    valid = kv_mask[:, rows] if kv_mask is not None else torch.ones(B, R, dtype=torch.bool, device=q.device)
+    q64, k64, v64 = (t.double() for t in (q, k, v))
+    chunk = max(1, REFERENCE_CHUNK_BYTES[q.device.type] // (B * q.shape[1] * k.shape[2] * 8))
+    with torch.no_grad():
+        ref, uniform = (
+            torch.cat(
+                [
+                    reference_attention(x, k64, v64, causal=causal, kv_mask=kv_mask, rows=rows[i : i + chunk])
+                    for i in range(0, R, chunk)
+                ],
+                dim=2,
+            )
+            for x in (q64, torch.zeros_like(q64))
+        )  # (B, H, R, D) each
+    scored = output_errors(uniform, ref, valid)
+    return {
+        "uniform_rel_l2_error": scored["rel_l2_error"],
+        "uniform_cosine": scored["cosine"],
+        "zero_rel_l2_error": output_errors(torch.zeros_like(ref), ref, valid)["rel_l2_error"],
+    }
+
+
 def output_errors(mine: Tensor, ref: Tensor, valid: Tensor | None = None) -> dict[str, Any]:
     """rel L2, max abs and mean cosine of outputs (B, H, R, D) against the reference, on the rows `valid` (B, R) marks."""
     R = mine.shape[2]

@@ -31,11 +31,11 @@ from torch import Tensor
 
 from harness.inputs import get_inputs, parse_inputs
 from harness.inputs.padding import padding_mask
-from harness.measure.accuracy import check_accuracy
+from harness.measure.accuracy import baseline_errors, check_accuracy
 from harness.measure.calibration import calibrated
 from harness.measure.context import MeasureContext
 from harness.measure.decode import decode_inputs_extra, measure_decode
-from harness.measure.flops import flops_fields
+from harness.measure.flops import attention_flops, flops_fields
 from harness.measure.kernel import memory_and_kernel
 from harness.measure.layer import measure_layer
 from harness.measure.noise import larger, load_per_cpu, noise_fields
@@ -122,6 +122,13 @@ def _stages(
         inputs = _Inputs(
             parsed, q, k, v, padding_mask(cell.batch, cell.kv_len, cell.padding, seed=cell.seed, device=device)
         )
+    if cell.phase == "prefill" and cell.scope == "attention":
+        with stage("accuracy"):  # the trivial answers' errors, also for a cell whose budget turns out unreachable
+            recorder.record(
+                baseline_errors(
+                    q, k, v, causal=cell.causal, error_rows=settings.error_rows, seed=cell.seed, kv_mask=inputs.kv_mask
+                )
+            )
     if cell.matched_budget is None:
         return _measure_config(cell, inputs, settings, context, device, recorder, clock)
     with stage("build"):  # refusals come before the search: a setting the variant cannot run is not searched
@@ -214,9 +221,8 @@ def _measure_prefill(
         baseline = baseline_for(cell, q, k, v, context, device, partial(_step, wrap=wrap), kv_mask)  # same tricks
         timed = timed_fields(step, baseline, settings, device, first_call_s=accuracy.call_s)
         recorder.record(timed)
-        shape = (cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal)
-        attention_flops, executed = attn.flops(*shape), attn.executed_flops(*shape, H_kv=cell.kv_heads)
-    fields = flops_fields(attention_flops, timed["latency_s"], training=training, executed_attention_flops=executed)
+        executed, useful = attention_flops(attn, cell, backend=attn.resolve_backend(q, training=training))
+    fields = flops_fields(executed, timed["latency_s"], training=training, useful_attention_flops=useful)
     return recorder.outcome("ok", **fields)
 
 

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from harness.measure.accuracy import nonfinite, output_errors
-from harness.measure.flops import flops_fields
+from harness.measure.flops import attention_flops, flops_fields
 from harness.measure.kernel import memory_and_kernel
 from harness.measure.settings import MeasureSettings
 from harness.measure.stages import StageRecorder, stage
@@ -105,18 +105,15 @@ def measure_decode(
         times = _time_generations(fresh_state, generate, settings, device, first_call_s)
     latency = statistics.median(times) / S
     # per token
-    flops = sum(int(attn.flops(cell.batch, cell.heads, 1, N + t + 1, cell.head_dim, False)) for t in range(S)) // S
-    executed = sum(
-        int(attn.executed_flops(cell.batch, cell.heads, 1, N + t + 1, cell.head_dim, False, H_kv=cell.kv_heads))
-        for t in range(S)
-    )
+    per_step = [attention_flops(attn, cell, backend=None, N=1, M=N + t + 1, causal=False) for t in range(S)]
+    executed, useful = (sum(step[i] for step in per_step) // S for i in (0, 1))
     return recorder.outcome(
         "ok",
         latency_s=latency,
         latency_p20_s=quantile(times, 0.2) / S,
         latency_p80_s=quantile(times, 0.8) / S,
         repeats=len(times),
-        **flops_fields(flops, latency, training=False, executed_attention_flops=executed // S),
+        **flops_fields(executed, latency, training=False, useful_attention_flops=useful),
     )
 
 

@@ -19,7 +19,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from harness.measure.accuracy import REFERENCE_CHUNK_BYTES, check_output, nonfinite, output_errors, sample_rows
-from harness.measure.flops import flops_fields
+from harness.measure.flops import attention_flops, flops_fields
 from harness.measure.kernel import memory_and_kernel
 from harness.measure.settings import MeasureSettings
 from harness.measure.stages import StageRecorder, stage
@@ -141,8 +141,7 @@ def measure_layer(
     with stage("timing"):
         times, repeats = time_step(step, settings, device, first_call_s=first_call_s)
     latency = statistics.median(times)
-    shape = (cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal)
-    attention, executed = attn.flops(*shape), attn.executed_flops(*shape, H_kv=cell.kv_heads)
+    attention, useful = attention_flops(attn, cell, backend=attn.resolve_backend(q, training=training))
     return recorder.outcome(
         "ok",
         latency_s=latency,
@@ -154,7 +153,7 @@ def measure_layer(
             latency,
             training=training,
             linear_flops=block.linear_flops(cell.batch, cell.seq_len),
-            executed_attention_flops=executed,
+            useful_attention_flops=useful,
         ),
     )
 

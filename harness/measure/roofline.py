@@ -51,7 +51,7 @@ def roofline_fields(
 ) -> dict[str, Any]:
     """bytes_moved, bytes_per_s, pct_of_compute_peak, pct_of_bandwidth and impossible of an ok row.
 
-    `row` holds latency_s, executed_flops and (decode) state_live_bytes (else state_bytes); `limits` is the run's (run_limits' output);
+    `row` holds latency_s, flops (executed) and (decode) state_live_bytes (else state_bytes); `limits` is the run's (run_limits' output);
     `precision_dtype` the dtype the call computes in when autocast changes it. Without limits for the dtype the
     percentages are None.
     """
@@ -62,7 +62,7 @@ def roofline_fields(
     entry = ((limits or {}).get("dtypes") or {}).get(precision_dtype or cell.dtype)
     if not entry or not latency:
         return fields
-    executed = row.get("executed_flops")
+    executed = row.get("flops")  # what the backend executes (harness.measure.flops)
     peak, bandwidth = entry.get("ceiling_flops") or entry.get("peak_flops"), entry.get("bandwidth_bytes_per_s")
     compute_pct = 100.0 * executed / latency / peak if executed and peak else None
     bandwidth_pct = 100.0 * fields["bytes_per_s"] / bandwidth if bandwidth else None

@@ -26,7 +26,6 @@ import json
 import math
 import time
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any, Callable
 
 import torch
@@ -172,10 +171,11 @@ def tune(
 
 def knob_range(cell: Cell) -> tuple[str, int, int | None, str]:
     """(the knob's field, low, high, what bounds high) searched for the cell: the knob's declared range at the cell's M,
-    with high lowered to the largest value doing at most MAX_FLOPS_FRACTION of dense attention's analytic FLOPs (None:
-    even low does more, nothing is worth searching). A variant whose FLOPs do not change with the knob (the base class
-    counts dense FLOPs) keeps its declared range."""
-    from variants import build_config, build_variant, dense_flops, get_variant
+    with high lowered to the largest value whose useful FLOPs (variants.count_flops; K/V heads and the config's other
+    fields, sinks, counted) are at most MAX_FLOPS_FRACTION of dense attention's analytic FLOPs (None: even low does
+    more, nothing is worth searching). A variant whose FLOPs do not change with the knob (the base class counts dense FLOPs) keeps its declared
+    range."""
+    from variants import build_config, build_variant, count_flops, dense_flops, get_variant
 
     cls = get_variant(cell.variant).cls
     knob = cls.quality_knob
@@ -185,9 +185,11 @@ def knob_range(cell: Cell) -> tuple[str, int, int | None, str]:
     def flops(value: int) -> int:
         config = {**cell.config, knob.field: value}
         try:  # the analytic count reads the config only: no parameters allocated (Linformer's E, F are k x M)
-            return cls.flops(SimpleNamespace(config=build_config(cell.variant, **config)), *shape)
+            variant = cls.__new__(cls)  # not __init__: nn.Module's set-up and the parameters are not needed
+            object.__setattr__(variant, "config", build_config(cell.variant, **config))
+            return count_flops(variant, *shape, H_kv=cell.kv_heads)
         except AttributeError:  # a plugin's count that reads more of the built variant
-            return build_variant(cell.variant, **config).flops(*shape)
+            return count_flops(build_variant(cell.variant, **config), *shape, H_kv=cell.kv_heads)
 
     limit = MAX_FLOPS_FRACTION * dense_flops(*shape)
     at_low, at_high = flops(low), flops(high)

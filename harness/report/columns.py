@@ -93,6 +93,14 @@ COLUMNS: tuple[Column, ...] = (
         compared=True,
     ),
     Column("1 - cosine", "cosine", lambda r: format_error(_one_minus(r.get("cosine")), digits=2)),
+    # the trivial answers' errors on the same inputs and rows (harness.measure.accuracy.baseline_errors)
+    Column(
+        "uniform / zero error",
+        "uniform_rel_l2_error",
+        lambda r: (
+            f"{format_number(r.get('uniform_rel_l2_error'), '.2f')} / {format_number(r.get('zero_rel_l2_error'), '.2f')}"
+        ),
+    ),
     Column("fit error train / held-out", "calibration_heldout_error", lambda r: _fit_gap(r)),
 )
 

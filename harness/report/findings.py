@@ -98,8 +98,36 @@ def _out_of_reach(frame: pd.DataFrame, table: choice.AnswerTable) -> list[Block]
         # None: not finite
         best = min(((float(e), *rest) for e, *rest in tops if isinstance(e, (int, float))), default=None)
         best_text = f" (best {best[0]:.2g}: {best[1]}={best[2]} at N={format_n(int(best[3]))})" if best else ""
+        uniform = _uniform_error(part)
+        if best and uniform is not None and best[0] >= UNIFORM_MARGIN * uniform:
+            best_text = f": no better than uniform attention ({uniform:.2g}){best_text}"
         parts.append(f"{variant} {where}{best_text}")
-    return [Paragraph("Out of reach (on the search's held-out seeds): " + "; ".join(parts) + ".")] if parts else []
+    blocks = [Paragraph("Out of reach (on the search's held-out seeds): " + "; ".join(parts) + ".")] if parts else []
+    all_rows = analysis.select(frame, table.setting)
+    uniform = _uniform_error(all_rows[all_rows["inputs"] == table.inputs])
+    if table.inputs.split(":")[0] == "gaussian" and uniform is not None:
+        blocks.insert(
+            0,
+            Paragraph(
+                f"Why nothing can win on {table.inputs}: iid q and k make the weights near-uniform, so the exact output "
+                f"is small (a few % of ||v||) and mostly noise; uniform attention (the mean of v) already scores "
+                f"{uniform:.2g} and a zero output 1, and a variant that does not compute nearly every score cannot get "
+                "far below that."
+            ),
+        )
+    return blocks
+
+
+# An error above this fraction of uniform attention's is "no better than uniform attention", not a near miss.
+UNIFORM_MARGIN = 0.9
+
+
+def _uniform_error(rows: pd.DataFrame) -> float | None:
+    """The median uniform-attention error of rows (None when none recorded one)."""
+    if "uniform_rel_l2_error" not in rows:
+        return None
+    values = pd.to_numeric(rows["uniform_rel_l2_error"], errors="coerce").dropna()
+    return float(values.median()) if len(values) else None
 
 
 def _lengths_text(lengths: list[int]) -> str:

@@ -16,15 +16,15 @@ PHASE_MARKERS = {"prefill": "o", "decode": "^"}  # decode hollow, prefill filled
 
 def roofline_points(frame: pd.DataFrame) -> pd.DataFrame:
     """The ok rows with what the figure needs: intensity (FLOP/byte) and achieved executed FLOP/s."""
-    need = ("executed_flops", "bytes_moved", "latency_s")
+    need = ("flops", "bytes_moved", "latency_s")
     if not len(frame) or any(c not in frame for c in need):
         return frame.iloc[0:0]
     ok = frame[frame["status"] == "ok"].copy()
     for c in need:
         ok[c] = pd.to_numeric(ok[c], errors="coerce")
-    ok = ok[(ok["executed_flops"] > 0) & (ok["bytes_moved"] > 0) & (ok["latency_s"] > 0)]
-    ok["intensity"] = ok["executed_flops"] / ok["bytes_moved"]
-    ok["achieved"] = ok["executed_flops"] / ok["latency_s"]
+    ok = ok[(ok["flops"] > 0) & (ok["bytes_moved"] > 0) & (ok["latency_s"] > 0)]
+    ok["intensity"] = ok["flops"] / ok["bytes_moved"]
+    ok["achieved"] = ok["flops"] / ok["latency_s"]
     return ok
 
 

@@ -57,7 +57,6 @@ def make_rows(
                             memory_method="synthetic",
                             flops=4 * n * n * 64,
                             tflops=4 * n * n * 64 / t / 1e12,
-                            executed_flops=4 * n * n * 64,
                             bytes_moved=4 * n * 64 * 4,
                             rel_l2_error=err,
                             max_abs_error=err * 3,

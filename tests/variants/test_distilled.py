@@ -155,7 +155,7 @@ def test_flops_grow_linearly_in_length_with_or_without_causal():
     for causal in (False, True):
         f = [attn.flops(1, 4, n, n, 64, causal) for n in (4096, 8192, 16384)]
         assert f[1] == 2 * f[0] and f[2] == 2 * f[1]
-    assert attn.flops(1, 1, 1024, 1024, 64, False) == 2 * 2048 * 64 * 64 + 4 * 1024 * 128 * 64
+    assert attn.flops(1, 1, 1024, 1024, 64, False) == 2 * 2048 * 64 * 64 + 4 * 1024 * 128 * 64 + 2 * 1024 * 128
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

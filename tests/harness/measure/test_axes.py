@@ -44,10 +44,20 @@ def run(c: Cell, settings: MeasureSettings = FAST) -> dict:
 
 
 # ---- GQA ----------------------------------------------------------------------------------------
-def test_make_inputs_gives_k_v_with_kv_heads_heads_and_keeps_the_groups_first_head():
+def test_make_inputs_gives_k_v_with_kv_heads_heads_drawn_per_kv_head():
+    """A generator with kv_heads draws K/V per K/V head (tests/harness/inputs/test_llm.py checks the group's structure);
+    one without it keeps the group's first head, as before."""
+    from harness.inputs import register_inputs
+
     q, k, v = make_inputs("local", B=1, H=4, N=32, D=8, seed=3, H_kv=2)
-    _, k4, v4 = make_inputs("local", B=1, H=4, N=32, D=8, seed=3)
     assert q.shape == (1, 4, 32, 8) and k.shape == v.shape == (1, 2, 32, 8)
+
+    @register_inputs("t_without_kv_heads")
+    def without(B, H, N, M, D, *, generator, device):
+        return tuple(torch.randn(B, H, L, D, generator=generator) for L in (N, M, M))
+
+    _, k, v = make_inputs("t_without_kv_heads", B=1, H=4, N=32, D=8, seed=3, H_kv=2)
+    _, k4, v4 = make_inputs("t_without_kv_heads", B=1, H=4, N=32, D=8, seed=3)
     assert torch.equal(k, k4[:, ::2]) and torch.equal(v, v4[:, ::2])
     with pytest.raises(ValueError, match="H_kv=3 key/value heads must divide H=4"):
         make_inputs("gaussian", B=1, H=4, N=8, D=8, H_kv=3)

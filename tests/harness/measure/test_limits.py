@@ -81,20 +81,20 @@ def test_a_planted_wrong_flop_formula_is_flagged_impossible(cpu_limits):
     good = measure_cell(_cell("dense"), FAST, run).to_dict()
     assert good["status"] == "ok" and good["impossible"] is None
     assert 0 < good["pct_of_compute_peak"] < IMPOSSIBLE_ABOVE_PCT and good["pct_of_bandwidth"] > 0
-    assert good["executed_flops"] == good["flops"] and good["bytes_per_s"] == good["bytes_moved"] / good["latency_s"]
+    assert good["useful_flops"] == good["flops"] and good["bytes_per_s"] == good["bytes_moved"] / good["latency_s"]
     bad = measure_cell(_cell("t_badflops"), FAST, run).to_dict()
     assert bad["status"] == "ok" and bad["pct_of_compute_peak"] > IMPOSSIBLE_ABOVE_PCT
     assert "compute peak" in bad["impossible"]
 
 
 def test_a_row_without_limits_gets_bytes_but_no_percentages():
-    fields = roofline_fields(_cell(), {"latency_s": 1.0, "executed_flops": 10}, None)
+    fields = roofline_fields(_cell(), {"latency_s": 1.0, "flops": 10}, None)
     assert fields == {"bytes_moved": bytes_moved(_cell()), "bytes_per_s": float(bytes_moved(_cell()))}
 
 
 def test_bandwidth_above_the_limit_is_impossible_only_beyond_the_cache():
     limits = {"dtypes": {"float32": {"peak_flops": 1e18, "bandwidth_bytes_per_s": 1.0, "cache_bytes": 10**9}}}
-    row = {"latency_s": 1.0, "executed_flops": 1}
+    row = {"latency_s": 1.0, "flops": 1}
     assert "impossible" not in roofline_fields(_cell(), row, limits)  # it fits in the cache
     limits["dtypes"]["float32"]["cache_bytes"] = 1
     assert "bandwidth" in roofline_fields(_cell(), row, limits)["impossible"]

@@ -17,7 +17,7 @@ def _frame() -> pd.DataFrame:
         dict(variant="sliding_window", phase="prefill", dtype="float32", status="oom", latency_s=None, impossible=None),
     ]
     frame = pd.DataFrame(rows)
-    frame["executed_flops"] = [1e8, 1e5, None]
+    frame["flops"] = [1e8, 1e5, None]
     frame["bytes_moved"] = [1e6, 1e6, None]
     return frame
 
