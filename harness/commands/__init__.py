@@ -12,7 +12,7 @@ import importlib
 import sys
 from typing import Iterable
 
-from harness.errors import UsageError
+from harness.errors import RunFailed, UsageError
 
 # name -> (module, one-line help). Add a line to add a sub-command.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -74,6 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except RunFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # a folder that cannot be written or read (read-only, full, a directory where a file goes)
+        print(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
