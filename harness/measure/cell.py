@@ -14,7 +14,8 @@ Each stage returns its row fields and a StageRecorder (harness.measure.stages) k
 cell that fails still reports what its earlier stages measured (backend, errors, memory). An error-budget cell's
 search returns the cell it found, and that cell's stages run as any other's.
 
-A failure never escapes (only Ctrl-C does; a SystemExit from a variant is an error row): out of memory -> "oom",
+A failure never escapes (only the user's Ctrl-C does; a SystemExit or KeyboardInterrupt a variant raises is an error
+row): out of memory -> "oom",
 NotSupportedError -> "unsupported", NaN/inf -> "nonfinite", the per-cell limit -> "timeout", anything else ->
 "error" with the stage and message.
 """
@@ -30,15 +31,24 @@ from torch import Tensor
 
 from harness.inputs import get_inputs, parse_inputs
 from harness.inputs.padding import padding_mask
-from harness.measure.accuracy import check_accuracy
+from harness.measure.accuracy import BadOutput, check_accuracy, check_output, nonfinite, score_output
 from harness.measure.calibration import calibrated
 from harness.measure.context import MeasureContext
 from harness.measure.decode import decode_inputs_extra, measure_decode
 from harness.measure.flops import flops_fields
+from harness.measure.guard import LastOutput, changed_reason, timed_mismatch
 from harness.measure.kernel import memory_and_kernel
 from harness.measure.layer import measure_layer
 from harness.measure.noise import larger, load_per_cpu, noise_fields
-from harness.measure.outcome import base_row, classify_exception, deadline, now, release_memory
+from harness.measure.outcome import (
+    base_row,
+    by_user,
+    classify_exception,
+    deadline,
+    now,
+    release_memory,
+    user_interrupts,
+)
 from harness.measure.settings import DTYPES, MeasureSettings, RunInfo
 from harness.measure.speedup import baseline_for, timed_fields
 from harness.measure.stages import StageFailed, StageRecorder, stage
@@ -56,11 +66,11 @@ def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: M
     start, load_at_start = time.perf_counter(), load_per_cpu()
     recorder = StageRecorder()
     try:
-        with deadline(settings.cell_timeout_s):
+        with user_interrupts(), deadline(settings.cell_timeout_s):
             row.update(**_stages(cell, settings, context, recorder))
-    except KeyboardInterrupt:
-        raise
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a row (a timeout may land between stages)
+        if by_user(exc):  # the user's Ctrl-C stops the sweep; a KeyboardInterrupt a variant raises is a row
+            raise
         failed_in, error = (exc.stage, exc.error) if isinstance(exc, StageFailed) else ("start", exc)
         # what the stages that finished measured stays in the row (backend, errors, memory)
         row.update(**recorder.fields)
@@ -72,6 +82,10 @@ def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: M
         if status == "oom":
             context.clear()
         del exc, error
+    written = context.check_inputs()  # one read of q, k, v: harness.measure.guard
+    if written:
+        ended = f" (the cell had ended {row.status}: {row.reason})" if row.status != "ok" else ""
+        row.update(status="error", reason=changed_reason(written) + ended)
     row.wall_s = time.perf_counter() - start
     row.load_per_cpu = larger(load_at_start, load_per_cpu())
     row.update(**noise_fields(row.to_dict(), row.load_per_cpu))
@@ -200,13 +214,25 @@ def _measure_prefill(
     with stage("memory"):
         step = _step(attn, q, k, v, cell.causal, training, kv_mask, wrap=wrap)
         recorder.record(memory_and_kernel(lambda: step, device))
-    with stage(
-        "timing"
-    ):  # paired with the baseline (schema.BASELINE, backend auto) unless this is it: harness.measure.speedup
+    # paired with the baseline (schema.BASELINE, backend auto) unless this is it: harness.measure.speedup
+    with stage("timing"):
         baseline = baseline_for(cell, q, k, v, context, device, partial(_step, wrap=wrap), kv_mask)  # same tricks
-        timed = timed_fields(step, baseline, settings, device, first_call_s=accuracy.call_s)
+        last = LastOutput(step)  # the last timed call's output is scored too (harness.measure.guard)
+        timed = timed_fields(last, baseline, settings, device, first_call_s=accuracy.call_s)
         recorder.record(timed)
         attention_flops = attn.flops(cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal)
+    with stage("accuracy of a timed call"):
+        output = last.value[0] if training else last.value
+        del last
+        check_output(output, q, inputs.v)
+        bad = nonfinite(output)
+        if bad:
+            return recorder.outcome("nonfinite", f"a timed call's {bad}")
+        errors = score_output(accuracy, output)
+        mismatch = timed_mismatch(accuracy.fields.get("rel_l2_error"), errors["rel_l2_error"])
+        if mismatch:
+            recorder.record(errors)  # the row shows the timed call's errors, the reason both
+            raise BadOutput(mismatch)
     return recorder.outcome("ok", **flops_fields(attention_flops, timed["latency_s"], training=training))
 
 
@@ -250,7 +276,8 @@ def _step(
     *,
     wrap: Callable[[Callable], Callable] | None = None,
 ) -> Callable[[], Any]:
-    """The timed call: forward under no_grad, or forward + backward w.r.t. q, k, v and parameters; `wrap` puts the
+    """The timed call: forward under no_grad (returns the output), or forward + backward w.r.t. q, k, v and parameters
+    (returns the output and the gradients); `wrap` puts the
     call under the cell's memory tricks (harness.measure.tricks.tricked).
 
     The variant's checks and its backend resolution run here, once (AttentionVariant.prepare_call; a refusal raises
@@ -273,7 +300,7 @@ def _step(
 
     def train() -> tuple:
         out = call(qg, kg, vg)
-        return torch.autograd.grad(out, targets, grad_outputs=grad_out, allow_unused=True)
+        return out, torch.autograd.grad(out, targets, grad_outputs=grad_out, allow_unused=True)
 
     return train
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UsageError
+from harness.errors import RunFailed, UsageError
 from harness.spec import SweepSpec, build_spec, describe, spec_to_toml
 
 
@@ -54,6 +54,10 @@ def check_resume(resume: str | Path, *, run_id: str | None = None, out: str | Pa
     run_dir = Path(resume)
     if not run_dir.is_dir():
         raise UsageError(f"--resume {resume}: no such run folder; pass a folder made by `python -m harness sweep`")
+    from harness.store import ROWS_FILE
+    from harness.store.reader import regular_file
+
+    regular_file(run_dir / ROWS_FILE)  # a FIFO would block the resume, a directory fail it: one line instead
     return run_dir
 
 
@@ -118,9 +122,21 @@ def run_sweep(
         run_dir = check_resume(resume, run_id=run_id)
     else:
         run_dir = create_run_dir(out, new_run_id(spec.device) if run_id is None else run_id, exact=run_id is not None)
-    with lock_run_dir(run_dir):  # one writer per folder, from counting what is done to the last table
-        _sweep_into(run_dir, spec, fresh=resume is None, quiet=quiet)
+    try:
+        with lock_run_dir(run_dir):  # one writer per folder, from counting what is done to the last table
+            _sweep_into(run_dir, spec, fresh=resume is None, quiet=quiet)
+    except OSError as exc:  # a read-only folder, a full disk: the rows written so far are safe
+        where = f"{exc.strerror or type(exc).__name__}: {exc.filename or run_dir}"
+        raise RunFailed(
+            f"cannot write the run folder ({where}); free space or make {run_dir} writable, then continue with "
+            f"{resume_command(run_dir, spec.plugins)}"
+        ) from None
     return run_dir
+
+
+def resume_command(run_dir: Path, plugins: tuple[str, ...] | list[str] = ()) -> str:
+    """The command that continues `run_dir` (a spec file's plugins are imported only when named)."""
+    return f"python -m harness sweep --resume {run_dir}" + "".join(f" --plugin {p}" for p in plugins)
 
 
 def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> None:
@@ -227,15 +243,19 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
             run_cells(executor, todo, skip=skip, on_row=on_row, on_start=progress.start)
     except KeyboardInterrupt:
         progress.close()
-        plugins = "".join(f" --plugin {p}" for p in job.plugins)  # a spec file's plugins are imported only when named
         print(
-            f"interrupted; the rows so far are in {run_dir}; continue with "
-            f"python -m harness sweep --resume {run_dir}{plugins}",
+            f"interrupted; the rows so far are in {run_dir}; continue with {resume_command(run_dir, job.plugins)}",
             file=sys.stderr,
         )
         raise
     progress.close()
     finish_run(run_dir, plugins=job.plugins)
+    missing = [cell for cell in cells if cell.cell_id not in done]
+    if missing:  # the exit status says whether every planned cell has a row
+        raise RunFailed(
+            f"{len(missing)} of {len(cells)} planned cells have no row (first: {missing[0].label}); "
+            f"continue with {resume_command(run_dir, job.plugins)}"
+        )
 
 
 # Statuses at N that spare a series its longer N: out of memory, the time limit, and an error budget no value of the
