@@ -7,9 +7,9 @@ the timed loop; instead each tensor's checksum is taken when the inputs are made
 read of q, k and v per cell (the cell's own calls read them dozens of times). A change makes the cell an `error` row
 naming the tensor, and the inputs are made again for the next cell.
 
-The checksum is two integer sums over the tensor's bits (plain and position-weighted), exact and the same in any
-reduction order: any change of values is seen, and so is a permutation unless it swaps elements of equal weight
-(positions equal modulo 65,521), which no in-place arithmetic does.
+The checksum is two integer sums over the tensor's bits (plain, and weighted by the position within a chunk of 2**22
+elements, wrapping in the element's size, times the chunk's number), exact and the same in any reduction order: any change of values is seen, and so
+is a permutation unless it swaps elements of equal weight, which no in-place arithmetic does.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import torch
 from torch import Tensor
 
 _CHUNK = 1 << 22  # elements summed at a time: bounds the int64 temporaries (32 MiB) on any device
-_PRIME = 65_521  # the weights cycle with this period
 _BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -29,16 +28,28 @@ class InputsChanged(Exception):
 
 
 def checksum(t: Tensor) -> tuple[int, int]:
-    """(sum, position-weighted sum) of the tensor's bits as int64, wrapping: equal exactly when the bits are equal
+    """(sum, position-weighted sum) of the tensor's bits, read as integers of its element size: products wrap in that
+    size, sums accumulate in int64 (torch promotes), so no widened copy is made. Equal exactly when the bits are equal
     (but for swaps of equally weighted positions)."""
     flat = t.detach().reshape(-1).view(_BITS[t.element_size()])
-    plain = weighted = torch.zeros((), dtype=torch.int64, device=t.device)
-    for start in range(0, flat.numel(), _CHUNK):
-        part = flat[start : start + _CHUNK].to(torch.int64)
-        weights = torch.arange(start, start + part.numel(), device=t.device, dtype=torch.int64) % _PRIME + 1
-        plain = plain + part.sum()
-        weighted = weighted + (part * weights).sum()
-    return int(plain), int(weighted)
+    weights = _weights(t.device, flat.dtype)
+    plain = weighted = 0
+    for index, start in enumerate(range(0, flat.numel(), _CHUNK)):
+        part = flat[start : start + _CHUNK]
+        plain += int(part.sum())
+        weighted += int((part * weights[: part.numel()]).sum()) * (index + 1)
+    return plain, weighted
+
+
+_WEIGHTS: dict[tuple[str, torch.dtype], Tensor] = {}
+
+
+def _weights(device: torch.device, dtype: torch.dtype) -> Tensor:
+    """1, 2, ..., _CHUNK in `dtype` (wrapping) on `device`, made once: a position's weight within its chunk."""
+    key = (str(device), dtype)
+    if key not in _WEIGHTS:
+        _WEIGHTS[key] = torch.arange(1, _CHUNK + 1, dtype=torch.int64, device=device).to(dtype)
+    return _WEIGHTS[key]
 
 
 def checksums(tensors: dict[str, Tensor]) -> dict[str, tuple[int, int]]:

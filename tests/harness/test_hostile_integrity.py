@@ -308,6 +308,22 @@ def test_a_plugin_that_calls_os_exit_0_costs_its_row_not_the_sweep(tmp_path, no_
     assert by_variant["dense"]["status"] == "ok"
 
 
+def test_plugin_cells_share_one_child_process_and_measure_as_built_ins_do(tmp_path, monkeypatch, no_report):
+    from harness.executors.plugin_worker import PluginWorker
+    from harness.store import read_rows
+
+    starts = []
+    real_start = PluginWorker._start
+    monkeypatch.setattr(PluginWorker, "_start", lambda self: (starts.append(1), real_start(self)))
+    path = write_plugin(tmp_path, "h_exact")
+    argv = ["sweep", *TINY, "--seq-lens", "16,32", "--variants", "h_exact", "--plugin", str(path)]
+    code, err = _run([*argv, "--out", str(tmp_path), "--run-id", "r"])
+    assert code == 0, err
+    rows = read_rows(tmp_path / "r")
+    assert len(rows) == 2 and all(r["status"] == "ok" and r["rel_l2_error"] < 1e-5 for r in rows), rows
+    assert len(starts) == 1  # one process start for the run's plugin cells, not one per cell
+
+
 def test_a_plugin_that_swallows_the_timeout_is_killed_at_the_hard_limit(tmp_path, monkeypatch, no_report):
     import harness.executors.base as base
     from harness.store import read_rows

@@ -67,6 +67,13 @@ class Swallows(AttentionVariant):
             except BaseException:
                 pass
 """,
+    # an honest plugin: its cells share one child process
+    "h_exact": """
+@register_variant("h_exact")
+class Exact(AttentionVariant):
+    def forward(self, q, k, v, *, causal=False, kv_mask=None):
+        return exact(q, k, v, causal)
+""",
     "h_import_exit": "sys.exit(3)\n",
     "h_import_base": "class Boom(BaseException):\n    pass\n\n\nraise Boom('at import')\n",
     "h_dense": """
