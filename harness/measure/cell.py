@@ -5,7 +5,10 @@ reasons), then the search for its config (harness.measure.tuning; none found: "u
 measured -> refuse -> calibrate (learnable variants, on other seeds) -> prepare (set-up hook) -> one checked call
 (accuracy against the float64 reference on sampled rows, gradients in train mode; this is also the warm-up) ->
 peak memory of one call (and the SDPA kernel it ran) -> timing (paired with the baseline in alternating blocks,
-harness.measure.speedup) -> FLOPs and TFLOP/s (harness.measure.flops). Nothing but the calls themselves is timed:
+harness.measure.speedup) -> the last timed call's output scored against the checked call's reference (a variant right
+only once is an error row) -> FLOPs and TFLOP/s (harness.measure.flops). After every cell the shared inputs' checksum
+is compared with the one taken when they were made (harness.measure.guard): a variant that wrote into q, k or v gets an
+error row naming them, and the next cell gets fresh inputs. Nothing but the calls themselves is timed:
 the timed step is built on AttentionVariant.prepare_call, so the variant's checks and its backend resolution run
 before timing (at the build, the checked call and that preparation), never inside a timed call. A decode cell (harness.measure.decode) and a layer cell (harness.measure.layer) leave after calibration for their
 own stages; a padded cell passes its kv_mask to every call.
