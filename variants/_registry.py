@@ -181,8 +181,10 @@ def build_variant(name: str, **fields: Any) -> AttentionVariant:
 def load_plugin(target: str) -> str:
     """Import a user's module by dotted name or a .py file by path, so its variants register.
 
-    Returns the imported module's name. Raises ImportError with the target named.
+    Returns the imported module's name. Raises ImportError with the target named. The built-ins are registered first,
+    so a plugin that takes a built-in's name is the one refused.
     """
+    _ensure_loaded()
     path = Path(target)
     if target.endswith(".py") or path.is_file():
         if not path.is_file():

@@ -13,7 +13,7 @@ import sys
 import warnings
 from typing import Iterable
 
-from harness.errors import Terminated, UsageError
+from harness.errors import RunFailed, Terminated, UsageError
 
 # name -> (module, one-line help). Add a line to add a sub-command.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -113,6 +113,12 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(exc, "reported", False):  # else the sweep said where its rows are and how to resume
             print("terminated (SIGTERM)", file=sys.stderr)
         return 143
+    except RunFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # a folder that cannot be written or read (read-only, full, a directory where a file goes)
+        print(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -28,6 +28,9 @@ class Accuracy:
     fields: dict[str, Any] = field(default_factory=dict)
     nonfinite: str | None = None
     call_s: float = 0.0
+    reference: Tensor | None = None  # float64 (B, H, R, D) on the sampled rows: a timed call's output is scored too
+    rows: Tensor | None = None  # the sampled query rows (R,)
+    valid: Tensor | None = None  # (B, R): which sampled rows are real tokens
 
 
 class BadOutput(Exception):
@@ -85,16 +88,19 @@ def check_accuracy(
     B, H, R, D, M = q.shape[0], q.shape[1], len(rows), q.shape[3], k.shape[2]
     chunk = max(1, REFERENCE_CHUNK_BYTES[q.device.type] // (B * H * M * 8))
     valid = kv_mask[:, rows] if kv_mask is not None else torch.ones(B, R, dtype=torch.bool, device=q.device)  # (B, R)
-    result = Accuracy()
+    result = Accuracy(rows=rows, valid=valid)
+    # the reference first, from q, k, v before the variant has seen them in this stage (harness.measure.guard checks
+    # after the cell that nothing wrote into them)
     if training:
-        qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
         g = torch.randn(B, H, R, D, generator=torch.Generator(device=q.device).manual_seed(seed + 7), device=q.device)
+        # padded query rows are unspecified: no gradient flows from them; the reference gets these same (rounded)
+        # values, so bf16 rounding of g is no error
+        g = (g * valid[:, None, :, None]).to(q.dtype)
+        result.reference, ref_grads = _reference_with_grads(q, k, v, g, rows, chunk, causal, kv_mask, pattern)
+        qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
         start = time.perf_counter()
         out = call(qg, kg, vg)
         check_output(out, q, v)
-        # padded query rows are unspecified: no gradient flows from them; the reference below gets these same
-        # (rounded) values, so bf16 rounding of g is no error
-        g = (g * valid[:, None, :, None]).to(out.dtype)
         grad_out = torch.zeros_like(out)
         grad_out[:, :, rows] = g
         grads = torch.autograd.grad(out, (qg, kg, vg), grad_outputs=grad_out, allow_unused=True)
@@ -105,19 +111,6 @@ def check_accuracy(
         result.nonfinite = nonfinite(out, *grads)
         if result.nonfinite:
             return result
-        q64, k64, v64 = (t.detach().double().requires_grad_(True) for t in (q, k, v))
-        ref_grads = [torch.zeros_like(t) for t in (q64, k64, v64)]
-        refs = []
-        for i in range(0, R, chunk):
-            ref = reference_attention(
-                q64, k64, v64, causal=causal, kv_mask=kv_mask, pattern=pattern, rows=rows[i : i + chunk]
-            )
-            for total, part in zip(
-                ref_grads, torch.autograd.grad(ref, (q64, k64, v64), grad_outputs=g[:, :, i : i + chunk].double())
-            ):
-                total += part
-            refs.append(ref.detach())
-        ref = torch.cat(refs, dim=2)
         result.fields.update(
             grad_rel_l2_q=rel_l2(grads[0], ref_grads[0]),
             grad_rel_l2_k=rel_l2(grads[1], ref_grads[1]),
@@ -125,6 +118,16 @@ def check_accuracy(
             grad_check_seq_len=N,
         )
     else:
+        q64, k64, v64 = (t.double() for t in (q, k, v))
+        with torch.no_grad():
+            parts = [
+                reference_attention(
+                    q64, k64, v64, causal=causal, kv_mask=kv_mask, pattern=pattern, rows=rows[i : i + chunk]
+                )
+                for i in range(0, R, chunk)
+            ]
+            result.reference = torch.cat(parts, dim=2)  # (B, H, R, D)
+        del q64, k64, v64, parts
         start = time.perf_counter()
         with torch.no_grad():
             out = call(q, k, v)
@@ -133,19 +136,7 @@ def check_accuracy(
         result.nonfinite = nonfinite(out)
         if result.nonfinite:
             return result
-        q64, k64, v64 = (t.double() for t in (q, k, v))
-        with torch.no_grad():
-            # (B, H, R, D)
-            ref = torch.cat(
-                [
-                    reference_attention(
-                        q64, k64, v64, causal=causal, kv_mask=kv_mask, pattern=pattern, rows=rows[i : i + chunk]
-                    )
-                    for i in range(0, R, chunk)
-                ],
-                dim=2,
-            )
-    result.fields.update(output_errors(out[:, :, rows].double(), ref, valid))
+    result.fields.update(score_output(result, out))
     return result
 
 
@@ -179,6 +170,41 @@ def baseline_errors(
         "uniform_cosine": scored["cosine"],
         "zero_rel_l2_error": output_errors(torch.zeros_like(ref), ref, valid)["rel_l2_error"],
     }
+
+
+def _reference_with_grads(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    rows: Tensor,
+    chunk: int,
+    causal: bool,
+    kv_mask: Tensor | None,
+    pattern: Any,
+) -> tuple[Tensor, list[Tensor]]:
+    """Exact float64 attention on the sampled rows (B, H, R, D) and its gradients w.r.t. q, k, v for output grads g."""
+    from variants import reference_attention
+
+    q64, k64, v64 = (t.detach().double().requires_grad_(True) for t in (q, k, v))
+    ref_grads = [torch.zeros_like(t) for t in (q64, k64, v64)]
+    refs = []
+    for i in range(0, len(rows), chunk):
+        ref = reference_attention(
+            q64, k64, v64, causal=causal, kv_mask=kv_mask, pattern=pattern, rows=rows[i : i + chunk]
+        )
+        for total, part in zip(
+            ref_grads, torch.autograd.grad(ref, (q64, k64, v64), grad_outputs=g[:, :, i : i + chunk].double())
+        ):
+            total += part
+        refs.append(ref.detach())
+    return torch.cat(refs, dim=2), ref_grads
+
+
+def score_output(accuracy: Accuracy, out: Tensor) -> dict[str, Any]:
+    """rel L2, max abs and cosine of an output (B, H, N, D) of the checked call, or of a timed one, against the checked
+    call's reference on its sampled rows."""
+    return output_errors(out.detach()[:, :, accuracy.rows].double(), accuracy.reference, accuracy.valid)
 
 
 def output_errors(mine: Tensor, ref: Tensor, valid: Tensor | None = None) -> dict[str, Any]:

@@ -5,7 +5,10 @@ reasons), then the search for its config (harness.measure.tuning; none found: "u
 measured -> refuse -> calibrate (learnable variants, on other seeds) -> prepare (set-up hook) -> one checked call
 (accuracy against the float64 reference on sampled rows, gradients in train mode; this is also the warm-up) ->
 peak memory of one call (and the SDPA kernel it ran) -> timing (paired with the baseline in alternating blocks,
-harness.measure.speedup) -> FLOPs and TFLOP/s (harness.measure.flops). Nothing but the calls themselves is timed:
+harness.measure.speedup) -> the last timed call's output scored against the checked call's reference (a variant right
+only once is an error row) -> FLOPs and TFLOP/s (harness.measure.flops). After every cell the shared inputs' checksum
+is compared with the one taken when they were made (harness.measure.guard): a variant that wrote into q, k or v gets an
+error row naming them, and the next cell gets fresh inputs. Nothing but the calls themselves is timed:
 the timed step is built on AttentionVariant.prepare_call, so the variant's checks and its backend resolution run
 before timing (at the build, the checked call and that preparation), never inside a timed call. A decode cell (harness.measure.decode) and a layer cell (harness.measure.layer) leave after calibration for their
 own stages; a padded cell passes its kv_mask to every call.
@@ -14,9 +17,10 @@ Each stage returns its row fields and a StageRecorder (harness.measure.stages) k
 cell that fails still reports what its earlier stages measured (backend, errors, memory). An error-budget cell's
 search returns the cell it found, and that cell's stages run as any other's.
 
-A failure never escapes (only Ctrl-C does; a SystemExit from a variant is an error row): out of memory -> "oom",
-NotSupportedError -> "unsupported", NaN/inf -> "nonfinite", the per-cell limit -> "timeout", a search or calibration past its own limit (fit_timeout_s,
-not counted in the cell's) -> "fit_timeout", anything else ->
+A failure never escapes (only the user's Ctrl-C does; a SystemExit or KeyboardInterrupt a variant raises is an error
+row): out of memory -> "oom", NotSupportedError -> "unsupported", NaN/inf -> "nonfinite", the per-cell limit ->
+"timeout", a search or calibration past its own limit (fit_timeout_s, not counted in the cell's) -> "fit_timeout",
+anything else ->
 "error" with the stage and message.
 """
 
@@ -31,15 +35,25 @@ from torch import Tensor
 
 from harness.inputs import get_inputs, parse_inputs
 from harness.inputs.padding import padding_mask
-from harness.measure.accuracy import baseline_errors, check_accuracy
+from harness.measure.accuracy import BadOutput, baseline_errors, check_accuracy, check_output, nonfinite, score_output
 from harness.measure.calibration import calibrated
 from harness.measure.context import MeasureContext
 from harness.measure.decode import decode_inputs_extra, measure_decode
 from harness.measure.flops import attention_flops, flops_fields
+from harness.measure.guard import LastOutput, changed_reason, timed_mismatch
 from harness.measure.kernel import memory_and_kernel
 from harness.measure.layer import measure_layer
 from harness.measure.noise import larger, load_per_cpu, noise_fields
-from harness.measure.outcome import Deadline, base_row, classify_exception, deadline, now, release_memory
+from harness.measure.outcome import (
+    Deadline,
+    base_row,
+    by_user,
+    classify_exception,
+    deadline,
+    now,
+    release_memory,
+    user_interrupts,
+)
 from harness.measure.roofline import compute_dtype, roofline_fields
 from harness.measure.settings import DTYPES, MeasureSettings, RunInfo
 from harness.measure.speedup import baseline_for, timed_fields
@@ -58,11 +72,11 @@ def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: M
     start, load_at_start = time.perf_counter(), load_per_cpu()
     recorder = StageRecorder()
     try:
-        with deadline(settings.cell_timeout_s, settings.fit_timeout_s) as clock:
+        with user_interrupts(), deadline(settings.cell_timeout_s, settings.fit_timeout_s) as clock:
             row.update(**_stages(cell, settings, context, recorder, clock))
-    except KeyboardInterrupt:
-        raise
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a row (a timeout may land between stages)
+        if by_user(exc):  # the user's Ctrl-C stops the sweep; a KeyboardInterrupt a variant raises is a row
+            raise
         failed_in, error = (exc.stage, exc.error) if isinstance(exc, StageFailed) else ("start", exc)
         # what the stages that finished measured stays in the row (backend, errors, memory)
         row.update(**recorder.fields)
@@ -74,6 +88,10 @@ def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: M
         if status == "oom":
             context.clear()
         del exc, error
+    written = context.check_inputs()  # one read of q, k, v: harness.measure.guard
+    if written:
+        ended = f" (the cell had ended {row.status}: {row.reason})" if row.status != "ok" else ""
+        row.update(status="error", reason=changed_reason(written) + ended)
     if row.status == "ok":  # held against the machine's measured limits
         row.update(**roofline_fields(cell, row.to_dict(), run.limits, precision_dtype=compute_dtype(cell)))
     row.wall_s = time.perf_counter() - start
@@ -215,13 +233,25 @@ def _measure_prefill(
     with stage("memory"):
         step = _step(attn, q, k, v, cell.causal, training, kv_mask, wrap=wrap)
         recorder.record(memory_and_kernel(lambda: step, device))
-    with stage(
-        "timing"
-    ):  # paired with the baseline (schema.BASELINE, backend auto) unless this is it: harness.measure.speedup
+    # paired with the baseline (schema.BASELINE, backend auto) unless this is it: harness.measure.speedup
+    with stage("timing"):
         baseline = baseline_for(cell, q, k, v, context, device, partial(_step, wrap=wrap), kv_mask)  # same tricks
-        timed = timed_fields(step, baseline, settings, device, first_call_s=accuracy.call_s)
+        last = LastOutput(step)  # the last timed call's output is scored too (harness.measure.guard)
+        timed = timed_fields(last, baseline, settings, device, first_call_s=accuracy.call_s)
         recorder.record(timed)
         executed, useful = attention_flops(attn, cell, backend=attn.resolve_backend(q, training=training))
+    with stage("accuracy of a timed call"):
+        output = last.value[0] if training else last.value
+        del last
+        check_output(output, q, inputs.v)
+        bad = nonfinite(output)
+        if bad:
+            return recorder.outcome("nonfinite", f"a timed call's {bad}")
+        errors = score_output(accuracy, output)
+        mismatch = timed_mismatch(accuracy.fields.get("rel_l2_error"), errors["rel_l2_error"])
+        if mismatch:
+            recorder.record(errors)  # the row shows the timed call's errors, the reason both
+            raise BadOutput(mismatch)
     fields = flops_fields(executed, timed["latency_s"], training=training, useful_attention_flops=useful)
     return recorder.outcome("ok", **fields)
 
@@ -266,7 +296,8 @@ def _step(
     *,
     wrap: Callable[[Callable], Callable] | None = None,
 ) -> Callable[[], Any]:
-    """The timed call: forward under no_grad, or forward + backward w.r.t. q, k, v and parameters; `wrap` puts the
+    """The timed call: forward under no_grad (returns the output), or forward + backward w.r.t. q, k, v and parameters
+    (returns the output and the gradients); `wrap` puts the
     call under the cell's memory tricks (harness.measure.tricks.tricked).
 
     The variant's checks and its backend resolution run here, once (AttentionVariant.prepare_call; a refusal raises
@@ -289,7 +320,7 @@ def _step(
 
     def train() -> tuple:
         out = call(qg, kg, vg)
-        return torch.autograd.grad(out, targets, grad_outputs=grad_out, allow_unused=True)
+        return out, torch.autograd.grad(out, targets, grad_outputs=grad_out, allow_unused=True)
 
     return train
 

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from harness.inputs import QKV, make_inputs, parse_inputs
+from harness.measure.guard import changed, checksums
 from harness.measure.settings import DTYPES
 from harness.schema import BASELINE, Cell
 
@@ -19,6 +20,8 @@ class MeasureContext:
 
     inputs_key: tuple | None = None
     inputs: QKV | None = None
+    # q, k, v's checksums when made (harness.measure.guard): what check_inputs compares after each cell
+    inputs_checksums: dict[str, tuple[int, int]] = field(default_factory=dict)
     calibrated: dict[str, tuple[torch.nn.Module, float, dict]] = field(default_factory=dict)
     baselines: dict[tuple, torch.nn.Module] = field(default_factory=dict)  # the built baseline per (device, dtype)
     # its per-call seconds per (inputs key, mode): warm, no re-estimate
@@ -69,9 +72,24 @@ class MeasureContext:
                 H_kv=cell.kv_heads,
             )
             self.inputs_key = key
+            self.inputs_checksums = checksums(self._named_inputs())
         return self.inputs  # type: ignore[return-value]
+
+    def check_inputs(self) -> list[str]:
+        """The names of the cached inputs (q, k, v) that differ from when they were made (a variant wrote into them);
+        when any does, the cache is dropped so the next cell gets fresh ones. One read of each per call."""
+        if self.inputs is None:
+            return []
+        names = changed(self._named_inputs(), self.inputs_checksums)
+        if names:
+            self.clear()
+        return names
+
+    def _named_inputs(self) -> dict[str, torch.Tensor]:
+        return dict(zip(("q", "k", "v"), self.inputs))  # type: ignore[arg-type]
 
     def clear(self) -> None:
         """Drop the cached inputs (after an OOM, so the next cell starts with free memory)."""
         self.inputs = self.inputs_key = None
+        self.inputs_checksums = {}
         self.baseline_call_s.clear()

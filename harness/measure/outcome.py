@@ -153,3 +153,33 @@ def deadline(seconds: float | None, fit_seconds: float | None = None) -> Iterato
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+_SIGINT = {"installed": False, "pressed": False}  # whether this process's Ctrl-C is being watched, and was pressed
+
+
+@contextlib.contextmanager
+def user_interrupts() -> Iterator[None]:
+    """Watch for the user's Ctrl-C (SIGINT) while a cell runs, so a KeyboardInterrupt a variant raises itself can be
+    told apart (harness.measure.outcome.by_user) and become an error row. Main thread only; elsewhere every
+    KeyboardInterrupt counts as the user's."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield
+        return
+
+    def pressed(signum: int, frame: Any) -> None:
+        _SIGINT["pressed"] = True
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, pressed)
+    _SIGINT.update(installed=True, pressed=False)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        _SIGINT["installed"] = False
+
+
+def by_user(exc: BaseException) -> bool:
+    """True for a KeyboardInterrupt that comes from the user's Ctrl-C (or cannot be told apart: no watch installed)."""
+    return isinstance(exc, KeyboardInterrupt) and (_SIGINT["pressed"] or not _SIGINT["installed"])

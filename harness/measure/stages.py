@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator, Mapping
 
+from harness.measure.outcome import by_user
+
 
 class StageFailed(Exception):
     """An exception raised inside a named stage of a cell (the stage goes into the reason)."""
@@ -23,12 +25,12 @@ class StageFailed(Exception):
 
 @contextlib.contextmanager
 def stage(name: str) -> Iterator[None]:
-    """Run a block as stage `name`: any failure but Ctrl-C is re-raised as StageFailed(name, error)."""
+    """Run a block as stage `name`: any failure but the user's Ctrl-C is re-raised as StageFailed(name, error)."""
     try:
         yield
-    except KeyboardInterrupt:  # Ctrl-C stops the sweep; a SystemExit from a variant (sys.exit, exit()) is a row
-        raise
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a row
+        if by_user(exc):  # Ctrl-C stops the sweep; a SystemExit or KeyboardInterrupt raised by a variant is a row
+            raise
         raise StageFailed(name, exc) from exc
 
 

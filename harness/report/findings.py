@@ -77,7 +77,8 @@ def _out_of_reach(frame: pd.DataFrame, table: choice.AnswerTable) -> list[Block]
     """One line under a table: each variant whose search met no budget somewhere, where, and the best error its
     range reached ('linformer at every N and budget (best 0.77: k=64 at N=256)')."""
     rows = analysis.select(frame, table.setting)
-    rows = rows[(rows["inputs"] == table.inputs) & (rows["status"] == "unreachable")]
+    # an unreachable row without its budget (an older writer's) says nothing about this table's budgets
+    rows = rows[(rows["inputs"] == table.inputs) & (rows["status"] == "unreachable") & rows["matched_budget"].notna()]
     parts = []
     for variant, part in rows.groupby("variant", sort=True):
         missed = {(int(r["seq_len"]), float(r["matched_budget"])) for _, r in part.iterrows()}

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.errors import Terminated, UsageError
+from harness.errors import RunFailed, Terminated, UsageError
 from harness.spec import SweepSpec, build_spec, describe, spec_to_toml
 
 
@@ -154,9 +154,21 @@ def run_sweep(
         run_dir = create_run_dir(out, new_run_id(spec.device) if run_id is None else run_id, exact=run_id is not None)
     # one writer per folder, from counting what is done to the last table; SIGTERM unwinds like Ctrl-C (the lock's pid
     # is removed, the executor closed); `model` inputs cache their captures in the folder
-    with lock_run_dir(run_dir), sigterm_stops(), run_folder(run_dir):
-        _sweep_into(run_dir, spec, fresh=resume is None, quiet=quiet, remeasure_limits=remeasure_limits)
+    try:
+        with lock_run_dir(run_dir), sigterm_stops(), run_folder(run_dir):
+            _sweep_into(run_dir, spec, fresh=resume is None, quiet=quiet, remeasure_limits=remeasure_limits)
+    except OSError as exc:  # a read-only folder, a full disk: the rows written so far are safe
+        where = f"{exc.strerror or type(exc).__name__}: {exc.filename or run_dir}"
+        raise RunFailed(
+            f"cannot write the run folder ({where}); free space or make {run_dir} writable, then continue with "
+            f"{resume_command(run_dir, spec.plugins)}"
+        ) from None
     return run_dir
+
+
+def resume_command(run_dir: Path, plugins: tuple[str, ...] | list[str] = ()) -> str:
+    """The command that continues `run_dir` (a spec file's plugins are imported only when named)."""
+    return f"python -m harness sweep --resume {run_dir}" + "".join(f" --plugin {p}" for p in plugins)
 
 
 def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool, remeasure_limits: bool = False) -> None:
@@ -282,6 +294,12 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool, rem
         raise
     progress.close()
     finish_run(run_dir, plugins=job.plugins)
+    missing = [cell for cell in cells if cell.cell_id not in done]
+    if missing:  # the exit status says whether every planned cell has a row
+        raise RunFailed(
+            f"{len(missing)} of {len(cells)} planned cells have no row (first: {missing[0].label}); "
+            f"continue with {resume_command(run_dir, job.plugins)}"
+        )
 
 
 def finish_run(run_dir: Path, *, plugins: tuple[str, ...] = ()) -> None:

@@ -19,6 +19,7 @@ import pandas as pd
 from harness.errors import UsageError
 from harness.row import NUMERIC_FIELDS, ROW_FIELDS
 from harness.schema import CELL_FIELDS, canonical, SCHEMA_VERSION, SETTINGS, legacy_value
+from harness.store.row_types import MAX_LINE_CHARS, row_problem, shown, too_deep
 from harness.store.run_dir import ENV_FILE, ROWS_FILE, SPEC_FILE
 
 REQUIRED_FIELDS = ("variant", "seq_len", "status")  # without these a row cannot be placed in any table
@@ -54,6 +55,7 @@ def resolve_run_dir(run_dir: str | Path) -> Path:
         )
     if not path.is_dir():
         raise UsageError(f"'{run_dir}' is a file, not a run folder; pass the folder that holds rows.jsonl")
+    regular_file(path / ROWS_FILE)
     if not (path / ROWS_FILE).is_file():
         raise UsageError(
             f"'{run_dir}' is not a run folder: it has no rows.jsonl (a run folder holds rows.jsonl, env.json, "
@@ -65,30 +67,29 @@ def resolve_run_dir(run_dir: str | Path) -> Path:
 def rows_frame(rows: list[dict[str, Any]], notes: list[str] | None = None, source: str = "rows") -> pd.DataFrame:
     """Rows as a DataFrame with every schema field present and a "series" label per (variant, config).
 
-    Rows lacking a required field (variant, seq_len, status) are dropped with a note; if every row
-    lacks one, the file is not a rows file this reader understands and UsageError is raised.
+    Rows lacking a required field (variant, seq_len, status) or with a field not of its declared type
+    (harness.store.row_types) are dropped with a note; if every row lacks one, the file is not a rows file this reader understands and UsageError is raised.
     """
-    kept, not_lengths = [], 0
-    for row in rows:
-        missing = [f for f in REQUIRED_FIELDS if row.get(f) is None]
-        if missing:
+    kept, refused = [], 0
+    for number, row in enumerate(rows, start=1):
+        if any(row.get(f) is None for f in REQUIRED_FIELDS):
             continue
-        lengths = {f: _as_length(row.get(f)) for f in ("seq_len", "kv_len")}
-        if lengths["seq_len"] is None or (row.get("kv_len") is not None and lengths["kv_len"] is None):
-            not_lengths += 1
+        problem = row_problem(row)  # rows from read_row_lines passed it already; rows given in memory have not
+        if problem is not None:
+            refused += 1
+            warn_note(notes, f"{source}: row {number}: {problem}; row skipped")
             continue
-        kept.append({**row, "seq_len": lengths["seq_len"], "kv_len": lengths["kv_len"]})
-    if rows and not kept and not not_lengths:
+        lengths = {f: None if row.get(f) is None else int(row[f]) for f in ("seq_len", "kv_len")}  # 16.0 -> 16
+        kept.append({**row, **lengths})
+    if rows and not kept and not refused:
         found = ", ".join(sorted(rows[0])[:12])
         raise UsageError(
             f"{source}: no row has the fields {', '.join(REQUIRED_FIELDS)} (first row has: {found}); "
             f"not an attnsuite rows file of schema {SCHEMA_VERSION} or older"
         )
-    if not_lengths:
-        warn_note(notes, f"{source}: skipped {not_lengths} row(s) whose seq_len or kv_len is not a positive integer")
-    if len(kept) + not_lengths < len(rows):
+    if len(kept) + refused < len(rows):
         warn_note(
-            notes, f"{source}: skipped {len(rows) - len(kept) - not_lengths} row(s) without {'/'.join(REQUIRED_FIELDS)}"
+            notes, f"{source}: skipped {len(rows) - len(kept) - refused} row(s) without {'/'.join(REQUIRED_FIELDS)}"
         )
     versions = {r.get("schema_version") for r in kept}
     if any(isinstance(v, int) and v > SCHEMA_VERSION for v in versions):
@@ -109,17 +110,6 @@ def rows_frame(rows: list[dict[str, Any]], notes: list[str] | None = None, sourc
     return frame
 
 
-def _as_length(value: Any) -> int | None:
-    """A sequence length as an int (16, 16.0 and "16" alike), or None for anything else ("abc", True, -1, 1.5)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    return value if isinstance(value, int) and value > 0 else None
-
-
 def load_run(run_dir: str | Path) -> Run:
     """Load a run folder: rows (tolerant, see read_row_lines), env.json and spec.toml.
 
@@ -129,21 +119,43 @@ def load_run(run_dir: str | Path) -> Run:
     notes: list[str] = []
     rows = read_row_lines(path / ROWS_FILE, notes)
     frame = rows_frame(rows, notes, source=str(path / ROWS_FILE))
-    env: dict[str, Any] = {}
-    if (path / ENV_FILE).is_file():
-        try:
-            env = json.loads((path / ENV_FILE).read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            warn_note(notes, f"{path / ENV_FILE}: not valid JSON ({exc.msg}); environment unknown")
     spec_text = (path / SPEC_FILE).read_text(encoding="utf-8") if (path / SPEC_FILE).is_file() else None
     return Run(
         path=path,
         rows=frame,
-        env=env if isinstance(env, dict) else {},
+        env=read_env(path / ENV_FILE, notes),
         spec_text=spec_text,
         notes=notes,
         records=[row for row in rows if row.get("cell_id")],
     )
+
+
+# env.json's entries that are tables (harness.env.collect_env, the sweep's seeds and settings); every other is a scalar
+ENV_TABLES = ("packages", "seeds", "measure_settings")
+
+
+def read_env(path: Path, notes: list[str] | None = None) -> dict[str, Any]:
+    """env.json as a table ({} when absent or unreadable, with a note); an entry of the wrong shape (a table where
+    text belongs, text where a table belongs) is left out with a note."""
+    if not path.is_file() or path.stat().st_size > MAX_LINE_CHARS:
+        return {}
+    try:
+        env = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (json.JSONDecodeError, RecursionError) as exc:
+        warn_note(notes, f"{path}: not valid JSON ({getattr(exc, 'msg', 'nested too deep')}); environment unknown")
+        return {}
+    if not isinstance(env, dict):
+        warn_note(notes, f"{path}: a JSON {type(env).__name__} where a table was expected; environment unknown")
+        return {}
+    kept = {}
+    for key, value in env.items():
+        table = key in ENV_TABLES
+        if (isinstance(value, dict) if table else not isinstance(value, (dict, list))) and not too_deep(value, 4):
+            kept[key] = value
+        elif value is not None:
+            expected = "a table" if table else "text or a number"
+            warn_note(notes, f"{path}: entry {key} is {shown(value)}, expected {expected}; left out")
+    return kept
 
 
 def config_key(config: Any) -> str:
@@ -213,15 +225,21 @@ def _fill_defaults(frame: pd.DataFrame) -> None:
 
 # ---- the raw lines ---------------------------------------------------------------------------------
 def read_row_lines(path: str | Path, notes: list[str] | None = None) -> list[dict[str, Any]]:
-    """The JSON objects of a rows.jsonl file, tolerantly: an unreadable line is skipped with a warning.
+    """The JSON objects of a rows.jsonl file, tolerantly: an unreadable line or row is skipped with a warning.
 
-    A line that is not valid JSON (typically the last one of a run killed mid-write) or not a JSON
-    object is skipped and described as a ``UserWarning`` and in `notes` (if given). Blank lines are ignored.
+    A line that is not valid JSON (typically the last one of a run killed mid-write), nested too deep, longer than
+    MAX_LINE_CHARS or not a JSON object is skipped; so is a row with a field that is not of its declared type
+    (harness.store.row_types): each is described as a ``UserWarning`` and in `notes` (if given). Blank lines are
+    ignored. UsageError when `path` is not a regular file (a directory, a FIFO that would block).
     """
     path = Path(path)
+    regular_file(path)
     rows: list[dict[str, Any]] = []
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    lines = _bounded_lines(path)
     for number, line in enumerate(lines, start=1):
+        if line is None:
+            warn_note(notes, f"{path}: skipped line {number}, longer than {MAX_LINE_CHARS} characters; not a row")
+            continue
         if not line.strip():
             continue
         try:
@@ -230,13 +248,50 @@ def read_row_lines(path: str | Path, notes: list[str] | None = None) -> list[dic
             where = "last line" if number == len(lines) else f"line {number}"
             warn_note(notes, f"{path}: skipped {where}, not valid JSON ({exc.msg}); probably a run killed mid-write")
             continue
+        except RecursionError:
+            warn_note(notes, f"{path}: skipped line {number}, nested deeper than any row; not a row")
+            continue
         if not isinstance(row, dict):
             warn_note(
                 notes, f"{path}: skipped line {number}, a JSON {type(row).__name__} where a row object was expected"
             )
             continue
+        problem = row_problem(row)
+        if problem is not None:
+            warn_note(notes, f"{path}: row {number}: {problem}; row skipped")
+            continue
         rows.append(row)
     return rows
+
+
+def regular_file(path: Path) -> None:
+    """UsageError (one line) when `path` exists but is not a regular file: reading a FIFO blocks, a directory fails."""
+    import stat
+
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        kind = "a symbolic link" if stat.S_ISLNK(mode) else kind
+        raise UsageError(f"{path} is {kind}; a run folder's {path.name} must be a regular file (move it away)")
+
+
+def _bounded_lines(path: Path) -> list[str | None]:
+    """The file's lines without their line breaks; None for a line longer than MAX_LINE_CHARS (never held whole)."""
+    out: list[str | None] = []
+    with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
+        while True:
+            line = f.readline(MAX_LINE_CHARS + 1)
+            if not line:
+                return out
+            if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
+                while line and not line.endswith("\n"):  # the rest of the long line, in bounded pieces
+                    line = f.readline(MAX_LINE_CHARS)
+                out.append(None)
+                continue
+            out.append(line.rstrip("\r\n"))
 
 
 def read_rows(run_dir: str | Path) -> list[dict[str, Any]]:

@@ -61,7 +61,7 @@ def repair_tail(path: Path) -> None:
             return
         try:
             complete = isinstance(json.loads(data), dict)
-        except ValueError:  # JSONDecodeError and undecodable bytes
+        except (ValueError, RecursionError):  # JSONDecodeError, undecodable bytes, nested too deep
             complete = False
         if complete:
             f.write(b"\n")

@@ -168,10 +168,10 @@ def test_a_row_with_a_non_integer_seq_len_is_skipped_with_a_note(tmp_path, capsy
     b = tmp_path / "b"
     b.mkdir()
     (b / "rows.jsonl").write_text("\n".join([json.dumps(bad)] + rows) + "\n")
-    with pytest.warns(UserWarning, match="skipped 1 row.s. whose seq_len or kv_len is not a positive integer"):
+    with pytest.warns(UserWarning, match="row 1: field seq_len is 'abc', expected an integer; row skipped"):
         run = load_run(b)
     assert len(run.frame) == len(rows)
-    with pytest.warns(UserWarning, match="not a positive integer"):
+    with pytest.warns(UserWarning, match="expected an integer"):
         assert main(["compare", str(a), str(b)]) == 0
 
 

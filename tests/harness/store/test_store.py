@@ -130,8 +130,9 @@ def test_csv_has_every_field_with_dicts_as_json(tmp_path):
     assert frame["latency_s"][0] == 1.2345678901234e-05  # raw, full precision
 
 
-def test_rows_frame_holds_numeric_columns_as_floats_with_nan_for_missing_or_bad_values():
-    """Rows from JSON mix ints, floats, None and (from older or hand-edited files) strings: readers get floats."""
+def test_rows_frame_holds_numeric_columns_as_floats_with_nan_for_missing_values_and_skips_bad_ones():
+    """Rows from JSON mix ints, floats and None: readers get floats; a string where a number belongs (an older or
+    hand-edited file) is not coerced: its row is skipped with a note naming the field."""
     import math
 
     from harness.row import NUMERIC_FIELDS
@@ -142,11 +143,14 @@ def test_rows_frame_holds_numeric_columns_as_floats_with_nan_for_missing_or_bad_
         row = blank_row()
         row.update(cell_id=f"c{i}", variant="dense", seq_len=256 * (i + 1), status="ok", latency_s=latency)
         rows.append(row)
-    frame = rows_frame(rows)
+    notes: list[str] = []
+    with pytest.warns(UserWarning, match="row 3: field latency_s is 'n/a', expected a finite number; row skipped"):
+        frame = rows_frame(rows, notes)
+    assert len(frame) == 3 and len(notes) == 1
     for column in NUMERIC_FIELDS:
         assert frame[column].dtype == float, column
-    assert frame["latency_s"].iloc[0] == 0.002 and frame["latency_s"].iloc[3] == 3.0
-    assert math.isnan(frame["latency_s"].iloc[1]) and math.isnan(frame["latency_s"].iloc[2])
+    assert frame["latency_s"].iloc[0] == 0.002 and frame["latency_s"].iloc[2] == 3.0
+    assert math.isnan(frame["latency_s"].iloc[1])
     assert frame["latency_s"].median() == pytest.approx(1.501)  # a median over the column works, NaN left out
 
 
