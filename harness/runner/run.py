@@ -135,6 +135,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
     from harness.entries import knob_field
     from harness.measure.tuning import scoring_seeds, unreachable_carries_over
     from harness.plan import plan
+    from harness.runner.longest import budget_bytes, search_memory_budget
     from harness.runner.progress import Progress
     from harness.schema import NOT_RUN_PREFIX
     from harness.store import (
@@ -159,6 +160,9 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
     }
     env["measure_settings"] = settings.to_dict()
     env["executor"] = spec.executor  # of the first part; each row's host and device_name say where it ran
+    budget = budget_bytes(spec)
+    if budget is not None:
+        env["memory_budget_bytes"] = budget  # what the report's "Longest trainable N" is for ('device' resolved)
     if (
         fresh and (run_dir / SPEC_FILE).exists()
     ):  # a chosen --run-id whose folder holds no rows (create_run_dir checked)
@@ -189,6 +193,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
     repair_tail(run_dir / ROWS_FILE)  # before counting: a complete last row without its newline is kept, not cut later
     existing = read_rows(run_dir)
     done = completed_cell_ids(existing)
+    rows = {row["cell_id"]: row for row in existing}  # what the memory budget search walks
     cells = plan(spec)
     blocked = _blocked_series(existing, cells)
     progress = Progress(cells, done, enabled=not quiet)
@@ -219,12 +224,20 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool) -> 
             def on_row(cell, row: dict[str, Any], measured: bool) -> None:
                 writer.append(row)
                 done.add(cell.cell_id)
+                rows[cell.cell_id] = row
                 if measured and row["status"] in BLOCKING:
                     _block(blocked, cell, row["status"])
                 progress.finish(cell, row, measured=measured)
 
             todo = (cell for cell in cells if cell.cell_id not in done)
             run_cells(executor, todo, skip=skip, on_row=on_row, on_start=progress.start)
+            if budget is not None:  # then the longest N per train series within it (harness.runner.longest)
+
+                def measure(found: list) -> None:
+                    progress.total += len(found)
+                    run_cells(executor, found, skip=skip, on_row=on_row, on_start=progress.start)
+
+                search_memory_budget(spec, budget, rows, measure)
     except KeyboardInterrupt:
         progress.close()
         plugins = "".join(f" --plugin {p}" for p in job.plugins)  # a spec file's plugins are imported only when named
