@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from harness.schema import SETTINGS, Cell
+from harness.schema import SETTINGS, Cell, default_of
 from harness.spec.model import SweepSpec
 
 
@@ -104,10 +104,14 @@ def tricks_reason(values: Mapping[str, Any]) -> str | None:
     """Why a cell's recompute and precision are not worth measuring (planning skips it, measuring refuses it), or None.
 
     The tricks trade memory of the backward pass (recompute) and of training activations and weights (autocast), so a
-    forward cell keeps the defaults; checkpointing a block needs a block; autocast runs float32 inputs and weights.
+    forward cell keeps the defaults (Cell's); checkpointing a block, or a stack of them, needs a block; autocast runs
+    float32 inputs and weights.
     """
-    recompute, precision = values.get("recompute") or "none", values.get("precision") or "fp32"
-    if values.get("mode") != "train" and (recompute, precision) != ("none", "fp32"):
+    plain = {name: default_of(name, values) for name in ("recompute", "precision", "layer_depth")}  # Cell's defaults
+    recompute, precision = (values.get(name) or plain[name] for name in ("recompute", "precision"))
+    if (values.get("layer_depth") or plain["layer_depth"]) != plain["layer_depth"] and values.get("scope") != "layer":
+        return f"a stack of layer_depth {values.get('layer_depth')} blocks needs --scopes layer"
+    if values.get("mode") != "train" and (recompute, precision) != (plain["recompute"], plain["precision"]):
         return f"recompute {recompute} and precision {precision} are measured for train cells only (--modes train)"
     if recompute == "layer" and values.get("scope") != "layer":
         return "recompute layer checkpoints a transformer block: it needs --scopes layer (at the attention scope: recompute attention)"

@@ -115,6 +115,8 @@ def plot_longest(longest: pd.DataFrame, budget: int, path: Path) -> Path | None:
     height = 0.32 * max(len(g) for _, g in groups) + 1.3
     plt, fig, axes = plotting.grid(len(groups), ncols=1, width=7.5, height=height)
     colors = {"none": "#4c72b0", "attention": "#dd8452", "layer": "#55a868"}
+    found = longest["longest"].dropna().astype(float)
+    left, right = max(1.0, float(found.min()) / 2), float(found.max()) * 4  # the same N axis in every panel
     for ax, (key, part) in zip(axes, groups):
         part = part.sort_values(["series", "recompute", "precision"], ascending=False)
         y = np.arange(len(part))
@@ -127,12 +129,12 @@ def plot_longest(longest: pd.DataFrame, budget: int, path: Path) -> Path | None:
                 if pd.isna(r["longest"])
                 else f"{format_n(r['longest'])}, {format_seconds(r['per_token_s'])}/token"
             )
-            at = float(r["longest"]) if pd.notna(r["longest"]) else float(n[n > 0].min()) / 2
+            at = float(r["longest"]) if pd.notna(r["longest"]) else left
             ax.text(at * 1.08, yi, text, va="center", fontsize=7)
         ax.set_yticks(y, [f"{s}  {r}  {p}" for s, r, p in zip(part["series"], part["recompute"], part["precision"])])
         ax.tick_params(axis="y", labelsize=7)
         ax.set_xscale("log", base=2)
-        ax.set_xlim(left=max(1.0, float(n[n > 0].min()) / 2), right=float(n.max()) * 4)
+        ax.set_xlim(left=left, right=right)
         ax.xaxis.set_major_formatter(plotting.n_formatter())
         ax.set_xlabel(f"longest N whose train step fits {format_bytes(budget)}")
         setting = dict(zip(OTHER_KEYS, key))
