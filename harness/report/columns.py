@@ -84,4 +84,6 @@ COLUMNS: tuple[Column, ...] = (
         compared=True,
     ),
     Column("1 - cosine", "cosine", lambda r: format_error(_one_minus(r.get("cosine")), digits=2)),
+    # a layer train cell's weight gradients against float64 (harness.measure.layer_accuracy): autocast's cost
+    Column("weights' grad error", "grad_rel_l2_params", lambda r: format_error(r.get("grad_rel_l2_params"), digits=2)),
 )
