@@ -47,3 +47,14 @@ def dtype_reason(dtype: str, device: str) -> str | None:
     if dtype == "float16":
         return "the CPU has no fast float16 matmul, so timings would measure a slow fallback; use float32 or bfloat16 on cpu"
     return None
+
+
+def device_memory_bytes(device: str) -> int:
+    """The memory of `device`: a CUDA device's total, a CPU machine's physical RAM (a memory budget of 'device')."""
+    import os
+
+    import torch
+
+    if device.startswith("cuda"):
+        return int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))

@@ -10,10 +10,13 @@ and a variant meets its lengths in ascending order (an OOM at N marks longer N a
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-from typing import Any, Iterator, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from harness.schema import SETTINGS, Cell
+from harness.schema import SETTINGS, Cell, default_of
 from harness.spec.model import SweepSpec
 
 
@@ -24,30 +27,52 @@ def plan(spec: SweepSpec) -> list[Cell]:
     each cell's N unless the user set them, so no default is sized for another length. With error
     budgets, a variant with a quality knob gets one cell per budget (matched_budget; see _budgets).
     """
+    cells: dict[str, Cell] = {}
+    for series in _series(spec):
+        for seq_len in sorted(spec.seq_lens):
+            for at in series:
+                cell = at(seq_len)
+                cells.setdefault(cell.cell_id, cell)
+    return list(cells.values())
+
+
+def length_series(spec: SweepSpec) -> list[Callable[[int], Cell]]:
+    """Per series of the plan (its cells but for their length), N -> its cell at N, in planning order, without
+    duplicates: what a search over N (the memory budget's) makes its cells with."""
+    found: dict[str, Callable[[int], Cell]] = {}
+    for series in _series(spec):
+        for at in series:
+            found.setdefault(at(min(spec.seq_lens)).series_key, at)
+    return list(found.values())
+
+
+def _series(spec: SweepSpec) -> Iterator[list[Callable[[int], Cell]]]:
+    """Per setting (the axes' product), the series of every variant entry and budget: N -> the cell at N."""
     from variants import get_variant
 
-    cells: dict[str, Cell] = {}
     classes = {entry.name: get_variant(entry.name).cls for entry in spec.variants}
     for setting in _settings(spec):
-        for seq_len in sorted(spec.seq_lens):
-            for entry in spec.variants:
-                config = classes[entry.name].config_for_length(dict(entry.config), seq_len, fixed=entry.overrides)
-                for budget in _budgets(spec, classes[entry.name], entry):
-                    matched = dict(matched_budget=budget, error_metric=spec.error_metric) if budget is not None else {}
-                    cell = Cell(
-                        variant=entry.name,
-                        config=config,
-                        seq_len=seq_len,
-                        kv_len=seq_len,
-                        batch=spec.batch,
-                        heads=spec.heads,
-                        device=spec.device_type,
-                        seed=spec.seed,
-                        **setting,
-                        **matched,
-                    )
-                    cells.setdefault(cell.cell_id, cell)
-    return list(cells.values())
+        series = []
+        for entry in spec.variants:
+            for budget in _budgets(spec, classes[entry.name], entry):
+                matched = dict(matched_budget=budget, error_metric=spec.error_metric) if budget is not None else {}
+                series.append(partial(_cell, spec, classes[entry.name], entry, {**setting, **matched}))
+        yield series
+
+
+def _cell(spec: SweepSpec, cls: Any, entry: Any, setting: dict[str, Any], seq_len: int) -> Cell:
+    return Cell(
+        variant=entry.name,
+        config=cls.config_for_length(dict(entry.config), seq_len, fixed=entry.overrides),
+        seq_len=seq_len,
+        kv_len=seq_len,
+        batch=spec.batch,
+        heads=spec.heads,
+        device=spec.device_type,
+        seed=spec.seed,
+        layer_depth=spec.layer_depth if setting.get("scope") == "layer" else 1,
+        **setting,
+    )
 
 
 def _budgets(spec: SweepSpec, cls: Any, entry: Any) -> tuple[float | None, ...]:
@@ -79,10 +104,14 @@ def tricks_reason(values: Mapping[str, Any]) -> str | None:
     """Why a cell's recompute and precision are not worth measuring (planning skips it, measuring refuses it), or None.
 
     The tricks trade memory of the backward pass (recompute) and of training activations and weights (autocast), so a
-    forward cell keeps the defaults; checkpointing a block needs a block; autocast runs float32 inputs and weights.
+    forward cell keeps the defaults (Cell's); checkpointing a block, or a stack of them, needs a block; autocast runs
+    float32 inputs and weights.
     """
-    recompute, precision = values.get("recompute") or "none", values.get("precision") or "fp32"
-    if values.get("mode") != "train" and (recompute, precision) != ("none", "fp32"):
+    plain = {name: default_of(name, values) for name in ("recompute", "precision", "layer_depth")}  # Cell's defaults
+    recompute, precision = (values.get(name) or plain[name] for name in ("recompute", "precision"))
+    if (values.get("layer_depth") or plain["layer_depth"]) != plain["layer_depth"] and values.get("scope") != "layer":
+        return f"a stack of layer_depth {values.get('layer_depth')} blocks needs --scopes layer"
+    if values.get("mode") != "train" and (recompute, precision) != (plain["recompute"], plain["precision"]):
         return f"recompute {recompute} and precision {precision} are measured for train cells only (--modes train)"
     if recompute == "layer" and values.get("scope") != "layer":
         return "recompute layer checkpoints a transformer block: it needs --scopes layer (at the attention scope: recompute attention)"
@@ -91,3 +120,66 @@ def tricks_reason(values: Mapping[str, Any]) -> str | None:
             f"precision {precision} autocasts float32 inputs and weights; dtype {values.get('dtype')} is cast already"
         )
     return None
+
+
+# The memory budget search (SweepSpec.memory_budget): per train series, the longest N whose peak memory fits, by
+# doubling N from the planned lengths, then bisection between the longest N that fits and the shortest that does not,
+# to within an eighth (on multiples of 64). Pure: it walks the rows measured so far and names the next N to measure.
+MAX_SEARCHED_SEQ_LEN = 1 << 20  # doubling stops here
+MIN_SEARCHED_SEQ_LEN = 64  # halving (when no planned N fits) stops here
+
+
+@dataclass(frozen=True)
+class Longest:
+    """Where a series' search stands: the longest N that fits, the shortest N above it that does not (and why), and the
+    next N to measure (None: the search is over)."""
+
+    fits: int | None  # None: no N measured fits
+    fails: int | None  # None: none above `fits` failed (the search stopped at MAX_SEARCHED_SEQ_LEN)
+    why: str | None  # why `fails` fails: "over budget" or its status (oom, timeout, error, unsupported...)
+    next: int | None = None
+
+
+def memory_verdict(row: Mapping[str, Any], budget: int) -> str | None:
+    """None when the row's train step fits the budget (ok, peak memory measured and within it), else why not."""
+    if row.get("status") != "ok":
+        return str(row.get("status"))
+    peak = row.get("peak_memory_bytes")
+    if peak is None or peak != peak:  # NaN in a frame
+        return "no peak memory"
+    return None if peak <= budget else "over budget"
+
+
+def longest_within(verdicts: Mapping[int, str | None]) -> Longest:
+    """From N -> memory_verdict: the shortest N that does not fit, and the longest N below it that fits."""
+    failed = [n for n, why in verdicts.items() if why is not None]
+    fails = min(failed) if failed else None
+    fitting = [n for n, why in verdicts.items() if why is None and (fails is None or n < fails)]
+    return Longest(max(fitting) if fitting else None, fails, verdicts[fails] if fails is not None else None)
+
+
+def search_longest(verdict_at: Callable[[int], str | None | bool], start: Sequence[int]) -> Longest:
+    """Walk the search from the planned lengths `start`: verdict_at(N) is memory_verdict of N's row, or False when N
+    has no row yet (then it is the next N to measure). Deterministic, so a resumed run walks the same path."""
+    verdicts = {n: v for n in start if (v := verdict_at(n)) is not False}
+    while True:
+        at = longest_within(verdicts)
+        lo, hi = at.fits, at.fails
+        if lo is None and hi is None:
+            return at  # nothing planned was measured
+        if hi is None:
+            n = 2 * lo
+            if n > MAX_SEARCHED_SEQ_LEN:
+                return at
+        elif lo is None:
+            n = hi // 2
+            if n < MIN_SEARCHED_SEQ_LEN:
+                return at
+        else:
+            n = (lo + hi) // 128 * 64  # the middle, on a multiple of 64
+            if hi - lo <= max(64, lo // 8) or not lo < n < hi:
+                return at
+        verdict = verdict_at(n)
+        if verdict is False:
+            return dataclasses.replace(at, next=n)
+        verdicts[n] = verdict

@@ -76,6 +76,9 @@ class Cell:
     recompute: str = _field("none", role="setting", axis="recomputes", text=eq_text("recompute"), added=True)
     # "fp32" | "autocast-bf16" | "autocast-fp16": torch.autocast around the forward, float32 inputs and parameters
     precision: str = _field("fp32", role="setting", axis="precisions", text=lambda v, _: str(v), added=True)
+    # blocks in a layer cell's stack (SweepSpec.layer_depth; 1 at the attention scope): "recompute layer" keeps the
+    # activations of one block at a time, so its saving grows with the depth
+    layer_depth: int = _field(1, role="setting", text=eq_text("L"), added=True, cast=int)
     seed: int = _field(role="seed", text=eq_text("seed"), matched=False)  # evaluation seed
     # An error-budget cell: the variant's quality knob is searched (on calibration seeds) for the cheapest
     # value whose error_metric meets this budget, and that config is measured. None: config as given.

@@ -1,11 +1,12 @@
-"""A layer cell: a pre-norm transformer block around the variant, timed as a whole.
+"""A layer cell: a stack of L pre-norm transformer blocks around the variant, timed as a whole (L = Cell.layer_depth).
 
 x (B, N, E = H * D) -> x + W_o attn(W_q h, W_k h, W_v h), h = RMSNorm(x)  (k, v with H_kv heads)
                     -> x + W_2 (silu(W_1 h) * W_3 h),       h = RMSNorm(x)  (SwiGLU, width ~2.7 E)
-Weights are random, seeded by the cell; x is the cell's q inputs laid out as (B, N, H * D), so the
-input distribution still chooses x. Accuracy: the block's output on sampled rows against the same
-block (same weights) in float64 with exact attention (or the variant's pattern), so it shows how
-much of the attention error survives the projections, the residual and the MLP.
+and so on for each block of the stack (one variant instance shared by the blocks, each block its own weights).
+Weights are random, seeded by the cell; x is the cell's q inputs laid out as (B, N, H * D), so the input distribution
+still chooses x. Accuracy (harness.measure.layer_accuracy): the stack's output on sampled rows against the same stack
+(same weights) in float64 with exact attention (or the variant's pattern), so it shows how much of the attention error
+survives the projections, the residuals and the MLPs; in train mode also the gradients of x and of the blocks' weights.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from harness.measure.accuracy import REFERENCE_CHUNK_BYTES, check_output, nonfinite, output_errors, sample_rows
+from harness.measure.accuracy import check_output, nonfinite
 from harness.measure.flops import attention_flops, flops_fields
 from harness.measure.kernel import memory_and_kernel
+from harness.measure.layer_accuracy import layer_accuracy
 from harness.measure.settings import MeasureSettings
 from harness.measure.stages import StageRecorder, stage
 from harness.measure.timing import quantile, time_step
@@ -93,21 +95,45 @@ class Block(nn.Module):
 
     def linear_flops(self, B: int, N: int) -> int:
         """Forward FLOPs of the projections and the MLP (2 per multiply-add)."""
-        return (
-            2
-            * B
-            * N
-            * sum(
-                m.in_features * m.out_features for m in (self.wq, self.wk, self.wv, self.wo, self.w1, self.w3, self.w2)
-            )
-        )
+        linears = (self.wq, self.wk, self.wv, self.wo, self.w1, self.w3, self.w2)
+        return 2 * B * N * sum(m.in_features * m.out_features for m in linears)
+
+    def own_parameters(self) -> list[nn.Parameter]:
+        """The block's weights (norms and projections), not the variant's."""
+        return [p for name, p in self.named_parameters() if not name.startswith("attn.")]
 
 
-def build_block(attn: nn.Module, cell: Cell, dtype: torch.dtype, device: torch.device) -> Block:
-    """The cell's block around `attn`, weights seeded by the cell (the variant's own parameters untouched)."""
+class Stack(nn.Module):
+    """L blocks, one after the other, around one variant instance (its own parameters, if any, shared by the blocks)."""
+
+    def __init__(self, blocks: list[Block]):
+        super().__init__()
+        self.blocks = nn.ModuleList(blocks)
+        self.attn = blocks[0].attn
+
+    def forward(self, x: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None, attend: Any = None) -> Tensor:
+        """x (B, N, E) -> (B, N, E) through every block (each under its own recompute); `attend`: as Block.forward's."""
+        for block in self.blocks:
+            x = block(x, causal=causal, kv_mask=kv_mask, attend=attend)
+        return x
+
+    def linear_flops(self, B: int, N: int) -> int:
+        return sum(block.linear_flops(B, N) for block in self.blocks)
+
+    def own_parameters(self) -> list[nn.Parameter]:
+        """The blocks' weights, in order (the variant's own parameters left out: the float64 reference has none)."""
+        return [p for block in self.blocks for p in block.own_parameters()]
+
+
+def build_stack(attn: nn.Module, cell: Cell, dtype: torch.dtype, device: torch.device) -> Stack:
+    """The cell's Cell.layer_depth blocks around `attn`, weights seeded by the cell (the variant's own parameters
+    untouched); the first block's weights are those a one-block cell has."""
     torch.manual_seed(cell.seed + 7919)
-    block = Block(attn, heads=cell.heads, kv_heads=cell.kv_heads, head_dim=cell.head_dim, recompute=cell.recompute)
-    return block.to(device=device, dtype=dtype)
+    blocks = [
+        Block(attn, heads=cell.heads, kv_heads=cell.kv_heads, head_dim=cell.head_dim, recompute=cell.recompute)
+        for _ in range(cell.layer_depth)
+    ]
+    return Stack(blocks).to(device=device, dtype=dtype)
 
 
 def measure_layer(
@@ -126,22 +152,23 @@ def measure_layer(
     training, precision = cell.mode == "train", autocast(cell, device)
     x = rearrange(q, "b h n d -> b n (h d)").contiguous()  # (B, N, E)
     with stage("build"):
-        block = build_block(attn, cell, q.dtype, device).train(training)
+        stack = build_stack(attn, cell, q.dtype, device).train(training)
     with stage("accuracy"):
-        out, first_call_s = _timed_call(lambda: block(x, causal=cell.causal, kv_mask=kv_mask), precision)
+        out, first_call_s = _timed_call(lambda: stack(x, causal=cell.causal, kv_mask=kv_mask), precision)
         check_output(rearrange(out, "b n (h d) -> b h n d", h=cell.heads), q, q)
         bad = nonfinite(out)
         if bad:
             return recorder.outcome("nonfinite", bad)
-        recorder.record(_accuracy(block, x, out, kv_mask, cell, settings))
+        recorder.record(layer_accuracy(stack, x, out, kv_mask, cell, settings, precision))
         del out
     with stage("memory"):
-        step = _step(block, x, cell.causal, kv_mask, training, precision)
+        step = _step(stack, x, cell.causal, kv_mask, training, precision)
         recorder.record(memory_and_kernel(lambda: step, device))
     with stage("timing"):
         times, repeats = time_step(step, settings, device, first_call_s=first_call_s)
     latency = statistics.median(times)
     attention, useful = attention_flops(attn, cell, backend=attn.resolve_backend(q, training=training))
+    attention, useful = cell.layer_depth * attention, cell.layer_depth * useful  # every block of the stack
     return recorder.outcome(
         "ok",
         latency_s=latency,
@@ -152,7 +179,7 @@ def measure_layer(
             attention,
             latency,
             training=training,
-            linear_flops=block.linear_flops(cell.batch, cell.seq_len),
+            linear_flops=stack.linear_flops(cell.batch, cell.seq_len),
             useful_attention_flops=useful,
         ),
     )
@@ -168,69 +195,38 @@ def _timed_call(fn: Callable[[], Tensor], precision: Callable[[], ContextManager
 
 
 def _step(
-    block: Block,
+    stack: Stack,
     x: Tensor,
     causal: bool,
     kv_mask: Tensor | None,
     training: bool,
     precision: Callable[[], ContextManager[Any]],
 ) -> Callable[[], Any]:
-    """The timed call: the block's forward under no_grad, or forward + backward w.r.t. x and every parameter; the
+    """The timed call: the stack's forward under no_grad, or forward + backward w.r.t. x and every parameter; the
     forward under the cell's precision (autocast), the backward outside it, as torch's AMP recipe runs them.
 
     The variant's call is checked here, once, on q, k, v projected like the timed calls' (prepare_call), not in them.
     """
     with torch.no_grad(), precision():
-        q, k, v = block.project(x)
-    attend = block.attn.prepare_call(q, k, v, causal=causal, kv_mask=kv_mask, training=training)
+        q, k, v = stack.blocks[0].project(x)
+    attend = stack.attn.prepare_call(q, k, v, causal=causal, kv_mask=kv_mask, training=training)
     del q, k, v
     if not training:
 
         def forward() -> Tensor:
             with torch.no_grad(), precision():
-                return block(x, attend=attend)
+                return stack(x, attend=attend)
 
         return forward
     xg = x.detach().requires_grad_(True)
-    targets = [xg] + [p for p in block.parameters() if p.requires_grad]
+    targets = [xg] + [p for p in stack.parameters() if p.requires_grad]
     grad_out = torch.randn(x.shape, generator=torch.Generator(device=x.device).manual_seed(1), device=x.device).to(
         x.dtype
     )
 
     def train() -> tuple:
         with precision():
-            out = block(xg, attend=attend)
+            out = stack(xg, attend=attend)
         return torch.autograd.grad(out, targets, grad_outputs=grad_out, allow_unused=True)
 
     return train
-
-
-def _accuracy(
-    block: Block, x: Tensor, out: Tensor, kv_mask: Tensor | None, cell: Cell, settings: MeasureSettings
-) -> dict[str, Any]:
-    """The block's output on sampled rows against the float64 block with exact attention (the same weights)."""
-    import copy
-
-    from variants import reference_attention
-
-    B, N = x.shape[0], x.shape[1]
-    rows = sample_rows(N, settings.error_rows, cell.seed).to(x.device)
-    pattern = block.attn.pattern if settings.accuracy_reference == "pattern" else None
-    gold = copy.deepcopy(block).double()
-    chunk = max(1, REFERENCE_CHUNK_BYTES[x.device.type] // (B * cell.heads * N * 8))
-    with torch.no_grad():
-        x64 = x.double()
-        q, k, v = gold.project(x64)
-        # (B, H, R, D)
-        a = torch.cat(
-            [
-                reference_attention(
-                    q, k, v, causal=cell.causal, kv_mask=kv_mask, pattern=pattern, rows=rows[i : i + chunk]
-                )
-                for i in range(0, len(rows), chunk)
-            ],
-            dim=2,
-        )
-        ref = gold.finish(x64[:, rows], a)  # (B, R, E)
-    valid = kv_mask[:, rows] if kv_mask is not None else None
-    return output_errors(out[:, rows].double()[:, None], ref[:, None], valid)

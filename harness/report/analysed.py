@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from harness.report import analysis, budgets as budgets_mod, choice
+from harness.report.longest import longest_trainable
 from harness.spec import stored_spec_values
 from harness.store import Run, load_run
 
@@ -33,6 +34,9 @@ class AnalysedRun:
     accuracy_reference: str
     cell_timeout_s: float | None  # the run's per-cell limit (the report's maps get it too); None: none or unknown
     tables: tuple[choice.AnswerTable, ...]  # the answer: per setting and inputs, the winner per N and budget
+    # -- the memory budget (SweepSpec.memory_budget) and its search's answer: harness.report.longest --
+    memory_budget: int | None = None  # bytes; None: the run searched none
+    longest: pd.DataFrame | None = None  # longest.longest_trainable over every row (the searched lengths too)
 
     @property
     def name(self) -> str:
@@ -68,6 +72,12 @@ def analyse(run: Run | str | Path, *, budgets: Sequence[float] | None = None) ->
     frame = analysis.with_dense_ratios(run.rows)
     reference = _reference(frame, spec)
     frame = budgets_mod.with_budgets(frame, chosen, metric)
+    memory_budget, longest = _memory_budget(run.env, spec), None
+    if memory_budget is not None:  # the search's lengths answer it alone: the rest of the report is at the requested N
+        longest = longest_trainable(frame, memory_budget)
+        requested = spec.get("seq_lens")
+        if isinstance(requested, list) and all(isinstance(n, int) for n in requested):
+            frame = frame[frame["seq_len"].isin(requested)].reset_index(drop=True)
     timeout = spec.get("cell_timeout_s")
     return AnalysedRun(
         run=run,
@@ -79,7 +89,17 @@ def analyse(run: Run | str | Path, *, budgets: Sequence[float] | None = None) ->
         if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0
         else None,
         tables=tuple(choice.answer_tables(frame, chosen, metric)),
+        memory_budget=memory_budget,
+        longest=longest,
     )
+
+
+def _memory_budget(env: dict[str, Any], spec: dict[str, Any]) -> int | None:
+    """The run's memory budget in bytes: as the sweep resolved it (env.json), else the spec's size; None: none."""
+    for value in (env.get("memory_budget_bytes"), spec.get("memory_budget")):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def _reference(frame: pd.DataFrame, spec: dict[str, Any]) -> str:

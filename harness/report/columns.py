@@ -102,6 +102,8 @@ COLUMNS: tuple[Column, ...] = (
         ),
     ),
     Column("fit error train / held-out", "calibration_heldout_error", lambda r: _fit_gap(r)),
+    # a layer train cell's weight gradients against float64 (harness.measure.layer_accuracy): autocast's cost
+    Column("weights' grad error", "grad_rel_l2_params", lambda r: format_error(r.get("grad_rel_l2_params"), digits=2)),
 )
 
 

@@ -65,6 +65,9 @@ def write_report(
         paths, section = findings.recommendation(analysed, folder)
         written += paths
         blocks += section + [Paragraph(caveat) for caveat in study_caveats(folder)]
+        paths, section = findings.memory_budget_section(analysed, folder)
+        written += paths
+        blocks += section
     else:
         blocks += [Heading(2, "Which one should I use"), Paragraph(NOTHING_OK if len(frame) else NO_ROWS)]
     blocks += [Paragraph(f"**{n}**") for n in overview.load_warning(frame)]

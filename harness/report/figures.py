@@ -14,6 +14,7 @@ from harness.entries import parse_entry
 from harness.report import analysis, plots
 from harness.report.budgets import METRIC_NAMES, budget_text
 from harness.report.formatting import format_number
+from harness.report.longest import plot_longest
 from harness.report.maps_isolated import isolated_maps
 from harness.report.maps_plot import plot_attention_maps
 from harness.report.page import Block, Image, Table
@@ -57,7 +58,7 @@ class Figure:
     """One PNG of the report."""
 
     file: str  # a stable name, so README can link a committed run's figures
-    section: str  # "answer" | "measured" | "decode" | "maps"
+    section: str  # "answer" | "measured" | "memory" | "decode" | "maps"
     draw: Callable[["AnalysedRun", Path, MapOptions], "Path | Drawn | None"]  # None: nothing to draw (no file)
     caption: Callable[["AnalysedRun"], str]
     when: Callable[["AnalysedRun"], bool] = lambda analysed: True  # drawn at all (e.g. only with decode rows)
@@ -245,6 +246,18 @@ FIGURES: tuple[Figure, ...] = (
             "linear-attention state does not."
         ),
         when=_decoded,
+    ),
+    Figure(
+        "longest_trainable_n.png",
+        "memory",
+        lambda a, path, _: plot_longest(a.longest, a.memory_budget, path),
+        lambda a: (
+            "Longest trainable N: per train series (variant and config, recompute, precision), the longest N whose "
+            "measured peak memory of one forward + backward fits the memory budget, found by doubling N from the "
+            "requested lengths, then bisection to within an eighth; the label gives the time per token at that N. "
+            "Colour: recompute; hatched: autocast."
+        ),
+        when=lambda a: a.longest is not None,
     ),
     Figure(
         "attention_maps.png",

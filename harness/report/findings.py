@@ -200,3 +200,26 @@ def _crossover_text(r: pd.Series) -> str:
     if pd.notna(r.get("dense_oom_from")):
         text += f"; dense out of memory from N={int(r['dense_oom_from'])}"
     return text
+
+
+def memory_budget_section(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], list[Block]]:
+    """'Longest trainable N': the cheapest combination per setting at its largest requested N, the search's table per
+    train series and its figure (harness.report.longest); nothing without a memory budget."""
+    from harness.report.formatting import format_bytes
+    from harness.report.longest import cheapest_lines, table_rows
+
+    if analysed.memory_budget is None or analysed.longest is None or not len(analysed.longest):
+        return [], []
+    budget = format_bytes(analysed.memory_budget)
+    blocks: list[Block] = [
+        Heading(2, f"Longest trainable N within {budget}"),
+        Paragraph(
+            f"The memory budget ({budget}) against each train cell's measured peak memory of one forward + backward "
+            "(beyond its inputs and weights). The cheapest combination of variant, knob, recompute and precision that "
+            "trains at the largest requested N within it (and within the largest error budget):"
+        ),
+        *[Paragraph(line) for line in cheapest_lines(analysed.frame, analysed.memory_budget)],
+        Table(*table_rows(analysed.longest)),
+    ]
+    written, figures = figure_section(analysed, folder, "memory")
+    return written, blocks + figures

@@ -70,6 +70,10 @@ def answer_lines(analysed: "AnalysedRun") -> list[str]:
     from harness.report import choice
 
     lines = choice.answer_lines(list(analysed.tables))
+    if analysed.memory_budget is not None:  # the cheapest combination that trains within it (harness.report.longest)
+        from harness.report.longest import cheapest_lines
+
+        lines += cheapest_lines(analysed.frame, analysed.memory_budget)
     if lines and analysed.accuracy_reference != "full":
         lines.append(f"(errors against {analysed.errors_against})")
     return lines

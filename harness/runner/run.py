@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import RunFailed, Terminated, UsageError
+from harness.runner.finish import finish_run  # noqa: F401 - re-exported (harness.runner.finish_run)
 from harness.spec import SweepSpec, build_spec, describe, spec_to_toml
 
 
@@ -186,6 +187,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool, rem
     from harness.measure.tuning import scoring_seeds, unreachable_carries_over
     from harness.plan import plan
     from harness.runner.blocked import BLOCKING, block, blocked_series
+    from harness.runner.longest import budget_bytes, search_memory_budget
     from harness.runner.progress import Progress
     from harness.schema import NOT_RUN_PREFIX
     from harness.store import (
@@ -212,6 +214,9 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool, rem
     env["measure_settings"] = settings.to_dict()
     env["executor"] = spec.executor  # of the first part; each row's host and device_name say where it ran
     env["limits"] = run_limits(spec.device, limit_dtypes(spec), remeasure=remeasure_limits)  # every row is held to them
+    budget = budget_bytes(spec)
+    if budget is not None:
+        env["memory_budget_bytes"] = budget  # what the report's "Longest trainable N" is for ('device' resolved)
     if (
         fresh and (run_dir / SPEC_FILE).exists()
     ):  # a chosen --run-id whose folder holds no rows (create_run_dir checked)
@@ -244,6 +249,7 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool, rem
     repair_tail(run_dir / ROWS_FILE)  # before counting: a complete last row without its newline is kept, not cut later
     existing = read_rows(run_dir)
     done = completed_cell_ids(existing)
+    rows = {row["cell_id"]: row for row in existing}  # what the memory budget search walks
     cells = plan(spec)
     blocked = blocked_series(existing, cells)
     progress = Progress(cells, done, enabled=not quiet)
@@ -274,12 +280,20 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool, rem
             def on_row(cell, row: dict[str, Any], measured: bool) -> None:
                 writer.append(row)
                 done.add(cell.cell_id)
+                rows[cell.cell_id] = row
                 if measured and row["status"] in BLOCKING:
                     block(blocked, cell, row["status"])
                 progress.finish(cell, row, measured=measured)
 
             todo = (cell for cell in cells if cell.cell_id not in done)
             run_cells(executor, todo, skip=skip, on_row=on_row, on_start=progress.start)
+            if budget is not None:  # then the longest N per train series within it (harness.runner.longest)
+
+                def measure(found: list) -> None:
+                    progress.total += len(found)
+                    run_cells(executor, found, skip=skip, on_row=on_row, on_start=progress.start)
+
+                search_memory_budget(spec, budget, rows, measure)
     except KeyboardInterrupt as exc:
         progress.close()
         # a spec file's plugins are imported, and a remote executor used, only when named (or the file trusted)
@@ -300,47 +314,3 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool, rem
             f"{len(missing)} of {len(cells)} planned cells have no row (first: {missing[0].label}); "
             f"continue with {resume_command(run_dir, job.plugins)}"
         )
-
-
-def finish_run(run_dir: Path, *, plugins: tuple[str, ...] = ()) -> None:
-    """rows.csv/Parquet, the report (a failure there is a warning); on stdout the table, the report's path, its answer
-    at the largest N (harness.report.summary) and the folder. rows.jsonl is read once, here.
-
-    `plugins`: the run's plugin targets, which the report's maps child imports too.
-    """
-    import warnings
-
-    from harness.report.analysed import analyse
-    from harness.report.summary import answer_lines, outcome_line, summary_table
-    from harness.store import load_run, write_tables
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # what the reader skipped is in the run's notes, which the report lists
-        run = load_run(run_dir)
-    write_tables(run)
-    analysed = analyse(run)
-    reported = False
-    try:
-        from harness.report import write_report  # inside the try: a broken plotting install is this same warning
-
-        write_report(analysed, plugins=plugins)
-        reported = True
-    except Exception as exc:  # the rows are safe on disk; a report failure is a warning, never silent
-        print(
-            f"warning: the report failed ({type(exc).__name__}: {exc}); "
-            f"the rows are in {run_dir}; retry with python -m harness report {run_dir}",
-            file=sys.stderr,
-        )
-    print(summary_table(analysed))
-    print(outcome_line(analysed))
-    if reported and (run_dir / "report.html").is_file():
-        print(f"report: {run_dir / 'report.html'}")
-    try:
-        for line in answer_lines(analysed):
-            print(line)
-    except Exception as exc:  # like the report's: the rows are safe, the answer is in the report or a retry away
-        print(
-            f"warning: the answer failed ({type(exc).__name__}: {exc}); see python -m harness report {run_dir}",
-            file=sys.stderr,
-        )
-    print(f"run folder: {run_dir}")

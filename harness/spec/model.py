@@ -29,7 +29,7 @@ RECOMPUTES = ("none", "attention", "layer")
 PRECISIONS = ("fp32", "autocast-bf16", "autocast-fp16")
 # Keys added after the first spec.toml files were written, with the value a run's spec.toml without them means
 # (the run predates them): a resumed run replays what it measured, not today's defaults.
-RESUMED_SPEC_DEFAULTS = {"error_budgets": []}  # a run from before error budgets searched no configs
+RESUMED_SPEC_DEFAULTS = {"error_budgets": [], "layer_depth": 1}  # before error budgets: none; before stacks: 1 block
 # Keys that were renamed (every list of a cell axis is plural now): the old name is still read, with a one-line note.
 RENAMED_KEYS = {"causal": "causals", "padding": "paddings", "scope": "scopes"}
 # TOML-only table: variant -> {field = value}, applied to every entry of that variant
@@ -139,6 +139,13 @@ class SweepSpec:
         parse=c.choices(PRECISIONS),
         help="train cells, --dtypes float32: fp32, autocast-bf16, autocast-fp16 (torch.autocast, float32 weights)",
     )
+    layer_depth: int = knob(
+        2,
+        flag="--layer-depth",
+        metavar="L",
+        parse=c.positive_int,
+        help="blocks in a layer cell's stack (--scopes layer): recompute layer saves all but one block's activations",
+    )
     inputs: tuple[str, ...] = knob(
         flag="--inputs", metavar="LIST", help="input distributions, e.g. 'gaussian,local,gaussian:scale=4'"
     )
@@ -218,6 +225,14 @@ class SweepSpec:
         group="how",
         parse=c.choices(ACCURACY_REFERENCES, single=True),
         help="full: error vs exact softmax attention | pattern: vs the variant's own sparsity pattern",
+    )
+    memory_budget: int | str | None = knob(
+        None,
+        flag="--memory-budget",
+        metavar="SIZE",
+        parse=c.memory_budget,
+        help="after the planned cells, search each train series (variant x recompute x precision) for the longest N "
+        "whose peak memory fits this budget: '2GiB', '80GiB', or 'device' (its memory); doubling, then bisection on N",
     )
     # Where cells run: the executor's name here; its own options (validated by harness.executors) beside it.
     executor: str = knob(

@@ -1,12 +1,16 @@
 """The memory-trick axes (recompute, precision): planned for train cells only, layer recompute at the layer scope only,
-autocast over float32 only; the same rule refuses a hand-made cell that breaks it."""
+autocast over float32 only; the same rule refuses a hand-made cell that breaks it. The layer stack's depth, the memory
+budget's values and its search over N (doubling, bisection, reuse of what was measured)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
 from harness.errors import UsageError
-from harness.plan import plan, tricks_reason
+from harness.plan import MAX_SEARCHED_SEQ_LEN, Longest, longest_within, memory_verdict, plan, search_longest
+from harness.plan import tricks_reason
 from harness.runner import sweep_spec as build_spec
 from harness.schema import Cell
 
@@ -88,3 +92,60 @@ def test_an_unknown_trick_is_a_usage_error_naming_the_choices():
         _spec(recomputes="checkpoint")
     with pytest.raises(UsageError, match="expected one of fp32, autocast-bf16, autocast-fp16"):
         _spec(precisions="bf16")
+
+
+def test_layer_cells_get_the_spec_depth_and_attention_cells_one_block():
+    cells = plan(_spec(modes="train", scopes="attention,layer", layer_depth="3"))
+    assert {(c.scope, c.layer_depth) for c in cells} == {("attention", 1), ("layer", 3)}
+    layer = next(c for c in cells if c.scope == "layer")
+    assert "L=3" in layer.label
+    one = dataclasses.replace(layer, layer_depth=1)  # a one-block cell keeps the id it had before stacks
+    assert "L=" not in one.label and one.cell_id != layer.cell_id
+    assert "needs --scopes layer" in tricks_reason({"scope": "attention", "mode": "train", "layer_depth": 2})
+
+
+@pytest.mark.parametrize("text, size", [("2GiB", 2 * 2**30), ("80GiB", 80 * 2**30), ("512MiB", 2**29), ("16GB", 16e9)])
+def test_a_memory_budget_reads_binary_and_decimal_units(text, size):
+    assert _spec(memory_budget=text).memory_budget == size
+    assert _spec(memory_budget="device").memory_budget == "device" and _spec().memory_budget is None
+
+
+def test_a_bad_memory_budget_is_a_usage_error_with_an_example():
+    with pytest.raises(UsageError, match=r"--memory-budget: expected a memory size like '2GiB'.*got '2 parsecs'"):
+        _spec(memory_budget="2 parsecs")
+
+
+def _walk(peak_per_token: int, budget: int, start=(256, 512, 1024), known=None) -> tuple[Longest, list[int]]:
+    """The search driven to its end over a series whose peak memory is peak_per_token * N: (its result, N measured)."""
+    known = dict(known or {})
+    verdict = lambda n: memory_verdict({"status": "ok", "peak_memory_bytes": peak_per_token * n}, budget)  # noqa: E731
+    known.update({n: verdict(n) for n in start if n not in known})
+    measured = []
+    while (found := search_longest(lambda n: known.get(n, False), start)).next is not None:
+        measured.append(found.next)
+        known[found.next] = verdict(found.next)
+    return found, measured
+
+
+def test_the_search_doubles_then_bisects_to_within_an_eighth():
+    found, measured = _walk(1000, 5_000_000)  # fits up to N = 5000
+    assert measured == [2048, 4096, 8192, 6144, 5120, 4608]
+    assert (found.fits, found.fails, found.why) == (4608, 5120, "over budget")
+    assert found.fails - found.fits <= found.fits // 8 and found.fits * 1000 <= 5_000_000 < found.fails * 1000
+
+
+def test_the_search_halves_below_the_planned_lengths_and_stops_at_its_limits():
+    found, measured = _walk(1000, 100_000)  # nothing planned fits: halve down to 64
+    assert measured == [128, 64] and (found.fits, found.fails) == (64, 128)
+    found, measured = _walk(1, 1 << 40)  # everything fits: doubling stops at MAX_SEARCHED_SEQ_LEN
+    assert found.fits == MAX_SEARCHED_SEQ_LEN and found.fails is None and len(measured) == 10
+
+
+def test_the_search_reuses_what_was_measured_and_treats_a_failure_as_not_fitting():
+    _, measured = _walk(1000, 5_000_000)
+    rows = {n: memory_verdict({"status": "ok", "peak_memory_bytes": 1000 * n}, 5_000_000) for n in measured}
+    assert _walk(1000, 5_000_000, known=rows)[1] == []  # a resumed run: the same path, nothing left to measure
+    assert memory_verdict({"status": "oom", "peak_memory_bytes": None}, 1) == "oom"
+    assert memory_verdict({"status": "ok", "peak_memory_bytes": float("nan")}, 1) == "no peak memory"
+    found = longest_within({1024: None, 2048: "timeout", 4096: None})  # the first failure bounds it
+    assert (found.fits, found.fails, found.why) == (1024, 2048, "timeout")

@@ -363,7 +363,10 @@ def test_report_of_a_run_over_two_gpus_has_a_devices_section_and_column(tmp_path
     report.write_report(run_dir, maps=False)
     text = (run_dir / "report.md").read_text()
     assert "## Devices" in text and "| NVIDIA A100 | node1 |" in text and "| NVIDIA H100 | node2 |" in text
-    assert "| rel. error | 1 - cosine | fit error train / held-out | reason | device |" in text
+    assert (
+        "| 1 - cosine | uniform / zero error | fit error train / held-out | weights' grad error | reason | device |"
+        in text
+    )
     single = write_run(tmp_path / "single", make_rows(variants=("dense",), inputs=("gaussian",), with_failures=False))
     report.write_report(single, maps=False)
     assert "## Devices" not in (single / "report.md").read_text()

@@ -3,6 +3,8 @@ gradient, keeps fewer bytes across a stack of blocks, and autocast's cost in acc
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from harness.measure import MeasureSettings, RunInfo, measure_cell
@@ -106,3 +108,29 @@ def test_a_hand_made_cell_the_plan_would_skip_is_unsupported_with_the_reason():
     assert row["status"] == "unsupported" and "needs --scopes layer" in row["reason"]
     row = run(cell(mode="forward", precision="autocast-bf16"))
     assert row["status"] == "unsupported" and "train cells only" in row["reason"]
+
+
+def test_a_layer_stack_cell_keeps_fewer_bytes_with_each_trick_and_scores_its_weight_gradients():
+    # a 3-block stack at N = 256: dense's reference backend keeps its N x N probabilities per block, so activations
+    # dominate; recompute attention drops them (the attention call's), recompute layer all but one block's
+    from variants import build_config
+
+    config = build_config("dense", backend="reference").to_dict()
+    patient = dataclasses.replace(FAST, cell_timeout_s=None)  # counted bytes: a loaded machine must not time it out
+    rows = {
+        (r, p): measure_cell(
+            dataclasses.replace(cell(N=256, scope="layer", layer_depth=3, recompute=r, precision=p), config=config),
+            patient,
+            RUN,
+        ).to_dict()
+        for r, p in (("none", "fp32"), ("attention", "fp32"), ("layer", "fp32"), ("layer", "autocast-bf16"))
+    }
+    assert all(row["status"] == "ok" for row in rows.values()), [row["reason"] for row in rows.values()]
+    peak = {key: row["peak_memory_bytes"] for key, row in rows.items()}
+    scores = H * 256 * 256 * 4  # one block's probabilities
+    assert peak["none", "fp32"] - peak["attention", "fp32"] > scores, peak
+    assert peak["attention", "fp32"] > peak["layer", "fp32"], peak
+    fp32, bf16 = rows["layer", "fp32"], rows["layer", "autocast-bf16"]
+    assert fp32["layer_depth"] == 3 and fp32["grad_check_seq_len"] == 256
+    for name in ("grad_rel_l2_x", "grad_rel_l2_params"):
+        assert fp32[name] < 1e-5 and 100 * fp32[name] < bf16[name] < 0.1, (name, fp32[name], bf16[name])

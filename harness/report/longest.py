@@ -1,0 +1,154 @@
+"""The memory budget's answers (SweepSpec.memory_budget; the search that measured them: harness.runner.longest).
+
+Per train series (variant x recompute x precision at each other setting), the longest N whose measured peak memory
+fits the budget, with the time per token there ("Longest trainable N": a table and a figure); and per setting the
+cheapest combination of variant, knob, recompute and precision that trains at the largest requested N within the
+budget, with its time against dense in fp32 without recompute. One rule decides what fits: harness.plan.memory_verdict.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from harness.plan import longest_within, memory_verdict
+from harness.report import plotting
+from harness.report.analysis import SETTING_KEYS, setting_title
+from harness.report.formatting import format_bytes, format_n, format_seconds
+from harness.schema import BASELINE, describe
+
+TRICKS = ("recompute", "precision")  # the combination's axes, beside the variant and its knob
+# what a line of the answer is for: every setting but the tricks, and the inputs
+OTHER_KEYS = [k for k in SETTING_KEYS if k not in TRICKS] + ["inputs"]
+COLUMNS = OTHER_KEYS + ["series", "variant", *TRICKS, "longest", "peak", "latency_s", "per_token_s", "fails", "why"]
+
+
+def longest_trainable(frame: pd.DataFrame, budget: int) -> pd.DataFrame:
+    """One line per train series: the longest N that fits (None: none measured does), its peak memory, seconds per
+    call and per token there, and the shortest N above it that does not fit, with why."""
+    records = []
+    train = frame[frame["mode"] == "train"] if len(frame) else frame
+    for key, group in train.groupby(OTHER_KEYS + ["series", *TRICKS], dropna=False, sort=True):
+        by_n = {int(r["seq_len"]): r for r in group.to_dict("records")}
+        found = longest_within({n: memory_verdict(r, budget) for n, r in by_n.items()})
+        at = by_n.get(found.fits) if found.fits is not None else None
+        fields = dict(zip(OTHER_KEYS + ["series", *TRICKS], key))
+        records.append(
+            dict(
+                fields,
+                variant=group["variant"].iloc[0],
+                longest=found.fits,
+                peak=at["peak_memory_bytes"] if at else None,
+                latency_s=at["latency_s"] if at else None,
+                per_token_s=at["latency_s"] / (at["batch"] * found.fits) if at else None,
+                fails=found.fails,
+                why=found.why,
+            )
+        )
+    return pd.DataFrame(records, columns=COLUMNS)
+
+
+def table_rows(longest: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """The report's table: headers and one formatted line per series."""
+    varying = [k for k in OTHER_KEYS if longest[k].astype(str).nunique() > 1]
+    headers = ["setting"] * bool(varying) + ["series", "recompute", "precision", "longest N", "peak memory"]
+    headers += ["time per token", "first N that does not fit"]
+    rows = []
+    for r in longest.to_dict("records"):
+        setting = [", ".join(describe(r, [k for k in varying if k != "inputs"]) + [str(r["inputs"])])] * bool(varying)
+        fails = f"{format_n(r['fails'])} ({r['why']})" if pd.notna(r["fails"]) else "none up to the search's limit"
+        longest_n = format_n(r["longest"]) if pd.notna(r["longest"]) else "none"
+        rows.append(
+            setting
+            + [str(r["series"]), str(r["recompute"]), str(r["precision"]), longest_n, format_bytes(r["peak"])]
+            + [format_seconds(r["per_token_s"]), fails]
+        )
+    return headers, rows
+
+
+def cheapest_lines(frame: pd.DataFrame, budget: int) -> list[str]:
+    """Per setting but the tricks (and inputs), at its largest N: the fastest combination whose train step fits the
+    budget (within the largest error budget), and its time against dense fp32 without recompute at that N."""
+    lines = []
+    train = frame[(frame["mode"] == "train")] if len(frame) else frame
+    varying = [k for k in OTHER_KEYS if len(train) and train[k].astype(str).nunique() > 1]
+    for key, group in train.groupby(OTHER_KEYS, dropna=False, sort=True):
+        n = int(group["seq_len"].max())
+        at_n = group[group["seq_len"] == n]
+        fits = [memory_verdict(r, budget) is None for r in at_n.to_dict("records")]
+        candidates = at_n[np.array(fits, dtype=bool) & at_n["in_budget"].fillna(False).astype(bool)]
+        where = ", ".join([f"N={format_n(n)}"] + describe(dict(zip(OTHER_KEYS, key)), varying))
+        if not len(candidates):
+            lines.append(f"within {format_bytes(budget)} at {where}: no combination trains")
+            continue
+        best = candidates.loc[candidates["latency_s"].idxmin()]
+        plain = at_n[(at_n["series"] == BASELINE) & (at_n["recompute"] == "none") & (at_n["precision"] == "fp32")]
+        lines.append(
+            f"within {format_bytes(budget)} at {where}: {best['series']} recompute={best['recompute']} "
+            f"{best['precision']} ({format_bytes(best['peak_memory_bytes'])}) {_against(best, plain, budget)}"
+        )
+    return lines
+
+
+def _against(best: pd.Series, plain: pd.DataFrame, budget: int) -> str:
+    """The time cost against dense fp32 without recompute, and whether that fits."""
+    if not len(plain):
+        return "(dense fp32 without recompute not measured here)"
+    dense = plain.iloc[0]
+    if dense["status"] != "ok":
+        return f"(dense fp32 without recompute: {dense['status']})"
+    ratio = best["latency_s"] / dense["latency_s"]
+    fits = "fits" if memory_verdict(dense, budget) is None else "does not fit"
+    return (
+        f"at {ratio:.2f}x the time of dense fp32 without recompute ({fits}: {format_bytes(dense['peak_memory_bytes'])})"
+    )
+
+
+def plot_longest(longest: pd.DataFrame, budget: int, path: Path) -> Path | None:
+    """A bar per series to its longest N within the budget (log2 axis), one panel per setting, labelled with the time
+    per token there; a colour per recompute, hatched under autocast. None when no series fits at any N."""
+    if not len(longest) or longest["longest"].isna().all():
+        return None
+    groups = list(longest.groupby(OTHER_KEYS, dropna=False, sort=True))
+    height = 0.32 * max(len(g) for _, g in groups) + 1.3
+    plt, fig, axes = plotting.grid(len(groups), ncols=1, width=7.5, height=height)
+    colors = {"none": "#4c72b0", "attention": "#dd8452", "layer": "#55a868"}
+    found = longest["longest"].dropna().astype(float)
+    left, right = max(1.0, float(found.min()) / 2), float(found.max()) * 4  # the same N axis in every panel
+    for ax, (key, part) in zip(axes, groups):
+        part = part.sort_values(["series", "recompute", "precision"], ascending=False)
+        y = np.arange(len(part))
+        n = part["longest"].astype(float).fillna(0)
+        hatches = ["//" if p != "fp32" else "" for p in part["precision"]]
+        ax.barh(y, n, height=0.7, color=[colors.get(r, "grey") for r in part["recompute"]], hatch=hatches)
+        for yi, r in zip(y, part.to_dict("records")):
+            text = (
+                f"none fits ({r['why']} at {format_n(r['fails'])})"
+                if pd.isna(r["longest"])
+                else f"{format_n(r['longest'])}, {format_seconds(r['per_token_s'])}/token"
+            )
+            at = float(r["longest"]) if pd.notna(r["longest"]) else left
+            ax.text(at * 1.08, yi, text, va="center", fontsize=7)
+        ax.set_yticks(y, [f"{s}  {r}  {p}" for s, r, p in zip(part["series"], part["recompute"], part["precision"])])
+        ax.tick_params(axis="y", labelsize=7)
+        ax.set_xscale("log", base=2)
+        ax.set_xlim(left=left, right=right)
+        ax.xaxis.set_major_formatter(plotting.n_formatter())
+        ax.set_xlabel(f"longest N whose train step fits {format_bytes(budget)}")
+        setting = dict(zip(OTHER_KEYS, key))
+        ax.set_title(
+            setting_title({**setting, "recompute": None, "precision": None}) + f", {setting['inputs']}", fontsize=9
+        )
+        ax.grid(True, axis="x", alpha=0.3)
+    used = [r for r in colors if r in set(longest["recompute"])]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[r]) for r in used]
+    labels = [f"recompute {r}" for r in used]
+    if (longest["precision"] != "fp32").any():
+        handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="white", edgecolor="black", hatch="//"))
+        labels.append("autocast (hatched)")
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize=8)
+    fig.suptitle(f"Longest trainable N within {format_bytes(budget)} of peak memory", fontsize=11)
+    plotting.save(plt, fig, path)
+    return path
