@@ -95,7 +95,9 @@ def outcome_line(analysed: "AnalysedRun") -> str:
     order = [s for s in STATUSES if s in counts] + sorted(set(counts.index) - set(STATUSES))
     parts = [f"{counts[s]} {s}" for s in order]
     if not_run.any():
-        parts.append(f"{int(not_run.sum())} not run (a shorter N of their series ran out of memory or time)")
+        parts.append(
+            f"{int(not_run.sum())} not run (a shorter N of their series ran out of memory or time, or missed its budget)"
+        )
     text = "cells: " + ", ".join(parts)
     noisy = frame["noisy"] if "noisy" in frame else pd.Series(dtype=object)
     timed = noisy.notna()

@@ -243,12 +243,10 @@ def _inputs(value: Any, where: str) -> tuple[str, ...]:
         except ValueError as exc:
             raise SpecError(f"{where}: {exc}") from None
         for knob, value in settings.items():  # a scale of nan, 0 or -1 gives inputs no variant can be scored on
-            if (
-                isinstance(value, (int, float))
-                and not isinstance(value, bool)
-                and not (math.isfinite(value) and value > 0)
-            ):
+            if isinstance(value, float) and not (math.isfinite(value) and value > 0):
                 raise SpecError(f"{where}: {text!r}: {knob} must be a finite number > 0, got {value!r}")
+            if isinstance(value, int) and not isinstance(value, bool) and value < 0:  # a count or an index (layer=0)
+                raise SpecError(f"{where}: {text!r}: {knob} must be >= 0, got {value!r}")
         label = format_entry(name, settings)
         if label not in out:
             out.append(label)

@@ -306,6 +306,14 @@ class OneThread(AttentionVariant):
     def forward(self, q, k, v, *, causal=False, kv_mask=None):
         torch.set_num_threads(1)
         return reference_attention(q, k, v, causal=causal, dtype=None)
+
+
+@register_variant("t_after")
+class After(AttentionVariant):
+    """Exact attention, run after t_one_thread in the same (plugin) process."""
+
+    def forward(self, q, k, v, *, causal=False, kv_mask=None):
+        return reference_attention(q, k, v, causal=causal, dtype=None)
 '''
 
 
@@ -319,13 +327,15 @@ def test_rows_record_the_threads_each_cell_ran_with(tmp_path, no_report):
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        argv = ["sweep", *TINY, "--variants", "t_one_thread,dense", "--seq-lens", "16", "--plugin", str(plugin)]
+        argv = ["sweep", *TINY, "--variants", "t_one_thread,t_after,dense", "--seq-lens", "16", "--plugin", str(plugin)]
         assert main([*argv, "--out", str(tmp_path), "--run-id", "t"]) == 0
     finally:
         torch.set_num_threads(before)
         _registry._REGISTRY.pop("t_one_thread", None)
+        _registry._REGISTRY.pop("t_after", None)
     rows = [json.loads(line) for line in (tmp_path / "t" / "rows.jsonl").read_text().splitlines()]
-    assert [(r["variant"], r["threads"]) for r in rows] == [("t_one_thread", 2), ("dense", 1)]
+    # plugin cells run in the plugin process, where the next cell sees the one thread left; the driver keeps its two
+    assert [(r["variant"], r["threads"]) for r in rows] == [("t_one_thread", 2), ("t_after", 1), ("dense", 2)]
 
 
 def test_sigterm_removes_the_lock_pid_says_how_to_resume_and_warnings_carry_no_source_line(run_copy, test_variants):

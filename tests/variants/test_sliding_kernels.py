@@ -18,9 +18,11 @@ def _qkv(n: int, *, kv_heads: int = 2):
     return [torch.randn(1, h, n, 16, generator=g) for h in (2, kv_heads, kv_heads)]
 
 
-def test_flex_on_cpu_serves_every_length_of_a_family_from_one_dynamic_graph():
+def test_flex_on_cpu_serves_every_length_of_a_family_from_one_dynamic_graph(monkeypatch):
     """Lengths alternating: one family; its graphs (at most the dynamic limit) are reused, not compiled again."""
     from torch._dynamo.utils import counters
+
+    monkeypatch.setattr(_sliding_kernels, "_FLEX_FAMILIES", {})  # as in a fresh process: other tests made this family
 
     families, graphs = len(_sliding_kernels._FLEX_FAMILIES), counters["stats"]["unique_graphs"]
     with torch.no_grad():

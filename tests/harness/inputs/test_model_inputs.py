@@ -46,7 +46,8 @@ def test_the_layers_own_qkv_seeded_and_post_rope(llama):
     "shape,message",
     [
         (dict(H=8, D=16), r"the model has H=4 heads, H_kv=2 key/value heads and head_dim D=16.*--heads 4 --kv-heads 2"),
-        (dict(H=4, D=32), r"head_dim D=16, the cell asks H=4, H_kv=\?, D=32"),
+        (dict(H=4, D=32), r"head_dim D=16, the cell asks H=4, H_kv=4, D=32"),
+        (dict(H=4, H_kv=4, D=16), r"the model has H=4 heads, H_kv=2 key/value heads.*--kv-heads 2"),
         (dict(H=4, D=16, M=32), r"kv_len must equal seq_len"),
     ],
 )

@@ -60,17 +60,15 @@ def test_the_out_of_memory_entry_only_where_a_cross_is_drawn(tmp_path, drawn):
 
 
 def test_max_length_only_when_a_cell_ran_out_of_memory_or_timed_out(tmp_path):
-    clean = frame_of(make_rows(inputs=("gaussian",), with_failures=False))
+    rows = make_rows(inputs=("gaussian",), with_failures=False)  # rows as read: a frame's NaN records are not rows
+    clean = frame_of(rows)
     assert plots.plot_memory_limits(memory_limits(clean), clean, tmp_path / "m.png") is None
     assert not (tmp_path / "m.png").exists()
-    errored = frame_of([dict(r, status="error") if r["seq_len"] == 8192 else r for r in clean.to_dict("records")])
+    errored = frame_of([dict(r, status="error") if r["seq_len"] == 8192 else r for r in rows])
     assert plots.plot_memory_limits(memory_limits(errored), errored, tmp_path / "m.png") is None  # an error is no limit
     for status in ("oom", "timeout"):
         hit = frame_of(
-            [
-                dict(r, status=status) if r["seq_len"] == 8192 and r["variant"] == "dense" else r
-                for r in clean.to_dict("records")
-            ]
+            [dict(r, status=status) if r["seq_len"] == 8192 and r["variant"] == "dense" else r for r in rows]
         )
         assert (
             plots.plot_memory_limits(memory_limits(hit), hit, tmp_path / f"{status}.png") == tmp_path / f"{status}.png"

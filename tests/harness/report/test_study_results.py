@@ -81,7 +81,10 @@ def test_model_eval_and_tasks_results_get_sections_and_shape_the_recommendation(
     assert "## Inside a pretrained model (model-eval)" in md
     assert "| distilled | 128 | 101 | 0.92550 | 0.85000 | 0.688 |  |" in md
     assert "| linformer | 128 | 101 | - | - | - | error: ValueError: k > N |" in md
-    assert "## Trained from scratch on long-range tasks (tasks)" in md and "| mqar | linformer | 0.040 (-0.670) |" in md
+    assert (
+        "## Trained from scratch on long-range tasks (tasks)" in md
+        and "| mqar | linformer(k=8) | 0.040 (-0.670) |" in md
+    )
     assert "| mqar | dense | 0.710 |" in md and "| mqar | sliding_window | unsupported: needs a GPU |" in md
     assert "| from | markdown |" not in md
     assert (

@@ -190,7 +190,7 @@ def test_an_unreachable_budget_spares_longer_n_over_the_same_range_and_says_so(t
     )
     rows = sorted(read_rows(run_sweep(spec, out=tmp_path)), key=lambda r: r["seq_len"])
     assert [r["status"] for r in rows] == ["unreachable"] * 3
-    assert [r["tuning"] and (r["tuning"]["low"], r["tuning"]["high"]) for r in rows] == [(16, 341), (16, 512), None]
+    assert [r["tuning"] and (r["tuning"]["low"], r["tuning"]["high"]) for r in rows] == [(16, 334), (16, 512), None]
     assert "at features 512, the largest declared" in rows[1]["reason"]
     assert (
         rows[2]["reason"]
