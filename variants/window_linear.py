@@ -37,27 +37,24 @@ from variants._decode import check_context, check_state, check_step
 from variants._gqa import group, ungroup
 from variants._registry import register_variant
 from variants._ring import SlidingWindowState, ring_from_context
-from variants.base import AttentionVariant, Capabilities, QualityKnob, VariantConfig, softmax_scale
+from variants.base import AttentionVariant, Capabilities, QualityKnob, softmax_scale
+from variants.distilled import DistilledConfig
 
 _TINY = 1e-30  # floor of the normaliser: a query that sees no real key gets a zero output
 
 
 @dataclass(frozen=True, kw_only=True)
-class WindowLinearConfig(VariantConfig):
+class WindowLinearConfig(DistilledConfig):
+    """distilled's feature-map fields and checks (features, per_head, chunk, init_noise), and the exact band's window."""
+
     window: int = 64  # exact softmax band, itself included (causal: i-window < j <= i; else |i-j| < window)
     features: int = 32  # F: learned directions of the linear part's feature map (2F features)
     per_head: bool = False  # one map per K/V head (H_kv fixed by the first call) or one shared by all heads
     chunk: int = 64  # C: query rows per block (each block scores its C x (C + span) keys exactly)
-    init_noise: float = 0.01  # std of the noise added to the scaled-identity W, to break ties
 
     def validate(self) -> None:
         check_int("window", self.window, minimum=1)
-        check_int("features", self.features, minimum=1)
-        if not isinstance(self.per_head, bool):
-            raise TypeError(f"per_head must be a bool, got {self.per_head!r}")
-        check_int("chunk", self.chunk, minimum=1)
-        if isinstance(self.init_noise, bool) or not isinstance(self.init_noise, (int, float)) or self.init_noise < 0:
-            raise ValueError(f"init_noise must be a number >= 0, got {self.init_noise!r}")
+        super().validate()
 
 
 @register_variant("window_linear", config=WindowLinearConfig)
