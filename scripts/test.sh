@@ -22,5 +22,5 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
 fi
 say "installing attnsuite with the extras [$EXTRAS] (1-2 minutes the first time, seconds after)"
 pip_install -e ".[$EXTRAS]"
-say "running the tests (about 3-4 minutes on 2 cores; CUDA-only tests are skipped with the reason)"
+say "running the tests (about 11 minutes on 2 cores; CUDA-only tests are skipped with the reason)"
 exec "$VENV/bin/python" -m pytest -q "$@"

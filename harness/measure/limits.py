@@ -88,9 +88,10 @@ def run_limits(device: str, dtypes: list[str], *, remeasure: bool = False) -> di
     for dtype in dtypes:
         key = f"{label}|{dtype}|{threads}"
         entry = cached.get(key)
-        if remeasure or entry is None or time.time() - float(entry.get("measured_at_unix", 0)) > CACHE_MAX_AGE_S:
+        if remeasure or not _trusted(entry):
             entry = measure_limits(device, DTYPES[dtype])
-            cached[key] = entry
+            if _trusted(entry):  # a measurement under load is a lower bound: used by this run, never cached
+                cached[key] = entry
         limits[dtype] = {**entry, "cached_in": str(path)}
     _write_cache(path, cached)
     for dtype, entry in limits.items():  # the ceiling a row's FLOP/s is held to
@@ -100,8 +101,23 @@ def run_limits(device: str, dtypes: list[str], *, remeasure: bool = False) -> di
     return {"dtypes": limits, "datasheet": datasheet(label)}
 
 
+def _trusted(entry: dict[str, Any] | None) -> bool:
+    """A cached entry worth reusing: measured within CACHE_MAX_AGE_S on a quiet machine (the load it was measured under
+    is recorded; an entry without it, or above HIGH_LOAD_PER_CPU, understates the machine)."""
+    from harness.measure.noise import HIGH_LOAD_PER_CPU
+
+    if not entry or time.time() - float(entry.get("measured_at_unix", 0)) > CACHE_MAX_AGE_S:
+        return False
+    load = entry.get("load_per_cpu")
+    return isinstance(load, (int, float)) and load < HIGH_LOAD_PER_CPU
+
+
 def measure_limits(device: str, dtype: torch.dtype) -> dict[str, Any]:
-    """Peak matmul FLOP/s at `dtype` and copy bandwidth in bytes/s on `device`, with how they were measured."""
+    """Peak matmul FLOP/s at `dtype` and copy bandwidth in bytes/s on `device`, with how they were measured and the
+    load per CPU they were measured under (the larger of before and after)."""
+    from harness.measure.noise import larger, load_per_cpu
+
+    load_before = load_per_cpu()
     kind = torch.device(device).type
     largest, copy_bytes, seconds = SIZES["cuda" if kind == "cuda" else "cpu"]
     n, matmul_s = _best_matmul(device, dtype, largest, seconds)
@@ -121,6 +137,7 @@ def measure_limits(device: str, dtype: torch.dtype) -> dict[str, Any]:
         "method": METHOD.format(n=n, dtype=name, copy_mib=copy_bytes >> 20, threads=threads),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "measured_at_unix": time.time(),
+        "load_per_cpu": larger(load_before, load_per_cpu()),
     }
 
 

@@ -47,7 +47,7 @@ def test_cpu_limits_are_measured_with_their_method(cpu_limits):
 def test_limits_are_cached_per_device_dtype_and_threads(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     calls = []
-    fake = {"peak_flops": 1e9, "bandwidth_bytes_per_s": 1e9, "measured_at_unix": 0}
+    fake = {"peak_flops": 1e9, "bandwidth_bytes_per_s": 1e9, "measured_at_unix": 0, "load_per_cpu": 0.0}
 
     def measure(device, dtype):
         calls.append(dtype)
@@ -114,3 +114,21 @@ def test_a_decode_row_moves_its_live_state_not_the_caches_capacity(cpu_limits):
     assert row["state_live_bytes"] == live and row["state_bytes"] == 2 * live  # capacity 2N
     assert row["bytes_moved"] == live + 2 * (2 * 16 + 2 * 16) * 4
     assert row["pct_of_bandwidth"] > 0 and row["impossible"] is None
+
+
+def test_limits_measured_under_load_are_not_cached_and_flag_nothing(tmp_path, monkeypatch):
+    """A peak measured on a busy machine understates it: reused, it would flag every good row of the day impossible."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    calls = []
+
+    def busy(device, dtype):
+        calls.append(dtype)
+        return {"peak_flops": 1.0, "bandwidth_bytes_per_s": 1.0, "measured_at_unix": __import__("time").time(),
+                "load_per_cpu": 9.0}  # fmt: skip
+
+    monkeypatch.setattr(limits_mod, "measure_limits", busy)
+    measured = limits_mod.run_limits("cpu", ["float32"])
+    limits_mod.run_limits("cpu", ["float32"])
+    assert len(calls) == 2  # measured again: the first was not cached
+    fields = roofline_fields(_cell(), {"latency_s": 1.0, "flops": 10**6}, measured)
+    assert fields["pct_of_compute_peak"] > 100 and "impossible" not in fields
