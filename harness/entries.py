@@ -122,11 +122,18 @@ def length_fields(variant: str) -> tuple[str, ...]:
 
 def knob_field(variant: str) -> str | None:
     """The variant's quality knob field (AttentionVariant.quality_knob), None for exact variants or if unknown here."""
+    fields = _defaults(variant)[2]
+    return fields[0] if fields else None
+
+
+def searched_fields(variant: str) -> tuple[str, ...]:
+    """The config fields an error-budget search chooses (QualityKnob.fields: the knob's and those searched with it,
+    sliding_window's window and sinks); () for exact variants or if unknown here."""
     return _defaults(variant)[2]
 
 
-def _defaults(variant: str) -> tuple[dict[str, Any], tuple[str, ...], str | None]:
-    """The variant's default config, length fields and quality knob field; ({}, (), None) for a name the registry
+def _defaults(variant: str) -> tuple[dict[str, Any], tuple[str, ...], tuple[str, ...]]:
+    """The variant's default config, length fields and searched fields; ({}, (), ()) for a name the registry
     does not know (a missing plugin).
 
     Known names are cached (labels and series keys ask for every cell); an unknown one is asked again,
@@ -138,10 +145,10 @@ def _defaults(variant: str) -> tuple[dict[str, Any], tuple[str, ...], str | None
         try:
             spec = get_variant(variant)
         except (ValueError, TypeError):
-            return {}, (), None
+            return {}, (), ()
         knob = spec.cls.quality_knob
-        _DEFAULTS[variant] = (spec.config().to_dict(), tuple(spec.cls.length_fields), knob.field if knob else None)
+        _DEFAULTS[variant] = (spec.config().to_dict(), tuple(spec.cls.length_fields), knob.fields if knob else ())
     return _DEFAULTS[variant]
 
 
-_DEFAULTS: dict[str, tuple[dict[str, Any], tuple[str, ...], str | None]] = {}
+_DEFAULTS: dict[str, tuple[dict[str, Any], tuple[str, ...], tuple[str, ...]]] = {}

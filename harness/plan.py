@@ -77,9 +77,10 @@ def _cell(spec: SweepSpec, cls: Any, entry: Any, setting: dict[str, Any], seq_le
 
 def _budgets(spec: SweepSpec, cls: Any, entry: Any) -> tuple[float | None, ...]:
     """The budgets a variant is matched to: each of spec.error_budgets when it declares a quality knob the user
-    left free (its config as given is then not measured: the search chooses it); else (None,), the config as given."""
+    left free, and the fields searched with it too (its config as given is then not measured: the search chooses it);
+    else (None,), the config as given."""
     knob = cls.quality_knob
-    if not spec.error_budgets or knob is None or knob.field in entry.overrides:
+    if not spec.error_budgets or knob is None or set(knob.fields) & set(entry.overrides):
         return (None,)
     return spec.error_budgets
 

@@ -185,10 +185,10 @@ def identity(values: Mapping[str, Any], *, matching: bool = False) -> dict[str, 
     """
     out = {name: json_safe(values.get(name)) for name in CELL_FIELDS}
     if out["matched_budget"] is not None and isinstance(out["config"], dict):  # json_safe: a frame's NaN is no budget
-        from harness.entries import knob_field
+        from harness.entries import searched_fields
 
-        knob = knob_field(str(values["variant"]))
-        out["config"] = {k: v for k, v in out["config"].items() if k != knob}
+        searched = searched_fields(str(values["variant"]))  # the knob, and what is searched with it (sinks)
+        out["config"] = {k: v for k, v in out["config"].items() if k not in searched}
     for name in CELL_FIELDS:
         setting = SETTINGS[name]
         if (setting.added and out[name] == json_safe(default_of(name, values))) or (matching and not setting.matched):

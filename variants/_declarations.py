@@ -76,12 +76,25 @@ class QualityKnob:
     low: int  # the cheapest value worth trying
     high: int  # the most accurate value worth trying (the search gives up above it)
     at_most_length: bool = False  # values above the key length M change nothing (a window, a projection of M rows)
+    # other config fields searched with the knob, (field, values) each: the knob is searched at every combination of
+    # their values and the cheapest config within the budget wins (sliding_window: (("sinks", (0, 4)),))
+    searched_with: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         if not (isinstance(self.low, int) and isinstance(self.high, int) and 1 <= self.low < self.high):
             raise ValueError(
                 f"QualityKnob({self.field!r}): needs integers 1 <= low < high, got low={self.low!r}, high={self.high!r}"
             )
+        for name, values in self.searched_with:
+            if not (isinstance(name, str) and values and all(isinstance(v, int) for v in values)):
+                raise ValueError(
+                    f"QualityKnob({self.field!r}): searched_with needs (field, (int, ...)) pairs, got {name!r}: {values!r}"
+                )
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """Every config field an error-budget search chooses: the knob's, then those searched with it."""
+        return (self.field,) + tuple(name for name, _ in self.searched_with)
 
     def range_for(self, M: int) -> tuple[int, int]:
         """(low, high) worth searching at key length M: high capped at M where larger values change nothing."""

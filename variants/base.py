@@ -208,6 +208,20 @@ class AttentionVariant(nn.Module):
         """
         return None
 
+    # ---- the weights on each key (the weight metric; weight_ce calibration) ------------------
+    # True where attention_weights may be negative (Linformer's effective weights): no KL, no cross-entropy on them
+    signed_weights: ClassVar[bool] = False
+
+    def attention_weights(
+        self, q: Tensor, k: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None, rows: Tensor | None = None
+    ) -> Tensor | None:
+        """The weight this variant gives each key for query rows `rows` (R,) (default all): (B, H, R, M), so that its
+        output on those rows is the weights applied to v (each query head to its K/V head's v). Materialises R x M:
+        for sampled rows, never in forward. The default declines with None (a row's weight metric then stays empty)."""
+        return None
+
+    attention_weights.declines = True  # type: ignore[attr-defined] - the mark variants.calibrate tells the default by
+
     # ---- calibration (learnable variants) -------------------------------------------------
     def fit(self, batches, **options):
         """Fit this variant against the exact teacher: ``variants.calibrate(self, batches, **options)``."""

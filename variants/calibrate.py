@@ -12,8 +12,8 @@ Losses (``loss=``):
   also take ``rows=`` (query indices; the built-ins and the exact teacher do) and N > ``rows``, each
   step scores ``rows`` query rows drawn afresh, so the loss holds rows x M weights, never N x M.
 - "mse": mean squared error of the outputs (LoLCATs' attention transfer). Works for any variant.
-- "auto": "weight_ce" when both sides expose ``attention_weights`` (e.g. distilled against the
-  exact teacher), else "mse" (e.g. linformer, whose weights are over projected rows).
+- "auto": "weight_ce" when both sides expose ``attention_weights`` that are probabilities (e.g. distilled against the
+  exact teacher or dense), else "mse" (e.g. linformer, whose effective weights are signed: ``signed_weights``).
 
 Generalisation (``heldout=``): batches from other seeds than the training ones. Every ``eval_every``
 steps the relative L2 error of the outputs on them is measured; the fit keeps the parameters of the
@@ -259,15 +259,23 @@ def _checked_batches(batches: Iterable[Batch], causal: bool) -> list[tuple[Tenso
     return out
 
 
+def _gives_distribution(obj: Any) -> bool:
+    """Whether obj's attention_weights can be cross-entropy's distribution: it has its own (AttentionVariant's default,
+    marked `declines`, gives none) and does not declare them signed (Linformer's)."""
+    fn = getattr(obj, "attention_weights", None)
+    return callable(fn) and not getattr(fn, "declines", False) and not getattr(obj, "signed_weights", False)
+
+
 def _pick_loss(variant: Any, teacher: Any, loss: str) -> str:
-    student_has = callable(getattr(variant, "attention_weights", None))
-    teacher_has = teacher is None or callable(getattr(teacher, "attention_weights", None))
+    student_has = _gives_distribution(variant)
+    teacher_has = teacher is None or _gives_distribution(teacher)
     if loss == "auto":
         return "weight_ce" if student_has and teacher_has else "mse"
     if loss == "weight_ce" and not (student_has and teacher_has):
         who = "the variant" if not student_has else "the teacher"
         raise ValueError(
-            f"loss='weight_ce' needs {who} to expose attention_weights(q, k, *, causal, kv_mask); "
+            f"loss='weight_ce' needs {who} to expose attention_weights(q, k, *, causal, kv_mask) that are probabilities "
+            "(not the default that declines, not signed like linformer's); "
             "use loss='mse' (or 'auto')"
         )
     return loss

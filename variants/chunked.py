@@ -23,6 +23,7 @@ from variants._decode import KVCacheDecoding
 from variants._gqa import group
 from variants._registry import register_variant
 from variants.base import AttentionVariant, Capabilities, VariantConfig, softmax_scale
+from variants.reference import PatternWeights
 
 NEG_INF = float("-inf")
 
@@ -38,7 +39,7 @@ class ChunkedConfig(VariantConfig):
 
 
 @register_variant("chunked", config=ChunkedConfig)
-class ChunkedAttention(KVCacheDecoding, AttentionVariant):
+class ChunkedAttention(PatternWeights, KVCacheDecoding, AttentionVariant):
     """Exact softmax attention in query x key chunks with an online softmax: O(N*c) memory, forward and backward."""
 
     capabilities = Capabilities(exact=True, gqa=True, decode=True)

@@ -19,7 +19,7 @@ from variants._decode import KVCacheDecoding
 from variants._gqa import from_xformers_layout, group, sdpa, ungroup, xformers_layout
 from variants._registry import register_variant
 from variants.base import dense_flops, AttentionVariant, Capabilities, VariantConfig, softmax_scale
-from variants.reference import visibility
+from variants.reference import PatternWeights, visibility
 
 DENSE_BACKENDS = ("sdpa", "xformers", "reference")  # fastest first: "auto" takes the first that works
 
@@ -33,7 +33,7 @@ class DenseConfig(VariantConfig):
 
 
 @register_variant("dense", config=DenseConfig)
-class DenseAttention(KVCacheDecoding, AttentionVariant):
+class DenseAttention(PatternWeights, KVCacheDecoding, AttentionVariant):
     """Exact softmax attention, O(N*M) memory for the scores (the fused backends avoid storing them)."""
 
     capabilities = Capabilities(exact=True, gqa=True, decode=True)

@@ -27,9 +27,9 @@ import torch
 from torch import Tensor, nn
 
 from variants._checks import check_choice, check_int
-from variants._gqa import sdpa
+from variants._gqa import group, sdpa, ungroup
 from variants._registry import register_variant
-from variants.base import AttentionVariant, Capabilities, QualityKnob, VariantConfig
+from variants.base import AttentionVariant, Capabilities, QualityKnob, VariantConfig, softmax_scale
 
 SHARE_MODES = ("none", "kv", "headwise")
 INIT_MODES = ("scaled_random", "paper")
@@ -72,6 +72,7 @@ class LinformerAttention(AttentionVariant):
     # more is more accurate and slower; 256: the largest k of the paper's GLUE results
     quality_knob = QualityKnob("k", 16, 256, at_most_length=True)
     length_fields = ("max_seq_len",)  # E, F sized for the N measured unless a user sets it
+    signed_weights = True  # its weights over the original keys are softmax weights times F, whose entries are signed
 
     @classmethod
     def config_for_length(cls, config: dict[str, Any], M: int, *, fixed: Iterable[str] = ()) -> dict[str, Any]:
@@ -146,6 +147,24 @@ class LinformerAttention(AttentionVariant):
         k_proj = _project(E, k) * self.e_scale  # (B, H_kv, k, D)
         v_proj = _project(Fm, v) * self.f_scale  # (B, H_kv, k, D)
         return sdpa(q, k_proj, v_proj)  # (B, H, N, D), scale 1/sqrt(D)
+
+    def attention_weights(
+        self, q: Tensor, k: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None, rows: Tensor | None = None
+    ) -> Tensor:
+        """The effective weights over the M original keys for query rows `rows` (default all), (B, H, R, M) float32:
+        softmax(q (E k)^T / sqrt(D)) times F (scaled, zero at padded keys), since forward is that softmax times F v.
+        Signed (F is), so they rank keys but are no distribution."""
+        B, Hkv, M = k.shape[0], k.shape[1], k.shape[2]
+        rows = torch.arange(q.shape[2], device=q.device) if rows is None else rows.to(q.device)
+        real = torch.ones(B, M, dtype=torch.bool, device=k.device) if kv_mask is None else kv_mask
+        k = torch.where(real[:, None, :, None], k.float(), 0.0)
+        E = self.E[..., :M].float()  # (P, K, M)
+        Fm = (E if self.F is None else self.F[..., :M].float()) * self.f_scale
+        k_proj = _project(E, k) * self.e_scale  # (B, H_kv, K, D)
+        scores = group(q[:, :, rows].float(), Hkv) @ k_proj[:, :, None].transpose(-1, -2)  # (B, H_kv, G, R, K)
+        probs = torch.softmax(scores * softmax_scale(q.shape[-1]), dim=-1)
+        weights = probs @ Fm.view(1, Fm.shape[0], 1, *Fm.shape[1:])  # (B, H_kv, G, R, M)
+        return ungroup(weights * real[:, None, None, None, :])
 
 
 def _project(P: Tensor, x: Tensor) -> Tensor:

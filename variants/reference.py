@@ -121,3 +121,14 @@ def attention_weights(
     check_qkv(q, k, k, causal=causal, kv_mask=kv_mask)
     rows = torch.arange(N, device=q.device) if rows is None else rows.to(q.device)
     return _weights(q[:, :, rows].to(dtype), k.to(dtype), rows, causal=causal, kv_mask=kv_mask, pattern=pattern)
+
+
+class PatternWeights:
+    """attention_weights for a variant exact to its pattern (dense, chunked, sliding_window): the reference's float64
+    softmax weights over the keys its pattern, causality and padding leave visible."""
+
+    def attention_weights(
+        self, q: Tensor, k: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None, rows: Tensor | None = None
+    ) -> Tensor:
+        pattern = getattr(self, "pattern", None)
+        return attention_weights(q, k, causal=causal, kv_mask=kv_mask, pattern=pattern, rows=rows)

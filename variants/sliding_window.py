@@ -41,7 +41,7 @@ from variants._sliding_kernels import flex_blocks as _flex_blocks
 from variants._sliding_kernels import flex_block_mask as _flex_block_mask  # noqa: F401 - tests import it here
 from variants._sliding_kernels import xformers as _xformers
 from variants.base import AttentionVariant, Capabilities, QualityKnob, VariantConfig, softmax_scale
-from variants.reference import PatternFn, visibility
+from variants.reference import PatternFn, PatternWeights, visibility
 
 SLIDING_BACKENDS = ("banded", "flex", "xformers", "masked")
 _AUTO_ORDER = {  # fastest first per device type; measured on CPU, chosen for generality on CUDA
@@ -64,13 +64,15 @@ class SlidingWindowConfig(VariantConfig):
 
 
 @register_variant("sliding_window", config=SlidingWindowConfig)
-class SlidingWindowAttention(AttentionVariant):
+class SlidingWindowAttention(PatternWeights, AttentionVariant):
     """Exact softmax attention restricted to a band of `window` keys around each query (Longformer, Mistral)."""
 
     capabilities = Capabilities(exact=True, gqa=True, decode=True)
     backends = SLIDING_BACKENDS
     small_config = {"window": 8}
-    quality_knob = QualityKnob("window", 16, 8192, at_most_length=True)  # more is more accurate and slower
+    # more is more accurate and slower; searched with and without 4 sinks (StreamingLLM's count): on heads that park
+    # mass on the first tokens, 4 sinks let a much narrower window meet a budget
+    quality_knob = QualityKnob("window", 16, 8192, at_most_length=True, searched_with=(("sinks", (0, 4)),))
     flops_tolerance = 0.0  # executed_flops counts the banded and masked backends' SDPA scores exactly
 
     def resolve_backend(self, q: Tensor, *, training: bool = False) -> str:

@@ -1,8 +1,11 @@
 """Error-budget search: the cheapest value of a variant's quality knob whose error meets a budget, on calibration seeds.
 
-Range (knob_range): the knob's declared range at the cell's key length, its top lowered to the largest
-value doing at most MAX_FLOPS_FRACTION of dense attention's analytic FLOPs (more is dense attention done
+Range (harness.measure.knob_range): the knob's declared range at the cell's key length, its top lowered to the
+largest value doing at most MAX_FLOPS_FRACTION of dense attention's analytic FLOPs (more is dense attention done
 the slow way, not worth finding).
+
+Fields searched with the knob (QualityKnob.searched_with, sliding_window's sinks in {0, 4}): the knob is searched at
+each of their combinations, and the config with the fewest FLOPs (counted with those fields) that meets the budget wins.
 
 Search (search_knob): the largest value first (if even it misses the budget, the budget is unreachable
 after one evaluation), then doubling from the smallest until a value meets it, then geometric bisection
@@ -22,6 +25,7 @@ batches. The evaluation seed is never scored here.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import time
@@ -35,14 +39,11 @@ from harness.inputs.padding import padding_mask
 from harness.measure.accuracy import check_accuracy
 from harness.measure.calibration import calibrated
 from harness.measure.context import MeasureContext
+from harness.measure.knob_range import config_flops, knob_range, unreachable_carries_over  # noqa: F401 - re-exported
 from harness.measure.settings import CALIBRATION_SEED_OFFSET, DTYPES, MeasureSettings
 from harness.schema import Cell
 from harness.error_metrics import METRIC_NAMES, metric_error
 
-# The top of a searched range: values doing at most this fraction of dense attention's analytic FLOPs. The
-# structured variants run at a lower FLOP rate than a fused dense kernel (a window covering 55% of the pairs
-# measured 0.91x dense on CPU), so a config doing more than half the work cannot be what a budget is met with.
-MAX_FLOPS_FRACTION = 0.5
 TOLERANCE = 1.25  # bisection stops when the passing value is within 25% of the largest value known to miss
 TUNING_SEEDS = 4  # seeds scored per value, the worst counting (2 left the evaluation seed 15% above at N=8192)
 
@@ -109,9 +110,64 @@ def tune(
 ) -> Tuned:
     """Search the cell's variant's quality knob for cell.matched_budget (see the module doc) and return the search's record.
 
-    A search that fails (out of memory, the cell's time limit) returns the failure with the values tried so far and
-    no knob value it never chose, so the row shows how far it got; only Ctrl-C escapes.
+    A knob searched with other fields (QualityKnob.searched_with: sliding_window's sinks in {0, 4}) is searched at each
+    of their combinations; the cheapest config within the budget wins (FLOPs counted with those fields, the first
+    combination on a tie), and the record lists every combination's search under "options". A search that fails (out
+    of memory, the cell's time limit) returns the failure with the values tried so far and no knob value it never
+    chose, so the row shows how far it got; only Ctrl-C escapes.
     """
+    options, searches = search_options(cell), []
+    for option in options:  # a failure (out of memory, the time limit) ends the search: it is the record
+        searches.append(
+            _search(dataclasses.replace(cell, config={**cell.config, **option}), settings, context, device, inputs)
+        )
+        if searches[-1].failure is not None:
+            break
+    found = [(config_flops(t.cell, t.cell.config), i) for i, t in enumerate(searches) if t.cell is not None]
+    failed = searches[-1] if searches[-1].failure is not None else None
+    # a failure first; then the cheapest found; else the combination that came closest at the top of its range
+    chosen = failed or (searches[min(found)[1]] if found else min(searches, key=_top_error))
+    if len(options) == 1:
+        return chosen
+    fields = {
+        **chosen.fields,
+        "tuning": {**chosen.fields["tuning"], "options": [_option_record(o, t) for o, t in zip(options, searches)]},
+        "tuning_s": sum(t.fields["tuning_s"] for t in searches),
+    }
+    return dataclasses.replace(chosen, fields=fields)
+
+
+def search_options(cell: Cell) -> list[dict[str, int]]:
+    """The combinations of the fields searched with the cell's knob (QualityKnob.searched_with): [{}] when none."""
+    from variants import get_variant
+
+    declared = get_variant(cell.variant).cls.quality_knob.searched_with
+    names = [name for name, _ in declared]
+    return [dict(zip(names, values)) for values in itertools.product(*(values for _, values in declared))]
+
+
+def _option_record(option: dict[str, int], tuned: Tuned) -> dict[str, Any]:
+    """One combination's search as the record lists it: its fields, the knob value it found (None: none), what it tried."""
+    record = tuned.fields["tuning"]
+    value = tuned.cell.config[record["knob"]] if tuned.cell is not None else None
+    return {**option, "value": value, "high": record["high"], "tried": record["tried"]}
+
+
+def _top_error(tuned: Tuned) -> float:
+    """The error at the top of a search's range (inf where none was scored): how close an unreachable one came."""
+    record = tuned.fields["tuning"]
+    error = record["tried"].get(str(record["high"]))
+    return float(error) if isinstance(error, (int, float)) and not math.isnan(error) else math.inf
+
+
+def _search(
+    cell: Cell,
+    settings: MeasureSettings,
+    context: MeasureContext,
+    device: torch.device,
+    inputs: tuple[str, dict[str, Any]],
+) -> Tuned:
+    """The search of the cell's knob with the rest of its config as given (tune's one combination)."""
     field_name, low, high, bound = knob_range(cell)
     budget, metric = float(cell.matched_budget), cell.error_metric
     seeds = scoring_seeds(cell.seed, settings.calibration_batches)
@@ -167,61 +223,6 @@ def tune(
         ) + _fit_note(fits.get(high))
         return Tuned(fields(high, seconds), reason=reason)
     return Tuned(fields(value, seconds), cell=dataclasses.replace(cell, config={**cell.config, field_name: value}))
-
-
-def knob_range(cell: Cell) -> tuple[str, int, int | None, str]:
-    """(the knob's field, low, high, what bounds high) searched for the cell: the knob's declared range at the cell's M,
-    with high lowered to the largest value whose useful FLOPs (variants.count_flops; K/V heads and the config's other
-    fields, sinks, counted) are at most MAX_FLOPS_FRACTION of dense attention's analytic FLOPs (None: even low does
-    more, nothing is worth searching). A variant whose FLOPs do not change with the knob (the base class counts dense FLOPs) keeps its declared
-    range."""
-    from variants import build_config, build_variant, count_flops, dense_flops, get_variant
-
-    cls = get_variant(cell.variant).cls
-    knob = cls.quality_knob
-    low, high = knob.range_for(cell.kv_len)
-    shape = (cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal)
-
-    def flops(value: int) -> int:
-        config = {**cell.config, knob.field: value}
-        try:  # the analytic count reads the config only: no parameters allocated (Linformer's E, F are k x M)
-            variant = cls.__new__(cls)  # not __init__: nn.Module's set-up and the parameters are not needed
-            object.__setattr__(variant, "config", build_config(cell.variant, **config))
-            return count_flops(variant, *shape, H_kv=cell.kv_heads)
-        except AttributeError:  # a plugin's count that reads more of the built variant
-            return count_flops(build_variant(cell.variant, **config), *shape, H_kv=cell.kv_heads)
-
-    limit = MAX_FLOPS_FRACTION * dense_flops(*shape)
-    at_low, at_high = flops(low), flops(high)
-    if at_high <= limit or at_low == at_high:
-        return knob.field, low, high, "the largest declared"
-    if at_low > limit:
-        return knob.field, low, None, f"the smallest declared, already does over {MAX_FLOPS_FRACTION:g}x dense's FLOPs"
-    cheap, costly = low, high  # flops(cheap) <= limit < flops(costly)
-    while costly - cheap > 1:
-        middle = (cheap + costly) // 2
-        cheap, costly = (middle, costly) if flops(middle) <= limit else (cheap, middle)
-    return knob.field, low, cheap, f"the largest doing at most {MAX_FLOPS_FRACTION:g}x dense's FLOPs"
-
-
-def unreachable_carries_over(cell: Cell, unreachable_at: int) -> str | None:
-    """Why the cell need not be searched, its budget being unreachable at the shorter N `unreachable_at` over the same
-    knob range (at a fixed knob value a longer sequence is no easier to approximate); None when its range is wider."""
-    from variants import get_variant
-
-    shorter = dataclasses.replace(
-        cell,
-        seq_len=unreachable_at,
-        kv_len=unreachable_at,
-        config=get_variant(cell.variant).cls.config_for_length(dict(cell.config), unreachable_at),
-    )
-    field_name, low, high, _ = knob_range(cell)
-    if (low, high) != knob_range(shorter)[1:3]:
-        return None
-    return (
-        f"unreachable at N={unreachable_at} over the same {field_name} range {low}-{high}, "
-        "and a longer N at a fixed value is no easier"
-    )
 
 
 def search_key(cell: Cell) -> str:

@@ -40,7 +40,7 @@ def summary_table(analysed: "AnalysedRun") -> str:
             by_n = {int(r["seq_len"]): r for _, r in part.iterrows()}
             knob = next((r["tuning"]["knob"] for r in by_n.values() if isinstance(r["tuning"], dict)), None)
             metrics = [(c.summary, c.compact or c.text) for c in TERMINAL]
-            metrics += [(knob, lambda r, knob=knob: str(r["config"].get(knob, "-")))] if knob else []
+            metrics += [(knob, _knob_text)] if knob else []
             for i, (metric, text) in enumerate(metrics):
                 cells = []
                 for n in lengths:
@@ -63,6 +63,17 @@ def summary_table(analysed: "AnalysedRun") -> str:
         )
         blocks.append(f"{title}\n{text}")
     return "\n\n".join(blocks)
+
+
+def _knob_text(r) -> str:
+    """The searched knob's value and the fields searched with it where set: '300', '128 sinks=4'."""
+    from harness.entries import searched_fields
+
+    config = r["config"] if isinstance(r["config"], dict) else {}
+    fields = searched_fields(str(r["variant"]))
+    if not fields:
+        return "-"
+    return " ".join([str(config.get(fields[0], "-"))] + [f"{f}={config[f]}" for f in fields[1:] if config.get(f)])
 
 
 def answer_lines(analysed: "AnalysedRun") -> list[str]:

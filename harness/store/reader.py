@@ -172,7 +172,7 @@ def series_labels(frame: pd.DataFrame) -> list[str]:
     varies with N; the row's config says which), "sliding_window@cos0.05" for a cosine budget, and
     "sliding_window(sinks=4)@0.05" when another field varies among the variant's matched rows.
     """
-    from harness.entries import knob_field, length_fields
+    from harness.entries import length_fields, searched_fields
 
     if not len(frame):
         return []
@@ -187,8 +187,8 @@ def series_labels(frame: pd.DataFrame) -> list[str]:
         configs.setdefault((variant, is_matched), {})[key] = json.loads(key)
     varying: dict[tuple[str, bool], list[str]] = {}
     for (variant, is_matched), found in configs.items():
-        # the search sets the knob
-        left_out = set(length_fields(variant)) | ({knob_field(variant)} if is_matched else set())
+        # the search sets the knob (and what is searched with it, sliding_window's sinks)
+        left_out = set(length_fields(variant)) | (set(searched_fields(variant)) if is_matched else set())
         fields = sorted({f for c in found.values() for f in c} - left_out)
         varying[(variant, is_matched)] = [
             f for f in fields if len({json.dumps(c.get(f), sort_keys=True, default=str) for c in found.values()}) > 1

@@ -67,8 +67,14 @@ def test_a_non_learnable_variant_returns_at_once():
 def test_a_variant_teacher_works_with_mse():
     torch.manual_seed(0)
     attn = build_variant("distilled", features=8)
+    report = calibrate(attn, [_local(3)], steps=3, teacher=_plain_teacher)
+    assert (report.loss, report.teacher) == ("mse", "function")  # a plain callable exposes no attention_weights
     report = calibrate(attn, [_local(3)], steps=3, teacher=build_variant("dense"))
-    assert (report.loss, report.teacher) == ("mse", "dense")  # dense exposes no attention_weights
+    assert (report.loss, report.teacher) == ("weight_ce", "dense")  # dense's weights are exact softmax weights
+
+
+def _plain_teacher(q, k, v, *, causal=False):
+    return reference_attention(q, k, v, causal=causal, dtype=torch.float32)
 
 
 def test_calibrate_is_exported_from_the_package():
@@ -125,7 +131,7 @@ def test_weight_ce_needs_attention_weights_on_both_sides():
     with pytest.raises(ValueError, match=r"loss='weight_ce' needs the variant to expose attention_weights"):
         calibrate(build_variant("linformer", k=4, max_seq_len=64), batch, steps=1, loss="weight_ce")
     with pytest.raises(ValueError, match=r"loss='weight_ce' needs the teacher to expose attention_weights"):
-        calibrate(build_variant("distilled"), batch, steps=1, loss="weight_ce", teacher=build_variant("dense"))
+        calibrate(build_variant("distilled"), batch, steps=1, loss="weight_ce", teacher=_plain_teacher)
 
 
 class _TemperedTeacher:

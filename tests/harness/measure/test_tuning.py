@@ -258,3 +258,36 @@ def test_the_error_in_a_metric_is_relative_l2_or_one_minus_cosine():
     assert metric_error(fields, "rel_l2") == 0.03 and metric_error(fields, "cosine") == pytest.approx(0.01)
     with pytest.raises(ValueError, match="unknown error metric 'l1'; expected one of rel_l2, cosine"):
         metric_error(fields, "l1")
+
+
+def test_sliding_windows_search_tries_sinks_and_the_cheapest_config_within_budget_wins(monkeypatch):
+    """Counted: with errors that fall 4x faster with 4 sinks, the search picks sinks=4 at a window about 4x smaller;
+    where sinks change nothing, the tie goes to sinks=0 (fewer FLOPs at the same window)."""
+    import harness.measure.tuning as tuning
+
+    for gain, want_sinks in ((4.0, 4), (1.0, 0)):
+        scored = []
+
+        def score(cell, field, value, *args, gain=gain, **kwargs):
+            scored.append((cell.config["sinks"], value))
+            return 0.1 * 64 / value / (gain if cell.config["sinks"] else 1.0)
+
+        monkeypatch.setattr(tuning, "score_value", score)
+        row = measure_cell(matched("sliding_window", 0.1, N=512), FAST, RUN).to_dict()
+        assert row["status"] == "ok", row["reason"]
+        options = {o["sinks"]: o for o in row["tuning"]["options"]}
+        assert {s for s, _ in scored} == {0, 4} and 64 <= options[0]["value"] <= 80
+        assert row["config"]["sinks"] == want_sinks and row["config"]["window"] == options[want_sinks]["value"]
+        assert want_sinks == 0 or options[4]["value"] <= options[0]["value"] / 3
+        assert Cell.from_dict(row).cell_id == row["cell_id"]  # the sinks found are no part of the id either
+
+
+def test_on_sink_heads_the_search_meets_a_budget_with_sinks_that_no_window_meets_without():
+    inputs = "llm:sink=1,retrieval=0,diffuse=0,max_decay=16"  # every head parks its mass on the first token
+    row = measure_cell(matched("sliding_window", 0.5, N=256, inputs=inputs), FAST, RUN).to_dict()
+    assert row["status"] == "ok", row["reason"]
+    options = {o["sinks"]: o for o in row["tuning"]["options"]}
+    assert options[0]["value"] is None and options[4]["value"] < options[0]["high"]  # unreachable without sinks
+    assert (row["config"]["sinks"], row["config"]["window"]) == (4, options[4]["value"])
+    row = measure_cell(matched("sliding_window", 0.3, N=256), FAST, RUN).to_dict()  # `local`: no sink heads
+    assert row["status"] == "ok" and row["config"]["sinks"] == 0, row["reason"]

@@ -154,24 +154,27 @@ def test_rows_frame_holds_numeric_columns_as_floats_with_nan_for_missing_values_
     assert frame["latency_s"].median() == pytest.approx(1.501)  # a median over the column works, NaN left out
 
 
-def test_series_of_matched_rows_split_on_fields_other_than_the_knob():
+def test_series_of_matched_rows_split_on_fields_other_than_the_searched_ones():
     import pandas as pd
 
     from harness.store.reader import series_labels
 
-    def row(window, sinks, budget):
+    def row(window, sinks, budget, backend="auto"):
         return {
             "variant": "sliding_window",
-            "config": {"window": window, "sinks": sinks, "backend": "auto"},
+            "config": {"window": window, "sinks": sinks, "backend": backend},
             "matched_budget": budget,
             "error_metric": "rel_l2",
         }
 
-    frame = pd.DataFrame([row(16, 0, 0.05), row(512, 0, 0.05), row(16, 4, 0.05), row(32, 4, 0.1), row(256, 0, None)])
+    # the search chooses window and sinks (QualityKnob.searched_with): a matched series holds every value they take
+    frame = pd.DataFrame(
+        [row(16, 0, 0.05), row(512, 4, 0.05), row(16, 4, 0.05, "masked"), row(32, 4, 0.1), row(256, 0, None)]
+    )
     assert series_labels(frame) == [
-        "sliding_window(sinks=0)@0.05",
-        "sliding_window(sinks=0)@0.05",
-        "sliding_window(sinks=4)@0.05",
-        "sliding_window(sinks=4)@0.1",
+        "sliding_window(backend=auto)@0.05",
+        "sliding_window(backend=auto)@0.05",
+        "sliding_window(backend=masked)@0.05",
+        "sliding_window(backend=auto)@0.1",
         "sliding_window",
     ]

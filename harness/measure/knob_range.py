@@ -1,0 +1,80 @@
+"""The range an error-budget search moves a quality knob over, and the FLOPs that bound it.
+
+The knob's declared range at the cell's key length, its top lowered to the largest value doing at most
+MAX_FLOPS_FRACTION of dense attention's analytic FLOPs (more is dense attention done the slow way, not worth finding).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from harness.schema import Cell
+
+# The top of a searched range: values doing at most this fraction of dense attention's analytic FLOPs. The
+# structured variants run at a lower FLOP rate than a fused dense kernel (a window covering 55% of the pairs
+# measured 0.91x dense on CPU), so a config doing more than half the work cannot be what a budget is met with.
+MAX_FLOPS_FRACTION = 0.5
+
+
+def knob_range(cell: Cell) -> tuple[str, int, int | None, str]:
+    """(the knob's field, low, high, what bounds high) searched for the cell: the knob's declared range at the cell's M,
+    with high lowered to the largest value whose useful FLOPs (variants.count_flops; K/V heads and the config's other
+    fields, sinks, counted) are at most MAX_FLOPS_FRACTION of dense attention's analytic FLOPs (None: even low does
+    more, nothing is worth searching). A variant whose FLOPs do not change with the knob (the base class counts dense FLOPs) keeps its declared
+    range."""
+    from variants import dense_flops, get_variant
+
+    knob = get_variant(cell.variant).cls.quality_knob
+    low, high = knob.range_for(cell.kv_len)
+
+    def flops(value: int) -> int:
+        return config_flops(cell, {**cell.config, knob.field: value})
+
+    limit = MAX_FLOPS_FRACTION * dense_flops(
+        cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal
+    )
+    at_low, at_high = flops(low), flops(high)
+    if at_high <= limit or at_low == at_high:
+        return knob.field, low, high, "the largest declared"
+    if at_low > limit:
+        return knob.field, low, None, f"the smallest declared, already does over {MAX_FLOPS_FRACTION:g}x dense's FLOPs"
+    cheap, costly = low, high  # flops(cheap) <= limit < flops(costly)
+    while costly - cheap > 1:
+        middle = (cheap + costly) // 2
+        cheap, costly = (middle, costly) if flops(middle) <= limit else (cheap, middle)
+    return knob.field, low, cheap, f"the largest doing at most {MAX_FLOPS_FRACTION:g}x dense's FLOPs"
+
+
+def config_flops(cell: Cell, config: dict[str, Any]) -> int:
+    """The useful FLOPs (variants.count_flops) of the cell's variant with `config` at the cell's shape and K/V heads."""
+    from variants import build_config, build_variant, count_flops, get_variant
+
+    cls = get_variant(cell.variant).cls
+    shape = (cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal)
+    try:  # the analytic count reads the config only: no parameters allocated (Linformer's E, F are k x M)
+        variant = cls.__new__(cls)  # not __init__: nn.Module's set-up and the parameters are not needed
+        object.__setattr__(variant, "config", build_config(cell.variant, **config))
+        return count_flops(variant, *shape, H_kv=cell.kv_heads)
+    except AttributeError:  # a plugin's count that reads more of the built variant
+        return count_flops(build_variant(cell.variant, **config), *shape, H_kv=cell.kv_heads)
+
+
+def unreachable_carries_over(cell: Cell, unreachable_at: int) -> str | None:
+    """Why the cell need not be searched, its budget being unreachable at the shorter N `unreachable_at` over the same
+    knob range (at a fixed knob value a longer sequence is no easier to approximate); None when its range is wider."""
+    from variants import get_variant
+
+    shorter = dataclasses.replace(
+        cell,
+        seq_len=unreachable_at,
+        kv_len=unreachable_at,
+        config=get_variant(cell.variant).cls.config_for_length(dict(cell.config), unreachable_at),
+    )
+    field_name, low, high, _ = knob_range(cell)
+    if (low, high) != knob_range(shorter)[1:3]:
+        return None
+    return (
+        f"unreachable at N={unreachable_at} over the same {field_name} range {low}-{high}, "
+        "and a longer N at a fixed value is no easier"
+    )
