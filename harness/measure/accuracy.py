@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from harness.measure.weights import topk_recall
 
 # float64 scores per reference chunk (query rows are processed in chunks): bounds the accuracy
 # check's own memory so the process's peak stays that of the cell measured, not of the gold.
@@ -69,11 +70,13 @@ def check_accuracy(
     reference: str = "full",
     kv_mask: Tensor | None = None,
     wrap: Callable[[Callable], Callable] | None = None,
+    weights: bool = True,
 ) -> Accuracy:
     """One call of `attn` scored against float64 on sampled rows; `reference` "pattern" scores against its own pattern.
 
     kv_mask (B, M) goes to the call and the reference; only sampled rows that are real tokens are scored. `wrap` puts
     the call under the cell's memory tricks (harness.measure.tricks.tricked), so autocast's error is in the scores.
+    `weights`: also score the variant's attention weights on those rows (topk_recall, harness.measure.weights).
     """
     from variants import reference_attention
 
@@ -137,6 +140,11 @@ def check_accuracy(
         if result.nonfinite:
             return result
     result.fields.update(score_output(result, out))
+    if weights:
+        recall = topk_recall(
+            attn, q, k, causal=causal, rows=rows, valid=valid, chunk=chunk, kv_mask=kv_mask, pattern=pattern
+        )
+        result.fields["topk_recall"] = recall
     return result
 
 

@@ -282,6 +282,7 @@ def score_value(
             seed=seed,
             reference=settings.accuracy_reference,
             kv_mask=kv_mask,
+            weights=False,  # the search scores the output error only
         )
         if accuracy.nonfinite:
             return math.inf

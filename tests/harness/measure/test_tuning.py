@@ -97,6 +97,7 @@ def test_a_matched_sliding_window_is_searched_on_calibration_seeds_and_measured_
     assert row["rel_l2_error"] <= 0.1 * 1.1  # the evaluation seed's error, within the generalisation margin
     assert seeds and 0 not in seeds  # the evaluation seed (0) is never scored by the search
     assert row["tuning_s"] > 0
+    assert 0 < row["topk_recall"] <= 1  # the weight metric, on the evaluation seed's sampled rows
     assert Cell.from_dict(row).cell_id == row["cell_id"]  # the knob found is no part of the id: the row reproduces it
 
 
