@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.report import analysis, choice
+from harness.report import analysis, choice, reach
 from harness.report.analysed import AnalysedRun
 from harness.report.budgets import GENERALISATION_MARGIN, METRIC_NAMES
 from harness.report.figures import figure_section
@@ -74,38 +74,27 @@ def _intro(tables: list[choice.AnswerTable], metric: str, *, searched: bool, aga
 
 
 def _out_of_reach(frame: pd.DataFrame, table: choice.AnswerTable) -> list[Block]:
-    """One line under a table: each variant whose search met no budget somewhere, where, and the best error its
-    range reached ('linformer at every N and budget (best 0.77: k=64 at N=256)')."""
-    rows = analysis.select(frame, table.setting)
-    # an unreachable row without its budget (an older writer's) says nothing about this table's budgets
-    rows = rows[(rows["inputs"] == table.inputs) & (rows["status"] == "unreachable") & rows["matched_budget"].notna()]
+    """One line under a table: each variant whose search met no budget somewhere, where, the best error its range
+    reached, and whether that is no better than uniform attention (harness.report.reach) ('linformer at every N and
+    budget: no better than uniform attention (uniform 0.79) (best 0.77: k=64 at N=256)')."""
     parts = []
-    for variant, part in rows.groupby("variant", sort=True):
-        missed = {(int(r["seq_len"]), float(r["matched_budget"])) for _, r in part.iterrows()}
-        if missed >= {(n, b) for n in table.lengths for b in table.budgets}:
+    everywhere = {(n, b) for n in table.lengths for b in table.budgets}
+    for miss in reach.unreached(frame, table.setting, table.inputs):
+        if miss.missed >= everywhere:
             where = "at every N and budget"
         else:
             where = "; ".join(
-                f"for {budget_label(b, table.metric, ascii=False)} at {_lengths_text(sorted(n for n, bb in missed if bb == b))}"
+                f"for {budget_label(b, table.metric, ascii=False)} at {_lengths_text(sorted(n for n, bb in miss.missed if bb == b))}"
                 for b in table.budgets
-                if any(bb == b for _, bb in missed)
+                if any(bb == b for _, bb in miss.missed)
             )
-        searched = [
-            (r["tuning"], r["seq_len"])
-            for _, r in part.iterrows()
-            if isinstance(r["tuning"], dict) and r["tuning"].get("tried")
-        ]
-        tops = [(t["tried"].get(str(t["high"])), t["knob"], t["high"], n) for t, n in searched]
-        # None: not finite
-        best = min(((float(e), *rest) for e, *rest in tops if isinstance(e, (int, float))), default=None)
-        best_text = f" (best {best[0]:.2g}: {best[1]}={best[2]} at N={format_n(int(best[3]))})" if best else ""
-        uniform = _uniform_error(part)
-        if best and uniform is not None and best[0] >= UNIFORM_MARGIN * uniform:
-            best_text = f": no better than uniform attention ({uniform:.2g}){best_text}"
-        parts.append(f"{variant} {where}{best_text}")
+        best = miss.best
+        best_text = f" (best {best[0]:.2g}: {best[1]}={best[2]} at N={format_n(best[3])})" if best else ""
+        verdict = f": {miss.verdict()}" if miss.verdict() else ""
+        parts.append(f"{miss.variant} {where}{verdict}{best_text}")
     blocks = [Paragraph("Out of reach (on the search's held-out seeds): " + "; ".join(parts) + ".")] if parts else []
     all_rows = analysis.select(frame, table.setting)
-    uniform = _uniform_error(all_rows[all_rows["inputs"] == table.inputs])
+    uniform = reach.uniform_error(all_rows[all_rows["inputs"] == table.inputs])
     if table.inputs.split(":")[0] == "gaussian" and uniform is not None:
         blocks.insert(
             0,
@@ -117,18 +106,6 @@ def _out_of_reach(frame: pd.DataFrame, table: choice.AnswerTable) -> list[Block]
             ),
         )
     return blocks
-
-
-# An error above this fraction of uniform attention's is "no better than uniform attention", not a near miss.
-UNIFORM_MARGIN = 0.9
-
-
-def _uniform_error(rows: pd.DataFrame) -> float | None:
-    """The median uniform-attention error of rows (None when none recorded one)."""
-    if "uniform_rel_l2_error" not in rows:
-        return None
-    values = pd.to_numeric(rows["uniform_rel_l2_error"], errors="coerce").dropna()
-    return float(values.median()) if len(values) else None
 
 
 def _lengths_text(lengths: list[int]) -> str:

@@ -80,7 +80,8 @@ def answer_lines(analysed: "AnalysedRun") -> list[str]:
     """The report's answer at the largest N, one line per setting and input distribution (harness.report.choice)."""
     from harness.report import choice
 
-    lines = choice.answer_lines(list(analysed.tables))
+    tables = list(analysed.tables)
+    lines = [line + _unreached_text(analysed, t) for line, t in zip(choice.answer_lines(tables), tables)]
     if analysed.memory_budget is not None:  # the cheapest combination that trains within it (harness.report.longest)
         from harness.report.longest import cheapest_lines
 
@@ -88,6 +89,19 @@ def answer_lines(analysed: "AnalysedRun") -> list[str]:
     if lines and analysed.accuracy_reference != "full":
         lines.append(f"(errors against {analysed.errors_against})")
     return lines
+
+
+def _unreached_text(analysed: "AnalysedRun", table) -> str:
+    """'; out of reach: linformer no better than uniform attention (uniform 0.79), sliding_window (best 0.38)' for the
+    variants whose search met no budget at the table's largest N (harness.report.reach decides the verdict)."""
+    from harness.report.reach import unreached
+
+    missed = unreached(analysed.frame, table.setting, table.inputs, lengths=(table.lengths[-1],))
+    texts = [
+        f"{m.variant} {m.verdict()}" if m.verdict() else f"{m.variant}" + (f" (best {m.best[0]:.2g})" if m.best else "")
+        for m in missed
+    ]
+    return f"; out of reach: {', '.join(texts)}" if texts else ""
 
 
 def outcome_line(analysed: "AnalysedRun") -> str:

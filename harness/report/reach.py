@@ -1,0 +1,66 @@
+"""Which variants' searches met no budget, how close they came, and whether they beat uniform attention at all.
+
+One decision, read by the report's out-of-reach line (harness.report.findings) and the sweep's closing answer lines
+(harness.report.summary): a variant whose best error over its searched range is at least UNIFORM_MARGIN x the uniform
+baseline's (the mean of v over the visible keys, on the same inputs and rows) is "no better than uniform attention",
+not a near miss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from harness.report import analysis
+
+# An error above this fraction of uniform attention's is "no better than uniform attention", not a near miss.
+UNIFORM_MARGIN = 0.9
+
+
+@dataclass(frozen=True)
+class Unreached:
+    """A variant whose search met no budget at some (N, budget) of a table."""
+
+    variant: str
+    missed: frozenset[tuple[int, float]]  # (N, budget) where it was unreachable
+    best: tuple[float, str, int, int] | None  # (error, knob, value, N): the lowest error at the top of a range searched
+    uniform: float | None  # the median uniform-attention error of its rows
+
+    def no_better_than_uniform(self) -> bool:
+        return self.best is not None and self.uniform is not None and self.best[0] >= UNIFORM_MARGIN * self.uniform
+
+    def verdict(self) -> str:
+        """'no better than uniform attention (uniform 0.79)' when it is; else ''."""
+        return f"no better than uniform attention (uniform {self.uniform:.2g})" if self.no_better_than_uniform() else ""
+
+
+def unreached(
+    frame: pd.DataFrame, setting: dict, inputs: str, lengths: tuple[int, ...] | None = None
+) -> list[Unreached]:
+    """The variants unreachable somewhere in a table's setting and inputs (at `lengths` only, when given), by name."""
+    rows = analysis.select(frame, setting)
+    # an unreachable row without its budget (an older writer's) says nothing about a table's budgets
+    rows = rows[(rows["inputs"] == inputs) & (rows["status"] == "unreachable") & rows["matched_budget"].notna()]
+    if lengths is not None:
+        rows = rows[rows["seq_len"].isin(lengths)]
+    out = []
+    for variant, part in rows.groupby("variant", sort=True):
+        missed = frozenset((int(r["seq_len"]), float(r["matched_budget"])) for _, r in part.iterrows())
+        searched = [(r["tuning"], r["seq_len"]) for _, r in part.iterrows() if _searched(r["tuning"])]
+        tops = [(t["tried"].get(str(t["high"])), t["knob"], t["high"], int(n)) for t, n in searched]
+        best = min(((float(e), *rest) for e, *rest in tops if isinstance(e, (int, float))), default=None)
+        out.append(Unreached(str(variant), missed, best, uniform_error(part)))
+    return out
+
+
+def uniform_error(rows: pd.DataFrame) -> float | None:
+    """The median uniform-attention error of rows (None when none recorded one)."""
+    if "uniform_rel_l2_error" not in rows:
+        return None
+    values = pd.to_numeric(rows["uniform_rel_l2_error"], errors="coerce").dropna()
+    return float(values.median()) if len(values) else None
+
+
+def _searched(tuning) -> bool:
+    return isinstance(tuning, dict) and bool(tuning.get("tried"))
