@@ -92,15 +92,22 @@ def answer_lines(analysed: "AnalysedRun") -> list[str]:
 
 
 def _unreached_text(analysed: "AnalysedRun", table) -> str:
-    """'; out of reach: linformer no better than uniform attention (uniform 0.79), sliding_window (best 0.38)' for the
-    variants whose search met no budget at the table's largest N (harness.report.reach decides the verdict)."""
+    """'; out of reach: linformer no better than uniform attention (uniform 0.79), sliding_window for rel_l2<=0.05
+    (best 0.38)' for the variants whose search met no budget at the table's largest N (the budgets named where it met
+    some); harness.report.reach decides the verdict, as for the report's out-of-reach line."""
+    from harness.error_metrics import budget_label
     from harness.report.reach import unreached
 
-    missed = unreached(analysed.frame, table.setting, table.inputs, lengths=(table.lengths[-1],))
-    texts = [
-        f"{m.variant} {m.verdict()}" if m.verdict() else f"{m.variant}" + (f" (best {m.best[0]:.2g})" if m.best else "")
-        for m in missed
-    ]
+    texts = []
+    for m in unreached(analysed.frame, table.setting, table.inputs, lengths=(table.lengths[-1],)):
+        missed = sorted(b for _, b in m.missed)
+        where = (
+            ""
+            if set(missed) >= set(table.budgets)
+            else " for " + ", ".join(budget_label(b, table.metric) for b in missed)
+        )
+        note = f" {m.verdict()}" if m.verdict() else (f" (best {m.best[0]:.2g})" if m.best else "")
+        texts.append(f"{m.variant}{where}{note}")
     return f"; out of reach: {', '.join(texts)}" if texts else ""
 
 

@@ -17,8 +17,10 @@ def _analysed():
 def test_the_terminal_answer_names_a_variant_no_better_than_uniform_as_the_report_does():
     analysed = _analysed()
     gaussian, local = summary.answer_lines(analysed)
-    assert gaussian.endswith("; out of reach: linformer no better than uniform attention (uniform 0.33)")
-    assert local.endswith("; out of reach: linformer (best 0.32)")  # 0.31 + N/1e6 at N=8192
+    assert gaussian.endswith(
+        "; out of reach: linformer for rel_l2<=0.05 no better than uniform attention (uniform 0.33)"
+    )
+    assert local.endswith("; out of reach: linformer for rel_l2<=0.05 (best 0.32)")  # 0.31 + N/1e6 at N=8192
     report = {t.inputs: _out_of_reach(analysed.frame, t)[-1].text for t in analysed.tables}
     assert (
         "linformer for rel_l2 ≤ 0.05 at N=1K-8K: no better than uniform attention (uniform 0.33) (best"

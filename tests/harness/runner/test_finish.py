@@ -21,7 +21,8 @@ def test_the_sweep_ends_with_the_report_path_and_one_answer_line_per_inputs(tmp_
     assert lines[-4] == f"report: {run / 'report.html'}"
     assert lines[-3:-1] == [
         f"answer at N=8192 ({d}): rel_l2<=0.05: sliding_window(window=512) 8.4x [7.6-9.2]; "
-        "rel_l2<=0.1: linformer(k=256) 25.6x [12.8-38.4] (error 0.105; tie: sliding_window(window=256))"
+        "rel_l2<=0.1: linformer(k=256) 25.6x [12.8-38.4] (error 0.105; tie: sliding_window(window=256)); "
+        "out of reach: linformer for rel_l2<=0.05 (best 0.32)"
         for d in ("gaussian", "local")
     ]
 
