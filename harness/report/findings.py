@@ -89,7 +89,7 @@ def _out_of_reach(frame: pd.DataFrame, table: choice.AnswerTable) -> list[Block]
                 if any(bb == b for _, bb in miss.missed)
             )
         best = miss.best
-        best_text = f" (best {best[0]:.2g}: {best[1]}={best[2]} at N={format_n(best[3])})" if best else ""
+        best_text = f" (best {best[0]:.2g}: {best[1]} at N={format_n(best[2])})" if best else ""
         verdict = f": {miss.verdict()}" if miss.verdict() else ""
         parts.append(f"{miss.variant} {where}{verdict}{best_text}")
     blocks = [Paragraph("Out of reach (on the search's held-out seeds): " + "; ".join(parts) + ".")] if parts else []

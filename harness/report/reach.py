@@ -24,7 +24,8 @@ class Unreached:
 
     variant: str
     missed: frozenset[tuple[int, float]]  # (N, budget) where it was unreachable
-    best: tuple[float, str, int, int] | None  # (error, knob, value, N): the lowest error at the top of a range searched
+    # (error, config searched, N): the lowest error at the top of a range searched, its config 'window=298 sinks=4'
+    best: tuple[float, str, int] | None
     uniform: float | None  # the median uniform-attention error of its rows
 
     def no_better_than_uniform(self) -> bool:
@@ -47,8 +48,11 @@ def unreached(
     out = []
     for variant, part in rows.groupby("variant", sort=True):
         missed = frozenset((int(r["seq_len"]), float(r["matched_budget"])) for _, r in part.iterrows())
-        searched = [(r["tuning"], r["seq_len"]) for _, r in part.iterrows() if _searched(r["tuning"])]
-        tops = [(t["tried"].get(str(t["high"])), t["knob"], t["high"], int(n)) for t, n in searched]
+        tops = [
+            (r["tuning"]["tried"].get(str(r["tuning"]["high"])), _searched_text(r), int(r["seq_len"]))
+            for _, r in part.iterrows()
+            if _searched(r["tuning"])
+        ]
         best = min(((float(e), *rest) for e, *rest in tops if isinstance(e, (int, float))), default=None)
         out.append(Unreached(str(variant), missed, best, uniform_error(part)))
     return out
@@ -60,6 +64,15 @@ def uniform_error(rows: pd.DataFrame) -> float | None:
         return None
     values = pd.to_numeric(rows["uniform_rel_l2_error"], errors="coerce").dropna()
     return float(values.median()) if len(values) else None
+
+
+def _searched_text(r: pd.Series) -> str:
+    """The top of the range a row searched, with the fields searched beside the knob where set: 'window=298 sinks=4'."""
+    from harness.entries import searched_fields
+
+    config = r["config"] if isinstance(r["config"], dict) else {}
+    extras = [f"{f}={config[f]}" for f in searched_fields(str(r["variant"]))[1:] if config.get(f)]
+    return " ".join([f"{r['tuning']['knob']}={r['tuning']['high']}"] + extras)
 
 
 def _searched(tuning) -> bool:

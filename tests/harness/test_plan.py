@@ -122,7 +122,7 @@ def test_error_budgets_plan_one_cell_per_budget_for_a_free_quality_knob():
     spec = build_spec(
         cli={
             "device": "cpu",
-            "variants": "dense,sliding_window,sliding_window:window=64,distilled",
+            "variants": "dense,sliding_window,sliding_window:window=64,sliding_window:sinks=8,distilled",
             "seq_lens": "128",
             "inputs": "gaussian",
             "error_budgets": "0.1,0.01",
@@ -135,12 +135,13 @@ def test_error_budgets_plan_one_cell_per_budget_for_a_free_quality_knob():
         ("sliding_window", 0.01, 256),
         ("sliding_window", 0.1, 256),
         ("sliding_window", None, 64),
+        ("sliding_window", None, 256),  # sinks=8 set: the search would choose sinks too, so it is measured as given
         ("distilled", 0.01, None),
         ("distilled", 0.1, None),
     }
     assert [c.matched_budget for c in cells if c.variant == "distilled"] == [0.01, 0.1]  # budgets ascending
     assert all(c.error_metric == "rel_l2" for c in cells)
-    assert len({c.cell_id for c in cells}) == len(cells) == 6
+    assert len({c.cell_id for c in cells}) == len(cells) == 7
 
 
 def test_without_budgets_cell_ids_are_those_of_earlier_versions():

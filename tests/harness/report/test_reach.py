@@ -27,3 +27,17 @@ def test_the_terminal_answer_names_a_variant_no_better_than_uniform_as_the_repor
         in report["gaussian"]
     )
     assert "no better than uniform" not in report["local"]
+
+
+def test_the_out_of_reach_line_names_the_sinks_the_search_reached_its_best_with():
+    from harness.report.reach import unreached
+
+    rows = [
+        dict(r, variant="sliding_window", config={"window": 298, "sinks": 4, "backend": "auto"})
+        | {"tuning": {"knob": "window", "high": 298, "tried": {"298": 0.38}}}
+        for r in make_budget_rows()
+        if r["status"] == "unreachable"
+    ]
+    table = _analysed().tables[0]
+    (miss,) = unreached(analysed_rows(rows, BUDGET_SPEC).frame, table.setting, "local")
+    assert miss.best == (0.38, "window=298 sinks=4", 1024)
