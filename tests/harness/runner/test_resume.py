@@ -231,7 +231,19 @@ def test_a_row_without_a_cell_id_is_not_a_result_and_its_cell_is_measured_on_res
     resume neither crashes on it nor counts it as done; its cell is measured again, the other cell is kept."""
     import json
 
-    argv = ["sweep", "--device", "cpu", "--variants", "dense", "--seq-lens", "16,32", "--heads", "1", "--head-dims", "8"]
+    argv = [
+        "sweep",
+        "--device",
+        "cpu",
+        "--variants",
+        "dense",
+        "--seq-lens",
+        "16,32",
+        "--heads",
+        "1",
+        "--head-dims",
+        "8",
+    ]
     argv += ["--inputs", "gaussian", "--time-budget", "0.005", "--repeats", "1", "--quiet", "--out", str(tmp_path)]
     assert main([*argv, "--run-id", "noid"]) == 0
     path = tmp_path / "noid" / "rows.jsonl"
