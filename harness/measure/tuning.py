@@ -175,21 +175,28 @@ def knob_range(cell: Cell) -> tuple[str, int, int | None, str]:
     fields, sinks, counted) are at most MAX_FLOPS_FRACTION of dense attention's analytic FLOPs (None: even low does
     more, nothing is worth searching). A variant whose FLOPs do not change with the knob (the base class counts dense FLOPs) keeps its declared
     range."""
+    shape = (cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal)
+    return knob_range_at(cell.variant, cell.config, shape, kv_heads=cell.kv_heads)
+
+
+def knob_range_at(
+    name: str, config: dict[str, Any], shape: tuple[int, int, int, int, int, bool], *, kv_heads: int | None = None
+) -> tuple[str, int, int | None, str]:
+    """knob_range for variant `name` with `config` (its other fields) on shape (B, H, N, M, D, causal) and kv_heads."""
     from variants import build_config, build_variant, count_flops, dense_flops, get_variant
 
-    cls = get_variant(cell.variant).cls
+    cls = get_variant(name).cls
     knob = cls.quality_knob
-    low, high = knob.range_for(cell.kv_len)
-    shape = (cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal)
+    low, high = knob.range_for(shape[3])
 
     def flops(value: int) -> int:
-        config = {**cell.config, knob.field: value}
+        fields = {**config, knob.field: value}
         try:  # the analytic count reads the config only: no parameters allocated (Linformer's E, F are k x M)
             variant = cls.__new__(cls)  # not __init__: nn.Module's set-up and the parameters are not needed
-            object.__setattr__(variant, "config", build_config(cell.variant, **config))
-            return count_flops(variant, *shape, H_kv=cell.kv_heads)
+            object.__setattr__(variant, "config", build_config(name, **fields))
+            return count_flops(variant, *shape, H_kv=kv_heads)
         except AttributeError:  # a plugin's count that reads more of the built variant
-            return count_flops(build_variant(cell.variant, **config), *shape, H_kv=cell.kv_heads)
+            return count_flops(build_variant(name, **fields), *shape, H_kv=kv_heads)
 
     limit = MAX_FLOPS_FRACTION * dense_flops(*shape)
     at_low, at_high = flops(low), flops(high)

@@ -164,14 +164,15 @@ def fractions(value: Any, where: str) -> tuple[float, ...]:
     return tuple(out)
 
 
-def budgets(value: Any, where: str) -> tuple[float, ...]:
-    """Error budgets: distinct positive numbers, ascending (none: no search, every config as given)."""
+def budgets(value: Any, where: str, *, bounds: str = "relative L2 error or 1 - cosine") -> tuple[float, ...]:
+    """Error budgets: distinct positive numbers, ascending (none: no search, every config as given); `bounds`: what
+    they bound, for the message."""
     out: set[float] = set()
     for item in as_list(value, where):
         x = number(item, where)
         if not 0 < x <= 2:
             raise SpecError(
-                f"{where}: an error budget must be in (0, 2] (relative L2 error or 1 - cosine), got {item!r}; "
+                f"{where}: an error budget must be in (0, 2] ({bounds}), got {item!r}; "
                 "e.g. --error-budgets 0.01,0.05,0.1"
             )
         out.add(x)
