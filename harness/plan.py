@@ -54,7 +54,7 @@ def _series(spec: SweepSpec) -> Iterator[list[Callable[[int], Cell]]]:
     for setting in _settings(spec):
         series = []
         for entry in spec.variants:
-            for budget in _budgets(spec, classes[entry.name], entry):
+            for budget in matched_budgets(spec.error_budgets, classes[entry.name], entry.overrides):
                 matched = dict(matched_budget=budget, error_metric=spec.error_metric) if budget is not None else {}
                 series.append(partial(_cell, spec, classes[entry.name], entry, {**setting, **matched}))
         yield series
@@ -75,14 +75,14 @@ def _cell(spec: SweepSpec, cls: Any, entry: Any, setting: dict[str, Any], seq_le
     )
 
 
-def _budgets(spec: SweepSpec, cls: Any, entry: Any) -> tuple[float | None, ...]:
-    """The budgets a variant is matched to: each of spec.error_budgets when it declares a quality knob the user
-    left free, and the fields searched with it too (its config as given is then not measured: the search chooses it);
-    else (None,), the config as given."""
+def matched_budgets(budgets: tuple[float, ...], cls: Any, overrides: dict[str, Any]) -> tuple[float | None, ...]:
+    """The budgets a variant class is matched to: each of `budgets` when it declares a quality knob the user left free
+    (neither the knob nor a field searched with it in `overrides`; its config as given is then not measured: the
+    search chooses it); else (None,), the config as given. The sweep and model-eval share it."""
     knob = cls.quality_knob
-    if not spec.error_budgets or knob is None or set(knob.fields) & set(entry.overrides):
+    if not budgets or knob is None or set(knob.fields) & set(overrides):
         return (None,)
-    return spec.error_budgets
+    return tuple(budgets)
 
 
 def _settings(spec: SweepSpec) -> Iterator[dict[str, Any]]:

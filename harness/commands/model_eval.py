@@ -47,6 +47,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="passages or windows whose q, k, v calibrate learnable variants, never evaluated (MiniLM: 16, --model: 2)",
     )
     parser.add_argument("--calibration-steps", type=int, default=DEFAULT_STEPS, help="calibration steps per layer")
+    parser.add_argument(
+        "--error-budgets",
+        metavar="LIST",
+        default="",
+        help="error budgets, e.g. '0.01,0.05': each variant with a free quality knob (window, k, features) gets the "
+        "cheapest value whose error on the calibration texts is within each budget, then is evaluated at it",
+    )
+    parser.add_argument(
+        "--error-metric",
+        metavar="METRIC",
+        help="--model: what a budget bounds, perplexity (relative increase, default) or kl (KL(dense||variant) per "
+        "token, nats); MiniLM: 1 - mean embedding cosine",
+    )
     add_study_arguments(parser, model_eval.STEM, set_example="sliding_window.window=32")
 
 
@@ -71,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
             f"need --texts >= 2 (retrieval needs neighbours), --calibration-texts >= 0, --calibration-steps >= 0; "
             f"got {args.texts}, {args.calibration_texts}, {args.calibration_steps}"
         )
+    budgets = _budgets(args, {"cosine": model_eval.ERROR}, args.calibration_texts)
     variants = select_variants(args.variants)
     overrides = parse_overrides(args.set)
     check_overrides(overrides, variants, max(max_lens))
@@ -91,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
             device=device,
             seed=args.seed,
             overrides=overrides,
+            budgets=budgets,
             log=print,
         )
     except RuntimeError as exc:  # the dense swap did not reproduce the model: a failure, not a usage error
@@ -148,6 +163,7 @@ def run_model(args: argparse.Namespace) -> int:
     layer_count = int(getattr(config, "num_hidden_layers", 0) or 0)
     if layers is not None and any(not 0 <= i < layer_count for i in layers):
         raise UsageError(f"--layers {layers}: the model has layers 0..{layer_count - 1}")
+    budgets = _budgets(args, lm_eval.ERRORS, n_calibration)
     text = _read_text(args.text)
     variants = select_variants(args.variants)
     overrides = parse_overrides(args.set)
@@ -167,6 +183,8 @@ def run_model(args: argparse.Namespace) -> int:
             device=device,
             seed=args.seed,
             overrides=overrides,
+            budgets=budgets,
+            metric=args.error_metric or "perplexity",
             log=print,
         )
     except ValueError as exc:  # the text is too short for the windows asked, the model does not load
@@ -176,6 +194,25 @@ def run_model(args: argparse.Namespace) -> int:
     paths = lm_eval.write_lm_eval(folder, rows, meta)
     print(f"wrote {', '.join(str(p) for p in paths)}")
     return 0
+
+
+def _budgets(args: argparse.Namespace, metrics: dict[str, str], n_calibration: int) -> tuple[float, ...]:
+    """--error-budgets as the sweep reads them (in (0, 2], ascending); UsageError for a bad value, a metric this model
+    has not (`metrics`: the ones it has -> their names, the first the default) or no calibration texts to search on."""
+    from harness.spec.convert import SpecError, budgets
+
+    try:
+        found = budgets(args.error_budgets, "--error-budgets", bounds=" or ".join(metrics.values()))
+    except SpecError as exc:
+        raise UsageError(str(exc)) from None
+    if args.error_metric is not None and args.error_metric not in metrics:
+        raise UsageError(
+            f"--error-metric {args.error_metric!r}: this model's budgets bound {' or '.join(metrics)}; "
+            + ("pass one of those" if len(metrics) > 1 else "drop --error-metric")
+        )
+    if found and n_calibration < 1:
+        raise UsageError("--error-budgets are searched on calibration texts: pass --calibration-texts >= 1")
+    return found
 
 
 def _read_text(path: str | None) -> str:

@@ -123,11 +123,15 @@ def token_ids(path: str, text: str, vocab_size: int) -> tuple[list[int], str]:
     import transformers
 
     transformers.utils.logging.set_verbosity_error()  # "sequence longer than the model's maximum": windows cut it
+    fallback = [b % vocab_size for b in text.encode("utf-8")], f"UTF-8 bytes mod {vocab_size} (no tokenizer in {path})"
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     except (OSError, ValueError, KeyError, TypeError):
-        return [b % vocab_size for b in text.encode("utf-8")], f"UTF-8 bytes mod {vocab_size} (no tokenizer in {path})"
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"]), type(tokenizer).__name__
+        return fallback
+    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if text.strip() and not ids:  # a tokenizer class without its files (Qwen2's): transformers builds an empty one
+        return fallback
+    return ids, type(tokenizer).__name__
 
 
 def token_windows(stream: list[int], N: int, count: int, *, calibration: bool) -> list[list[int]]:

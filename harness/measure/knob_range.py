@@ -21,19 +21,25 @@ def knob_range(cell: Cell) -> tuple[str, int, int | None, str]:
     """(the knob's field, low, high, what bounds high) searched for the cell: the knob's declared range at the cell's M,
     with high lowered to the largest value whose useful FLOPs (variants.count_flops; K/V heads and the config's other
     fields, sinks, counted) are at most MAX_FLOPS_FRACTION of dense attention's analytic FLOPs (None: even low does
-    more, nothing is worth searching). A variant whose FLOPs do not change with the knob (the base class counts dense FLOPs) keeps its declared
-    range."""
+    more, nothing is worth searching). A variant whose FLOPs do not change with the knob (the base class counts dense
+    FLOPs) keeps its declared range."""
+    return knob_range_at(cell.variant, cell.config, _shape(cell), kv_heads=cell.kv_heads)
+
+
+def knob_range_at(
+    name: str, config: dict[str, Any], shape: tuple[int, int, int, int, int, bool], *, kv_heads: int | None = None
+) -> tuple[str, int, int | None, str]:
+    """knob_range for variant `name` with `config` (its other fields) on shape (B, H, N, M, D, causal) and kv_heads:
+    what model-eval's search, which has no sweep cell, asks."""
     from variants import dense_flops, get_variant
 
-    knob = get_variant(cell.variant).cls.quality_knob
-    low, high = knob.range_for(cell.kv_len)
+    knob = get_variant(name).cls.quality_knob
+    low, high = knob.range_for(shape[3])
 
     def flops(value: int) -> int:
-        return config_flops(cell, {**cell.config, knob.field: value})
+        return config_flops_at(name, {**config, knob.field: value}, shape, kv_heads=kv_heads)
 
-    limit = MAX_FLOPS_FRACTION * dense_flops(
-        cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal
-    )
+    limit = MAX_FLOPS_FRACTION * dense_flops(*shape)
     at_low, at_high = flops(low), flops(high)
     if at_high <= limit or at_low == at_high:
         return knob.field, low, high, "the largest declared"
@@ -48,16 +54,26 @@ def knob_range(cell: Cell) -> tuple[str, int, int | None, str]:
 
 def config_flops(cell: Cell, config: dict[str, Any]) -> int:
     """The useful FLOPs (variants.count_flops) of the cell's variant with `config` at the cell's shape and K/V heads."""
+    return config_flops_at(cell.variant, config, _shape(cell), kv_heads=cell.kv_heads)
+
+
+def config_flops_at(
+    name: str, config: dict[str, Any], shape: tuple[int, int, int, int, int, bool], *, kv_heads: int | None
+) -> int:
+    """The useful FLOPs of variant `name` with `config` on shape (B, H, N, M, D, causal) and kv_heads."""
     from variants import build_config, build_variant, count_flops, get_variant
 
-    cls = get_variant(cell.variant).cls
-    shape = (cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal)
+    cls = get_variant(name).cls
     try:  # the analytic count reads the config only: no parameters allocated (Linformer's E, F are k x M)
         variant = cls.__new__(cls)  # not __init__: nn.Module's set-up and the parameters are not needed
-        object.__setattr__(variant, "config", build_config(cell.variant, **config))
-        return count_flops(variant, *shape, H_kv=cell.kv_heads)
+        object.__setattr__(variant, "config", build_config(name, **config))
+        return count_flops(variant, *shape, H_kv=kv_heads)
     except AttributeError:  # a plugin's count that reads more of the built variant
-        return count_flops(build_variant(cell.variant, **config), *shape, H_kv=cell.kv_heads)
+        return count_flops(build_variant(name, **config), *shape, H_kv=kv_heads)
+
+
+def _shape(cell: Cell) -> tuple[int, int, int, int, int, bool]:
+    return (cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal)
 
 
 def unreachable_carries_over(cell: Cell, unreachable_at: int) -> str | None:

@@ -22,12 +22,46 @@ TASK_LOSS_FLAG = 0.05  # accuracy points below dense that the recommendation cal
 MODEL_COSINE_FLAG = 0.99  # mean embedding cosine below which the recommendation calls a variant out
 
 
+def variant_cell(row: dict[str, Any]) -> str:
+    """The variant; for a row matched to an error budget, with the knob value found: 'sliding_window(window=64)'."""
+    tuning = row.get("tuning")
+    if row.get("budget") is None or not isinstance(tuning, dict):
+        return str(row.get("variant"))
+    return config_label(str(row.get("variant")), row.get("config"), show=[str(tuning.get("knob"))])
+
+
+def budget_cells(rows: list[dict[str, Any]], row: dict[str, Any]) -> list[str]:
+    """[the row's error budget, or '-'] when any row has one (model-eval --error-budgets), else []."""
+    if all(r.get("budget") is None for r in rows):
+        return []
+    return [format_number(row.get("budget"), "g")]
+
+
+def budget_header(rows: list[dict[str, Any]]) -> list[str]:
+    """['budget (what it bounds)'] when any row has one, else []."""
+    metrics = {r["tuning"].get("metric") for r in rows if isinstance(r.get("tuning"), dict)}
+    if all(r.get("budget") is None for r in rows):
+        return []
+    return [f"budget ({', '.join(sorted(str(m) for m in metrics))})" if metrics else "budget"]
+
+
+def budget_note(rows: list[dict[str, Any]]) -> str:
+    """What a budget row is, when there are any (model-eval --error-budgets), else ''."""
+    if all(r.get("budget") is None for r in rows):
+        return ""
+    return (
+        " A row with a budget runs its variant at the cheapest value of its quality knob (named in the variant column)"
+        " whose error on calibration texts, never the evaluated ones, is within the budget; unreachable: not even the"
+        " top of the searched range is, its error in the note."
+    )
+
+
 def model_eval_table(rows: list[dict[str, Any]]) -> Table:
-    """One line per variant and length limit: cosine (mean, min), retrieval agreement, or the failure."""
+    """One line per variant (budget) and length limit: cosine (mean, min), retrieval agreement, or the failure."""
     body = []
     for r in rows:
         mean_tokens = "-" if r.get("seq_len_mean") is None else str(round(r["seq_len_mean"]))
-        head = [str(r.get("variant")), str(r.get("max_len")), mean_tokens]
+        head = [variant_cell(r), str(r.get("max_len")), *budget_cells(rows, r), mean_tokens]
         if r.get("status") == "ok":
             body.append(
                 head
@@ -41,7 +75,17 @@ def model_eval_table(rows: list[dict[str, Any]]) -> Table:
         else:
             body.append(head + ["-", "-", "-", f"{r.get('status')}: {short_reason(r.get('reason'), missing='')}"])
     return Table(
-        ["variant", "max_len", "mean tokens", "cosine mean", "cosine min", "retrieval agreement", "note"], body
+        [
+            "variant",
+            "max_len",
+            *budget_header(rows),
+            "mean tokens",
+            "cosine mean",
+            "cosine min",
+            "retrieval agreement",
+            "note",
+        ],
+        body,
     )
 
 
@@ -50,10 +94,11 @@ def model_eval_note(model: str) -> str:
 
 
 def lm_eval_table(rows: list[dict[str, Any]]) -> Table:
-    """One line per variant and length: perplexity (the model's own), increase, top-1 agreement, KL, or the failure."""
+    """One line per variant (budget) and length: perplexity (the model's own), increase, top-1 agreement, KL, or the
+    failure."""
     body = []
     for r in rows:
-        head = [str(r.get("variant")), str(r.get("seq_len"))]
+        head = [variant_cell(r), str(r.get("seq_len")), *budget_cells(rows, r)]
         if r.get("status") == "ok":
             numbers = [
                 f"{format_number(r.get('perplexity'), '.4f')} ({format_number(r.get('perplexity_reference'), '.4f')})",
@@ -65,7 +110,17 @@ def lm_eval_table(rows: list[dict[str, Any]]) -> Table:
         else:
             body.append(head + ["-"] * 4 + [f"{r.get('status')}: {short_reason(r.get('reason'), missing='')}"])
     return Table(
-        ["variant", "N", "perplexity (model)", "increase", "top-1 agreement", "KL(dense||variant)", "note"], body
+        [
+            "variant",
+            "N",
+            *budget_header(rows),
+            "perplexity (model)",
+            "increase",
+            "top-1 agreement",
+            "KL(dense||variant)",
+            "note",
+        ],
+        body,
     )
 
 

@@ -164,8 +164,9 @@ def fractions(value: Any, where: str) -> tuple[float, ...]:
     return tuple(out)
 
 
-def budgets(value: Any, where: str) -> tuple[float, ...]:
-    """Error budgets: distinct positive numbers, ascending ('none' or empty: no search, every config as given)."""
+def budgets(value: Any, where: str, *, bounds: str = "relative L2 error or 1 - cosine") -> tuple[float, ...]:
+    """Error budgets: distinct positive numbers, ascending ('none' or empty: no search, every config as given);
+    `bounds`: what they bound, for the message."""
     if isinstance(value, str) and value.strip().lower() in ("", "none"):
         return ()
     out: set[float] = set()
@@ -173,7 +174,7 @@ def budgets(value: Any, where: str) -> tuple[float, ...]:
         x = number(item, where)
         if not 0 < x <= 2:
             raise SpecError(
-                f"{where}: an error budget must be in (0, 2] (relative L2 error or 1 - cosine), got {item!r}; "
+                f"{where}: an error budget must be in (0, 2] ({bounds}), got {item!r}; "
                 "e.g. --error-budgets 0.01,0.05,0.1"
             )
         out.add(x)

@@ -24,7 +24,8 @@ from torch import Tensor, nn
 
 from harness.inputs import hf_model
 from harness.report.page import Block, Paragraph
-from harness.report.study_results import LM_EVAL, lm_eval_note, lm_eval_table
+from harness.report.study_results import LM_EVAL, budget_note, lm_eval_note, lm_eval_table
+from harness.studies import budget_search
 from harness.studies.plots import plot_lm_eval
 from harness.studies.results_io import write_results
 from harness.studies.selection import variant_fields
@@ -97,9 +98,14 @@ def run_lm_eval(
     device: str = "cpu",
     seed: int = 0,
     overrides: dict[str, dict[str, Any]] | None = None,
+    budgets: tuple[float, ...] = (),
+    metric: str = "perplexity",
     log: Callable[[str], None] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Rows for every (seq_len, variant) and meta (model shape, tokenizer, reference perplexity per length)."""
+    """Rows for every (seq_len, variant, budget) and meta (model shape, tokenizer, reference perplexity per length).
+
+    budgets: error budgets on `metric` (a key of ERRORS), searched on the calibration windows (budget_search).
+    """
     model = hf_model.load_pretrained(path, device=device, causal_lm=True)
     shape = hf_model.attention_shape(model)
     chosen = list(range(shape["layers"])) if layers is None else layers
@@ -112,39 +118,107 @@ def run_lm_eval(
         ]
         cache: dict[str, Any] = {}
 
+        def calibration_windows() -> list[Tensor]:
+            if "windows" not in cache:
+                found = hf_model.token_windows(stream, N, n_calibration, calibration=True)
+                cache["windows"] = [torch.tensor([w], device=device) for w in found]
+            return cache["windows"]
+
         def batches() -> list[list[tuple[Tensor, Tensor, Tensor]]]:
             if "qkv" not in cache:  # captured once per length, only if a learnable variant asks
                 per_layer: list[list[tuple[Tensor, Tensor, Tensor]]] = [[] for _ in range(shape["layers"])]
-                for w in hf_model.token_windows(stream, N, n_calibration, calibration=True):
-                    ids = torch.tensor([w], device=device)
+                for ids in calibration_windows():
                     for layer, qkv in zip(per_layer, hf_model.capture_qkv(model, lambda: _logits(model, ids))):
                         layer.append(qkv)
                 cache["qkv"] = per_layer
             return cache["qkv"]
 
-        for name in variants:
-            row = _evaluate(model, own, name, N, windows, batches, chosen, steps, device, seed, overrides)
-            rows.append({"model": path, "layers": "all" if layers is None else ",".join(map(str, layers)), **row})
-            if log:
-                shown = (
-                    f"perplexity {row['perplexity']:.4f} (model {row['perplexity_reference']:.4f}), top-1 "
-                    f"{row['top1_agreement']:.4f}, KL {row['kl_mean']:.2e}"
-                    if row["status"] == "ok"
-                    else f"{row['status']}: {row['reason']}"
+        def error_of(name: str) -> Callable[[dict[str, Any]], float]:
+            """fields -> the budget's error (ERRORS[metric]) of `name` with them, on the calibration windows."""
+
+            def error(fields: dict[str, Any]) -> float:
+                per_layer, _ = calibrated_variants(
+                    name, fields, batches, layers=chosen, steps=steps, device=device, seed=seed
                 )
-                log(f"N={N:<6d} {name:15s} {shown}")
+                totals = _totals(model, own, per_layer, chosen, calibration_windows())
+                model.set_attn_implementation(own)
+                return budget_error(totals, metric)
+
+            return error
+
+        for name in variants:
+            fields = variant_fields(name, N, (overrides or {}).get(name))
+            searcher = budget_search.Searcher(
+                name, fields, (1, shape["H"], N, N, shape["D"], True), shape["H_kv"], ERRORS[metric], error_of(name)
+            )
+            for budget in budget_search.budgets_for(name, budgets, (overrides or {}).get(name)):
+                row = _evaluate(
+                    model, own, name, fields, N, windows, batches, chosen, steps, device, seed, budget, searcher
+                )
+                rows.append({"model": path, "layers": "all" if layers is None else ",".join(map(str, layers)), **row})
+                if log:
+                    log(f"N={N:<6d} {budget_search.label(row):15s} {_shown(row)}")
         model.set_attn_implementation(own)
     meta = {"model": path, "kind": "causal-lm", **shape, "tokenizer": tokenizer, "text_tokens": len(stream)}
     meta.update(seq_lens=seq_lens, texts=n_eval, calibration_texts=n_calibration, calibration_steps=steps)
+    meta.update(error_budgets=list(budgets), error_metric=metric if budgets else None)
     return rows, meta
 
 
-def _evaluate(model, own, name, N, windows, batches, layers, steps, device, seed, overrides) -> dict[str, Any]:
-    fields = variant_fields(name, N, (overrides or {}).get(name))
-    row: dict[str, Any] = {"variant": name, "config": None, "seq_len": N, "texts": len(windows), "status": "ok"}
-    row.update(reason=None, perplexity=None, perplexity_reference=None, perplexity_increase=None)
+# what --error-budgets can bound for a causal LM (--error-metric), and its name for people
+ERRORS = {
+    "perplexity": "perplexity increase",  # perplexity / the unmodified model's - 1 (relative; negative: better)
+    "kl": "KL(dense||variant)",  # mean over next-token positions, in nats (0: the same distributions)
+}
+
+
+def budget_error(totals: dict[str, float], metric: str) -> float:
+    """The error a budget in `metric` bounds, from _totals' sums (inf when a sum is not finite)."""
+    if not all(math.isfinite(v) for v in totals.values()):
+        return math.inf
+    if metric == "kl":
+        return totals["kl"] / totals["count"]
+    return math.exp((totals["nll"] - totals["nll_reference"]) / totals["count"]) - 1
+
+
+def _totals(model, own, per_layer, layers, windows) -> dict[str, float]:
+    """_window_stats summed over `windows`: each through the unmodified model, then with per_layer swapped in."""
+    totals: dict[str, float] = {}
+    for ids in windows:
+        model.set_attn_implementation(own)
+        reference = _logits(model, ids)
+        hf_model.swap_layers(model, lambda i: per_layer[i], layers=layers)
+        for key, value in _window_stats(ids, reference, _logits(model, ids)).items():
+            totals[key] = totals.get(key, 0.0) + value
+    return totals
+
+
+def _shown(row: dict[str, Any]) -> str:
+    """The terminal line's numbers: the metrics (and the knob value a budget found), or the status and its reason."""
+    if row["status"] != "ok":
+        return f"{row['status']}: {row['reason']}"
+    return budget_search.found(row) + (
+        f"perplexity {row['perplexity']:.4f} (model {row['perplexity_reference']:.4f}), top-1 "
+        f"{row['top1_agreement']:.4f}, KL {row['kl_mean']:.2e}"
+    )
+
+
+def _evaluate(
+    model, own, name, fields, N, windows, batches, layers, steps, device, seed, budget, searcher
+) -> dict[str, Any]:
+    """One row: `name` with `fields` (or, with a budget, the config searcher finds for it) on the evaluation windows."""
+    row: dict[str, Any] = {"variant": name, "config": None, "budget": budget, "seq_len": N, "texts": len(windows)}
+    row.update(status="ok", reason=None, perplexity=None, perplexity_reference=None, perplexity_increase=None)
     row.update(top1_agreement=None, kl_mean=None, calibration=None, calibration_s=None, eval_s=None, device=device)
+    row.update(tuning=None, tuning_s=None)
     try:
+        if budget is not None:
+            match = searcher.match(budget)
+            row.update(tuning=match.tuning, tuning_s=match.tuning_s)
+            if match.fields is None:
+                config = build_variant(name, **match.config).config.to_dict()
+                return {**row, "config": config, "status": "unreachable", "reason": match.reason}
+            fields = match.fields
         row["config"] = build_variant(name, **fields).config.to_dict()
         start = time.perf_counter()
         per_layer, row["calibration"] = calibrated_variants(
@@ -152,13 +226,7 @@ def _evaluate(model, own, name, N, windows, batches, layers, steps, device, seed
         )
         row["calibration_s"] = time.perf_counter() - start if row["calibration"] else None
         start = time.perf_counter()
-        totals: dict[str, float] = {}
-        for ids in windows:
-            model.set_attn_implementation(own)
-            reference = _logits(model, ids)
-            hf_model.swap_layers(model, lambda i: per_layer[i], layers=layers)
-            for key, value in _window_stats(ids, reference, _logits(model, ids)).items():
-                totals[key] = totals.get(key, 0.0) + value
+        totals = _totals(model, own, per_layer, layers, windows)
         row["eval_s"] = time.perf_counter() - start
     except NotSupportedError as exc:
         return {**row, "status": "unsupported", "reason": "; ".join(exc.reasons)}
@@ -180,7 +248,7 @@ def _evaluate(model, own, name, N, windows, batches, layers, steps, device, seed
 
 def summary(rows: list[dict[str, Any]], model: str) -> list[Block]:
     """lm_eval.md: the table the report shows too, and what was compared."""
-    return [lm_eval_table(rows), Paragraph(lm_eval_note(model))]
+    return [lm_eval_table(rows), Paragraph(lm_eval_note(model) + budget_note(rows))]
 
 
 def write_lm_eval(folder: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[Path]:

@@ -23,7 +23,8 @@ from torch import Tensor
 
 from harness.inputs import minilm
 from harness.report.page import Block, Paragraph
-from harness.report.study_results import MODEL_EVAL, model_eval_note, model_eval_table
+from harness.report.study_results import MODEL_EVAL, budget_note, model_eval_note, model_eval_table
+from harness.studies import budget_search
 from harness.studies.plots import plot_model_eval
 from harness.studies.results_io import write_results
 from harness.studies.selection import variant_fields
@@ -158,14 +159,18 @@ def evaluate_variant(
     device: str,
     seed: int,
     overrides: dict[str, Any] | None = None,
+    budget: float | None = None,
+    searcher: budget_search.Searcher | None = None,
 ) -> dict[str, Any]:
-    """One row: `name` swapped into the model at this length limit, compared to `reference` embeddings."""
+    """One row: `name` swapped into the model at this length limit, compared to `reference` embeddings; with a
+    budget, at the config `searcher` finds for it (status unreachable when none is within it)."""
     fields = variant_fields(name, max_len, overrides)
     lengths = [int(mask.sum()) for _, mask in encoded]
     row: dict[str, Any] = {
         "model": minilm.MODEL_NAME,
         "variant": name,
         "config": None,
+        "budget": budget,
         "max_len": max_len,
         "seq_len_mean": sum(lengths) / len(lengths),
         "seq_len_max": max(lengths),
@@ -180,8 +185,17 @@ def evaluate_variant(
         "eval_s": None,
         "device": device,
         "seed": seed,
+        "tuning": None,
+        "tuning_s": None,
     }
     try:
+        if budget is not None and searcher is not None:
+            match = searcher.match(budget)
+            row.update(tuning=match.tuning, tuning_s=match.tuning_s)
+            if match.fields is None:
+                config = build_variant(name, **match.config).config.to_dict()
+                return {**row, "config": config, "status": "unreachable", "reason": match.reason}
+            fields = match.fields
         row["config"] = build_variant(name, **fields).config.to_dict()
         start = time.perf_counter()
         needs = get_variant(name).capabilities.learnable
@@ -211,9 +225,12 @@ def run_model_eval(
     device: str = "cpu",
     seed: int = 0,
     overrides: dict[str, dict[str, Any]] | None = None,
+    budgets: tuple[float, ...] = (),
     log: Callable[[str], None] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Rows for every (max_len, variant), and meta with the dense-swap check per max_len.
+    """Rows for every (max_len, variant, budget), and meta with the dense-swap check per max_len.
+
+    budgets: error budgets on 1 - the mean embedding cosine, searched on the calibration passages (budget_search).
 
     Raises RuntimeError when the dense swap does not reproduce the unmodified model.
     """
@@ -241,26 +258,51 @@ def run_model_eval(
                 f"the dense swap does not reproduce {minilm.MODEL_NAME} at max_len={max_len}: minimum cosine "
                 f"{checks[max_len]['cosine_min']:.6f} <= {DENSE_MIN_COSINE}; the swap or the weights are wrong"
             )
-        for name in variants:
-            row = evaluate_variant(
-                name,
-                max_len,
-                reference=reference,
-                encoded=encoded,
-                calibration=calibration,
-                steps=steps,
-                device=device,
-                seed=seed,
-                overrides=(overrides or {}).get(name),
-            )
-            rows.append(row)
-            if log:
-                shown = (
-                    f"cosine {row['cosine_mean']:.5f} (min {row['cosine_min']:.5f}), retrieval {row['retrieval_agreement']:.3f}"
-                    if row["status"] == "ok"
-                    else f"{row['status']}: {row['reason']}"
+
+        def error_of(name: str) -> Callable[[dict[str, Any]], float]:
+            """fields -> 1 - the mean embedding cosine of `name` with them, on the calibration passages."""
+
+            def error(fields: dict[str, Any]) -> float:
+                if "passages" not in cache:
+                    cache["passages"] = encode_each(tokenizer, calibration_texts, max_len, device)
+                    cache["reference"] = embed_all(original, cache["passages"])
+                learnable = get_variant(name).capabilities.learnable
+                model, _ = swapped_model(
+                    name,
+                    fields,
+                    device=device,
+                    seed=seed,
+                    calibration=calibration() if learnable else None,
+                    steps=steps,
                 )
-                log(f"max_len={max_len:<4d} {name:15s} {shown}")
+                embeddings = embed_all(model, cache["passages"])
+                if not torch.isfinite(embeddings).all():
+                    return float("inf")
+                return 1 - compare(cache["reference"], embeddings)["cosine_mean"]
+
+            return error
+
+        for name in variants:
+            fields = variant_fields(name, max_len, (overrides or {}).get(name))
+            shape = (1, minilm.BertConfig().num_heads, max_len, max_len, minilm.BertConfig().head_dim, False)
+            searcher = budget_search.Searcher(name, fields, shape, None, ERROR, error_of(name))
+            for budget in budget_search.budgets_for(name, budgets, (overrides or {}).get(name)):
+                row = evaluate_variant(
+                    name,
+                    max_len,
+                    reference=reference,
+                    encoded=encoded,
+                    calibration=calibration,
+                    steps=steps,
+                    device=device,
+                    seed=seed,
+                    overrides=(overrides or {}).get(name),
+                    budget=budget,
+                    searcher=searcher,
+                )
+                rows.append(row)
+                if log:
+                    log(f"max_len={max_len:<4d} {budget_search.label(row):15s} {_shown(row)}")
     meta = {
         "model": minilm.MODEL_NAME,
         "corpus": "pydoc_data.topics (CPython's documentation), paragraphs joined into passages",
@@ -270,13 +312,27 @@ def run_model_eval(
         "max_lens": max_lens,
         "dense_check": {str(k): v for k, v in checks.items()},
         "dense_min_cosine_required": DENSE_MIN_COSINE,
+        "error_budgets": list(budgets),
+        "error_metric": ERROR if budgets else None,
     }
     return rows, meta
 
 
+ERROR = "1 - cosine"  # what --error-budgets bounds for the encoder: 1 - the mean embedding cosine over the passages
+
+
+def _shown(row: dict[str, Any]) -> str:
+    """The terminal line's numbers: the metrics (and the knob value a budget found), or the status and its reason."""
+    if row["status"] != "ok":
+        return f"{row['status']}: {row['reason']}"
+    return budget_search.found(row) + (
+        f"cosine {row['cosine_mean']:.5f} (min {row['cosine_min']:.5f}), retrieval {row['retrieval_agreement']:.3f}"
+    )
+
+
 def summary(rows: list[dict[str, Any]]) -> list[Block]:
     """model_eval.md: one line per variant and length limit (the table the report shows too), and what was compared."""
-    return [model_eval_table(rows), Paragraph(model_eval_note(minilm.MODEL_NAME))]
+    return [model_eval_table(rows), Paragraph(model_eval_note(minilm.MODEL_NAME) + budget_note(rows))]
 
 
 def write_model_eval(folder: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[Path]:

@@ -7,6 +7,7 @@ from typing import Any
 
 from harness.report.plotting import pyplot
 from harness.report.study_results import series_label
+from harness.studies.budget_search import label
 
 DPI = 120
 
@@ -14,12 +15,12 @@ DPI = 120
 def plot_model_eval(rows: list[dict[str, Any]], path: Path, *, model: str) -> Path:
     """Two panels per length limit: 1 - mean cosine (log) and retrieval agreement, one bar per variant."""
     plt = pyplot()
-    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    variants = list(dict.fromkeys(label(r) for r in rows))  # a variant matched to budgets: one per budget
     lens = sorted({r["max_len"] for r in rows})
     width = 0.8 / max(len(lens), 1)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
     for j, max_len in enumerate(lens):
-        by = {r["variant"]: r for r in rows if r["max_len"] == max_len and r["status"] == "ok"}
+        by = {label(r): r for r in rows if r["max_len"] == max_len and r["status"] == "ok"}
         xs = [i + j * width for i in range(len(variants))]
         ax1.bar(
             xs,
@@ -52,8 +53,10 @@ def plot_lm_eval(rows: list[dict[str, Any]], path: Path, *, model: str) -> Path:
     """Two panels against N: KL(dense || variant) (log) and next-token top-1 agreement, one line per variant."""
     plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for variant in dict.fromkeys(r["variant"] for r in rows):
-        ok = sorted((r["seq_len"], r) for r in rows if r["variant"] == variant and r["status"] == "ok")
+    for variant in dict.fromkeys(label(r) for r in rows):  # a variant matched to budgets: one line per budget
+        ok = sorted(
+            ((r["seq_len"], r) for r in rows if label(r) == variant and r["status"] == "ok"), key=lambda p: p[0]
+        )
         if not ok:
             continue
         lens = [n for n, _ in ok]

@@ -77,3 +77,14 @@ def test_sweep_rows_with_the_models_shape_and_a_resume_does_not_recapture(llama,
     assert main(["sweep", "--resume", str(run), "--quiet"]) == 0, capsys.readouterr().err
     assert [r["status"] for r in csv.DictReader((run / "rows.csv").open())] == ["ok", "ok"]
     assert sorted((run / model_inputs.CACHE_FOLDER).glob("*.safetensors")) == cached
+
+
+def test_a_qwen2_style_model_gives_its_own_mqa_shape(tmp_path):
+    """Qwen2-style (q/k/v biases, one key/value head): its H_kv=1 is what the inputs have and what a cell must ask."""
+    folder = save_tiny(tmp_path / "qwen2", "qwen2")
+    name, knobs = inputs.parse_inputs(f"model:path={folder},layer=0")
+    q, k, v = inputs.make_inputs(name, knobs, B=1, H=4, N=32, D=16, seed=0, H_kv=1)
+    assert q.shape == (1, 4, 32, 16) and k.shape == v.shape == (1, 1, 32, 16)
+    assert torch.isfinite(q).all() and k.abs().sum() > 0
+    with pytest.raises(NotSupportedError, match=r"H_kv=1 key/value heads.*--kv-heads 1"):
+        inputs.make_inputs(name, knobs, B=1, H=4, N=32, D=16, seed=0, H_kv=2)

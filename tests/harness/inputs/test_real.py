@@ -49,6 +49,22 @@ def test_loads_offline_and_dense_swap_reproduces_the_model(monkeypatch):
 
 
 @needs_extra
+@pytest.mark.parametrize(
+    "name,config", [("chunked", {"query_chunk": 16, "key_chunk": 16}), ("sliding_window", {"window": 128})]
+)
+def test_exact_variants_reproduce_the_model_on_a_padded_batch(name, config):
+    """chunked, and sliding_window with window >= N, inside MiniLM's real weights equal the stock model, padding and all."""
+    ids, mask = realmodel.load_tokenizer().encode(_texts(4), max_len=128)
+    assert not mask.all() and ids.shape[1] > 16  # padded, and longer than one chunk
+    with torch.no_grad():
+        original = realmodel.load_model().embed(ids, mask)
+        swapped = realmodel.swap_attention(realmodel.load_model(), lambda i: build_variant(name, **config)).embed(
+            ids, mask
+        )
+    assert (original * swapped).sum(-1).min() > 0.9999
+
+
+@needs_extra
 def test_matches_the_packages_own_loader(monkeypatch):
     """The forward written here equals sentence-transformers loading the same package (its own path)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -13,6 +13,7 @@ from harness.commands import main
 from harness.inputs import hf_adapter, hf_model
 from harness.studies import lm_eval
 from tests.helpers.tiny_hf import save_tiny
+from variants import build_variant
 
 pytestmark = pytest.mark.skipif(
     hf_adapter.missing_transformers_reason() is not None, reason=str(hf_adapter.missing_transformers_reason())
@@ -87,6 +88,11 @@ def test_a_learnable_variant_is_calibrated_on_other_windows_and_refusals_are_row
         (["--layers", "5"], r"--layers \[5\]: the model has layers 0\.\.1"),
         (["--texts", "10000"], r"windows of 256, asked for 10000; pass a longer --text FILE"),
         (["--text", "/no/such/file"], r"--text '/no/such/file' cannot be read"),
+        (["--error-budgets", "0.05,x"], r"--error-budgets: expected a number, got 'x'"),
+        (["--error-budgets", "3"], r"must be in \(0, 2\] \(perplexity increase or KL\(dense\|\|variant\)\), got '3'"),
+        (["--error-budgets", "0,0.1"], r"--error-budgets: an error budget must be in \(0, 2\]"),
+        (["--error-budgets", "0.1", "--error-metric", "cosine"], r"--error-metric 'cosine'.*perplexity or kl"),
+        (["--error-budgets", "0.1", "--calibration-texts", "0"], r"pass --calibration-texts >= 1"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(llama, argv, message, capsys, tmp_path):
@@ -106,3 +112,60 @@ def test_a_refused_model_feature_is_an_unsupported_row_naming_it(tmp_path, capsy
 def test_not_a_model_is_exit_2(tmp_path, capsys):
     assert main(["model-eval", "--model", str(tmp_path / "nothing"), "--variants", "dense"]) == 2
     assert "--model: transformers cannot load the model" in capsys.readouterr().err
+
+
+def _calibration_totals(folder, N: int, make_variant) -> dict:
+    """lm_eval's sums on the first calibration window, computed here from the stock model and a swap."""
+    model = hf_model.load_pretrained(str(folder))
+    stream, _ = hf_model.token_ids(str(folder), lm_eval_text(), 128)
+    (window,) = hf_model.token_windows(stream, N, 1, calibration=True)
+    ids = torch.tensor([window])
+    reference = lm_eval._logits(model, ids)
+    hf_model.swap_layers(model, make_variant)
+    return lm_eval._window_stats(ids, reference, lm_eval._logits(model, ids))
+
+
+def test_error_budgets_pick_the_cheapest_window_on_calibration_windows(llama, tmp_path, capsys):
+    argv = ["model-eval", "--model", str(llama), "--seq-lens", "128", "--variants", "dense,sliding_window"]
+    argv += ["--error-budgets", "0.0001,0.001,0.01", "--error-metric", "kl", "--texts", "1", "--calibration-texts", "1"]
+    assert main([*argv, "--out", str(tmp_path)]) == 0, capsys.readouterr().err
+    data = json.loads((tmp_path / "lm_eval.json").read_text())
+    assert data["meta"]["error_budgets"] == [0.0001, 0.001, 0.01] and data["meta"]["error_metric"] == "kl"
+    rows = {(r["variant"], r["budget"]): r for r in data["rows"]}
+    assert set(rows) == {
+        ("dense", None),
+        ("sliding_window", 0.0001),
+        ("sliding_window", 0.001),
+        ("sliding_window", 0.01),
+    }
+    impossible, tight, loose = (rows[("sliding_window", b)] for b in (0.0001, 0.001, 0.01))
+    assert tight["status"] == loose["status"] == "ok"
+    assert loose["config"]["window"] < tight["config"]["window"] <= tight["tuning"]["high"]
+    for row in (tight, loose):  # the value found meets its budget, every smaller value tried misses it
+        tried = {int(v): e for v, e in row["tuning"]["tried"].items()}
+        value = row["config"]["window"]
+        assert tried[value] <= row["budget"] and all(e > row["budget"] for v, e in tried.items() if v < value)
+    # the searched error is KL on the calibration window (the text's last quarter), not on the evaluated one
+    expected = _calibration_totals(llama, 128, lambda i: build_variant("sliding_window", window=16))
+    assert loose["tuning"]["tried"]["16"] == pytest.approx(expected["kl"] / expected["count"], rel=1e-4)
+    assert loose["kl_mean"] != pytest.approx(loose["tuning"]["tried"]["16"], rel=1e-3)
+    # unreachable: not even the top of the range meets it, and the row says how far it got
+    top = impossible["tuning"]["high"]
+    assert impossible["status"] == "unreachable" and impossible["perplexity"] is None
+    assert impossible["tuning"]["tried"][str(top)] > 0.0001 and impossible["config"]["window"] == top
+    assert f"{impossible['tuning']['tried'][str(top)]:.3g} at window {top}" in impossible["reason"]
+    md = (tmp_path / "lm_eval.md").read_text()
+    assert "| budget (KL(dense\\|\\|variant)) |" in md
+    assert f"| sliding_window(window={loose['config']['window']}) | 128 | 0.01 |" in md
+
+
+def test_the_perplexity_budget_is_the_relative_increase_on_calibration_windows(llama):
+    rows, meta = lm_eval.run_lm_eval(
+        str(llama), ["sliding_window"], [64], text=lm_eval_text(), n_eval=1, n_calibration=1, steps=0, budgets=(2.0,)
+    )
+    (row,) = rows
+    assert row["status"] == "ok" and row["config"]["window"] == 16 and meta["error_metric"] == "perplexity"
+    assert row["tuning"]["metric"] == "perplexity increase"
+    expected = _calibration_totals(llama, 64, lambda i: build_variant("sliding_window", window=16))
+    increase = math.exp((expected["nll"] - expected["nll_reference"]) / expected["count"]) - 1
+    assert row["tuning"]["tried"]["16"] == pytest.approx(increase, rel=1e-3, abs=1e-7)

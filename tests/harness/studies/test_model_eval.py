@@ -11,7 +11,7 @@ import torch
 from harness.commands import main
 from harness.inputs import minilm as realmodel
 from harness.studies import model_eval
-from variants import get_variant
+from variants import build_variant, get_variant
 
 needs_extra = pytest.mark.skipif(
     realmodel.missing_extra_reason() is not None, reason=str(realmodel.missing_extra_reason())
@@ -103,6 +103,8 @@ def test_end_to_end_dense_exact_and_a_learnable_variant_calibrated(tmp_path, cap
         (["--max-lens", "12x"], r"--max-lens '12x': expected comma-separated integers"),
         (["--variants", "densx"], r"no registered variant matches 'densx'.*Did you mean 'dense'"),
         (["--texts", "1"], r"need --texts >= 2"),
+        (["--error-budgets", "0.1", "--error-metric", "kl"], r"--error-metric 'kl': this model's budgets bound cosine"),
+        (["--error-budgets", "2.5"], r"must be in \(0, 2\] \(1 - cosine\), got '2.5'"),
         (
             ["--plugin", "missing_plugin.py"],
             r"--plugin missing_plugin\.py: ImportError: plugin file 'missing_plugin\.py' does not exist",
@@ -123,3 +125,27 @@ def test_missing_extra_is_one_line_naming_the_install_command(monkeypatch, capsy
     assert main(["model-eval"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "pip install 'attnsuite[real]'" in err, err
+
+
+@needs_extra
+def test_error_budgets_search_one_minus_cosine_on_calibration_passages():
+    rows, meta = model_eval.run_model_eval(
+        ["dense", "sliding_window"], [128], n_eval=3, n_calibration=2, steps=0, budgets=(1e-9, 2.0)
+    )
+    assert meta["error_budgets"] == [1e-9, 2.0] and meta["error_metric"] == "1 - cosine"
+    dense, impossible, loose = rows
+    assert dense["budget"] is None and dense["tuning"] is None
+    assert loose["status"] == "ok" and loose["config"]["window"] == 16 and loose["budget"] == 2.0
+    # the searched error: 1 - mean cosine over the calibration passages (never the evaluated ones)
+    evaluation, calibration = model_eval.split_passages(128, 3, 2)
+    encoded = model_eval.encode_each(realmodel.load_tokenizer(), calibration, 128, "cpu")
+    reference = model_eval.embed_all(realmodel.load_model(), encoded)
+    swapped = realmodel.swap_attention(realmodel.load_model(), lambda i: build_variant("sliding_window", window=16))
+    expected = 1 - model_eval.compare(reference, model_eval.embed_all(swapped, encoded))["cosine_mean"]
+    assert loose["tuning"]["tried"]["16"] == pytest.approx(expected, rel=1e-4) and expected > 1e-6
+    top = impossible["tuning"]["high"]
+    assert impossible["status"] == "unreachable" and impossible["cosine_mean"] is None
+    assert f"1 - cosine {impossible['tuning']['tried'][str(top)]:.3g} at window {top}" in impossible["reason"]
+    table = model_eval.summary(rows)[0]
+    assert table.headers[:3] == ["variant", "max_len", "budget (1 - cosine)"]
+    assert ["sliding_window(window=16)", "128", "2"] == table.rows[2][:3]
