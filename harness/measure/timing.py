@@ -7,29 +7,40 @@ from typing import Any, Callable
 
 import torch
 
+from harness.measure.contention import ThreadClock
 from harness.measure.settings import MeasureSettings
 
 L2_FLUSH_BYTES = 256 << 20  # zeroed between timed CUDA calls so none starts with a warm L2
 
 
 def time_step(
-    step: Callable[[], Any], settings: MeasureSettings, device: torch.device, *, first_call_s: float
+    step: Callable[[], Any],
+    settings: MeasureSettings,
+    device: torch.device,
+    *,
+    first_call_s: float,
+    clock: ThreadClock | None = None,
 ) -> tuple[list[float], int]:
-    """Per-call seconds of the timed blocks and the number of timed calls; `first_call_s` is an untimed first estimate."""
+    """Per-call seconds of the timed blocks and the number of timed calls; `first_call_s` is an untimed first estimate.
+    On CPU, `clock` also notes each block's CPU time (harness.measure.contention)."""
     if device.type == "cuda":
         return time_cuda(step, settings, device, first_call_s=first_call_s)
-    return time_cpu(step, settings, slow=first_call_s >= settings.time_budget_s)
+    return time_cpu(step, settings, slow=first_call_s >= settings.time_budget_s, clock=clock)
 
 
-def time_cpu(step: Callable[[], Any], settings: MeasureSettings, *, slow: bool) -> tuple[list[float], int]:
+def time_cpu(
+    step: Callable[[], Any], settings: MeasureSettings, *, slow: bool, clock: ThreadClock | None = None
+) -> tuple[list[float], int]:
     """Per-call seconds of each timed block (torch.utils.benchmark, at this process's thread count) and the call count.
 
     `slow`: one call already took the whole budget, so skip blocked_autorange's block-size
-    estimate (one more untimed call) and time `repeats` single calls.
+    estimate (one more untimed call) and time `repeats` single calls. `clock`: read as the Timer's clock, so it holds
+    each block's CPU seconds too (the last len(times) blocks are the timed ones).
     """
     from torch.utils.benchmark import Timer
 
-    timer = Timer(stmt="step()", globals={"step": step}, num_threads=torch.get_num_threads())
+    extra = {"timer": clock.timer} if clock is not None else {}
+    timer = Timer(stmt="step()", globals={"step": step}, num_threads=torch.get_num_threads(), **extra)
     if slow:
         times, number = [], 1
     else:
