@@ -28,7 +28,7 @@ from harness.measure.pairing import (
     time_pairs,
 )
 from harness.measure.settings import MeasureSettings
-from harness.measure.timing import cuda_block_timer, quantile, time_step
+from harness.measure.timing import cuda_block_timer, quantile, time_with_clocks
 from harness.schema import BASELINE, Cell
 
 Step = Callable[[], Any]
@@ -118,9 +118,8 @@ def timed_fields(
     which leaves the CPU-time fields out).
     """
     note = baseline.note
-    clock = ThreadClock() if device.type != "cuda" else None
     if baseline.step is not None:
-        timer = timer or (cuda_block_timer(device) if device.type == "cuda" else clock)
+        timer = timer or (cuda_block_timer(device) if device.type == "cuda" else ThreadClock())
         try:
             return _paired(step, baseline, settings, timer, first_call_s=first_call_s)
         except BaselineFailed as exc:
@@ -128,11 +127,8 @@ def timed_fields(
             note = f"no paired speed-up: baseline {BASELINE} {status}: {reason}"
             if status == "oom":
                 release_memory(settings.device)
-    clock = ThreadClock() if clock is not None else None  # the paired blocks that failed are not this timing's
-    times, repeats = time_step(step, settings, device, first_call_s=first_call_s, clock=clock)
-    fields = {**_latency(times), "repeats": repeats, "noise_reason": note}
-    if clock is not None:
-        fields.update(contention_fields(clock.timer_blocks(len(times)), repeats // max(1, len(times))))
+    times, repeats, clocked = time_with_clocks(step, settings, device, first_call_s=first_call_s)
+    fields = {**_latency(times), "repeats": repeats, "noise_reason": note, **clocked}
     if (
         baseline.step is None and baseline.note is None and baseline.cache_key
     ):  # the baseline's own cell: its warm call time

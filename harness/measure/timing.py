@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import torch
 
-from harness.measure.contention import ThreadClock
+from harness.measure.contention import ThreadClock, contention_fields
 from harness.measure.settings import MeasureSettings
 
 L2_FLUSH_BYTES = 256 << 20  # zeroed between timed CUDA calls so none starts with a warm L2
@@ -26,6 +26,17 @@ def time_step(
     if device.type == "cuda":
         return time_cuda(step, settings, device, first_call_s=first_call_s)
     return time_cpu(step, settings, slow=first_call_s >= settings.time_budget_s, clock=clock)
+
+
+def time_with_clocks(
+    step: Callable[[], Any], settings: MeasureSettings, device: torch.device, *, first_call_s: float
+) -> tuple[list[float], int, dict[str, Any]]:
+    """time_step, and on CPU the second clock's fields of the timed blocks (cpu_latency_s, cpu_share, contended:
+    harness.measure.contention); {} on CUDA."""
+    clock = ThreadClock() if device.type != "cuda" else None
+    times, repeats = time_step(step, settings, device, first_call_s=first_call_s, clock=clock)
+    extra = contention_fields(clock.timer_blocks(len(times)), repeats // max(1, len(times))) if clock else {}
+    return times, repeats, extra
 
 
 def time_cpu(
