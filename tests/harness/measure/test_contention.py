@@ -6,6 +6,9 @@ no load needed. Assertions are generous ratios, never wall-clock limits.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -75,3 +78,25 @@ def test_a_paired_cell_gets_contention_and_a_cpu_time_speed_up():
     assert fields["cpu_latency_s"] < fields["latency_s"]
     alone = timed_fields(_asleep(0.002), Baseline(None), settings, torch.device("cpu"), first_call_s=0.002)
     assert alone["contended"] is True and alone.get("cpu_speedup") is None
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux CPU affinity")
+def test_real_contention_made_here_is_contended():
+    """Three busy processes pinned to this test's one CPU: the kernel shares it, so the timing thread gets at most about
+    a quarter of it (other jobs only lower that). Bounded: the competitors stop themselves after 20 s and are killed."""
+    cpu = min(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    spin = f"import os, time\nos.sched_setaffinity(0, {{{cpu}}})\nend = time.time() + 20\nwhile time.time() < end: pass"
+    competitors = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(3)]
+    try:
+        os.sched_setaffinity(0, {cpu})
+        time.sleep(0.5)  # they are running
+        clock = ThreadClock()
+        times, calls = time_cpu(_busy(0.002), MeasureSettings(time_budget_s=0.3, repeats=3), slow=False, clock=clock)
+        fields = contention_fields(clock.timer_blocks(len(times)), calls // len(times))
+    finally:
+        os.sched_setaffinity(0, before)
+        for p in competitors:
+            p.kill()
+            p.wait()
+    assert fields["contended"] is True and fields["cpu_share"] < CONTENDED_SHARE, fields
