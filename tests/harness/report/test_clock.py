@@ -105,3 +105,11 @@ def test_none_within_budget_says_why(dense_fate):
     (line,) = answer_lines(list(analysed_rows(rows, clock="wall").tables))
     dense = "dense timed out" if dense_fate == "timeout" else "dense not run (timed out at a shorter N)"
     assert line.endswith(f"none within budget ran ({dense}; 1 not run)")
+
+
+def test_sweep_clock_is_a_spec_key_and_a_bad_value_is_one_line(capsys):
+    from harness.commands import main
+
+    assert main(["sweep", "--device", "cpu", "--clock", "cycles", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown value 'cycles'; expected one of wall, cpu" in err and len(err.strip().splitlines()) == 1, err
