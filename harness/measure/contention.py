@@ -17,6 +17,7 @@ small ops loses more to preemption than one fused call, a bias pairing does not 
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -65,10 +66,21 @@ class ThreadClock:
         self.blocks.append((step, wall_s, cpu_s))
         return wall_s / number
 
-    def timer_blocks(self, last: int) -> list[tuple[float, float]]:
-        """(wall s, cpu s) of the last `last` blocks read through `timer`."""
+    def timer_blocks(self, block_s: list[float]) -> list[tuple[float, float]]:
+        """(wall s, cpu s) of the blocks read through `timer` that lasted `block_s` (the kept blocks' wall seconds, in
+        order): torch's Timer.timeit runs an untimed warm-up block before each timed one, read on this clock too, so
+        the kept blocks are found by their wall seconds (exact: Timer computes them from these readings). [] when one
+        is not found."""
         pairs = [(end[0] - start[0], end[1] - start[1]) for start, end in zip(self.readings[::2], self.readings[1::2])]
-        return pairs[-last:] if last > 0 else []
+        found, i = [], len(pairs) - 1
+        for target in reversed(block_s):
+            while i >= 0 and not math.isclose(pairs[i][0], target, rel_tol=1e-9, abs_tol=1e-12):
+                i -= 1
+            if i < 0:
+                return []
+            found.append(pairs[i])
+            i -= 1
+        return found[::-1]
 
     def step_blocks(self, step: Step, last: int) -> list[tuple[float, float]]:
         """(wall s, cpu s) of the last `last` blocks of `step` timed as a block timer."""

@@ -35,7 +35,8 @@ def time_with_clocks(
     harness.measure.contention); {} on CUDA."""
     clock = ThreadClock() if device.type != "cuda" else None
     times, repeats = time_step(step, settings, device, first_call_s=first_call_s, clock=clock)
-    extra = contention_fields(clock.timer_blocks(len(times)), repeats // max(1, len(times))) if clock else {}
+    number = repeats // max(1, len(times))  # calls per timed block
+    extra = contention_fields(clock.timer_blocks([t * number for t in times]), number) if clock else {}
     return times, repeats, extra
 
 
@@ -46,7 +47,7 @@ def time_cpu(
 
     `slow`: one call already took the whole budget, so skip blocked_autorange's block-size
     estimate (one more untimed call) and time `repeats` single calls. `clock`: read as the Timer's clock, so it holds
-    each block's CPU seconds too (the last len(times) blocks are the timed ones).
+    each block's CPU seconds too (ThreadClock.timer_blocks finds the timed ones).
     """
     from torch.utils.benchmark import Timer
 

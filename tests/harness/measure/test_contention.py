@@ -48,12 +48,13 @@ def _asleep(seconds: float):
 
 def test_the_clock_reads_cpu_time_beside_wall_time_in_torch_timer_blocks():
     settings = MeasureSettings(time_budget_s=0.05, repeats=3)
-    for step, expect_contended in ((_asleep(0.002), True), (_busy(0.002), None)):
+    cases = [(_asleep(0.002), True, False), (_busy(0.002), None, False), (_asleep(0.002), True, True)]
+    for step, expect_contended, slow in cases:  # slow: single timed calls, each after torch's untimed warm-up block
         clock = ThreadClock()
-        times, calls = time_cpu(step, settings, slow=False, clock=clock)
-        blocks = clock.timer_blocks(len(times))
-        assert len(blocks) == len(times)
+        times, calls = time_cpu(step, settings, slow=slow, clock=clock)
         per_block = calls // len(times)
+        blocks = clock.timer_blocks([t * per_block for t in times])
+        assert len(blocks) == len(times) and len(clock.readings) // 2 > len(times) * slow  # warm-ups read, left out
         # the blocks the clock read are the ones torch timed: the same wall seconds per call
         assert sorted(w / per_block for w, _ in blocks) == pytest.approx(sorted(times), rel=1e-6)
         fields = contention_fields(blocks, per_block)
@@ -93,7 +94,8 @@ def test_real_contention_made_here_is_contended():
         time.sleep(0.5)  # they are running
         clock = ThreadClock()
         times, calls = time_cpu(_busy(0.002), MeasureSettings(time_budget_s=0.3, repeats=3), slow=False, clock=clock)
-        fields = contention_fields(clock.timer_blocks(len(times)), calls // len(times))
+        number = calls // len(times)
+        fields = contention_fields(clock.timer_blocks([t * number for t in times]), number)
     finally:
         os.sched_setaffinity(0, before)
         for p in competitors:
