@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Callable
 
 import torch
@@ -46,20 +47,25 @@ def time_cpu(
     """Per-call seconds of each timed block (torch.utils.benchmark, at this process's thread count) and the call count.
 
     `slow`: one call already took the whole budget, so skip blocked_autorange's block-size
-    estimate (one more untimed call) and time `repeats` single calls. `clock`: read as the Timer's clock, so it holds
-    each block's CPU seconds too (ThreadClock.timer_blocks finds the timed ones).
+    estimate (one more untimed call) and time `repeats` single calls. The blocks added to reach `repeats` are timed
+    here, not with Timer.timeit, which runs two untimed warm-up calls before each (a slow cell's time tripled).
+    `clock`: read as the Timer's clock and here, so it holds each block's CPU seconds too (ThreadClock.timer_blocks
+    finds the timed ones).
     """
     from torch.utils.benchmark import Timer
 
-    extra = {"timer": clock.timer} if clock is not None else {}
-    timer = Timer(stmt="step()", globals={"step": step}, num_threads=torch.get_num_threads(), **extra)
+    read = clock.timer if clock is not None else time.perf_counter
+    timer = Timer(stmt="step()", globals={"step": step}, num_threads=torch.get_num_threads(), timer=read)
     if slow:
         times, number = [], 1
     else:
         measurement = timer.blocked_autorange(min_run_time=settings.time_budget_s)
         times, number = list(measurement.times), measurement.number_per_run
     while len(times) * number < settings.repeats:
-        times.extend(timer.timeit(number).times)
+        start = read()
+        for _ in range(number):
+            step()
+        times.append((read() - start) / number)
     return times, len(times) * number
 
 
