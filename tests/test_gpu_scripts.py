@@ -106,4 +106,4 @@ def test_the_checks_plan_is_the_trimmed_sweep():
         (True, "train"),
     }
     assert len(cells) == len(entries) * 3 * (4 + 1)  # per N: 4 prefill settings and one decode cell
-    assert not spec.error_budgets
+    assert not spec.error_budgets and spec.memory_budget is None  # the searches belong to the full GPU default

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.load import load_scaled
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -38,7 +40,7 @@ def test_readme_contract_command_passes_on_readme_plugin(readme_plugin):
     assert argv[:2] == ["pytest", "tests/variants/test_contract.py"], command
     argv = [sys.executable, "-m", *argv, "-q", "-p", "no:cacheprovider"]
     argv[argv.index("my_attn.py")] = str(readme_plugin)
-    done = subprocess.run(argv, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    done = subprocess.run(argv, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=load_scaled(600))
     tail = done.stdout[-3000:] + done.stderr[-2000:]
     assert done.returncode == 0, tail
     passed = int(re.search(r"(\d+) passed", done.stdout).group(1))
@@ -53,7 +55,7 @@ def test_harness_list_shows_what_the_readme_plugin_supports(readme_plugin):
         env=_env(),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=load_scaled(300),
     )
     assert done.returncode == 0, done.stderr
     block = done.stdout[done.stdout.index("my_attn") :]

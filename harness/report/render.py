@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import re
+import urllib.parse
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -41,7 +42,8 @@ def render_markdown(blocks: Iterable[Block]) -> str:
             fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", block.text)), default=0))
             out.append(f"{fence}{block.language}\n{block.text}\n{fence}")
         elif isinstance(block, Image):
-            out.append(f"![{block.file}]({block.file})\n\n*{inert_markdown(block.caption)}*")
+            link = urllib.parse.quote(block.file)  # a file name with spaces, quotes or parentheses stays one link
+            out.append(f"![{md_cell(block.file)}]({link})\n\n*{inert_markdown(block.caption)}*")
         elif isinstance(block, Table):
             out.append(markdown_table(block))
         else:

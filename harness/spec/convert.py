@@ -165,7 +165,9 @@ def fractions(value: Any, where: str) -> tuple[float, ...]:
 
 
 def budgets(value: Any, where: str) -> tuple[float, ...]:
-    """Error budgets: distinct positive numbers, ascending (none: no search, every config as given)."""
+    """Error budgets: distinct positive numbers, ascending ('none' or empty: no search, every config as given)."""
+    if isinstance(value, str) and value.strip().lower() in ("", "none"):
+        return ()
     out: set[float] = set()
     for item in as_list(value, where):
         x = number(item, where)

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from harness.commands import main
+from tests.helpers.load import load_scaled
 
 TINY = ["--device", "cpu", "--heads", "1", "--head-dims", "8", "--time-budget", "0.005", "--repeats", "1"]
 TINY += ["--error-rows", "8", "--calibration-steps", "3", "--quiet", "--inputs", "gaussian"]
@@ -356,7 +357,7 @@ def test_sigterm_removes_the_lock_pid_says_how_to_resume_and_warnings_carry_no_s
         assert lock.read_text().strip() == str(child.pid)
         time.sleep(3)  # inside the sleeping cell
         child.send_signal(signal.SIGTERM)
-        err = child.communicate(timeout=60)[1]
+        err = child.communicate(timeout=load_scaled(60))[1]
     finally:
         if child.poll() is None:
             child.kill()

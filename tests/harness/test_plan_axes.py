@@ -88,6 +88,8 @@ def test_gpu_default_has_gqa_and_decode_and_cpu_default_has_neither():
     gpu = plan(build_any_device(cli={"device": "cuda", "variants": "dense"}))
     assert {c.kv_heads for c in gpu} == {16, 4} and {c.phase for c in gpu} == {"prefill", "decode"}
     assert all(c.mode == "forward" and c.causal for c in gpu if c.phase == "decode")
+    assert build_any_device(cli={"device": "cuda"}).memory_budget == "device"  # the longest N in the GPU's memory
+    assert build_spec(cli={"device": "cpu"}).memory_budget is None  # CPU: only when asked (docs/sweep.md: its time)
     cpu = plan(build_spec(cli={"device": "cpu", "variants": "dense"}))
     assert {(c.kv_heads, c.phase, c.scope, c.padding) for c in cpu} == {(8, "prefill", "attention", 0.0)}
     assert len(cpu) == 6 * 2  # lengths x inputs, as before the new axes

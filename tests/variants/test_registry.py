@@ -13,17 +13,18 @@ import pytest
 import torch
 
 import variants
+from tests.helpers.load import load_scaled
 from variants import (
     AttentionVariant,
     Capabilities,
     NotSupportedError,
     VariantConfig,
+    _registry,
     build_variant,
     get_variant,
     list_variants,
     register_variant,
 )
-from variants import _registry
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -238,7 +239,9 @@ def _run_python(code: str, env_extra: dict | None = None, cwd: Path = REPO) -> s
     import os
 
     env = {**os.environ, **(env_extra or {})}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=cwd, timeout=load_scaled(120)
+    )
 
 
 def test_importing_variants_prints_nothing_and_does_no_work():
@@ -323,7 +326,7 @@ def test_contract_tests_pick_up_a_plugin_with_no_test_code(tmp_path):
         capture_output=True,
         text=True,
         cwd=REPO,
-        timeout=300,
+        timeout=load_scaled(300),
     )
     # The leak is caught by the causality checks, with H_kv = H and with grouped K/V heads, and by nothing else.
     for test in (

@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from harness.commands import main
-
 from tests.helpers import REPO
+from tests.helpers.load import load_scaled
 
 
 def test_list_shows_every_variant_with_backend_availability(capsys):
@@ -75,7 +75,7 @@ def test_env_reports_torch_and_threads(capsys):
 
 def test_module_entry_point_runs_in_a_fresh_process():
     result = subprocess.run(
-        [sys.executable, "-m", "harness", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60
+        [sys.executable, "-m", "harness", "--help"], capture_output=True, text=True, cwd=REPO, timeout=load_scaled(60)
     )
     assert result.returncode == 0
     assert "list" in result.stdout and "env" in result.stdout
@@ -87,6 +87,8 @@ def test_a_command_imports_only_its_own_module():
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pandas', 'matplotlib', 'xformers', 'triton') "
         "or m.split('.')[:2] in (['harness', 'report'], ['harness', 'runner'], ['harness', 'spec'])))"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=load_scaled(120)
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]"

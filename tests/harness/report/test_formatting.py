@@ -21,6 +21,7 @@ from harness.report.formatting import (
     format_text,
     short_reason,
 )
+from tests.helpers.load import load_scaled
 
 MISSING = [None, float("nan"), float("inf"), "n/a"]
 
@@ -83,6 +84,8 @@ def test_importing_the_report_package_does_no_heavy_import():
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pandas', 'matplotlib', 'torch')))"
     )
     repo = Path(__file__).resolve().parents[3]
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=repo, timeout=load_scaled(60)
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

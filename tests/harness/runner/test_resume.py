@@ -224,3 +224,34 @@ def test_a_run_from_before_error_budgets_resumes_without_searching(tmp_path, cap
     )
     assert main(["sweep", "--resume", str(run_dir), "--dry-run"]) == 0
     assert "sliding_window N=64 forward float32 D=64 rel_l2<=0.1 local" in capsys.readouterr().out
+
+
+def test_a_row_without_a_cell_id_is_not_a_result_and_its_cell_is_measured_on_resume(tmp_path, no_report):
+    """A row that lost its cell_id (hand-edited, or written by a tool that does not know cell ids) is no result: a
+    resume neither crashes on it nor counts it as done; its cell is measured again, the other cell is kept."""
+    import json
+
+    argv = [
+        "sweep",
+        "--device",
+        "cpu",
+        "--variants",
+        "dense",
+        "--seq-lens",
+        "16,32",
+        "--heads",
+        "1",
+        "--head-dims",
+        "8",
+    ]
+    argv += ["--inputs", "gaussian", "--time-budget", "0.005", "--repeats", "1", "--quiet", "--out", str(tmp_path)]
+    assert main([*argv, "--run-id", "noid"]) == 0
+    path = tmp_path / "noid" / "rows.jsonl"
+    first, second = (json.loads(line) for line in path.read_text().splitlines())
+    del second["cell_id"]
+    path.write_text(json.dumps(first) + "\n" + json.dumps(second) + "\n")
+    assert [row["cell_id"] for row in read_rows(tmp_path / "noid")] == [first["cell_id"]]
+    assert main(["sweep", "--resume", str(tmp_path / "noid"), "--trust-config", "--quiet"]) == 0
+    rows = read_rows(tmp_path / "noid")
+    assert rows[0] == first and len(rows) == 2  # the kept row untouched; the id-less row's cell measured again
+    assert rows[1]["seq_len"] == second["seq_len"] and rows[1]["cell_id"]

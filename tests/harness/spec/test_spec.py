@@ -231,3 +231,8 @@ def test_renamed_keys_are_read_under_their_new_names_with_one_note(tmp_path, cap
     path.write_text("causal = [true]\ncausals = [false]\n")
     with pytest.raises(UsageError, match="both 'causal' and 'causals' are given"):
         build_spec(toml_path=path)
+
+
+@pytest.mark.parametrize("given", ["none", "None", ""])
+def test_error_budgets_none_turns_the_search_off_as_the_help_says(given):
+    assert build_spec(cli={"device": "cpu", "error_budgets": given}).error_budgets == ()

@@ -1,0 +1,56 @@
+"""What a decode row's numbers mean, derived independently of harness.measure.decode: latency_s is seconds per
+generated token (not per generation), and flops counts one step's work over the keys it sees (the context plus the
+tokens generated so far, itself included), averaged over the generated tokens."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.measure import decode as decode_module
+from tests.harness.measure.test_axes import FAST, D, H, cell, run
+
+STEP_SECONDS = 1e-3  # the fake clock's advance per generated token
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """decode's clock advances STEP_SECONDS for every step of dense's KV cache and not otherwise."""
+    import variants.dense
+
+    now = [0.0]
+
+    class FakeTime:
+        @staticmethod
+        def perf_counter() -> float:
+            return now[0]
+
+    step = variants.dense.DenseAttention.step
+
+    def timed_step(self, *args, **kwargs):
+        now[0] += STEP_SECONDS
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(decode_module, "time", FakeTime)
+    monkeypatch.setattr(variants.dense.DenseAttention, "step", timed_step)
+    return now
+
+
+@pytest.mark.parametrize("N", [32, 96])
+def test_decode_latency_is_seconds_per_generated_token(clock, N):
+    row = run(cell(N=N, phase="decode", causal=True))
+    assert row["status"] == "ok", row["reason"]
+    assert row["latency_s"] == pytest.approx(STEP_SECONDS, rel=1e-9)  # per token: not S x, not / N
+    assert row["latency_p20_s"] == pytest.approx(STEP_SECONDS) and row["latency_p80_s"] == pytest.approx(STEP_SECONDS)
+
+
+@pytest.mark.parametrize("N, kv_heads", [(32, H), (96, H), (64, 1)])
+def test_decode_flops_count_the_keys_each_step_sees(clock, N, kv_heads):
+    """Step t (0-based) of S attends to N + t + 1 keys: q.K^T and P.V are 2 x 2 x (N + t + 1) x D FLOPs per query head
+    (K/V heads change the bytes, not the FLOPs); the row holds the mean over the S steps, and tflops is that over the
+    per-token latency."""
+    S = FAST.decode_steps
+    row = run(cell(N=N, phase="decode", causal=True, kv_heads=kv_heads))
+    assert row["status"] == "ok", row["reason"]
+    per_step = [4 * H * D * (N + t + 1) for t in range(S)]  # batch 1
+    assert row["flops"] == sum(per_step) // S
+    assert row["tflops"] == pytest.approx(row["flops"] / STEP_SECONDS / 1e12, rel=1e-6)
