@@ -55,6 +55,13 @@ class Row:
     load_per_cpu: float | None = _measured()
     noisy: bool | None = None  # the timing is not to be trusted (noise_reason says why); None when not timed
     noise_reason: str | None = None  # why noisy, or why no paired speed-up (baseline failed, unsupported)
+    # -- the second clock on CPU: the timing thread's CPU time (harness.measure.contention; None on CUDA) --
+    cpu_latency_s: float | None = _measured()  # median CPU seconds per call
+    cpu_speedup: float | None = _measured()  # the paired speed-up on CPU time, with its 95% interval
+    cpu_speedup_low: float | None = _measured()
+    cpu_speedup_high: float | None = _measured()
+    cpu_share: float | None = _measured()  # CPU seconds / wall seconds over the timed blocks (about 1 when quiet)
+    contended: bool | None = None  # cpu_share < CONTENDED_SHARE: the machine took the cores away; None when not timed
     peak_memory_bytes: int | None = _measured()  # beyond the inputs
     memory_method: str | None = None
     state_bytes: int | None = _measured()  # decode: bytes of the state after the N-token context (capacity held)

@@ -12,6 +12,7 @@ from harness.plugins import load_plugins
 from harness.report import write_report
 from harness.report.budgets import DEFAULT_BUDGETS
 from harness.report.analysed import analyse
+from harness.spec.model import CLOCKS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,6 +46,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"else {' and '.join(map(str, DEFAULT_BUDGETS))})",
     )
     parser.add_argument(
+        "--clock",
+        choices=CLOCKS,
+        default=None,
+        help="what the speed-ups and the answer come from: wall, or cpu (the timing thread's CPU time, for a run "
+        "measured on a busy machine); default: the run's own (sweep --clock), else wall (docs/timing.md)",
+    )
+    parser.add_argument(
         "--plugin",
         action="append",
         default=[],
@@ -65,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if args.budget and any(not (b > 0) for b in args.budget):
         raise UsageError(f"--budget {args.budget}: error budgets must be > 0, e.g. --budget 0.01")
     start = time.perf_counter()
-    analysed = analyse(args.run_dir, budgets=tuple(args.budget) if args.budget else None)
+    analysed = analyse(args.run_dir, budgets=tuple(args.budget) if args.budget else None, clock=args.clock)
     if not len(analysed.frame):
         print(
             f"error: {args.run_dir}: no readable row in rows.jsonl; nothing to report (run or resume the sweep first)",

@@ -25,7 +25,7 @@ from harness.measure.kernel import memory_and_kernel
 from harness.measure.layer_accuracy import layer_accuracy
 from harness.measure.settings import MeasureSettings
 from harness.measure.stages import StageRecorder, stage
-from harness.measure.timing import quantile, time_step
+from harness.measure.timing import quantile, time_with_clocks
 from harness.measure.tricks import autocast, recomputed
 from harness.schema import Cell
 
@@ -165,7 +165,7 @@ def measure_layer(
         step = _step(stack, x, cell.causal, kv_mask, training, precision)
         recorder.record(memory_and_kernel(lambda: step, device))
     with stage("timing"):
-        times, repeats = time_step(step, settings, device, first_call_s=first_call_s)
+        times, repeats, clocked = time_with_clocks(step, settings, device, first_call_s=first_call_s)
     latency = statistics.median(times)
     attention, useful = attention_flops(attn, cell, backend=attn.resolve_backend(q, training=training))
     attention, useful = cell.layer_depth * attention, cell.layer_depth * useful  # every block of the stack
@@ -175,6 +175,7 @@ def measure_layer(
         latency_p20_s=quantile(times, 0.2),
         latency_p80_s=quantile(times, 0.8),
         repeats=repeats,
+        **clocked,  # the second clock on CPU (harness.measure.contention)
         **flops_fields(
             attention,
             latency,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import random
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -39,14 +38,6 @@ class PairedTimes:
         return [b / a for a, b in zip(self.variant, self.baseline) if a > 0]
 
 
-def perf_counter_timer(step: Step, number: int) -> float:
-    """The CPU block timer: wall seconds per call of `number` back-to-back calls (time.perf_counter)."""
-    start = time.perf_counter()
-    for _ in range(number):
-        step()
-    return (time.perf_counter() - start) / number
-
-
 def time_pairs(
     variant: Step,
     baseline: Step | None,
@@ -60,7 +51,7 @@ def time_pairs(
 
     Args:
         variant, baseline: the two steps (already warm).
-        timer: seconds per call of a block (perf_counter_timer on CPU, CUDA events on CUDA).
+        timer: seconds per call of a block (harness.measure.contention.ThreadClock on CPU, CUDA events on CUDA).
         pairs: blocks of each step.
         number_variant, number_baseline: calls per block of each, so both blocks take about as long.
     """

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import torch
 
+from harness.measure.contention import ThreadClock, contention_fields
 from harness.measure.context import MeasureContext
 from harness.measure.noise import RETIME_SPREAD
 from harness.measure.outcome import CellTimeout, classify_exception, release_memory
@@ -23,12 +24,11 @@ from harness.measure.pairing import (
     PairedTimes,
     bootstrap_interval,
     calls_per_block,
-    perf_counter_timer,
     spread,
     time_pairs,
 )
 from harness.measure.settings import MeasureSettings
-from harness.measure.timing import cuda_block_timer, quantile, time_step
+from harness.measure.timing import cuda_block_timer, quantile, time_with_clocks
 from harness.schema import BASELINE, Cell
 
 Step = Callable[[], Any]
@@ -110,13 +110,16 @@ def timed_fields(
     first_call_s: float,
     timer: BlockTimer | None = None,
 ) -> dict[str, Any]:
-    """latency_s/p20/p80, repeats and (paired) speedup, speedup_low/high, baseline_latency_s, noise_reason of one cell.
+    """latency_s/p20/p80, repeats and (paired) speedup, speedup_low/high, baseline_latency_s, noise_reason of one cell;
+    on CPU also the second clock's cpu_latency_s, cpu_speedup (low, high), cpu_share and contended
+    (harness.measure.contention).
 
-    `timer` times the paired blocks (default: perf_counter on CPU, CUDA events on CUDA; tests pass a fake clock).
+    `timer` times the paired blocks (default: the thread clock on CPU, CUDA events on CUDA; tests pass a fake clock,
+    which leaves the CPU-time fields out).
     """
     note = baseline.note
     if baseline.step is not None:
-        timer = timer or (cuda_block_timer(device) if device.type == "cuda" else perf_counter_timer)
+        timer = timer or (cuda_block_timer(device) if device.type == "cuda" else ThreadClock())
         try:
             return _paired(step, baseline, settings, timer, first_call_s=first_call_s)
         except BaselineFailed as exc:
@@ -124,8 +127,8 @@ def timed_fields(
             note = f"no paired speed-up: baseline {BASELINE} {status}: {reason}"
             if status == "oom":
                 release_memory(settings.device)
-    times, repeats = time_step(step, settings, device, first_call_s=first_call_s)
-    fields = {**_latency(times), "repeats": repeats, "noise_reason": note}
+    times, repeats, clocked = time_with_clocks(step, settings, device, first_call_s=first_call_s)
+    fields = {**_latency(times), "repeats": repeats, "noise_reason": note, **clocked}
     if (
         baseline.step is None and baseline.note is None and baseline.cache_key
     ):  # the baseline's own cell: its warm call time
@@ -161,9 +164,22 @@ def _paired(
     return {
         **_latency(times.variant),
         **paired_speedup(times),
+        **(cpu_fields(timer, step, base_step, pairs, na, nb) if isinstance(timer, ThreadClock) else {}),
         "repeats": times.variant_calls,
         "noise_reason": "re-timed once: the first blocks disagreed" if retimed else None,
     }
+
+
+def cpu_fields(clock: ThreadClock, step: Step, base_step: Step, pairs: int, na: int, nb: int) -> dict[str, Any]:
+    """The second clock's fields of a paired cell: contention over both steps' kept blocks, and the paired speed-up
+    on CPU time (cpu_speedup, its interval), from the last `pairs` blocks of each step."""
+    mine, base = clock.step_blocks(step, pairs), clock.step_blocks(base_step, pairs)
+    fields = contention_fields(mine, na, base)
+    ratios = [(b_cpu / nb) / (a_cpu / na) for (_, a_cpu), (_, b_cpu) in zip(mine, base) if a_cpu > 0]
+    if ratios:
+        speedup, low, high = bootstrap_interval(ratios)
+        fields.update(cpu_speedup=speedup, cpu_speedup_low=low, cpu_speedup_high=high)
+    return fields
 
 
 def paired_speedup(times: PairedTimes) -> dict[str, Any]:

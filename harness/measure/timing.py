@@ -3,40 +3,69 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Callable
 
 import torch
 
+from harness.measure.contention import ThreadClock, contention_fields
 from harness.measure.settings import MeasureSettings
 
 L2_FLUSH_BYTES = 256 << 20  # zeroed between timed CUDA calls so none starts with a warm L2
 
 
 def time_step(
-    step: Callable[[], Any], settings: MeasureSettings, device: torch.device, *, first_call_s: float
+    step: Callable[[], Any],
+    settings: MeasureSettings,
+    device: torch.device,
+    *,
+    first_call_s: float,
+    clock: ThreadClock | None = None,
 ) -> tuple[list[float], int]:
-    """Per-call seconds of the timed blocks and the number of timed calls; `first_call_s` is an untimed first estimate."""
+    """Per-call seconds of the timed blocks and the number of timed calls; `first_call_s` is an untimed first estimate.
+    On CPU, `clock` also notes each block's CPU time (harness.measure.contention)."""
     if device.type == "cuda":
         return time_cuda(step, settings, device, first_call_s=first_call_s)
-    return time_cpu(step, settings, slow=first_call_s >= settings.time_budget_s)
+    return time_cpu(step, settings, slow=first_call_s >= settings.time_budget_s, clock=clock)
 
 
-def time_cpu(step: Callable[[], Any], settings: MeasureSettings, *, slow: bool) -> tuple[list[float], int]:
+def time_with_clocks(
+    step: Callable[[], Any], settings: MeasureSettings, device: torch.device, *, first_call_s: float
+) -> tuple[list[float], int, dict[str, Any]]:
+    """time_step, and on CPU the second clock's fields of the timed blocks (cpu_latency_s, cpu_share, contended:
+    harness.measure.contention); {} on CUDA."""
+    clock = ThreadClock() if device.type != "cuda" else None
+    times, repeats = time_step(step, settings, device, first_call_s=first_call_s, clock=clock)
+    number = repeats // max(1, len(times))  # calls per timed block
+    extra = contention_fields(clock.timer_blocks([t * number for t in times]), number) if clock else {}
+    return times, repeats, extra
+
+
+def time_cpu(
+    step: Callable[[], Any], settings: MeasureSettings, *, slow: bool, clock: ThreadClock | None = None
+) -> tuple[list[float], int]:
     """Per-call seconds of each timed block (torch.utils.benchmark, at this process's thread count) and the call count.
 
     `slow`: one call already took the whole budget, so skip blocked_autorange's block-size
-    estimate (one more untimed call) and time `repeats` single calls.
+    estimate (one more untimed call) and time `repeats` single calls. The blocks added to reach `repeats` are timed
+    here, not with Timer.timeit, which runs two untimed warm-up calls before each (a slow cell's time tripled).
+    `clock`: read as the Timer's clock and here, so it holds each block's CPU seconds too (ThreadClock.timer_blocks
+    finds the timed ones).
     """
     from torch.utils.benchmark import Timer
 
-    timer = Timer(stmt="step()", globals={"step": step}, num_threads=torch.get_num_threads())
+    read = clock.timer if clock is not None else time.perf_counter
+    timer = Timer(stmt="step()", globals={"step": step}, num_threads=torch.get_num_threads(), timer=read)
     if slow:
         times, number = [], 1
     else:
         measurement = timer.blocked_autorange(min_run_time=settings.time_budget_s)
         times, number = list(measurement.times), measurement.number_per_run
     while len(times) * number < settings.repeats:
-        times.extend(timer.timeit(number).times)
+        start = read()
+        for _ in range(number):
+            step()
+        times.append((read() - start) / number)
     return times, len(times) * number
 
 

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from harness.report import analysis, budgets as budgets_mod, choice
+from harness.report.clock import on_clock, run_clock
 from harness.report.longest import longest_trainable
 from harness.spec import stored_spec_values
 from harness.store import Run, load_run
@@ -35,6 +36,7 @@ class AnalysedRun:
     cell_timeout_s: float | None  # the run's per-cell limit (the report's maps get it too); None: none or unknown
     tables: tuple[choice.AnswerTable, ...]  # the answer: per setting and inputs, the winner per N and budget
     # -- the memory budget (SweepSpec.memory_budget) and its search's answer: harness.report.longest --
+    clock: str = "wall"  # what the speed-ups and the answer come from: "wall" | "cpu" (harness.report.clock)
     memory_budget: int | None = None  # bytes; None: the run searched none
     longest: pd.DataFrame | None = None  # longest.longest_trainable over every row (the searched lengths too)
 
@@ -57,10 +59,11 @@ class AnalysedRun:
         return REFERENCES.get(self.accuracy_reference, REFERENCES["full"])
 
 
-def analyse(run: Run | str | Path, *, budgets: Sequence[float] | None = None) -> AnalysedRun:
+def analyse(run: Run | str | Path, *, budgets: Sequence[float] | None = None, clock: str | None = None) -> AnalysedRun:
     """Analyse a run folder (or an already loaded Run): its spec read through harness.spec, its rows once.
 
     `budgets`: answer for these error budgets (in the run's metric) instead of the run's own.
+    `clock`: answer on this clock ("wall" | "cpu") instead of the run's own (harness.report.clock).
     Raises harness.errors.UsageError for a path that is not a run folder.
     """
     run = run if isinstance(run, Run) else load_run(run)
@@ -69,7 +72,8 @@ def analyse(run: Run | str | Path, *, budgets: Sequence[float] | None = None) ->
         run.notes.append(problem)
     own, metric = budgets_mod.run_budgets(spec)
     chosen = tuple(sorted(set(budgets))) if budgets else own
-    frame = analysis.with_dense_ratios(run.rows)
+    clock = run_clock(spec, clock)
+    frame = analysis.with_dense_ratios(on_clock(run.rows, clock))
     reference = _reference(frame, spec)
     frame = budgets_mod.with_budgets(frame, chosen, metric)
     memory_budget, longest = _memory_budget(run.env, spec), None
@@ -88,7 +92,8 @@ def analyse(run: Run | str | Path, *, budgets: Sequence[float] | None = None) ->
         cell_timeout_s=float(timeout)
         if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0
         else None,
-        tables=tuple(choice.answer_tables(frame, chosen, metric)),
+        tables=tuple(choice.answer_tables(frame, chosen, metric, clock=clock)),
+        clock=clock,
         memory_budget=memory_budget,
         longest=longest,
     )

@@ -24,8 +24,9 @@ import pandas as pd
 
 from harness.report import analysis, budgets as budgets_mod
 from harness.report.analysis import SETTING_KEYS
+from harness.report.clock import refusal
 from harness.report.formatting import format_seconds, format_times
-from harness.schema import BASELINE, describe as describe_cell
+from harness.schema import BASELINE, NOT_RUN_PREFIX, describe as describe_cell
 from harness.error_metrics import budget_label
 
 NONE_RAN = "none within budget ran"
@@ -46,12 +47,13 @@ class Pick:
     dense_status: str | None = None
     # the winner's error where it is above the budget (a matched row within the margin)
     over_budget: float | None = None
+    why: str | None = None  # where no candidate ran: why ("dense timed out; 3 timeout, 2 not run")
 
     def text(self) -> str:
         """'sliding_window(window=512) 3.1x [2.9-3.3] (tie: chunked)', '... (error 0.052)' above the budget, 'dense',
-        or NONE_RAN."""
+        or NONE_RAN with why: 'none within budget ran (dense timed out; 3 timeout)'."""
         if self.label is None:
-            return NONE_RAN
+            return f"{NONE_RAN} ({self.why})" if self.why else NONE_RAN
         notes = [f"error {self.over_budget:.3g}"] if self.over_budget is not None else []
         notes += [f"tie: {self.tie}"] if self.tie else []
         note = f" ({'; '.join(notes)})" if notes else ""
@@ -82,10 +84,14 @@ class AnswerTable:
     metric: str  # "rel_l2" or "cosine"
     lengths: tuple[int, ...]  # every N with a row in this setting and inputs, ascending
     picks: dict[tuple[int, float], Pick]  # (N, budget) -> its winner
+    refusal: str | None = None  # why there is no verdict (most timed cells contended: harness.report.clock)
 
 
-def answer_tables(frame: pd.DataFrame, budgets: Sequence[float], metric: str) -> list[AnswerTable]:
-    """One table per setting and input distribution with at least one ok row, for these budgets in this metric."""
+def answer_tables(
+    frame: pd.DataFrame, budgets: Sequence[float], metric: str, *, clock: str = "wall"
+) -> list[AnswerTable]:
+    """One table per setting and input distribution with at least one ok row, for these budgets in this metric; a
+    table whose timed cells are mostly contended on the wall clock carries its refusal (harness.report.clock)."""
     tables = []
     for setting in analysis.settings(frame):
         rows = analysis.select(frame, setting)
@@ -100,8 +106,13 @@ def answer_tables(frame: pd.DataFrame, budgets: Sequence[float], metric: str) ->
                 dense_status = _dense_status(part[part["seq_len"] == n])
                 for budget in budgets:
                     candidates = _one_per_config(at_n[budgets_mod.within(at_n, budget, metric)], budget)
-                    picks[(n, budget)] = _over_budget(pick(candidates, dense_status=dense_status), candidates, budget)
-            tables.append(AnswerTable(setting, str(inputs), tuple(budgets), metric, lengths, picks))
+                    chosen = _over_budget(pick(candidates, dense_status=dense_status), candidates, budget)
+                    if chosen.label is None:
+                        chosen = dataclasses.replace(chosen, why=why_none(part[part["seq_len"] == n], len(at_n)))
+                    picks[(n, budget)] = chosen
+            tables.append(
+                AnswerTable(setting, str(inputs), tuple(budgets), metric, lengths, picks, refusal(part, clock))
+            )
     return tables
 
 
@@ -139,7 +150,9 @@ def answer_lines(tables: list[AnswerTable]) -> list[str]:
     for table in tables:
         n = table.lengths[-1]
         where = ", ".join(describe(table, [k for k in varying if k != "inputs"]) + [table.inputs])
-        answers = "; ".join(f"{budget_label(b, table.metric)}: {table.picks[(n, b)].text()}" for b in table.budgets)
+        answers = table.refusal or "; ".join(
+            f"{budget_label(b, table.metric)}: {table.picks[(n, b)].text()}" for b in table.budgets
+        )
         lines.append(f"answer at N={n} ({where}): {answers}")
     return lines
 
@@ -212,6 +225,29 @@ def _one_per_config(candidates: pd.DataFrame, budget: float) -> pd.DataFrame:
     order = candidates.assign(_here=matched_here).sort_values("_here", ascending=False, kind="stable")
     labels = [config_text(r) for _, r in order.iterrows()]
     return order[~pd.Series(labels, index=order.index).duplicated()].drop(columns="_here")
+
+
+def why_none(at_n: pd.DataFrame, ok_candidates: int) -> str | None:
+    """Why no candidate within a budget ran at one N: dense's fate, the other cells' statuses (those not run after a
+    shorter N failed apart) and the ok ones that missed the budget: 'dense timed out; 3 timeout, 2 not run; 1 ran
+    outside the budget'. None when there is nothing to say."""
+    not_run = at_n["reason"].fillna("").astype(str).str.startswith(NOT_RUN_PREFIX)
+    parts = []
+    dense = at_n[at_n["variant"] == BASELINE]
+    if len(dense) and not (dense["status"] == "ok").any():
+        status = str(dense["status"].iloc[0])
+        fate = FATES.get(status, status)
+        parts.append(f"dense not run ({fate} at a shorter N)" if not_run[dense.index[0]] else f"dense {fate}")
+    others = at_n["variant"] != BASELINE
+    statuses = at_n["status"].astype(str).where(~not_run, "not run")[others & (at_n["status"] != "ok")]
+    if len(statuses):
+        parts.append(", ".join(f"{int(k)} {s}" for s, k in statuses.value_counts().items()))
+    if ok_candidates:
+        parts.append(f"{ok_candidates} ran outside the budget")
+    return "; ".join(parts) or None
+
+
+FATES = {"timeout": "timed out", "oom": "ran out of memory"}  # how a status reads after "dense"
 
 
 def _dense_status(at_n: pd.DataFrame) -> str | None:

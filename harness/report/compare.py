@@ -14,7 +14,8 @@ A cell is flagged:
   the verdict "noisy" instead, never counted;
 - memory: B/A beyond 1 +/- threshold and the change larger than MIN_MEMORY_CHANGE bytes;
 - error: changed by more than max(ERROR_ABS, ERROR_REL x the smaller one);
-- status: ok in one run only (e.g. ok -> oom is a regression).
+- status: ok in one run only (e.g. ok -> oom is a regression), except a change to timeout or fit_timeout in a
+  run measured under load (under_load): "inconclusive", never counted (the machine ran out of time, maybe not the code).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from harness.errors import UsageError
 from harness.measure.noise import HIGH_LOAD_PER_CPU, NOISY_SHARE
 from harness.schema import CELL_FIELDS, match_key
 from harness.report.analysed import AnalysedRun
+from harness.report.clock import contended_count, median_load, mostly_contended
 from harness.report.columns import COLUMNS
 
 # What judge reads of each side, besides the report's compared columns (harness.report.columns), all in compare.csv.
@@ -44,6 +46,7 @@ MEASURED = tuple(
             "load_per_cpu",
             "noisy",
             "noise_reason",
+            "contended",
             "cosine",
             "dense_status",
         ]
@@ -101,13 +104,19 @@ class Comparison:
         return self.cells[self.cells["verdict"] == "improvement"]
 
     @property
+    def inconclusive(self) -> pd.DataFrame:
+        """Cells that timed out in a run measured under load where the other run had them ok: said, not counted."""
+        return self.cells[self.cells["verdict"] == "inconclusive"]
+
+    @property
     def noisy(self) -> pd.DataFrame:
         """Cells whose latency moved while either run was under load or noisy: said, not counted."""
         return self.cells[self.cells["verdict"] == "noisy"]
 
 
 def compare_runs(a: AnalysedRun, b: AnalysedRun, *, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
-    """Match A's and B's cells and judge each: verdict "regression" | "improvement" | "same" | "noisy", with why.
+    """Match A's and B's cells and judge each: verdict "regression" | "improvement" | "same" | "noisy" |
+    "inconclusive", with why.
 
     Raises UsageError when either run has no readable row (nothing to compare).
     """
@@ -133,8 +142,9 @@ def compare_runs(a: AnalysedRun, b: AnalysedRun, *, threshold: float = DEFAULT_T
             f"A's errors are against {a.errors_against}, B's against {b.errors_against}: errors are not compared"
         )
     verdicts, whys = [], []
+    loaded = {side: under_load(run) for side, run in (("a", a), ("b", b))}
     for _, row in cells.iterrows():
-        verdict, why = judge(row, threshold=threshold, floor=floor, errors=same_reference)
+        verdict, why = judge(row, threshold=threshold, floor=floor, errors=same_reference, loaded=loaded)
         verdicts.append(verdict)
         whys.append(why)
     cells["latency_ratio"] = cells["latency_s_b"] / cells["latency_s_a"]
@@ -160,11 +170,18 @@ def compare_runs(a: AnalysedRun, b: AnalysedRun, *, threshold: float = DEFAULT_T
 
 
 def judge(
-    row: pd.Series, *, threshold: float = DEFAULT_THRESHOLD, floor: NoiseFloor = NoiseFloor(), errors: bool = True
+    row: pd.Series,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    floor: NoiseFloor = NoiseFloor(),
+    errors: bool = True,
+    loaded: dict[str, str | None] | None = None,
 ) -> tuple[str, str]:
     """The verdict for one matched cell (columns suffixed _a and _b) and the reasons, joined by '; '.
 
     `errors` False: the two runs measured errors against different references, so errors are not judged.
+    `loaded`: side ("a", "b") -> why that run was measured under load (under_load), None when quiet; a cell ok in
+    one run that timed out in a loaded other is "inconclusive".
 
     "regression" | "improvement" | "same", or "noisy": latency moved beyond the threshold and the
     intervals while either row was measured under load or flagged noisy (not counted as either).
@@ -172,6 +189,9 @@ def judge(
     sa, sb = row["status_a"], row["status_b"]
     if sa != "ok" or sb != "ok":
         if sa == "ok":
+            load = (loaded or {}).get("b")
+            if load and sb in LOAD_STATUSES:  # the machine ran out of time, maybe not the code
+                return "inconclusive", f"status ok -> {sb}; inconclusive: B was measured under load ({load})"
             return "regression", f"status ok -> {sb}"
         if sb == "ok":
             return "improvement", f"status {sa} -> ok"
@@ -250,13 +270,30 @@ def _noisy(row: pd.Series) -> str:
     parts = []
     for side in ("a", "b"):
         load = row.get(f"load_per_cpu_{side}")
-        if (
-            isinstance(row.get(f"noisy_{side}"), (bool, np.bool_))
-            and row.get(f"noisy_{side}")
-            or (_finite(load) and float(load) >= HIGH_LOAD_PER_CPU)
-        ):
-            parts.append(f"{side.upper()}: {row.get(f'noise_reason_{side}') or f'load {float(load):.2f} per CPU'}")
+        flagged = isinstance(row.get(f"noisy_{side}"), (bool, np.bool_)) and row.get(f"noisy_{side}")
+        contended = isinstance(row.get(f"contended_{side}"), (bool, np.bool_)) and row.get(f"contended_{side}")
+        if flagged or contended or (_finite(load) and float(load) >= HIGH_LOAD_PER_CPU):
+            why = row.get(f"noise_reason_{side}") or (f"load {float(load):.2f} per CPU" if _finite(load) else "")
+            parts.append(f"{side.upper()}: " + "; ".join(filter(None, [why, "contended" if contended else ""])))
     return "; ".join(parts)
+
+
+LOAD_STATUSES = ("timeout", "fit_timeout")  # statuses a loaded machine causes: inconclusive after ok, not a regression
+
+
+def under_load(run: AnalysedRun) -> str | None:
+    """Why a run as a whole was measured under load ('load 14 per CPU, 27 of 29 timed cells contended'), None when
+    quiet: the median load of its cells at or above HIGH_LOAD_PER_CPU, or most of its timed cells contended
+    (harness.report.clock)."""
+    rows = run.frame
+    load = median_load(rows)
+    contended, timed = contended_count(rows)
+    loaded = load is not None and load >= HIGH_LOAD_PER_CPU
+    if not (loaded or mostly_contended(rows)):
+        return None
+    parts = [f"load {load:.2g} per CPU"] if load is not None else []
+    parts += [f"{contended} of {timed} timed cells contended"] if timed else []
+    return ", ".join(parts)
 
 
 def load_notes(run: AnalysedRun) -> list[str]:

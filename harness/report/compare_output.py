@@ -25,7 +25,8 @@ def summary_lines(comparison: Comparison, a: AnalysedRun, b: AnalysedRun, *, lim
         f"A: {a.path}  ({_machine(a)})",
         f"B: {b.path}  ({_machine(b)})",
         f"{len(cells)} matched cells: {len(comparison.regressions)} regressions, {len(comparison.improvements)} improvements, "
-        f"{len(comparison.noisy)} latency changes under load or noise (not counted); "
+        f"{len(comparison.noisy)} latency changes under load or noise (not counted), "
+        f"{len(comparison.inconclusive)} timeouts under load inconclusive (not counted); "
         f"{len(comparison.only_a)} only in A, {len(comparison.only_b)} only in B",
     ]
     lines += [f"note: {n}" for n in comparison.notes]

@@ -102,7 +102,7 @@ def _decoded(a: "AnalysedRun") -> bool:
 def _winner_map(a: "AnalysedRun", path: Path, _: MapOptions) -> Path | None:
     from harness.report import choice
 
-    tables = list(a.tables)
+    tables = [t for t in a.tables if not t.refusal]  # no verdict (mostly contended): no winners drawn either
     if not tables:
         return None
     one = f"{analysis.setting_title(tables[0].setting)}, inputs {tables[0].inputs}"  # one table: say all of it

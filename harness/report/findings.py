@@ -13,7 +13,8 @@ from harness.report.budgets import GENERALISATION_MARGIN, METRIC_NAMES
 from harness.report.figures import figure_section
 from harness.report.formatting import format_n, format_number, format_text
 from harness.report.page import Block, Heading, Paragraph, Table
-from harness.schema import BASELINE
+from harness.report.clock import clock_note
+from harness.schema import BASELINE, NOT_RUN_PREFIX
 from harness.error_metrics import budget_label
 
 
@@ -30,12 +31,19 @@ def recommendation(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], lis
         Heading(2, "Which one should I use"),
         Paragraph(_intro(tables, metric, searched=searched, against=analysed.errors_against)),
     ]
+    note = clock_note(analysed.clock)
+    if note:
+        blocks.append(Paragraph(f"On CPU time: {note}."))
     for table, title in zip(tables, choice.table_titles(tables)):
         headers = ["N"] + [budget_label(b, metric, ascii=False) for b in table.budgets]
         rows = [[format_n(n)] + [table.picks[(n, b)].text() for b in table.budgets] for n in table.lengths]
         if title:
             blocks.append(Paragraph(f"**{title}**"))
-        blocks.append(Table(headers, rows))
+        if table.refusal:  # the winners would come from biased wall times: said instead of a table
+            blocks.append(Paragraph(f"**No verdict**: {table.refusal}."))
+        else:
+            blocks.append(Table(headers, rows))
+        blocks += _not_measured(frame, table, analysed.cell_timeout_s)
         blocks += _out_of_reach(frame, table)
     written, figures = figure_section(analysed, folder, "answer")
     blocks += figures
@@ -71,6 +79,27 @@ def _intro(tables: list[choice.AnswerTable], metric: str, *, searched: bool, aga
     else:
         text += f" Setting: {analysis.setting_title(tables[0].setting)}, inputs {tables[0].inputs}."
     return text
+
+
+def _not_measured(frame: pd.DataFrame, table: choice.AnswerTable, timeout_s: float | None) -> list[Block]:
+    """One line under a table: the cells of its setting and inputs that timed out or were not run, per variant and N
+    ('Not measured: dense timed out at N=8K (past the 60 s limit); chunked not run at N=8K ...')."""
+    rows = analysis.select(frame, table.setting)
+    rows = rows[rows["inputs"] == table.inputs]
+    not_run = rows["reason"].fillna("").astype(str).str.startswith(NOT_RUN_PREFIX)
+    parts = []
+    for label, mask in (("timed out", (rows["status"] == "timeout") & ~not_run), ("not run", not_run)):
+        for variant, part in rows[mask].groupby("variant", sort=True):
+            parts.append(f"{variant} {label} at {_lengths_text(sorted({int(n) for n in part['seq_len']}))}")
+    if not parts:
+        return []
+    limit = f" (past the {timeout_s:g} s limit per cell)" if timeout_s else ""
+    return [
+        Paragraph(
+            f"Not measured{limit}: " + "; ".join(parts) + ". A cell not run follows a shorter N of its series that ran "
+            "out of time or memory (or missed its budget); no answer above counts them."
+        )
+    ]
 
 
 def _out_of_reach(frame: pd.DataFrame, table: choice.AnswerTable) -> list[Block]:

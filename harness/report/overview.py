@@ -78,6 +78,7 @@ def load_warning(frame: pd.DataFrame) -> list[str]:
     """The report's first line when the run was measured under load or many rows are noisy (else nothing: a few
     noisy cells are marked where they are shown)."""
     from harness.measure.noise import HIGH_LOAD_PER_CPU, NOISY_SHARE
+    from harness.report.clock import contended_count
 
     if not len(frame) or "noisy" not in frame:
         return []
@@ -92,10 +93,16 @@ def load_warning(frame: pd.DataFrame) -> list[str]:
         if high is not None and high >= HIGH_LOAD_PER_CPU
         else "measured with noisy timings"
     )
+    contended, timed = contended_count(ok)
+    trust = (
+        f"{contended} of {timed} were contended (the machine took the cores away): pairing removes noise, not that "
+        "bias, so their wall-time speed-ups can flip; compare CPU time (report --clock cpu) or rerun on a quiet machine"
+        if contended
+        else "Trust the paired speed-ups with their intervals over raw latencies"
+    )
     return [
         f"This run was {under}: {noisy} of {len(ok)} timed cells are marked noisy († in the tables, hollow markers "
-        "in the figures). Trust the paired speed-ups with their intervals over raw latencies; docs/timing.md says how to "
-        "get quiet numbers."
+        f"in the figures). {trust}; docs/timing.md says how to get quiet numbers."
     ]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from harness.report.analysis import SETTING_KEYS, axes_title
+from harness.report.clock import clock_note, contended_count
 from harness.report.columns import COLUMNS
 from harness.report.formatting import format_n
 from harness.schema import NOT_RUN_PREFIX, STATUSES, describe
@@ -88,6 +89,9 @@ def answer_lines(analysed: "AnalysedRun") -> list[str]:
         lines += cheapest_lines(analysed.frame, analysed.memory_budget)
     if lines and analysed.accuracy_reference != "full":
         lines.append(f"(errors against {analysed.errors_against})")
+    note = clock_note(analysed.clock)
+    if lines and note:
+        lines.append(f"({note})")
     return lines
 
 
@@ -113,10 +117,12 @@ def _unreached_text(analysed: "AnalysedRun", table) -> str:
 
 def outcome_line(analysed: "AnalysedRun") -> str:
     """How the run went, in one line: cells by status (those not run after a shorter N failed, apart), how many timed
-    cells are noisy, and the load they were measured under: 'cells: 62 ok, 14 timeout, 20 not run (...); 29 of 29
-    timed cells noisy; load 14.2 per CPU (median of the cells; timings then follow the machine, not the code)'."""
+    cells are noisy and contended, and the load they were measured under: 'cells: 62 ok, 14 timeout, 20 not run (...);
+    29 of 29 timed cells noisy, 27 of 29 contended (...); load 14.2 per CPU (median of the cells; timings then follow
+    the machine, not the code)'."""
     import pandas as pd
 
+    from harness.measure.contention import CONTENDED_SHARE
     from harness.measure.noise import HIGH_LOAD_PER_CPU
 
     frame = analysed.frame
@@ -135,6 +141,10 @@ def outcome_line(analysed: "AnalysedRun") -> str:
     timed = noisy.notna()
     if timed.any():
         text += f"; {int(noisy[timed].astype(bool).sum())} of {int(timed.sum())} timed cells noisy"
+    contended, known = contended_count(frame)
+    if known:  # harness.measure.contention: the timing thread was off its core most of the time
+        text += f"{',' if timed.any() else '; timed cells:'} {contended} of {known} contended "
+        text += f"(on a core under {CONTENDED_SHARE:.0%} of their timed wall time)"
     load = pd.to_numeric(frame.get("load_per_cpu", pd.Series(dtype=float)), errors="coerce").dropna()
     if len(load):
         median = float(load.median())

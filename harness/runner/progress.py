@@ -4,7 +4,7 @@ The ETA counts each cell by its expected cost (about N*M*D*B*H, times 3.5 in tra
 fixed per-cell overhead), so a run whose long cells come last is not promised an early end; cells
 that are skipped (already done, or not run after an OOM) leave the total instead of advancing it.
 When stderr is not a terminal (a log file, CI, nohup) it writes a plain line instead, at most every
-PLAIN_EVERY_S seconds, with the counts by status so far; silent when disabled (--quiet).
+PLAIN_EVERY_S seconds, with the counts by status (and of contended cells) so far; silent when disabled (--quiet).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ class Progress:
         self.clock = clock
         self._next_plain = clock() + PLAIN_EVERY_S
         self.statuses: Counter[str] = Counter()  # of the rows that arrived in this process
+        self.contended = 0  # of them, timed while the machine took the cores away (harness.measure.contention)
         self.total = len(cells)
         self.done = sum(cell.cell_id in done for cell in cells)
         self.last = ""
@@ -83,14 +84,17 @@ class Progress:
             self.planned_cost = max(self.measured_cost, self.planned_cost - cost)
             self._bar.total = self.planned_cost
         latency = f" {format_seconds_compact(row.get('latency_s'))}" if row.get("status") == "ok" else ""
-        self.last = f"last {cell.label}: {row.get('status')}{latency}"
+        contended = row.get("contended") is True
+        self.last = f"last {cell.label}: {row.get('status')}{latency}{' contended' if contended else ''}"
         self.statuses[str(row.get("status"))] += 1
+        self.contended += contended
         self._describe()
         self._bar.set_postfix_str(self._postfix(), refresh=True)
         now = self.clock() if self.plain else 0.0
         if self.plain and now >= self._next_plain:
             self._next_plain = now + PLAIN_EVERY_S
             counts = ", ".join(f"{n} {status}" for status, n in self.statuses.most_common())
+            counts += f"; {self.contended} contended" if self.contended else ""
             print(f"progress: {self.done}/{self.total} cells ({counts}); {self.last}", file=self.stream, flush=True)
 
     def close(self) -> None:

@@ -23,6 +23,7 @@ DTYPE_ALIASES = {
 MODES = ("forward", "train")
 MODE_ALIASES = {"fwd": "forward", "training": "train", "backward": "train", "bwd": "train"}
 ACCURACY_REFERENCES = ("full", "pattern")
+CLOCKS = ("wall", "cpu")  # what a CPU run's speed-ups and answer come from (harness.report.clock)
 PHASES = ("prefill", "decode")  # the values of each axis list: what the spec accepts
 SCOPES = ("attention", "layer")
 RECOMPUTES = ("none", "attention", "layer")
@@ -225,6 +226,15 @@ class SweepSpec:
         group="how",
         parse=c.choices(ACCURACY_REFERENCES, single=True),
         help="full: error vs exact softmax attention | pattern: vs the variant's own sparsity pattern",
+    )
+    clock: str = knob(
+        "wall",
+        flag="--clock",
+        metavar="CLOCK",
+        group="how",
+        parse=c.choices(CLOCKS, single=True),
+        help="what a CPU run's speed-ups and answer come from: wall (default) or cpu (the timing thread's CPU time, "
+        "for a machine other jobs share; both are measured, `report --clock` can switch; docs/timing.md)",
     )
     memory_budget: int | str | None = knob(
         None,

@@ -205,7 +205,12 @@ def write_run(
     return folder
 
 
-def analysed_rows(rows: list[dict[str, Any]], spec_text: str | None = None, budgets: tuple[float, ...] | None = None):
+def analysed_rows(
+    rows: list[dict[str, Any]],
+    spec_text: str | None = None,
+    budgets: tuple[float, ...] | None = None,
+    clock: str | None = None,
+):
     """Rows analysed as a run folder's would be (harness.report.analysed), without writing the folder."""
     import warnings
 
@@ -215,7 +220,8 @@ def analysed_rows(rows: list[dict[str, Any]], spec_text: str | None = None, budg
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         frame = rows_frame(rows)
-    return analyse(Run(path=Path("synthetic"), rows=frame, env={}, spec_text=spec_text, records=rows), budgets=budgets)
+    run = Run(path=Path("synthetic"), rows=frame, env={}, spec_text=spec_text, records=rows)
+    return analyse(run, budgets=budgets, clock=clock)
 
 
 def blank_row(**fields: Any) -> dict[str, Any]:

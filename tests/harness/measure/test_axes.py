@@ -176,6 +176,7 @@ def test_dense_layer_cell_is_exact_against_the_float64_block(mode):
     row = run(cell(N=64, scope="layer", mode=mode, kv_heads=2))
     assert row["status"] == "ok", row["reason"]
     assert row["scope"] == "layer" and row["rel_l2_error"] < 1e-4
+    assert row["cpu_latency_s"] > 0 and isinstance(row["contended"], bool)  # the second clock times layers too
     attention = 4 * 1 * H * 64 * 64 * D
     linear = 2 * 64 * (64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 192)
     assert row["flops"] == (attention + linear if mode == "forward" else int(3.5 * attention) + 3 * linear)
@@ -192,7 +193,7 @@ def test_layer_decode_is_refused_with_a_reason():
     [
         ({}, "harness.measure.cell.timed_fields"),
         ({"phase": "decode", "causal": True}, "harness.measure.decode._time_generations"),
-        ({"scope": "layer"}, "harness.measure.layer.time_step"),
+        ({"scope": "layer"}, "harness.measure.layer.time_with_clocks"),
     ],
 )
 def test_a_cell_failing_in_timing_keeps_its_backend_errors_and_memory(monkeypatch, fields, timer):

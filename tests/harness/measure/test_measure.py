@@ -258,8 +258,8 @@ def test_the_timer_makes_at_least_repeats_calls_even_past_its_budget(slow):
     times, n = time_cpu(lambda: calls.append(1), settings, slow=slow)
     assert n >= 12 and len(times) >= 1
     assert len(calls) >= 12  # timed calls really happened
-    if slow:  # one call per block: every one of the `repeats` calls has its own time
-        assert n == len(times) == 12
+    if slow:  # one call per block: every one of the `repeats` calls has its own time, and no untimed call between
+        assert n == len(times) == 12 and len(calls) == 12
 
 
 @pytest.mark.parametrize("mode", ["forward", "train"])

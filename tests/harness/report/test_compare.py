@@ -343,3 +343,33 @@ def test_errors_against_different_references_are_not_compared(tmp_path):
     result = compare_runs(a, b)
     assert any("errors are not compared" in n for n in result.notes)
     assert not any("error" in why for why in result.cells["why"])
+
+
+@pytest.mark.parametrize("how", ["load", "contended"])
+def test_a_timeout_in_a_run_measured_under_load_is_inconclusive_not_a_regression(tmp_path, capsys, how):
+    def loaded_rows(loaded: bool):
+        rows = make_rows()
+        for r in rows:
+            if r["variant"] == "chunked" and r["seq_len"] >= 4096:  # ok in A; past the limit in B
+                r.update(status="timeout", reason="exceeded 60 s", latency_s=None)
+            if loaded and how == "load":
+                r["load_per_cpu"] = 14.0
+            if loaded and how == "contended" and r["status"] == "ok":
+                r.update(load_per_cpu=None, contended=True, cpu_share=0.07)
+        return rows
+
+    rows = loaded_rows(True)
+    timeouts = sum(r["status"] == "timeout" for r in rows)  # chunked at 4K and 8K on each inputs
+    a, b = _runs(tmp_path / how, rows)
+    result = compare_runs(a, b)
+    assert timeouts == 4 and len(result.regressions) == 0 and len(result.inconclusive) == timeouts
+    assert all(
+        w.startswith("status ok -> timeout; inconclusive: B was measured under load (")
+        for w in result.inconclusive["why"]
+    )
+    assert main(["compare", str(a.path), str(b.path), "--fail-on-regression"]) == 0
+    assert f"{timeouts} timeouts under load inconclusive (not counted)" in capsys.readouterr().out
+    # the same timeouts on a quiet machine are regressions, and fail CI when asked
+    a, b = _runs(tmp_path / f"quiet-{how}", loaded_rows(False))
+    assert len(compare_runs(a, b).regressions) == timeouts
+    assert main(["compare", str(a.path), str(b.path), "--fail-on-regression"]) == 1

@@ -233,3 +233,25 @@ def test_an_out_of_reach_line_skips_a_non_finite_error_and_names_the_n_it_was_se
     assert "linformer for rel_l2 ≤ 0.05 at N=1K-8K (best 0.31: k=1024 at N=4K)." in _answer(
         (run / "report.md").read_text()
     )
+
+
+def test_a_contended_run_reports_no_verdict_unless_on_cpu_time_and_names_what_was_not_measured(tmp_path, capsys):
+    rows = make_rows(variants=("dense", "chunked"), inputs=("gaussian",), with_failures=False)
+    for r in rows:
+        r.update(load_per_cpu=14.0, noisy=True, cpu_share=0.06, contended=True, cpu_latency_s=r["latency_s"] / 15)
+        if r["seq_len"] == 8192:
+            r.update(status="timeout", latency_s=None, cpu_latency_s=None, contended=None, reason="exceeded 60 s")
+    run = write_run(tmp_path / "run", rows, spec_text="cell_timeout_s = 60\n")
+    assert main(["report", str(run), "--no-maps"]) == 0
+    answer = _answer((run / "report.md").read_text())
+    assert "**No verdict**: measured under load 14 per CPU (every timed cell contended): no verdict; rerun" in answer
+    assert "| N |" not in answer and "winner_map.png" not in answer  # no winners from biased wall times
+    md = (run / "report.md").read_text()
+    assert "10 of 10 were contended (the machine took the cores away): pairing removes noise, not that bias" in md
+    assert "Not measured (past the 60 s limit per cell): chunked timed out at N=8K; dense timed out at N=8K." in answer
+    assert main(["report", str(run), "--no-maps", "--clock", "cpu"]) == 0
+    answer = _answer((run / "report.md").read_text())
+    assert "No verdict" not in answer and "| N |" in answer and "On CPU time: speed-ups and latencies" in answer
+    assert "winner_map.png" in answer
+    assert main(["report", str(run), "--clock", "cycles"]) == 2
+    assert "argument --clock: invalid choice: 'cycles'" in capsys.readouterr().err

@@ -67,10 +67,13 @@ def test_a_real_sweep_answers_at_its_largest_n(tmp_path, capsys, no_report):
         str(tmp_path),
         "--run-id",
         "r",
+        "--clock",  # a verdict on any machine: on wall time a busy one gets none (the test just below)
+        "cpu",
     ]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "answer at N=32 (gaussian): rel_l2<=0.05: dense; rel_l2<=0.1: dense\n" in out  # the CPU default's budgets
+    assert "(speed-ups and latencies are CPU time of the timing thread (--clock cpu)" in out
 
 
 def test_the_end_of_a_sweep_reads_rows_jsonl_once(tmp_path, capsys, monkeypatch):
@@ -105,3 +108,20 @@ def test_the_end_counts_cells_by_status_noise_and_load(tmp_path, capsys, monkeyp
     assert line.startswith(f"cells: {ok} ok, 1 timeout") and "1 not run (a shorter N" in line, line
     assert f"{timed} of {timed} timed cells noisy" in line and "load 14.0 per CPU" in line, line
     assert "timings then follow the machine" in line
+
+
+def test_the_end_counts_contended_cells_and_refuses_an_answer_measured_under_load(tmp_path, capsys, monkeypatch):
+    rows = make_budget_rows(inputs=("local",))
+    timed = [r for r in rows if r.get("latency_s") is not None]
+    for i, r in enumerate(timed):
+        r.update(noisy=True, load_per_cpu=14.0, cpu_share=0.06, contended=i > 0, cpu_latency_s=r["latency_s"] / 15)
+    run = write_run(tmp_path / "run", rows, spec_text=BUDGET_SPEC)
+    monkeypatch.setattr(harness.report, "write_report", _fake_report)
+    finish_run(run)
+    out = capsys.readouterr().out.splitlines()
+    line = next(line for line in out if line.startswith("cells: "))
+    assert f"{len(timed)} of {len(timed)} timed cells noisy, {len(timed) - 1} of {len(timed)} contended" in line, line
+    assert (
+        f"answer at N=8192 (local): measured under load 14 per CPU ({len(timed) - 1} of {len(timed)} timed cells "
+        "contended): no verdict; rerun on a quiet machine, or pass --clock cpu to compare CPU time" in out
+    )

@@ -63,11 +63,12 @@ def test_without_a_terminal_a_plain_line_comes_every_30_seconds_with_the_counts(
     stream = io.StringIO()  # not a terminal: a log file or CI
     progress = Progress(cells, enabled=True, stream=stream, clock=lambda: next(now))
     for cell, status in zip(cells, ["ok", "timeout", "ok", "ok"]):
-        progress.finish(cell, {"status": status, "latency_s": 0.001})
+        progress.finish(cell, {"status": status, "latency_s": 0.001, "contended": cell.seq_len >= 256 or None})
     lines = stream.getvalue().splitlines()
     assert lines == [
         "progress: 2/4 cells (1 ok, 1 timeout); last dense N=128 forward float32 D=64 gaussian: timeout",
-        "progress: 4/4 cells (3 ok, 1 timeout); last dense N=512 forward float32 D=64 gaussian: ok 1ms",
+        "progress: 4/4 cells (3 ok, 1 timeout; 2 contended); last dense N=512 forward float32 D=64 gaussian: ok 1ms "
+        "contended",
     ], lines
     quiet = io.StringIO()
     progress = Progress(cells, enabled=False, stream=quiet, clock=lambda: 1e9)
