@@ -37,6 +37,7 @@ class AnalysedRun:
     # -- the memory budget (SweepSpec.memory_budget) and its search's answer: harness.report.longest --
     memory_budget: int | None = None  # bytes; None: the run searched none
     longest: pd.DataFrame | None = None  # longest.longest_trainable over every row (the searched lengths too)
+    spec_budgets: tuple[float, ...] = ()  # the error budgets its spec.toml asked for (): none (DEFAULT_BUDGETS answer)
 
     @property
     def name(self) -> str:
@@ -91,6 +92,7 @@ def analyse(run: Run | str | Path, *, budgets: Sequence[float] | None = None) ->
         tables=tuple(choice.answer_tables(frame, chosen, metric)),
         memory_budget=memory_budget,
         longest=longest,
+        spec_budgets=own if spec.get("error_budgets") else (),
     )
 
 

@@ -28,7 +28,9 @@ def recommendation(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], lis
     )
     blocks: list[Block] = [
         Heading(2, "Which one should I use"),
-        Paragraph(_intro(tables, metric, searched=searched, against=analysed.errors_against)),
+        Paragraph(
+            _intro(tables, metric, searched=searched, asked=analysed.spec_budgets, against=analysed.errors_against)
+        ),
     ]
     for table, title in zip(tables, choice.table_titles(tables)):
         headers = ["N"] + [budget_label(b, metric, ascii=False) for b in table.budgets]
@@ -43,7 +45,9 @@ def recommendation(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], lis
     return written, blocks
 
 
-def _intro(tables: list[choice.AnswerTable], metric: str, *, searched: bool, against: str) -> str:
+def _intro(
+    tables: list[choice.AnswerTable], metric: str, *, searched: bool, asked: tuple[float, ...], against: str
+) -> str:
     metric_name = METRIC_NAMES.get(metric, metric)
     margin = f"{GENERALISATION_MARGIN:.0%}"
     text = (
@@ -55,6 +59,11 @@ def _intro(tables: list[choice.AnswerTable], metric: str, *, searched: bool, aga
         text += (
             " Variants with a quality knob were searched per budget on held-out calibration seeds and scored on the "
             f"evaluation seed, where a searched config may exceed its budget by up to {margin} (such a cell shows its error)."
+        )
+    elif asked:
+        text += (
+            f" Its spec asks for error budgets ({', '.join(f'{b:g}' for b in asked)}) but no row was matched to one "
+            "(no variant with a free quality knob ran): each variant counts at the config it ran."
         )
     else:
         text += (
@@ -82,27 +91,20 @@ def _out_of_reach(frame: pd.DataFrame, table: choice.AnswerTable) -> list[Block]
     parts = []
     for variant, part in rows.groupby("variant", sort=True):
         missed = {(int(r["seq_len"]), float(r["matched_budget"])) for _, r in part.iterrows()}
-        if missed >= {(n, b) for n in table.lengths for b in table.budgets}:
-            where = "at every N and budget"
-        else:
-            where = "; ".join(
-                f"for {budget_label(b, table.metric, ascii=False)} at {_lengths_text(sorted(n for n, bb in missed if bb == b))}"
-                for b in table.budgets
-                if any(bb == b for _, bb in missed)
-            )
-        searched = [
-            (r["tuning"], r["seq_len"])
-            for _, r in part.iterrows()
-            if isinstance(r["tuning"], dict) and r["tuning"].get("tried")
-        ]
-        tops = [(t["tried"].get(str(t["high"])), t["knob"], t["high"], n) for t, n in searched]
-        # None: not finite
-        best = min(((float(e), *rest) for e, *rest in tops if isinstance(e, (int, float))), default=None)
-        best_text = f" (best {best[0]:.2g}: {best[1]}={best[2]} at N={format_n(int(best[3]))})" if best else ""
         uniform = _uniform_error(part)
-        if best and uniform is not None and best[0] >= UNIFORM_MARGIN * uniform:
-            best_text = f": no better than uniform attention ({uniform:.2g}){best_text}"
-        parts.append(f"{variant} {where}{best_text}")
+        if missed >= {(n, b) for n in table.lengths for b in table.budgets}:
+            parts.append(f"{variant} at every N and budget{_best_text(part, uniform)}")
+            continue
+        # each budget with its own best: a near miss of the smaller budget is no reason the larger one was missed
+        pieces = []
+        for b in table.budgets:
+            at_b = part[[float(v) == b for v in part["matched_budget"]]]
+            if len(at_b):
+                lengths = _lengths_text(sorted(int(n) for n in at_b["seq_len"]))
+                pieces.append(
+                    f"for {budget_label(b, table.metric, ascii=False)} at {lengths}{_best_text(at_b, uniform)}"
+                )
+        parts.append(f"{variant} " + "; ".join(pieces))
     blocks = [Paragraph("Out of reach (on the search's held-out seeds): " + "; ".join(parts) + ".")] if parts else []
     all_rows = analysis.select(frame, table.setting)
     uniform = _uniform_error(all_rows[all_rows["inputs"] == table.inputs])
@@ -117,6 +119,23 @@ def _out_of_reach(frame: pd.DataFrame, table: choice.AnswerTable) -> list[Block]
             ),
         )
     return blocks
+
+
+def _best_text(part: pd.DataFrame, uniform: float | None) -> str:
+    """' (best 0.31: k=1024 at N=1K)': the lowest error the search of these unreachable rows scored at the top of its
+    range on its own (held-out) seeds; '' when none is recorded or finite."""
+    tops = [
+        (t["tried"].get(str(t["high"])), t["knob"], t["high"], r["seq_len"])
+        for _, r in part.iterrows()
+        if isinstance(t := r["tuning"], dict) and t.get("tried")
+    ]
+    best = min(((float(e), *rest) for e, *rest in tops if isinstance(e, (int, float))), default=None)
+    if best is None:
+        return ""
+    text = f" (best {best[0]:.2g}: {best[1]}={best[2]} at N={format_n(int(best[3]))})"
+    if uniform is not None and best[0] >= UNIFORM_MARGIN * uniform:
+        return f": no better than uniform attention ({uniform:.2g}){text}"
+    return text
 
 
 # An error above this fraction of uniform attention's is "no better than uniform attention", not a near miss.

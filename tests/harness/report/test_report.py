@@ -233,3 +233,32 @@ def test_an_out_of_reach_line_skips_a_non_finite_error_and_names_the_n_it_was_se
     assert "linformer for rel_l2 ≤ 0.05 at N=1K-8K (best 0.31: k=1024 at N=4K)." in _answer(
         (run / "report.md").read_text()
     )
+
+
+def test_a_spec_with_budgets_but_no_matched_row_does_not_say_it_has_none(tmp_path):
+    rows = [r for r in make_budget_rows(inputs=("local",)) if r["matched_budget"] is None]  # only dense and chunked
+    run = write_run(tmp_path / "run", rows, spec_text=BUDGET_SPEC)
+    write_report(run, maps=False)
+    section = _answer((run / "report.md").read_text())
+    assert "no error_budgets in its spec" not in section
+    assert "Its spec asks for error budgets (0.05, 0.1) but no row was matched to one" in section
+
+
+def test_each_missed_budget_names_its_own_best_error(tmp_path):
+    # sliding_window misses 0.05 at 4K-8K (its best there 0.066 at 4K) and 0.1 at 8K only (0.12 at 8K): the 0.1 part
+    # must not quote 0.066, which is below 0.1
+    rows = make_budget_rows(inputs=("local",))
+    for r in rows:
+        if r["variant"] == "sliding_window" and (
+            r["seq_len"] >= 4096 if r["matched_budget"] == 0.05 else r["seq_len"] == 8192
+        ):
+            error = 0.066 if r["seq_len"] == 4096 else 0.12
+            high = 1200 if r["seq_len"] == 4096 else 2399
+            r.update(status="unreachable", reason="above the budget", latency_s=None, rel_l2_error=None, speedup=None)
+            r["tuning"] = {"knob": "window", "low": 16, "high": high, "tried": {str(high): error}}
+    run = write_run(tmp_path / "run", rows, spec_text=BUDGET_SPEC)
+    write_report(run, maps=False)
+    assert (
+        "sliding_window for rel_l2 ≤ 0.05 at N=4K-8K (best 0.066: window=1200 at N=4K); "
+        "for rel_l2 ≤ 0.1 at N=8K (best 0.12: window=2399 at N=8K)."
+    ) in _answer((run / "report.md").read_text())
