@@ -181,10 +181,11 @@ def scaling(frame: pd.DataFrame) -> list[Block]:
     blocks: list[Block] = [
         Heading(2, "Scaling"),
         Paragraph(
-            f"Log-log slope of latency and of peak memory in N over the three longest lengths that ran "
-            f"(inputs: {analysis.primary_inputs(frame)}): dense attention should be near 2, linear-cost variants near 1. "
-            "Crossover: the N from which a variant is faster than dense at every longer measured N "
-            "(interpolated in log-log between the two bracketing lengths)."
+            f"Log-log slope of latency and of peak memory in N over the three longest lengths that ran ok, below the "
+            f"first length that did not (inputs: {analysis.primary_inputs(frame)}): dense attention should be near 2, "
+            "linear-cost variants near 1. Crossover: the N from which a variant is faster than dense at every longer "
+            "N where both were timed (interpolated in log-log between the two bracketing lengths); nothing is claimed "
+            "beyond the longest such N."
         ),
     ]
     merged = exps.merge(cross, on=list(analysis.SETTING_KEYS) + ["series"], how="left")
@@ -194,9 +195,9 @@ def scaling(frame: pd.DataFrame) -> list[Block]:
             [
                 analysis.setting_title(r.to_dict()),
                 r["series"],
-                format_number(r["time_exponent"], ".2f"),
-                format_number(r["memory_exponent"], ".2f"),
-                f"{r['fit_from']}-{r['fit_to']}" if r["points"] and r["points"] > 1 else "too few points",
+                _exponent_text(r["time_exponent"]),
+                _exponent_text(r["memory_exponent"]),
+                _fit_range_text(r),
                 _crossover_text(r),
             ]
         )
@@ -206,15 +207,29 @@ def scaling(frame: pd.DataFrame) -> list[Block]:
     return blocks
 
 
+def _exponent_text(value: float) -> str:
+    """'1.98'; a slope that rounds to zero is '0.00', not '-0.00'."""
+    return format_number(0.0 if pd.notna(value) and abs(value) < 0.005 else value, ".2f")
+
+
+def _fit_range_text(r: pd.Series) -> str:
+    """'1024-4096', with what stopped the series below its longest length: '256-1024 (timeout at 2048)'."""
+    text = f"{r['fit_from']}-{r['fit_to']}" if r["points"] and r["points"] > 1 else "too few points"
+    if pd.notna(r.get("stopped_at")):
+        text += f" ({r['stopped_status']} at {int(r['stopped_at'])})"
+    return text
+
+
 def _crossover_text(r: pd.Series) -> str:
     if r["series"] == BASELINE or str(r["series"]).startswith(BASELINE + "("):
         return "(baseline)"
     kind = r.get("kind")
+    longest = format_n(int(r["longest"])) if pd.notna(r.get("longest")) else "?"
     text = {
-        "always": "at every N measured",
-        "never": "not at the longest N measured",
+        "always": f"at every N both were timed (to {longest})",
+        "never": f"not at N={longest}, the longest both were timed",
         "no data": "no N with both timed",
-        "crosses": f"from N ~ {r['length']:.0f}" if pd.notna(r.get("length")) else "",
+        "crosses": f"from N ~ {r['length']:.0f} (measured to {longest})" if pd.notna(r.get("length")) else "",
     }.get(kind, "-")
     if pd.notna(r.get("dense_oom_from")):
         text += f"; dense out of memory from N={int(r['dense_oom_from'])}"

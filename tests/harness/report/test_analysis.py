@@ -112,3 +112,20 @@ def test_memory_limits():
     limits = memory_limits(frame[~frame["causal"]]).set_index("series")
     assert limits.loc["dense", "longest_ok"] == 4096 and limits.loc["dense", "first_oom"] == 8192
     assert limits.loc["chunked", "longest_ok"] == 8192 and pd.isna(limits.loc["chunked", "first_oom"])
+
+
+def test_a_fit_stops_at_a_series_first_failure_and_a_crossover_names_its_longest_shared_n():
+    rows = [r for r in make_rows(inputs=("gaussian",)) if not r["causal"] and r["variant"] in ("dense", "linformer")]
+    for r in rows:
+        if r["variant"] == "linformer" and r["seq_len"] == 2048:  # a timeout between ok lengths (a loaded moment)
+            r.update(status="timeout", latency_s=None, peak_memory_bytes=None, speedup=None)
+        if r["variant"] == "linformer" and r["seq_len"] == 4096:  # ran, but measured under other conditions
+            r.update(latency_s=r["latency_s"] / 50)
+    frame = with_dense_ratios(rows_frame(rows))
+    exps = scaling_exponents(frame).set_index("series")
+    assert exps.loc["linformer", "fit_to"] == 1024 and exps.loc["linformer", "stopped_at"] == 2048
+    assert exps.loc["linformer", "stopped_status"] == "timeout"
+    assert exps.loc["linformer", "time_exponent"] == pytest.approx(1.0)
+    assert exps.loc["dense", "stopped_status"] == "oom" and exps.loc["dense", "fit_to"] == 4096
+    cross = crossovers(frame).set_index("series")
+    assert cross.loc["linformer", "longest"] == 4096  # dense ran out of memory at 8K: nothing claimed beyond 4K

@@ -43,8 +43,8 @@ def test_report_from_a_run_with_failures_writes_every_file(tmp_path):
     assert "| linformer | 256 | unsupported |" in md and "does not support causal=True" in md
     assert "| linformer | 8192 | error |" in md and "RuntimeError: planted failure" in md
     # The analysis is computed: the planted exponents and the crossover at N = 400 appear.
-    assert "| float32 forward, non-causal, B=1 H=8 D=64 (cpu) | dense | 2.00 | 2.00 | 1024-4096 |" in md
-    assert "| sliding_window | 1.00 | 1.00 | 2048-8192 | from N ~ 400;" in md
+    assert "| float32 forward, non-causal, B=1 H=8 D=64 (cpu) | dense | 2.00 | 2.00 | 1024-4096 (oom at 8192) |" in md
+    assert "| sliding_window | 1.00 | 1.00 | 2048-8192 | from N ~ 400 (measured to 4K);" in md
     assert (
         "| 4K | dense | linformer(k=128) 20.5x |" in md and "| 8K | chunked(chunk_size=256) 101 ms, dense oom |" in md
     )
