@@ -266,3 +266,15 @@ def test_the_dry_run_header_multiplies_to_the_cells_planned():
     assert "3 of the 4 combinations of settings planned" in header
     factors = [int(f.split()[0]) for f in header.split(" on ")[0].split(" x ")]
     assert math.prod(factors) * 3 // 4 == count  # the factors, with the skipped combinations, are the count
+
+
+def test_help_names_the_defaults_of_the_lists(capsys):
+    for command in (["sweep", "--help"], ["model-eval", "--help"]):
+        with pytest.raises(SystemExit):
+            main(command)
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert "(default: cpu 256,512,1024,2048,4096,8192; cuda 1024," in text
+    assert (
+        "(default: cpu gaussian,llm; cuda gaussian)" in text and "(default: cpu prefill; cuda prefill,decode)" in text
+    )
+    assert "(default: 128,512)" in text and "(default: 256,1024)" in text
