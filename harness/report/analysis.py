@@ -244,8 +244,12 @@ def pareto_front(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
 
 
 def memory_limits(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per setting and series: the longest N that ran ok, the shortest N that ran out of memory, the longest N
-    tried, and the first failure above the longest ok N (its N and status: oom, error, timeout...)."""
+    """Per setting and series: the longest N that ran ok below its first failure, the shortest N that ran out of
+    memory, the longest N tried, and the first failure (its N and status: oom, error, timeout...).
+
+    A failure on any input distribution stops a series there (a timeout at 8K on one is a limit, though another ran
+    8K ok), except `unreachable`, a budget missed on one distribution: it stops a series only where every row missed.
+    """
     columns = list(SETTING_KEYS) + [
         "series",
         "variant",
@@ -257,11 +261,15 @@ def memory_limits(frame: pd.DataFrame) -> pd.DataFrame:
     ]
     records = []
     for key, group in frame.groupby(list(SETTING_KEYS) + ["series"], dropna=False, sort=True):
-        ok = group[group["status"] == "ok"]["seq_len"]
         oom = group[group["status"] == "oom"]["seq_len"]
-        above = group[(group["status"] != "ok") & (group["seq_len"] > (ok.max() if len(ok) else 0))].sort_values(
-            "seq_len"
-        )
+        failed_at, failed_status = None, None
+        for n, at_n in group.sort_values("seq_len").groupby("seq_len", sort=True):
+            stops = at_n[~at_n["status"].isin(["ok", "unreachable"])]
+            if not len(stops) and (at_n["status"] == "ok").any():
+                continue
+            failed_at, failed_status = int(n), str((stops if len(stops) else at_n)["status"].iloc[0])
+            break
+        ok = group[(group["status"] == "ok") & (group["seq_len"] < (failed_at or math.inf))]["seq_len"]
         records.append(
             dict(
                 zip(list(SETTING_KEYS) + ["series"], _key(key)),
@@ -269,8 +277,8 @@ def memory_limits(frame: pd.DataFrame) -> pd.DataFrame:
                 longest_ok=int(ok.max()) if len(ok) else None,
                 first_oom=int(oom.min()) if len(oom) else None,
                 longest_tried=int(group["seq_len"].max()),
-                failed_at=int(above["seq_len"].iloc[0]) if len(above) else None,
-                failed_status=str(above["status"].iloc[0]) if len(above) else None,
+                failed_at=failed_at,
+                failed_status=failed_status,
             )
         )
     return pd.DataFrame(records, columns=columns)

@@ -200,3 +200,21 @@ def test_the_maps_figure_has_no_empty_panel(tmp_path, drawn):
     )
     images = [ax for ax in drawn["maps.png"].axes if ax.images]
     assert len(images) == 6 and len(drawn["maps.png"].axes) == 6 + 1  # 2 x 3 panels and the colour bar
+
+
+def test_max_length_stops_a_series_at_a_timeout_on_any_input_and_names_a_series_that_never_ran():
+    rows = make_rows(inputs=("gaussian", "local"), with_failures=False)
+    for r in rows:
+        if r["variant"] == "chunked" and r["seq_len"] == 8192 and r["inputs"] == "local":
+            r.update(status="timeout")  # gaussian ran 8K ok: the timeout on local still stops it
+        if r["variant"] == "linformer":
+            r.update(status="unreachable" if r["seq_len"] == 256 else "not_run")
+    frame = frame_of(rows)
+    limits = memory_limits(frame[~frame["causal"]])
+    by_series = limits.set_index("series")
+    assert by_series.loc["chunked", "longest_ok"] == 4096 and by_series.loc["chunked", "failed_at"] == 8192
+    assert plots.max_length_text(by_series.loc["chunked"]) == "timeout at 8K"
+    assert plots.max_length_text(by_series.loc["linformer"]) == "never ran ok (unreachable at 256)"
+    assert plots.max_length_text(by_series.loc["dense"]) == "ran every N tried (to 8K)"
+    left, right = plots.max_length_axis(limits)
+    assert left == 128 and right <= 1.5 * 8192  # the axis ends near the longest N tried
