@@ -231,12 +231,15 @@ def crossovers(frame: pd.DataFrame, *, inputs: str | None = None) -> pd.DataFram
 
 
 # ---- Pareto front and memory limits ------------------------------------------------------------
-def pareto_front(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
-    """The rows not dominated in (x, y), both minimised, sorted by x. Rows with a missing x or y are left out."""
+def pareto_front(points: pd.DataFrame, x: str, y: str, *, same_below: float = 0.0) -> pd.DataFrame:
+    """The rows not dominated in (x, y), both minimised, sorted by x. Rows with a missing x or y are left out.
+
+    `same_below`: y values at or below it count as equal (the rounding floor of exact attention: an exact variant
+    with a rounding error a little below dense's and twice its latency is not a trade-off)."""
     points = points[np.isfinite(points[x].astype(float)) & np.isfinite(points[y].astype(float))]
     points = points.sort_values([x, y])
     keep, best = [], math.inf
-    for index, value in zip(points.index, points[y]):
+    for index, value in zip(points.index, points[y].clip(lower=same_below)):
         if value < best:
             keep.append(index)
             best = value

@@ -17,6 +17,7 @@ from harness.report.analysis import pareto_front, primary_inputs, select, settin
 from harness.report.budgets import METRIC_NAMES
 from harness.report.formatting import format_n
 from harness.report import plotting
+from harness.schema import BASELINE
 
 LIMIT_STATUSES = ("oom", "timeout")  # the failures that make a length limit worth a figure
 PARETO_COLUMNS = 3  # panels (lengths) per line of the Pareto figure; a setting with more lengths takes several lines
@@ -197,7 +198,9 @@ def _pareto_panel(ax, at_n: pd.DataFrame, styles: dict, budgets: tuple[float, ..
         .reset_index()
     )
     points["error"] = points["error"].clip(lower=MIN_ERROR)
-    front = pareto_front(points[points["in_budget"].astype(bool)], "latency", "error")
+    front = pareto_front(
+        points[points["in_budget"].astype(bool)], "latency", "error", same_below=rounding_floor(points)
+    )
     if len(front) > 1:
         ax.step(
             front["latency"],
@@ -245,6 +248,16 @@ def _pareto_panel(ax, at_n: pd.DataFrame, styles: dict, budgets: tuple[float, ..
     ax.margins(x=0.15)  # room for the markers and the budget labels at the edges
     plotting.few_log_ticks(ax.xaxis, ax.get_xlim())
     ax.grid(True, which="major", alpha=0.3)
+
+
+ROUNDING_FACTOR = 4.0  # errors within this factor of dense's own (its rounding error) count as exact
+
+
+def rounding_floor(points: pd.DataFrame) -> float:
+    """The error at or below which a point counts as exact as dense: ROUNDING_FACTOR x dense's error at this N
+    (0 where dense has no point: every difference then counts)."""
+    dense = points[points["series"].map(lambda s: s == BASELINE or str(s).startswith(BASELINE + "("))]["error"]
+    return float(dense.min()) * ROUNDING_FACTOR if len(dense) and np.isfinite(dense.min()) else 0.0
 
 
 def _share_y(axes, errors: pd.Series, budgets: tuple[float, ...]) -> None:

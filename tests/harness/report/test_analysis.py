@@ -129,3 +129,19 @@ def test_a_fit_stops_at_a_series_first_failure_and_a_crossover_names_its_longest
     assert exps.loc["dense", "stopped_status"] == "oom" and exps.loc["dense", "fit_to"] == 4096
     cross = crossovers(frame).set_index("series")
     assert cross.loc["linformer", "longest"] == 4096  # dense ran out of memory at 8K: nothing claimed beyond 4K
+
+
+def test_an_exact_variant_slower_than_dense_with_a_rounding_error_below_it_is_not_on_the_front():
+    from harness.report.plots import rounding_floor
+
+    points = pd.DataFrame(
+        {
+            "series": ["dense", "chunked", "sliding_window", "linformer"],
+            "latency": [1.0, 2.0, 0.5, 3.0],
+            "error": [3.4e-7, 2.9e-7, 0.04, 0.02],
+        }
+    )
+    assert list(pareto_front(points, "latency", "error")["series"]) == ["sliding_window", "dense", "chunked"]
+    floor = rounding_floor(points)
+    assert floor == pytest.approx(4 * 3.4e-7)
+    assert list(pareto_front(points, "latency", "error", same_below=floor)["series"]) == ["sliding_window", "dense"]
