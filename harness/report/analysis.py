@@ -230,7 +230,7 @@ def crossovers(frame: pd.DataFrame, *, inputs: str | None = None) -> pd.DataFram
     return pd.DataFrame(records, columns=columns)
 
 
-# ---- Pareto front and memory limits ------------------------------------------------------------
+# ---- Pareto front ------------------------------------------------------------
 def pareto_front(points: pd.DataFrame, x: str, y: str, *, same_below: float = 0.0) -> pd.DataFrame:
     """The rows not dominated in (x, y), both minimised, sorted by x. Rows with a missing x or y are left out.
 
@@ -244,47 +244,6 @@ def pareto_front(points: pd.DataFrame, x: str, y: str, *, same_below: float = 0.
             keep.append(index)
             best = value
     return points.loc[keep]
-
-
-def memory_limits(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per setting and series: the longest N that ran ok below its first failure, the shortest N that ran out of
-    memory, the longest N tried, and the first failure (its N and status: oom, error, timeout...).
-
-    A failure on any input distribution stops a series there (a timeout at 8K on one is a limit, though another ran
-    8K ok), except `unreachable`, a budget missed on one distribution: it stops a series only where every row missed.
-    """
-    columns = list(SETTING_KEYS) + [
-        "series",
-        "variant",
-        "longest_ok",
-        "first_oom",
-        "longest_tried",
-        "failed_at",
-        "failed_status",
-    ]
-    records = []
-    for key, group in frame.groupby(list(SETTING_KEYS) + ["series"], dropna=False, sort=True):
-        oom = group[group["status"] == "oom"]["seq_len"]
-        failed_at, failed_status = None, None
-        for n, at_n in group.sort_values("seq_len").groupby("seq_len", sort=True):
-            stops = at_n[~at_n["status"].isin(["ok", "unreachable"])]
-            if not len(stops) and (at_n["status"] == "ok").any():
-                continue
-            failed_at, failed_status = int(n), str((stops if len(stops) else at_n)["status"].iloc[0])
-            break
-        ok = group[(group["status"] == "ok") & (group["seq_len"] < (failed_at or math.inf))]["seq_len"]
-        records.append(
-            dict(
-                zip(list(SETTING_KEYS) + ["series"], _key(key)),
-                variant=group["variant"].iloc[0],
-                longest_ok=int(ok.max()) if len(ok) else None,
-                first_oom=int(oom.min()) if len(oom) else None,
-                longest_tried=int(group["seq_len"].max()),
-                failed_at=failed_at,
-                failed_status=failed_status,
-            )
-        )
-    return pd.DataFrame(records, columns=columns)
 
 
 # ---- helpers shared with the report --------------------------------------------------------------

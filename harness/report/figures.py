@@ -17,7 +17,9 @@ from harness.report.formatting import format_number
 from harness.report.longest import plot_longest
 from harness.report.maps_isolated import isolated_maps
 from harness.report.maps_plot import plot_attention_maps
+from harness.report.max_length import memory_limits, plot_memory_limits
 from harness.report.page import Block, Image, Table
+from harness.report.pareto_plot import plot_pareto
 from harness.report.plotting import variant_colors
 from harness.report.roofline_plot import has_roofline, plot_roofline
 from harness.report.winner_map import winner_map
@@ -181,7 +183,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "pareto.png",
         "measured",
-        lambda a, path, _: plots.plot_pareto(a.frame, path, budgets=a.budgets, metric=a.metric),
+        lambda a, path, _: plot_pareto(a.frame, path, budgets=a.budgets, metric=a.metric),
         lambda a: (
             f"{_sentence(METRIC_NAMES[a.metric])} (against {a.errors_against}) against latency at each N (one row "
             f"of panels per setting), on the '{analysis.primary_inputs(a.frame)}' inputs (the other distributions' "
@@ -207,7 +209,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "max_length.png",
         "measured",
-        lambda a, path, _: plots.plot_memory_limits(analysis.memory_limits(a.frame), a.frame, path),
+        lambda a, path, _: plot_memory_limits(memory_limits(a.frame), a.frame, path),
         lambda a: (
             "The longest N each series ran, and the first N where it ran out of memory or timed out (drawn only when "
             "some cell did)."
