@@ -49,7 +49,7 @@ BUDGET_GID = "budget"  # the gid of budget_lines' lines
 # legend only where one is drawn
 FAILURE_MARKS = {"oom": ("oom", "x", "out of memory"), "timeout": ("timeout", "|", "timed out")}
 SEARCH_GID = "search-best"  # plot_error_vs_n's hollow points of unreachable rows: the best error their search scored
-SEARCH_LABEL = "hollow, dotted: budget unreachable (the best error its search scored)"
+SEARCH_LABEL = "hollow, dotted: unreachable\n(its search's best error)"
 
 
 def pyplot():
@@ -145,7 +145,10 @@ def finish(plt, fig, axes, styles: dict, title: str, path: Path) -> None:
         if not ax.has_data():
             ax.set_visible(False)
         _tidy_log(ax)
-    fig.suptitle(title, fontsize=11, x=0.02, ha="left")  # left: clear of the legend at the upper right
+    # left, and wrapped to the panels' width (~8 characters an inch): clear of the legend at the upper right
+    width = int(max(fig.get_size_inches()[0] - 2.2, 3.0) * 8)
+    lines = [part for line in title.split("\n") for part in textwrap.wrap(line, width, break_on_hyphens=False)]
+    fig.suptitle("\n".join(lines), fontsize=11, x=0.02, ha="left")
     save(plt, fig, path)
 
 
@@ -301,4 +304,4 @@ def ratio_axis(ax) -> None:
 
 def wrap(text: str, width: int) -> str:
     """At most 8 lines of `width` characters (a panel's note)."""
-    return "\n".join(textwrap.wrap(text, width)[:8])
+    return "\n".join(textwrap.wrap(text, width, break_on_hyphens=False)[:8])
