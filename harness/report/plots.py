@@ -1,6 +1,6 @@
 """The report's figures, one function per PNG (shared styles and axes in harness.report.plotting).
 
-Log-log axes where scaling matters; OOM points are drawn as crosses at the top of the axes.
+Log-log axes where scaling matters; OOM (x) and timeouts (|) are marked at the top of the axes (plotting.mark_failures).
 Each function writes one PNG with a stable file name and returns its path, or None when there
 is nothing to draw.
 """
@@ -34,7 +34,7 @@ def plot_metric_vs_n(
     seconds_axis: bool = False,
     band: tuple[str, str] | None = None,
 ) -> Path | None:
-    """One subplot per setting: `metric` of every series against N, one input distribution, OOM marked.
+    """One subplot per setting: `metric` of every series against N, one input distribution, OOM and timeouts marked.
 
     `band` (low, high columns, e.g. the p20 and p80 latency) shades the spread around each median line where both are
     measured. A series outside every error budget (plotting.outside_budget) is drawn faded and labelled so.

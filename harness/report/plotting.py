@@ -124,7 +124,7 @@ def grid(count: int, *, ncols: int | None = None, width: float = 5.2, height: fl
 
 
 def finish(plt, fig, axes, styles: dict, title: str, path: Path) -> None:
-    """One legend for the figure (the out-of-memory cross only where mark_oom drew one), empty panels hidden, title,
+    """One legend for the figure (a failure mark's entry only where mark_failures drew one), empty panels hidden, title,
     save, close."""
     from matplotlib.lines import Line2D
 
