@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -34,6 +35,36 @@ def plan(spec: SweepSpec) -> list[Cell]:
                 cell = at(seq_len)
                 cells.setdefault(cell.cell_id, cell)
     return list(cells.values())
+
+
+def plan_header(spec: SweepSpec) -> str:
+    """The dry run's first line: the spec's dimensions (harness.spec.describe) whose factors multiply to the cells
+    planned: variants become series where error budgets multiply some, skipped combinations of settings are counted."""
+    from harness.spec.model import describe
+    from variants import get_variant
+
+    line = describe(spec)
+    settings = {tuple(sorted(s.items())) for s in _settings(spec)}  # decode's causal settings collapse into one
+    full = math.prod(len(getattr(spec, s.axis) or (None,)) for s in SETTINGS.values() if s.axis)
+    budgeted = [
+        e.name
+        for e in spec.variants
+        if len(matched_budgets(spec.error_budgets, get_variant(e.name).cls, e.overrides)) > 1
+    ]
+    series = len(spec.variants) + len(budgeted) * (len(spec.error_budgets) - 1)
+    if budgeted:
+        budgets = ", ".join(f"{b:g}" for b in spec.error_budgets)
+        line = line.replace(
+            f"{len(spec.variants)} variants",
+            f"{series} series ({len(spec.variants)} variants; {len(budgeted)} of them once per error budget {budgets})",
+            1,
+        )
+    if len(settings) != full:
+        line += (
+            f"; {len(settings)} of the {full} combinations of settings planned (decode: forward and causal only; "
+            "recompute and precision: train only)"
+        )
+    return line + f" = {series * len(spec.seq_lens) * len(settings)} cells"
 
 
 def length_series(spec: SweepSpec) -> list[Callable[[int], Cell]]:

@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-lens",
         default="128,512",
-        help=f"comma-separated token limits per passage, each <= {minilm.BertConfig().max_positions}",
+        help=f"comma-separated token limits per passage, each <= {minilm.BertConfig().max_positions} (default: 128,512)",
     )
     parser.add_argument(
         "--model",
@@ -36,7 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a causal LM transformers loads (a local folder; a hub id where you have the hub); default: MiniLM",
     )
     parser.add_argument(
-        "--seq-lens", default="256,1024", help="--model: window lengths in tokens: '256,1k,4k' or '256..8192'"
+        "--seq-lens",
+        default="256,1024",
+        help="--model: window lengths in tokens: '256,1k,4k' or '256..8192' (default: 256,1024)",
     )
     parser.add_argument("--layers", help="--model: comma-separated layer indices to swap (default: every layer)")
     parser.add_argument("--text", metavar="FILE", help="--model: UTF-8 text to evaluate on (default: Python's docs)")

@@ -54,8 +54,9 @@ class _TrustPlugins(argparse.Action):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     groups = {name: parser.add_argument_group(title) for name, title in GROUPS.items()}
     groups["what"].add_argument("--config", metavar="TOML", help="a sweep spec file (see docs/sweep.md)")
+    defaults = _embedded_defaults()
     for k in _setting_knobs():
-        kwargs: dict[str, Any] = {"dest": k.key, "help": k.help}
+        kwargs: dict[str, Any] = {"dest": k.key, "help": k.help + _default_help(k, defaults)}
         if k.metavar:
             kwargs["metavar"] = k.metavar
         if k.repeatable:
@@ -86,6 +87,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="measure the machine's peak FLOP/s and bandwidth again (else a cached measurement under a day old)",
     )
+
+
+def _embedded_defaults() -> dict[str, dict[str, Any]]:
+    """The embedded default spec per device type (harness/spec/cpu.toml, gpu.toml): what an unset flag means."""
+    import tomllib
+
+    from harness.spec.build import default_text
+
+    return {device: tomllib.loads(default_text(device)) for device in ("cpu", "cuda")}
+
+
+def _default_help(k: Knob, defaults: dict[str, dict[str, Any]]) -> str:
+    """' (default: cpu 256,...,8192; cuda 1024,...)' for a flag whose help names no default; '' for one without."""
+    if "default" in k.help:
+        return ""
+    import dataclasses
+
+    from harness.spec import SweepSpec
+
+    field = next((f for f in dataclasses.fields(SweepSpec) if f.name == k.key), None)
+    fallback = field.default if field is not None else dataclasses.MISSING  # a key the device's file leaves out
+    values = {device: spec.get(k.key, fallback) for device, spec in defaults.items()}
+    values = {device: v for device, v in values.items() if v is not dataclasses.MISSING and v not in (None, [], ())}
+    if not values:
+        return ""
+    text = {
+        device: ",".join(map(_toml_text, v)) if isinstance(v, (list, tuple)) else _toml_text(v)
+        for device, v in values.items()
+    }
+    if len(set(text.values())) == 1:
+        return f" (default: {next(iter(text.values()))})"
+    return " (default: " + "; ".join(f"{device} {value}" for device, value in text.items()) + ")"
+
+
+def _toml_text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -62,7 +62,10 @@ class InputGenerator:
             if reason:
                 return f"inputs {self.name!r}: {reason}"
         if self.max_seq_len is not None and max(N, M) > self.max_seq_len:
-            return f"inputs {self.name!r} go up to {self.max_seq_len} tokens, asked for N={N}, M={M}"
+            return (
+                f"inputs {self.name!r} go up to {self.max_seq_len} tokens, asked for N={N}, M={M}; "
+                f"pass --seq-lens of at most {self.max_seq_len}"
+            )
         if self.shape_check is not None and None not in (B, H, D):
             reasons = self.shape_check(B, H, N, M, D)
             if reasons:

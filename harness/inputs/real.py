@@ -29,7 +29,7 @@ def real_input_reasons(B: int, H: int, N: int, M: int, D: int) -> list[str]:
     reasons = []
     if D != config.head_dim:
         reasons.append(
-            f"{realmodel.MODEL_NAME}'s heads have head_dim {config.head_dim}, got D={D}; run with head_dim={config.head_dim}"
+            f"{realmodel.MODEL_NAME}'s heads have head_dim {config.head_dim}, got D={D}; pass --head-dims {config.head_dim}"
         )
     if M != N:
         reasons.append(f"real activations are self-attention, so kv_len must equal seq_len, got N={N}, M={M}")
@@ -38,7 +38,9 @@ def real_input_reasons(B: int, H: int, N: int, M: int, D: int) -> list[str]:
             f"the model has {_pool_size()} heads in all ({config.num_layers} layers x {config.num_heads}), got H={H}"
         )
     if not 2 <= N <= MAX_SEQ_LEN:
-        reasons.append(f"seq_len must be 2..{MAX_SEQ_LEN} (the model's positions), got N={N}")
+        reasons.append(
+            f"seq_len must be 2..{MAX_SEQ_LEN} (the model's positions), got N={N}; pass --seq-lens of at most {MAX_SEQ_LEN}"
+        )
     return reasons
 
 

@@ -39,6 +39,7 @@ class AnalysedRun:
     clock: str = "wall"  # what the speed-ups and the answer come from: "wall" | "cpu" (harness.report.clock)
     memory_budget: int | None = None  # bytes; None: the run searched none
     longest: pd.DataFrame | None = None  # longest.longest_trainable over every row (the searched lengths too)
+    spec_budgets: tuple[float, ...] = ()  # the error budgets its spec.toml asked for (): none (DEFAULT_BUDGETS answer)
 
     @property
     def name(self) -> str:
@@ -96,6 +97,7 @@ def analyse(run: Run | str | Path, *, budgets: Sequence[float] | None = None, cl
         clock=clock,
         memory_budget=memory_budget,
         longest=longest,
+        spec_budgets=own if spec.get("error_budgets") else (),
     )
 
 

@@ -126,13 +126,23 @@ def fit_exponent(n: Sequence[float], y: Sequence[float], *, last: int = 3) -> fl
 def scaling_exponents(frame: pd.DataFrame, *, last: int = 3, inputs: str | None = None) -> pd.DataFrame:
     """Per setting and series: the fitted exponent of latency and of peak memory in N, and the N range used.
 
-    Uses ok rows of one input distribution (`inputs`, default primary_inputs(frame)).
+    Uses rows of one input distribution (`inputs`, default primary_inputs(frame)), and of each series only the lengths
+    that ran ok below its first length without an ok row (`stopped_at`, its status `stopped_status`): a fit never
+    spans a timeout or an OOM, whose neighbours were often measured under other conditions.
     """
     columns = list(SETTING_KEYS) + ["series", "time_exponent", "memory_exponent", "fit_from", "fit_to", "points"]
-    ok = _ok(frame, inputs)
+    columns += ["stopped_at", "stopped_status"]
+    if not len(frame):
+        return pd.DataFrame(columns=columns)
+    inputs = inputs or primary_inputs(frame)
+    rows = frame[frame["inputs"] == inputs]
     records = []
-    for key, group in ok.groupby(list(SETTING_KEYS) + ["series"], dropna=False, sort=True):
-        group = group.groupby("seq_len", as_index=False)[["latency_s", "peak_memory_bytes"]].median()
+    for key, series in rows.groupby(list(SETTING_KEYS) + ["series"], dropna=False, sort=True):
+        if not (series["status"] == "ok").any():
+            continue
+        stopped_at, stopped_status = _first_failure(series)
+        ok = series[(series["status"] == "ok") & (series["seq_len"] < (stopped_at or math.inf))]
+        group = ok.groupby("seq_len", as_index=False)[["latency_s", "peak_memory_bytes"]].median()
         lengths = sorted(group["seq_len"])[-last:]
         records.append(
             dict(
@@ -142,9 +152,19 @@ def scaling_exponents(frame: pd.DataFrame, *, last: int = 3, inputs: str | None 
                 fit_from=int(lengths[0]) if lengths else None,
                 fit_to=int(lengths[-1]) if lengths else None,
                 points=len(lengths),
+                stopped_at=stopped_at,
+                stopped_status=stopped_status,
             )
         )
     return pd.DataFrame(records, columns=columns)
+
+
+def _first_failure(series: pd.DataFrame) -> tuple[int | None, str | None]:
+    """The shortest N of a series with rows but none ok, and its status; (None, None) when every N ran ok."""
+    for n, at_n in series.sort_values("seq_len").groupby("seq_len", sort=True):
+        if not (at_n["status"] == "ok").any():
+            return int(n), str(at_n["status"].iloc[0])
+    return None, None
 
 
 # ---- crossover ---------------------------------------------------------------------------------
@@ -155,6 +175,7 @@ class Crossover:
     kind: str  # "always" (faster at every shared N), "crosses" (faster from length on), "never" (not faster at the longest shared N), "no data"
     # the interpolated N where the ratio crosses 1 (kind "crosses"); the shortest shared N for "always"
     length: float | None
+    longest: float | None = None  # the longest N where both were timed: nothing is claimed beyond it
 
 
 def crossover_length(n: Sequence[float], t_variant: Sequence[float], t_dense: Sequence[float]) -> Crossover:
@@ -170,15 +191,16 @@ def crossover_length(n: Sequence[float], t_variant: Sequence[float], t_dense: Se
     )
     if not points:
         return Crossover("no data", None)
+    longest = points[-1][0]
     slower = [i for i, (_, r) in enumerate(points) if r >= 1.0]
     if not slower:
-        return Crossover("always", points[0][0])
+        return Crossover("always", points[0][0], longest)
     i = slower[-1]
     if i == len(points) - 1:
-        return Crossover("never", None)
+        return Crossover("never", None, longest)
     (n0, r0), (n1, r1) = points[i], points[i + 1]
     frac = math.log(r0) / (math.log(r0) - math.log(r1))  # r0 >= 1 > r1, so 0 <= frac < 1
-    return Crossover("crosses", float(math.exp(math.log(n0) + frac * (math.log(n1) - math.log(n0)))))
+    return Crossover("crosses", float(math.exp(math.log(n0) + frac * (math.log(n1) - math.log(n0)))), longest)
 
 
 def crossovers(frame: pd.DataFrame, *, inputs: str | None = None) -> pd.DataFrame:
@@ -186,7 +208,7 @@ def crossovers(frame: pd.DataFrame, *, inputs: str | None = None) -> pd.DataFram
 
     `frame` must carry dense ratios (with_dense_ratios). Uses one input distribution.
     """
-    columns = list(SETTING_KEYS) + ["series", "kind", "length", "dense_oom_from"]
+    columns = list(SETTING_KEYS) + ["series", "kind", "length", "longest", "dense_oom_from"]
     inputs = inputs or primary_inputs(frame)
     rows = frame[(frame["inputs"] == inputs) & (frame["variant"] != BASELINE)] if len(frame) else frame
     records = []
@@ -201,56 +223,27 @@ def crossovers(frame: pd.DataFrame, *, inputs: str | None = None) -> pd.DataFram
                 zip(list(SETTING_KEYS) + ["series"], _key(key)),
                 kind=result.kind,
                 length=result.length,
+                longest=result.longest,
                 dense_oom_from=int(oom.min()) if len(oom) else None,
             )
         )
     return pd.DataFrame(records, columns=columns)
 
 
-# ---- Pareto front and memory limits ------------------------------------------------------------
-def pareto_front(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
-    """The rows not dominated in (x, y), both minimised, sorted by x. Rows with a missing x or y are left out."""
+# ---- Pareto front ------------------------------------------------------------
+def pareto_front(points: pd.DataFrame, x: str, y: str, *, same_below: float = 0.0) -> pd.DataFrame:
+    """The rows not dominated in (x, y), both minimised, sorted by x. Rows with a missing x or y are left out.
+
+    `same_below`: y values at or below it count as equal (the rounding floor of exact attention: an exact variant
+    with a rounding error a little below dense's and twice its latency is not a trade-off)."""
     points = points[np.isfinite(points[x].astype(float)) & np.isfinite(points[y].astype(float))]
     points = points.sort_values([x, y])
     keep, best = [], math.inf
-    for index, value in zip(points.index, points[y]):
+    for index, value in zip(points.index, points[y].clip(lower=same_below)):
         if value < best:
             keep.append(index)
             best = value
     return points.loc[keep]
-
-
-def memory_limits(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per setting and series: the longest N that ran ok, the shortest N that ran out of memory, the longest N
-    tried, and the first failure above the longest ok N (its N and status: oom, error, timeout...)."""
-    columns = list(SETTING_KEYS) + [
-        "series",
-        "variant",
-        "longest_ok",
-        "first_oom",
-        "longest_tried",
-        "failed_at",
-        "failed_status",
-    ]
-    records = []
-    for key, group in frame.groupby(list(SETTING_KEYS) + ["series"], dropna=False, sort=True):
-        ok = group[group["status"] == "ok"]["seq_len"]
-        oom = group[group["status"] == "oom"]["seq_len"]
-        above = group[(group["status"] != "ok") & (group["seq_len"] > (ok.max() if len(ok) else 0))].sort_values(
-            "seq_len"
-        )
-        records.append(
-            dict(
-                zip(list(SETTING_KEYS) + ["series"], _key(key)),
-                variant=group["variant"].iloc[0],
-                longest_ok=int(ok.max()) if len(ok) else None,
-                first_oom=int(oom.min()) if len(oom) else None,
-                longest_tried=int(group["seq_len"].max()),
-                failed_at=int(above["seq_len"].iloc[0]) if len(above) else None,
-                failed_status=str(above["status"].iloc[0]) if len(above) else None,
-            )
-        )
-    return pd.DataFrame(records, columns=columns)
 
 
 # ---- helpers shared with the report --------------------------------------------------------------

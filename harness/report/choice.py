@@ -119,7 +119,7 @@ def answer_tables(
 def pick(candidates: pd.DataFrame, *, dense_status: str | None = None) -> Pick:
     """The winner among the ok candidate rows of one N and budget (see the module doc)."""
     if not len(candidates):
-        return Pick(None, None)
+        return Pick(None, None, dense_status=dense_status)  # the winner map says why dense is not the answer
     rows = [r for _, r in candidates.iterrows()]
     if any(_finite(r["dense_speedup"]) for r in rows):
         rows.sort(key=lambda r: -r["dense_speedup"] if _finite(r["dense_speedup"]) else math.inf)

@@ -17,7 +17,9 @@ from harness.report.formatting import format_number
 from harness.report.longest import plot_longest
 from harness.report.maps_isolated import isolated_maps
 from harness.report.maps_plot import plot_attention_maps
+from harness.report.max_length import memory_limits, plot_memory_limits
 from harness.report.page import Block, Image, Table
+from harness.report.pareto_plot import plot_pareto
 from harness.report.plotting import variant_colors
 from harness.report.roofline_plot import has_roofline, plot_roofline
 from harness.report.winner_map import winner_map
@@ -28,6 +30,11 @@ if TYPE_CHECKING:
 OUTSIDE_CAPTION = (
     "Faded dotted lines, labelled '(outside every budget)': series none of whose cells on these inputs is within "
     "the largest error budget; drawn for honesty, never a candidate."
+)
+FAILURE_CAPTION = (
+    "At the top of a panel: x where a series ran out of memory, | where it timed out; a series with no point in a "
+    "panel is named under its title with its status. A matched series whose knob differs per N is drawn as points "
+    "labelled with the knob, not a line. "
 )
 MAPS_INPUTS_PREFERENCE = ("local", "global", "lowrank", "gaussian")  # structured inputs make the maps readable
 
@@ -132,7 +139,7 @@ FIGURES: tuple[Figure, ...] = (
         ),
         lambda a: (
             "Latency (median of the repeats) against N, log-log; the shaded band spans the 20th to 80th percentile of "
-            "the repeats. Crosses: out of memory. " + OUTSIDE_CAPTION
+            "the repeats. " + FAILURE_CAPTION + OUTSIDE_CAPTION
         ),
     ),
     Figure(
@@ -146,7 +153,7 @@ FIGURES: tuple[Figure, ...] = (
             title="Peak memory vs N",
             bytes_axis=True,
         ),
-        lambda a: "Peak memory beyond the inputs against N, log-log. Crosses: out of memory. " + OUTSIDE_CAPTION,
+        lambda a: "Peak memory beyond the inputs against N, log-log. " + FAILURE_CAPTION + OUTSIDE_CAPTION,
     ),
     Figure(
         "speedup_vs_n.png",
@@ -164,6 +171,7 @@ FIGURES: tuple[Figure, ...] = (
             "Dense latency divided by the variant's at the same cell (paired in alternation inside the cell where the "
             "row was; else the ratio of the two medians); above the dashed line is faster than dense. The dense "
             "baseline is the dense row whose config asks for backend 'auto', else the fastest dense row. "
+            + FAILURE_CAPTION
             + OUTSIDE_CAPTION
         ),
     ),
@@ -175,13 +183,14 @@ FIGURES: tuple[Figure, ...] = (
         ),
         lambda a: (
             f"The output's {METRIC_NAMES[a.metric]} against {a.errors_against}, per input distribution; dashed "
-            f"lines: the error budgets ({_budget_list(a)}). " + OUTSIDE_CAPTION
+            f"lines: the error budgets ({_budget_list(a)}). Hollow dotted points: a budget no knob value met, at the "
+            "best error its search scored on its own seeds. " + OUTSIDE_CAPTION
         ),
     ),
     Figure(
         "pareto.png",
         "measured",
-        lambda a, path, _: plots.plot_pareto(a.frame, path, budgets=a.budgets, metric=a.metric),
+        lambda a, path, _: plot_pareto(a.frame, path, budgets=a.budgets, metric=a.metric),
         lambda a: (
             f"{_sentence(METRIC_NAMES[a.metric])} (against {a.errors_against}) against latency at each N (one row "
             f"of panels per setting), on the '{analysis.primary_inputs(a.frame)}' inputs (the other distributions' "
@@ -207,7 +216,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "max_length.png",
         "measured",
-        lambda a, path, _: plots.plot_memory_limits(analysis.memory_limits(a.frame), a.frame, path),
+        lambda a, path, _: plot_memory_limits(memory_limits(a.frame), a.frame, path),
         lambda a: (
             "The longest N each series ran, and the first N where it ran out of memory or timed out (drawn only when "
             "some cell did)."
@@ -226,7 +235,7 @@ FIGURES: tuple[Figure, ...] = (
         ),
         lambda a: (
             "Seconds per generated token (median over timed generations, each from a fresh state) against the "
-            "context length N."
+            "context length N. " + FAILURE_CAPTION
         ),
         when=_decoded,
     ),
@@ -243,7 +252,7 @@ FIGURES: tuple[Figure, ...] = (
         ),
         lambda a: (
             "Bytes held by the decode state right after the N-token context: a KV cache grows with N, a window or a "
-            "linear-attention state does not."
+            "linear-attention state does not. " + FAILURE_CAPTION
         ),
         when=_decoded,
     ),

@@ -29,7 +29,9 @@ def recommendation(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], lis
     )
     blocks: list[Block] = [
         Heading(2, "Which one should I use"),
-        Paragraph(_intro(tables, metric, searched=searched, against=analysed.errors_against)),
+        Paragraph(
+            _intro(tables, metric, searched=searched, asked=analysed.spec_budgets, against=analysed.errors_against)
+        ),
     ]
     note = clock_note(analysed.clock)
     if note:
@@ -51,7 +53,9 @@ def recommendation(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], lis
     return written, blocks
 
 
-def _intro(tables: list[choice.AnswerTable], metric: str, *, searched: bool, against: str) -> str:
+def _intro(
+    tables: list[choice.AnswerTable], metric: str, *, searched: bool, asked: tuple[float, ...], against: str
+) -> str:
     metric_name = METRIC_NAMES.get(metric, metric)
     margin = f"{GENERALISATION_MARGIN:.0%}"
     text = (
@@ -63,6 +67,11 @@ def _intro(tables: list[choice.AnswerTable], metric: str, *, searched: bool, aga
         text += (
             " Variants with a quality knob were searched per budget on held-out calibration seeds and scored on the "
             f"evaluation seed, where a searched config may exceed its budget by up to {margin} (such a cell shows its error)."
+        )
+    elif asked:
+        text += (
+            f" Its spec asks for error budgets ({', '.join(f'{b:g}' for b in asked)}) but no row was matched to one "
+            "(no variant with a free quality knob ran): each variant counts at the config it ran."
         )
     else:
         text += (
@@ -109,18 +118,17 @@ def _out_of_reach(frame: pd.DataFrame, table: choice.AnswerTable) -> list[Block]
     parts = []
     everywhere = {(n, b) for n in table.lengths for b in table.budgets}
     for miss in reach.unreached(frame, table.setting, table.inputs):
-        if miss.missed >= everywhere:
-            where = "at every N and budget"
-        else:
-            where = "; ".join(
-                f"for {budget_label(b, table.metric, ascii=False)} at {_lengths_text(sorted(n for n, bb in miss.missed if bb == b))}"
-                for b in table.budgets
-                if any(bb == b for _, bb in miss.missed)
-            )
-        best = miss.best
-        best_text = f" (best {best[0]:.2g}: {best[1]} at N={format_n(best[2])})" if best else ""
         verdict = f": {miss.verdict()}" if miss.verdict() else ""
-        parts.append(f"{miss.variant} {where}{verdict}{best_text}")
+        if miss.missed >= everywhere:
+            parts.append(f"{miss.variant} at every N and budget{verdict}{_best_text(miss.best)}")
+            continue
+        pieces = [  # each budget with its own best (a near miss of the smaller one is no reason the larger was missed)
+            f"for {budget_label(b, table.metric, ascii=False)} at "
+            f"{_lengths_text(sorted(n for n, bb in miss.missed if bb == b))}{_best_text(miss.best_by_budget.get(b))}"
+            for b in table.budgets
+            if any(bb == b for _, bb in miss.missed)
+        ]
+        parts.append(f"{miss.variant} " + "; ".join(pieces) + verdict)
     blocks = [Paragraph("Out of reach (on the search's held-out seeds): " + "; ".join(parts) + ".")] if parts else []
     all_rows = analysis.select(frame, table.setting)
     uniform = reach.uniform_error(all_rows[all_rows["inputs"] == table.inputs])
@@ -135,6 +143,11 @@ def _out_of_reach(frame: pd.DataFrame, table: choice.AnswerTable) -> list[Block]
             ),
         )
     return blocks
+
+
+def _best_text(best: tuple[float, str, int] | None) -> str:
+    """' (best 0.31: k=1024 at N=1K)', or '' without a recorded best."""
+    return f" (best {best[0]:.2g}: {best[1]} at N={format_n(best[2])})" if best else ""
 
 
 def _lengths_text(lengths: list[int]) -> str:
@@ -168,10 +181,11 @@ def scaling(frame: pd.DataFrame) -> list[Block]:
     blocks: list[Block] = [
         Heading(2, "Scaling"),
         Paragraph(
-            f"Log-log slope of latency and of peak memory in N over the three longest lengths that ran "
-            f"(inputs: {analysis.primary_inputs(frame)}): dense attention should be near 2, linear-cost variants near 1. "
-            "Crossover: the N from which a variant is faster than dense at every longer measured N "
-            "(interpolated in log-log between the two bracketing lengths)."
+            f"Log-log slope of latency and of peak memory in N over the three longest lengths that ran ok, below the "
+            f"first length that did not (inputs: {analysis.primary_inputs(frame)}): dense attention should be near 2, "
+            "linear-cost variants near 1. Crossover: the N from which a variant is faster than dense at every longer "
+            "N where both were timed (interpolated in log-log between the two bracketing lengths); nothing is claimed "
+            "beyond the longest such N."
         ),
     ]
     merged = exps.merge(cross, on=list(analysis.SETTING_KEYS) + ["series"], how="left")
@@ -181,9 +195,9 @@ def scaling(frame: pd.DataFrame) -> list[Block]:
             [
                 analysis.setting_title(r.to_dict()),
                 r["series"],
-                format_number(r["time_exponent"], ".2f"),
-                format_number(r["memory_exponent"], ".2f"),
-                f"{r['fit_from']}-{r['fit_to']}" if r["points"] and r["points"] > 1 else "too few points",
+                _exponent_text(r["time_exponent"]),
+                _exponent_text(r["memory_exponent"]),
+                _fit_range_text(r),
                 _crossover_text(r),
             ]
         )
@@ -193,15 +207,29 @@ def scaling(frame: pd.DataFrame) -> list[Block]:
     return blocks
 
 
+def _exponent_text(value: float) -> str:
+    """'1.98'; a slope that rounds to zero is '0.00', not '-0.00'."""
+    return format_number(0.0 if pd.notna(value) and abs(value) < 0.005 else value, ".2f")
+
+
+def _fit_range_text(r: pd.Series) -> str:
+    """'1024-4096', with what stopped the series below its longest length: '256-1024 (timeout at 2048)'."""
+    text = f"{r['fit_from']}-{r['fit_to']}" if r["points"] and r["points"] > 1 else "too few points"
+    if pd.notna(r.get("stopped_at")):
+        text += f" ({r['stopped_status']} at {int(r['stopped_at'])})"
+    return text
+
+
 def _crossover_text(r: pd.Series) -> str:
     if r["series"] == BASELINE or str(r["series"]).startswith(BASELINE + "("):
         return "(baseline)"
     kind = r.get("kind")
+    longest = format_n(int(r["longest"])) if pd.notna(r.get("longest")) else "?"
     text = {
-        "always": "at every N measured",
-        "never": "not at the longest N measured",
+        "always": f"at every N both were timed (to {longest})",
+        "never": f"not at N={longest}, the longest both were timed",
         "no data": "no N with both timed",
-        "crosses": f"from N ~ {r['length']:.0f}" if pd.notna(r.get("length")) else "",
+        "crosses": f"from N ~ {r['length']:.0f} (measured to {longest})" if pd.notna(r.get("length")) else "",
     }.get(kind, "-")
     if pd.notna(r.get("dense_oom_from")):
         text += f"; dense out of memory from N={int(r['dense_oom_from'])}"

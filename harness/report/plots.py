@@ -1,6 +1,6 @@
 """The report's figures, one function per PNG (shared styles and axes in harness.report.plotting).
 
-Log-log axes where scaling matters; OOM points are drawn as crosses at the top of the axes.
+Log-log axes where scaling matters; OOM (x) and timeouts (|) are marked at the top of the axes (plotting.mark_failures).
 Each function writes one PNG with a stable file name and returns its path, or None when there
 is nothing to draw.
 """
@@ -13,15 +13,11 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from harness.report.analysis import pareto_front, primary_inputs, select, setting_title, settings
+from harness.report.analysis import primary_inputs, select, setting_title
 from harness.report.budgets import METRIC_NAMES
-from harness.report.formatting import format_n
 from harness.report import plotting
 
-LIMIT_STATUSES = ("oom", "timeout")  # the failures that make a length limit worth a figure
-PARETO_COLUMNS = 3  # panels (lengths) per line of the Pareto figure; a setting with more lengths takes several lines
 MIN_ERROR = 1e-12  # errors are drawn on log axes: an exact 0 is drawn here
-FRONT_GID, OUTSIDE_GID = "pareto-front", "outside-budget"  # gids of the Pareto points (the tests find them by these)
 
 
 def plot_metric_vs_n(
@@ -38,7 +34,7 @@ def plot_metric_vs_n(
     seconds_axis: bool = False,
     band: tuple[str, str] | None = None,
 ) -> Path | None:
-    """One subplot per setting: `metric` of every series against N, one input distribution, OOM marked.
+    """One subplot per setting: `metric` of every series against N, one input distribution, OOM and timeouts marked.
 
     `band` (low, high columns, e.g. the p20 and p80 latency) shades the spread around each median line where both are
     measured. A series outside every error budget (plotting.outside_budget) is drawn faded and labelled so.
@@ -52,12 +48,26 @@ def plot_metric_vs_n(
     styles = plotting.series_styles(frame, outside=plotting.outside_budget(rows))
     for ax, setting in zip(axes, found):
         part = select(rows, setting)
+        drawn = set()
         for label, group in part.groupby("series", sort=True):
             ok_rows = group[(group["status"] == "ok") & group[metric].notna()]
             ok = ok_rows.groupby("seq_len")[metric].median()
             if len(ok):
-                ax.plot(ok.index, ok.values, **styles[label], linewidth=1.6, markersize=4)
-                if band is not None:
+                drawn.add(str(label))
+                knobs = knob_labels(ok_rows)
+                if knobs:  # a matched series whose knob differs per N is several configs: points with their knob
+                    styles[label] = dict(styles[label], linestyle="none")  # its legend entry too
+                ax.plot(ok.index, ok.values, **styles[label], linewidth=1.6, markersize=5 if knobs else 4)
+                for n, text in knobs.items():
+                    ax.annotate(
+                        text,
+                        (n, ok.loc[n]),
+                        xytext=(4, 3),
+                        textcoords="offset points",
+                        fontsize=6,
+                        color=styles[label]["color"],
+                    )
+                if band is not None and not knobs:  # no band joining different configs either
                     _band(ax, ok_rows, band, styles[label])
                 noisy = group[(group["noisy"] == True) & group["seq_len"].isin(ok.index)]["seq_len"].unique()  # noqa: E712
                 if len(noisy):  # hollow markers: timed under load or noisily (docs/timing.md)
@@ -71,7 +81,7 @@ def plot_metric_vs_n(
                         markeredgecolor=styles[label].get("color"),
                         zorder=3,
                     )
-            plotting.mark_oom(ax, group, styles[label])
+            plotting.mark_failures(ax, group, styles[label])
         if hline is not None:
             ax.axhline(hline, color="gray", linewidth=0.8, linestyle="--")
         plotting.log_n_axis(ax, part)
@@ -83,7 +93,8 @@ def plot_metric_vs_n(
             plotting.ratio_axis(ax)
         if seconds_axis:
             plotting.seconds_axis(ax.yaxis)
-        ax.set_title(setting_title(setting), fontsize=9)
+        note = plotting.missing_note(part, drawn)
+        ax.set_title(setting_title(setting) + (f"\n{note}" if note else ""), fontsize=9 if not note else 8)
         ax.set_ylabel(ylabel)
         ax.grid(True, which="major", alpha=0.3)
     plotting.finish(plt, fig, axes, styles, f"{title} (inputs: {inputs})", path)
@@ -102,6 +113,30 @@ def _band(ax, ok_rows: pd.DataFrame, band: tuple[str, str], style: dict) -> None
             linewidth=0,
             alpha=plotting.BAND_ALPHA * style.get("alpha", 1.0),
         )
+
+
+def knob_labels(ok_rows: pd.DataFrame) -> dict[int, str]:
+    """N -> 'window=16' for the ok rows of a series matched to a budget whose searched knob took more than one value
+    across N (so its points are different configs, never one line); {} otherwise."""
+    values: dict[int, str] = {}
+    for _, r in ok_rows.iterrows():
+        tuning, config = r.get("tuning"), r.get("config")
+        if isinstance(tuning, dict) and isinstance(config, dict) and tuning.get("knob") in config:
+            values[int(r["seq_len"])] = f"{tuning['knob']}={config[tuning['knob']]}"
+    return values if len(set(values.values())) > 1 else {}
+
+
+def search_best(group: pd.DataFrame) -> pd.Series:
+    """Per N, the lowest finite error the budget search of the series' unreachable rows scored (its `tuning.tried`,
+    on the search's own seeds): what the error figure draws for a series that met no budget there."""
+    best = {}
+    for _, r in group[group["status"] == "unreachable"].iterrows():
+        tuning = r.get("tuning")
+        tried = tuning.get("tried") if isinstance(tuning, dict) else None
+        errors = [float(e) for e in (tried or {}).values() if isinstance(e, (int, float)) and np.isfinite(e)]
+        if errors:
+            best[int(r["seq_len"])] = min(errors + [best.get(int(r["seq_len"]), np.inf)])
+    return pd.Series(best, dtype=float).sort_index()
 
 
 def plot_error_vs_n(
@@ -124,7 +159,21 @@ def plot_error_vs_n(
                 ok = group[(group["status"] == "ok") & group["error"].notna()].groupby("seq_len")["error"].median()
                 if len(ok):
                     ax.plot(ok.index, np.maximum(ok.values, MIN_ERROR), **styles[label], linewidth=1.6, markersize=4)
-                plotting.mark_oom(ax, group, styles[label])
+                best = search_best(group)
+                if len(best):  # a budget no knob value met: still drawn, at the best error its search scored
+                    ax.plot(
+                        best.index,
+                        np.maximum(best.values, MIN_ERROR),
+                        color=styles[label]["color"],
+                        marker=styles[label]["marker"],
+                        markerfacecolor="white",
+                        linestyle=":",
+                        linewidth=1.0,
+                        markersize=5,
+                        label="_" + str(label) if len(ok) else styles[label]["label"],
+                        gid=plotting.SEARCH_GID,
+                    )
+                plotting.mark_failures(ax, group, styles[label])
             if ax.has_data():
                 plotting.budget_lines(ax, budgets, metric)
             plotting.log_n_axis(ax, part)
@@ -133,163 +182,4 @@ def plot_error_vs_n(
             ax.set_ylabel(METRIC_NAMES[metric])
             ax.grid(True, which="major", alpha=0.3)
     plotting.finish(plt, fig, axes, styles, f"Error against {against.split(' (')[0]} (dashed: the error budgets)", path)
-    return path
-
-
-def plot_pareto(frame: pd.DataFrame, path: Path, *, budgets: Sequence[float], metric: str) -> Path | None:
-    """Error (the run's metric) against latency on the primary inputs: a row of panels per setting, one panel per N.
-
-    Filled: within the largest budget; the Pareto front (outlined, joined) is computed over those only. Hollow:
-    outside every budget, drawn but never on the front. Each budget is a dashed line.
-    """
-    inputs = primary_inputs(frame)
-    ok = (
-        frame[
-            (frame["status"] == "ok")
-            & (frame["inputs"] == inputs)
-            & frame["error"].notna()
-            & frame["latency_s"].notna()
-        ]
-        if len(frame)
-        else frame
-    )
-    if not len(ok):
-        return None
-    blocks = [(setting, sorted(set(select(ok, setting)["seq_len"]))) for setting in settings(ok)]
-    ncols = min(PARETO_COLUMNS, max(len(lengths) for _, lengths in blocks))
-    lines = [(setting, lengths[k : k + ncols]) for setting, lengths in blocks for k in range(0, len(lengths), ncols)]
-    plt, fig, axes = plotting.grid(len(lines) * ncols, ncols=ncols, width=3.6, height=3.0)
-    styles = plotting.series_styles(frame, outside=plotting.outside_budget(ok))
-    shared: dict[int, list] = {}  # a setting's panels share one error range
-    for i, (setting, lengths) in enumerate(lines):
-        part = select(ok, setting)
-        for j, (ax, n) in enumerate(zip(axes[i * ncols : i * ncols + len(lengths)], lengths)):
-            _pareto_panel(ax, part[part["seq_len"] == n], styles, budgets, metric)
-            first = n == min(part["seq_len"])
-            ax.set_title(
-                f"{setting_title(setting)}\nN = {format_n(n)}" if first else f"N = {format_n(n)}",
-                fontsize=8,
-                loc="left" if first else "center",
-            )
-            ax.set_xlabel(f"latency (inputs: {inputs})", fontsize=8)
-            if j == 0:
-                ax.set_ylabel(METRIC_NAMES[metric], fontsize=8)
-            shared.setdefault(id(setting), [part["error"]]).append(ax)
-    for errors, *panels in shared.values():
-        _share_y(panels, errors, budgets)
-    plotting.finish(
-        plt,
-        fig,
-        axes,
-        styles,
-        "Error vs latency at each N, better is lower-left\nfilled: within the largest budget; "
-        "outlined: the Pareto front among them; hollow: outside every budget; dashed: the budgets",
-        path,
-    )
-    return path
-
-
-def _pareto_panel(ax, at_n: pd.DataFrame, styles: dict, budgets: tuple[float, ...], metric: str) -> None:
-    """One N's points (a series' median latency and error), the front over the in-budget ones, the budget lines."""
-    points = (
-        at_n.groupby("series")
-        .agg(latency=("latency_s", "median"), error=("error", "median"), in_budget=("in_budget", "all"))
-        .reset_index()
-    )
-    points["error"] = points["error"].clip(lower=MIN_ERROR)
-    front = pareto_front(points[points["in_budget"].astype(bool)], "latency", "error")
-    if len(front) > 1:
-        ax.step(
-            front["latency"],
-            front["error"],
-            where="post",
-            color="gray",
-            linewidth=1,
-            alpha=0.7,
-            label="_front",
-            gid=FRONT_GID,
-        )
-    on_front = set(front["series"])
-    for _, p in points.iterrows():
-        style = styles[p["series"]]
-        if p["in_budget"]:
-            big = p["series"] in on_front
-            ax.scatter(
-                p["latency"],
-                p["error"],
-                color=style["color"],
-                marker=style["marker"],
-                s=70 if big else 35,
-                edgecolors="black" if big else "none",
-                zorder=3,
-                label=style["label"],
-                gid=FRONT_GID if big else None,
-            )
-        else:
-            ax.scatter(
-                p["latency"],
-                p["error"],
-                facecolors="none",
-                edgecolors=style["color"],
-                marker=style["marker"],
-                s=40,
-                linewidths=1.2,
-                zorder=3,
-                label=style["label"],
-                gid=OUTSIDE_GID,
-            )
-    plotting.budget_lines(ax, budgets, metric)
-    plotting.log_axis(ax.xaxis, ax.set_xscale)
-    plotting.seconds_axis(ax.xaxis)
-    ax.tick_params(labelsize=7)
-    ax.margins(x=0.15)  # room for the markers and the budget labels at the edges
-    plotting.few_log_ticks(ax.xaxis, ax.get_xlim())
-    ax.grid(True, which="major", alpha=0.3)
-
-
-def _share_y(axes, errors: pd.Series, budgets: tuple[float, ...]) -> None:
-    """One log error range for a row of panels (its points and budgets), so the panels of one setting line up."""
-    values = [float(e) for e in errors.clip(lower=MIN_ERROR)] + list(budgets)
-    for ax in axes:
-        plotting.log_axis(ax.yaxis, ax.set_yscale)
-        ax.set_ylim(min(values) / 3, max(values) * 3)
-
-
-def plot_memory_limits(limits: pd.DataFrame, frame: pd.DataFrame, path: Path) -> Path | None:
-    """Per setting: a bar per series to the longest N that ran, annotated with the first OOM (or none).
-
-    None (no file) unless some cell ran out of memory or timed out: without a limit hit, every bar would read "ran every N tried".
-    """
-    if not frame["status"].isin(LIMIT_STATUSES).any() or not len(limits) or limits["longest_ok"].isna().all():
-        return None
-    found = plotting.with_data(limits, "longest_ok")
-    plt, fig, axes = plotting.grid(len(found), height=0.35 * limits["series"].nunique() + 1.2)
-    styles = plotting.series_styles(frame)
-    for ax, setting in zip(axes, found):
-        part = select(limits, setting).sort_values("series", ascending=False)
-        y = np.arange(len(part))
-        longest = part["longest_ok"].astype(float).fillna(0)
-        ax.barh(y, longest, color=[styles[s]["color"] for s in part["series"]], height=0.6)
-        for yi, (_, row) in zip(y, part.iterrows()):
-            if pd.isna(row["longest_ok"]):
-                text = "never ran ok"
-            elif pd.notna(row["failed_at"]):
-                text = f"{'OOM' if row['failed_status'] == 'oom' else row['failed_status']} at {format_n(row['failed_at'])}"
-            else:
-                text = f"ran every N tried (up to {format_n(row['longest_tried'])})"
-            ax.text(max(row["longest_ok"] or 0, 1) * 1.1, yi, text, va="center", fontsize=7)
-        ax.set_yticks(y, part["series"], fontsize=8)
-        ax.set_xscale("log", base=2)
-        ax.set_xlim(
-            left=max(1, float(longest[longest > 0].min()) / 2) if (longest > 0).any() else 1,
-            right=float(part["longest_tried"].max()) * 4,
-        )
-        ax.xaxis.set_major_formatter(plotting.n_formatter())
-        ax.set_xlabel("longest N that ran")
-        ax.set_title(setting_title(setting), fontsize=9)
-        ax.grid(True, axis="x", alpha=0.3)
-    for ax in axes[len(found) :]:
-        ax.set_visible(False)
-    fig.suptitle("Longest sequence each variant ran, and what stopped it (any input distribution)", fontsize=11)
-    plotting.save(plt, fig, path)
     return path

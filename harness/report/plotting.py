@@ -45,7 +45,11 @@ OUTSIDE_ALPHA = 0.45  # how faded such a series is drawn
 BAND_ALPHA = 0.2  # the p20-p80 band around a median line
 MAX_BYTE_TICKS = 8  # labelled ticks on a bytes axis
 BUDGET_GID = "budget"  # the gid of budget_lines' lines
-OOM_GID = "oom"  # the gid of mark_oom's crosses: finish adds the legend's "out of memory" entry only when one is drawn
+# mark_failures' marks at the top of the axes, per status: (gid, marker, legend entry); finish adds an entry to the
+# legend only where one is drawn
+FAILURE_MARKS = {"oom": ("oom", "x", "out of memory"), "timeout": ("timeout", "|", "timed out")}
+SEARCH_GID = "search-best"  # plot_error_vs_n's hollow points of unreachable rows: the best error their search scored
+SEARCH_LABEL = "hollow, dotted: unreachable\n(its search's best error)"
 
 
 def pyplot():
@@ -77,13 +81,17 @@ def series_styles(frame: pd.DataFrame, *, outside: Collection[str] = ()) -> dict
     colors = variant_colors(list(frame["variant"]))
     styles = {}
     pairs = sorted(set(zip(frame["variant"], frame["series"])))
+    others = sorted({v for v, _ in pairs} - {"dense"})
     for variant in sorted({v for v, _ in pairs}):
         labels = [s for v, s in pairs if v == variant]
+        # dense solid with circles; each other variant starts further along, so two exact variants whose lines lie on
+        # each other (chunked under dense) still differ in marker and dash
+        start = others.index(variant) + 1 if variant in others else 0
         for i, label in enumerate(labels):
             styles[label] = dict(
                 color=colors[variant],
-                linestyle=LINESTYLES[i % len(LINESTYLES)],
-                marker=MARKERS[i % len(MARKERS)],
+                linestyle=LINESTYLES[(start + i) % len(LINESTYLES)],
+                marker=MARKERS[(start + i) % len(MARKERS)],
                 label=label,
             )
             if label in outside:
@@ -116,16 +124,20 @@ def grid(count: int, *, ncols: int | None = None, width: float = 5.2, height: fl
 
 
 def finish(plt, fig, axes, styles: dict, title: str, path: Path) -> None:
-    """One legend for the figure (the out-of-memory cross only where mark_oom drew one), empty panels hidden, title,
+    """One legend for the figure (a failure mark's entry only where mark_failures drew one), empty panels hidden, title,
     save, close."""
     from matplotlib.lines import Line2D
 
     by_label = {style["label"]: style for style in styles.values()}
     used = sorted({label for ax in axes for label in ax.get_legend_handles_labels()[1] if not label.startswith("_")})
     handles = [Line2D([], [], **by_label[label]) for label in used if label in by_label]
-    if any(line.get_gid() == OOM_GID for ax in axes for line in ax.get_lines()):
+    gids = {line.get_gid() for ax in axes for line in ax.get_lines()}
+    for gid, marker, label in FAILURE_MARKS.values():
+        if gid in gids:
+            handles.append(Line2D([], [], color="dimgray", marker=marker, linestyle="none", markersize=7, label=label))
+    if SEARCH_GID in gids:
         handles.append(
-            Line2D([], [], color="dimgray", marker="x", linestyle="none", markersize=7, label="out of memory")
+            Line2D([], [], color="dimgray", marker="o", markerfacecolor="white", linestyle=":", label=SEARCH_LABEL)
         )
     if handles:
         fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
@@ -133,7 +145,10 @@ def finish(plt, fig, axes, styles: dict, title: str, path: Path) -> None:
         if not ax.has_data():
             ax.set_visible(False)
         _tidy_log(ax)
-    fig.suptitle(title, fontsize=11, x=0.02, ha="left")  # left: clear of the legend at the upper right
+    # left, and wrapped to the panels' width (~8 characters an inch): clear of the legend at the upper right
+    width = int(max(fig.get_size_inches()[0] - 2.2, 3.0) * 8)
+    lines = [part for line in title.split("\n") for part in textwrap.wrap(line, width, break_on_hyphens=False)]
+    fig.suptitle("\n".join(lines), fontsize=11, x=0.02, ha="left")
     save(plt, fig, path)
 
 
@@ -163,22 +178,34 @@ def save(plt, fig, path: Path) -> None:
         plt.close(fig)
 
 
-def mark_oom(ax, group: pd.DataFrame, style: dict) -> None:
-    """Crosses at the top of the axes at each N where the series ran out of memory."""
-    oom = sorted(set(group[group["status"] == "oom"]["seq_len"]))
-    if oom:
-        ax.plot(
-            oom,
-            [0.96] * len(oom),
-            transform=ax.get_xaxis_transform(),
-            linestyle="none",
-            marker="x",
-            color=style["color"],
-            markersize=8,
-            markeredgewidth=2,
-            clip_on=False,
-            gid=OOM_GID,
-        )
+def mark_failures(ax, group: pd.DataFrame, style: dict) -> None:
+    """Marks at the top of the axes at each N where the series ran out of memory (x) or timed out (|)."""
+    for status, (gid, marker, _) in FAILURE_MARKS.items():
+        at = sorted(set(group[group["status"] == status]["seq_len"]))
+        if at:
+            ax.plot(
+                at,
+                [0.96] * len(at),
+                transform=ax.get_xaxis_transform(),
+                linestyle="none",
+                marker=marker,
+                color=style["color"],
+                markersize=8 if marker == "x" else 11,
+                markeredgewidth=2,
+                clip_on=False,
+                gid=gid,
+            )
+
+
+def missing_note(part: pd.DataFrame, drawn: set[str]) -> str:
+    """'no point: dense (timeout), linformer@0.1 (unsupported)': the series of a panel's rows with nothing drawn, and
+    the status of their rows, so a series absent from a panel says why ('' when every series is drawn)."""
+    missing = []
+    for label, group in part.groupby("series", sort=True):
+        if str(label) not in drawn:
+            statuses = sorted({str(v) for v in group["status"]})
+            missing.append(f"{label} ({', '.join(statuses)})")
+    return wrap("no point: " + "; ".join(missing), 70) if missing else ""
 
 
 def log_axis(axis, set_scale) -> None:
@@ -277,4 +304,4 @@ def ratio_axis(ax) -> None:
 
 def wrap(text: str, width: int) -> str:
     """At most 8 lines of `width` characters (a panel's note)."""
-    return "\n".join(textwrap.wrap(text, width)[:8])
+    return "\n".join(textwrap.wrap(text, width, break_on_hyphens=False)[:8])

@@ -8,7 +8,7 @@ not a near miss.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -27,6 +27,8 @@ class Unreached:
     # (error, config searched, N): the lowest error at the top of a range searched, its config 'window=298 sinks=4'
     best: tuple[float, str, int] | None
     uniform: float | None  # the median uniform-attention error of its rows
+    # each budget's own best: a near miss of the smaller budget is no reason the larger one was missed
+    best_by_budget: dict[float, tuple[float, str, int]] = field(default_factory=dict)
 
     def no_better_than_uniform(self) -> bool:
         return self.best is not None and self.uniform is not None and self.best[0] >= UNIFORM_MARGIN * self.uniform
@@ -48,14 +50,24 @@ def unreached(
     out = []
     for variant, part in rows.groupby("variant", sort=True):
         missed = frozenset((int(r["seq_len"]), float(r["matched_budget"])) for _, r in part.iterrows())
-        tops = [
-            (r["tuning"]["tried"].get(str(r["tuning"]["high"])), _searched_text(r), int(r["seq_len"]))
-            for _, r in part.iterrows()
-            if _searched(r["tuning"])
-        ]
-        best = min(((float(e), *rest) for e, *rest in tops if isinstance(e, (int, float))), default=None)
-        out.append(Unreached(str(variant), missed, best, uniform_error(part)))
+        by_budget = {}
+        for budget, at_budget in part.groupby("matched_budget", sort=True):
+            found = _best(at_budget)
+            if found is not None:
+                by_budget[float(budget)] = found
+        out.append(Unreached(str(variant), missed, _best(part), uniform_error(part), by_budget))
     return out
+
+
+def _best(rows: pd.DataFrame) -> tuple[float, str, int] | None:
+    """The lowest error the searches of these unreachable rows scored at the top of their ranges (on the search's own
+    held-out seeds), with the config searched and its N; None when none is recorded or finite."""
+    tops = [
+        (r["tuning"]["tried"].get(str(r["tuning"]["high"])), _searched_text(r), int(r["seq_len"]))
+        for _, r in rows.iterrows()
+        if _searched(r["tuning"])
+    ]
+    return min(((float(e), *rest) for e, *rest in tops if isinstance(e, (int, float))), default=None)
 
 
 def uniform_error(rows: pd.DataFrame) -> float | None:

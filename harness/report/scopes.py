@@ -7,7 +7,7 @@ import pandas as pd
 
 from harness.schema import BASELINE
 from harness.report import analysis
-from harness.report.formatting import format_n, format_ratio, format_seconds
+from harness.report.formatting import format_n, format_number, format_ratio, format_seconds
 from harness.report.page import Block, Heading, Paragraph, Table
 
 BLOCK_KEYS = tuple(k for k in analysis.SETTING_KEYS if k != "scope")  # a setting, both scopes together
@@ -35,7 +35,11 @@ def layer_share(frame: pd.DataFrame) -> list[Block]:
     intro = Paragraph(
         "A layer cell times a pre-norm transformer block (RMSNorm, Q/K/V projections, the attention, the output "
         "projection, a SwiGLU MLP of ~2.7x width, residuals). **attention share** is dense attention's latency over the "
-        f"dense block's at the same N; beside each variant, its speed-up of attention alone and of the whole layer (inputs: {inputs})."
+        f"dense block's at the same N; beside each variant, its speed-up of attention alone and of the whole layer (inputs: {inputs}), "
+        "then the layer's error: the stack's output against the same stack in float64 with exact attention, in the "
+        "run's metric. A series matched to a budget (name@budget) was searched on attention alone, so its layer error "
+        "can exceed that budget. Layer cells are timed alone, not paired with dense: their speed-up is the ratio of "
+        "the two medians, which a busy machine can bias (docs/timing.md)."
     )
     return [Heading(2, "Attention inside a layer"), intro] + blocks
 
@@ -52,16 +56,19 @@ def _share_table(setting: pd.DataFrame) -> Table | None:
         return None
     series = sorted(set(setting.loc[setting["variant"] != BASELINE, "series"]))
     speed = {s: at(s).groupby(["series", "seq_len"])["dense_speedup"].median() for s in ("attention", "layer")}
+    errors = at("layer").groupby(["series", "seq_len"])["error"].median() if "error" in setting else pd.Series()
     headers = ["N", "dense attention", "dense layer", "attention share"] + [
-        f"{name} (attention / layer)" for name in series
+        f"{name} (attention / layer; layer error)" for name in series
     ]
     rows = []
     for n in lengths:
         attention, layer = dense["attention"][n], dense["layer"][n]
         line = [format_n(n), format_seconds(attention), format_seconds(layer), f"{100 * attention / layer:.0f}%"]
         for name in series:
+            error = errors.get((name, n), np.nan)
             line.append(
                 f"{format_ratio(speed['attention'].get((name, n), np.nan))} / {format_ratio(speed['layer'].get((name, n), np.nan))}"
+                f"; {format_number(error, '.2g')}"
             )
         rows.append(line)
     return Table(headers, rows)

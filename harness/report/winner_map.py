@@ -23,15 +23,14 @@ def winner_map(tables: list[AnswerTable], titles: list[str], path: Path) -> Path
     from matplotlib.patches import Patch
 
     plt = pyplot()
-    winners = sorted({p.variant for t in tables for p in t.picks.values() if p.variant})
-    colors = variant_colors(winners)
+    colors = variant_colors(sorted({p.variant for t in tables for p in t.picks.values() if p.variant}))
     ncols = min(2, len(tables))
     nrows = -(-len(tables) // ncols)
     width = max(len(t.lengths) for t in tables)
     height = max(len(t.budgets) for t in tables)
-    fig_width = ncols * (1.0 + 0.95 * width) + 1.6
+    fig_width = max(ncols * (1.0 + 0.95 * width) + 1.6, 6.0)  # the legend's line fits under a narrow map
     fig, axes = plt.subplots(
-        nrows, ncols, squeeze=False, constrained_layout=True, figsize=(fig_width, nrows * (1.0 + 0.55 * height) + 0.8)
+        nrows, ncols, squeeze=False, constrained_layout=True, figsize=(fig_width, nrows * (1.0 + 0.55 * height) + 1.3)
     )
     flat = list(axes.ravel())
     for ax, table, title in zip(flat, tables, titles):
@@ -68,10 +67,10 @@ def winner_map(tables: list[AnswerTable], titles: list[str], path: Path) -> Path
             spine.set_visible(False)
     for ax in flat[len(tables) :]:
         ax.set_visible(False)
-    handles = [Patch(color=colors[v], alpha=0.85, label=v) for v in winners]
-    if any(p.label is None for t in tables for p in t.picks.values()):
-        handles.append(Patch(color=NONE_COLOR, label="none within budget ran"))
-    fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False, title="winner", title_fontsize=8)
+    handles = legend_handles(tables, colors, Patch)
+    # below the panels, so it never meets the title (one line per ~4 entries)
+    columns = max(1, min(len(handles), int(fig_width // 3.0)))  # entries of ~3 inches side by side, never cut
+    fig.legend(handles=handles, loc="outside lower center", ncols=columns, fontsize=8, frameon=False)
     # a narrow map (few N) gets its title on several lines: wider than the figure it would be cut at both ends
     fig.suptitle(
         wrap(
@@ -84,15 +83,30 @@ def winner_map(tables: list[AnswerTable], titles: list[str], path: Path) -> Path
     return path
 
 
+DENSE_FAILED = {"timeout": "timed out", "oom": "out of memory"}  # a grey cell's second line: why dense is no answer
+TIE_MARK = "~"  # after a winner's number: its interval overlaps the runner-up's (the legend says so)
+
+
+def legend_handles(tables: list[AnswerTable], colors: dict[str, str], patch) -> list:
+    """A patch per winning variant, then what the marks mean where the map has them: a grey cell, a tie."""
+    picks = [p for t in tables for p in t.picks.values()]
+    handles = [patch(color=colors[v], alpha=0.85, label=v) for v in sorted({p.variant for p in picks if p.variant})]
+    if any(p.label is None for p in picks):
+        handles.append(patch(color=NONE_COLOR, label="none within budget ran"))
+    if any(p.tie for p in picks):
+        handles.append(patch(color="none", label=f"{TIE_MARK} a tie: intervals overlap"))
+    return handles
+
+
 def _cell_text(p) -> str:
-    """'3.1x' (a tie marked '~') over the config ('window=512'), 'dense', '-' where nothing ran, the latency where
-    dense did not run."""
+    """'3.1x' (a tie marked TIE_MARK) over the config ('window=512'), 'dense', 'none ran' where nothing ran (with
+    'dense timeout' where dense ran but did not finish), the latency where dense did not run."""
     if p.label is None:
-        return "-"
+        return "none ran" + (f"\ndense {DENSE_FAILED.get(p.dense_status, p.dense_status)}" if p.dense_status else "")
     if p.variant == BASELINE and p.speedup == 1:
-        return "dense" + ("~" if p.tie else "")
+        return "dense" + (TIE_MARK if p.tie else "")
     number = (
-        f"{format_times(p.speedup)}x" + ("~" if p.tie else "")
+        f"{format_times(p.speedup)}x" + (TIE_MARK if p.tie else "")
         if p.speedup == p.speedup
         else format_seconds(p.latency_s)
     )

@@ -240,3 +240,41 @@ def test_old_singular_flags_are_read_as_the_plural_ones_with_a_note(capsys):
     notes = [line for line in captured.err.splitlines() if line.startswith("note: --")]
     assert len(notes) == 4 and "note: --scope is now --scopes" in captured.err
     assert " causal layer " in captured.out and " layer " in captured.out  # both causal settings, the layer scope
+
+
+def test_the_dry_run_header_multiplies_to_the_cells_planned():
+    import math
+
+    from harness.runner import plan_lines
+
+    spec = build_spec(
+        cli={
+            "variants": "dense,sliding_window",
+            "seq_lens": "256,512",
+            "error_budgets": "0.05,0.1",
+            "phases": "prefill,decode",
+            "causals": "both",
+            "inputs": "gaussian",
+            "device": "cpu",
+        },
+        plan_only=True,
+    )
+    lines = plan_lines(spec)
+    header, count = lines[0], int(lines[-1].split()[0])
+    assert count == 18  # (dense + sliding_window at 2 budgets) x 2 lengths x (prefill x 2 causals + decode)
+    assert header.endswith(f"= {count} cells") and "3 series (2 variants; 1 of them once per error budget" in header
+    assert "3 of the 4 combinations of settings planned" in header
+    factors = [int(f.split()[0]) for f in header.split(" on ")[0].split(" x ")]
+    assert math.prod(factors) * 3 // 4 == count  # the factors, with the skipped combinations, are the count
+
+
+def test_help_names_the_defaults_of_the_lists(capsys):
+    for command in (["sweep", "--help"], ["model-eval", "--help"]):
+        with pytest.raises(SystemExit):
+            main(command)
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert "(default: cpu 256,512,1024,2048,4096,8192; cuda 1024," in text
+    assert (
+        "(default: cpu gaussian,llm; cuda gaussian)" in text and "(default: cpu prefill; cuda prefill,decode)" in text
+    )
+    assert "(default: 128,512)" in text and "(default: 256,1024)" in text

@@ -115,8 +115,8 @@ def test_real_input_shapes_seeding_and_heads_from_every_layer():
 @pytest.mark.parametrize(
     "shape,message",
     [
-        (dict(B=1, H=4, N=600, D=32), r"up to 512 tokens"),
-        (dict(B=1, H=4, N=64, D=64), r"head_dim 32, got D=64; run with head_dim=32"),
+        (dict(B=1, H=4, N=600, D=32), r"up to 512 tokens, asked for N=600, M=600; pass --seq-lens of at most 512"),
+        (dict(B=1, H=4, N=64, D=64), r"head_dim 32, got D=64; pass --head-dims 32"),
         (dict(B=1, H=80, N=64, D=32), r"72 heads in all \(6 layers x 12\), got H=80"),
         (dict(B=1, H=4, N=64, M=32, D=32), r"kv_len must equal seq_len, got N=64, M=32"),
     ],

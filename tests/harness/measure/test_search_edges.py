@@ -8,7 +8,6 @@ import math
 
 import pytest
 
-from harness.measure import tuning
 from harness.measure.tuning import TOLERANCE, search_knob, unreachable_carries_over
 from tests.harness.measure.test_tuning import counting, matched
 

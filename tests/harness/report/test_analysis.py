@@ -12,11 +12,11 @@ from harness.report.analysis import (
     crossover_length,
     crossovers,
     fit_exponent,
-    memory_limits,
     pareto_front,
     scaling_exponents,
     with_dense_ratios,
 )
+from harness.report.max_length import memory_limits
 from harness.store import rows_frame
 from tests.helpers.synthetic_run import make_rows
 
@@ -112,3 +112,36 @@ def test_memory_limits():
     limits = memory_limits(frame[~frame["causal"]]).set_index("series")
     assert limits.loc["dense", "longest_ok"] == 4096 and limits.loc["dense", "first_oom"] == 8192
     assert limits.loc["chunked", "longest_ok"] == 8192 and pd.isna(limits.loc["chunked", "first_oom"])
+
+
+def test_a_fit_stops_at_a_series_first_failure_and_a_crossover_names_its_longest_shared_n():
+    rows = [r for r in make_rows(inputs=("gaussian",)) if not r["causal"] and r["variant"] in ("dense", "linformer")]
+    for r in rows:
+        if r["variant"] == "linformer" and r["seq_len"] == 2048:  # a timeout between ok lengths (a loaded moment)
+            r.update(status="timeout", latency_s=None, peak_memory_bytes=None, speedup=None)
+        if r["variant"] == "linformer" and r["seq_len"] == 4096:  # ran, but measured under other conditions
+            r.update(latency_s=r["latency_s"] / 50)
+    frame = with_dense_ratios(rows_frame(rows))
+    exps = scaling_exponents(frame).set_index("series")
+    assert exps.loc["linformer", "fit_to"] == 1024 and exps.loc["linformer", "stopped_at"] == 2048
+    assert exps.loc["linformer", "stopped_status"] == "timeout"
+    assert exps.loc["linformer", "time_exponent"] == pytest.approx(1.0)
+    assert exps.loc["dense", "stopped_status"] == "oom" and exps.loc["dense", "fit_to"] == 4096
+    cross = crossovers(frame).set_index("series")
+    assert cross.loc["linformer", "longest"] == 4096  # dense ran out of memory at 8K: nothing claimed beyond 4K
+
+
+def test_an_exact_variant_slower_than_dense_with_a_rounding_error_below_it_is_not_on_the_front():
+    from harness.report.pareto_plot import rounding_floor
+
+    points = pd.DataFrame(
+        {
+            "series": ["dense", "chunked", "sliding_window", "linformer"],
+            "latency": [1.0, 2.0, 0.5, 3.0],
+            "error": [3.4e-7, 2.9e-7, 0.04, 0.02],
+        }
+    )
+    assert list(pareto_front(points, "latency", "error")["series"]) == ["sliding_window", "dense", "chunked"]
+    floor = rounding_floor(points)
+    assert floor == pytest.approx(4 * 3.4e-7)
+    assert list(pareto_front(points, "latency", "error", same_below=floor)["series"]) == ["sliding_window", "dense"]

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from harness.report import figures, maps_plot, plots, plotting
-from harness.report.analysis import memory_limits, with_dense_ratios
+from harness.report import max_length, pareto_plot
+from harness.report.analysis import with_dense_ratios
+from harness.report.max_length import memory_limits
 from harness.report.budgets import with_budgets
 from harness.report.maps import MapPanel, MapSet
 from harness.report.plotting import series_styles, variant_colors
@@ -62,16 +64,19 @@ def test_the_out_of_memory_entry_only_where_a_cross_is_drawn(tmp_path, drawn):
 def test_max_length_only_when_a_cell_ran_out_of_memory_or_timed_out(tmp_path):
     rows = make_rows(inputs=("gaussian",), with_failures=False)  # rows as read: a frame's NaN records are not rows
     clean = frame_of(rows)
-    assert plots.plot_memory_limits(memory_limits(clean), clean, tmp_path / "m.png") is None
+    assert max_length.plot_memory_limits(memory_limits(clean), clean, tmp_path / "m.png") is None
     assert not (tmp_path / "m.png").exists()
     errored = frame_of([dict(r, status="error") if r["seq_len"] == 8192 else r for r in rows])
-    assert plots.plot_memory_limits(memory_limits(errored), errored, tmp_path / "m.png") is None  # an error is no limit
+    assert (
+        max_length.plot_memory_limits(memory_limits(errored), errored, tmp_path / "m.png") is None
+    )  # an error is no limit
     for status in ("oom", "timeout"):
         hit = frame_of(
             [dict(r, status=status) if r["seq_len"] == 8192 and r["variant"] == "dense" else r for r in rows]
         )
         assert (
-            plots.plot_memory_limits(memory_limits(hit), hit, tmp_path / f"{status}.png") == tmp_path / f"{status}.png"
+            max_length.plot_memory_limits(memory_limits(hit), hit, tmp_path / f"{status}.png")
+            == tmp_path / f"{status}.png"
         )
     paths, blocks = figures.figure_section(
         analysed_rows(make_rows(inputs=("gaussian",), with_failures=False)), tmp_path, "measured"
@@ -121,25 +126,26 @@ def test_a_series_outside_every_budget_is_faded_and_labelled_so(tmp_path, drawn)
 def test_pareto_one_panel_per_length_and_the_front_only_within_budget(tmp_path, drawn):
     # sliding_window is the fastest but outside the budget; linformer (0.05, within 0.1) is faster than dense from 1K
     frame = frame_of(make_rows(slow={"linformer": 2.5}))
-    plots.plot_pareto(frame, tmp_path / "p.png", budgets=(0.01, 0.1), metric="rel_l2")
+    pareto_plot.plot_pareto(frame, tmp_path / "p.png", budgets=(0.01, 0.1), metric="rel_l2")
     panels = visible_axes(drawn["p.png"])
     assert [ax.get_title(loc="center") or ax.get_title(loc="left").split("\n")[-1] for ax in panels] == [
         f"N = {n}" for n in ("256", "512", "1K", "2K", "4K", "8K")
     ]
     for ax in panels:
-        front = {c.get_label() for c in ax.collections if c.get_gid() == plots.FRONT_GID}
-        outside = {c.get_label() for c in ax.collections if c.get_gid() == plots.OUTSIDE_GID}
+        front = {c.get_label() for c in ax.collections if c.get_gid() == pareto_plot.FRONT_GID}
+        outside = {c.get_label() for c in ax.collections if c.get_gid() == pareto_plot.OUTSIDE_GID}
         assert outside and all(l.startswith("sliding_window") for l in outside)
         assert front and not any(l.startswith("sliding_window") for l in front)
-        on_front = sorted(c.get_offsets()[0][0] for c in ax.collections if c.get_gid() == plots.FRONT_GID)
-        joined = [line.get_xdata() for line in ax.get_lines() if line.get_gid() == plots.FRONT_GID]
+        on_front = sorted(c.get_offsets()[0][0] for c in ax.collections if c.get_gid() == pareto_plot.FRONT_GID)
+        joined = [line.get_xdata() for line in ax.get_lines() if line.get_gid() == pareto_plot.FRONT_GID]
         assert sorted(set(joined[0])) == on_front if joined else len(on_front) == 1  # the line joins those points only
         budgets = sorted(line.get_ydata()[0] for line in ax.get_lines() if line.get_gid() == plotting.BUDGET_GID)
         assert budgets == [0.01, 0.1]
     without = frame_of(make_rows(slow={"linformer": 2.5}), budgets=(0.5,))
-    plots.plot_pareto(without, tmp_path / "q.png", budgets=(0.5,), metric="rel_l2")
+    pareto_plot.plot_pareto(without, tmp_path / "q.png", budgets=(0.5,), metric="rel_l2")
     fronts = [
-        {c.get_label() for c in ax.collections if c.get_gid() == plots.FRONT_GID} for ax in visible_axes(drawn["q.png"])
+        {c.get_label() for c in ax.collections if c.get_gid() == pareto_plot.FRONT_GID}
+        for ax in visible_axes(drawn["q.png"])
     ]
     assert all(
         any(l.startswith("sliding_window") for l in f) for f in fronts[1:]
@@ -200,3 +206,74 @@ def test_the_maps_figure_has_no_empty_panel(tmp_path, drawn):
     )
     images = [ax for ax in drawn["maps.png"].axes if ax.images]
     assert len(images) == 6 and len(drawn["maps.png"].axes) == 6 + 1  # 2 x 3 panels and the colour bar
+
+
+def test_max_length_stops_a_series_at_a_timeout_on_any_input_and_names_a_series_that_never_ran():
+    rows = make_rows(inputs=("gaussian", "local"), with_failures=False)
+    for r in rows:
+        if r["variant"] == "chunked" and r["seq_len"] == 8192 and r["inputs"] == "local":
+            r.update(status="timeout")  # gaussian ran 8K ok: the timeout on local still stops it
+        if r["variant"] == "linformer":
+            r.update(status="unreachable" if r["seq_len"] == 256 else "not_run")
+    frame = frame_of(rows)
+    limits = memory_limits(frame[~frame["causal"]])
+    by_series = limits.set_index("series")
+    assert by_series.loc["chunked", "longest_ok"] == 4096 and by_series.loc["chunked", "failed_at"] == 8192
+    assert max_length.max_length_text(by_series.loc["chunked"]) == "timeout at 8K"
+    assert max_length.max_length_text(by_series.loc["linformer"]) == "never ran ok (unreachable at 256)"
+    assert max_length.max_length_text(by_series.loc["dense"]) == "ran every N tried (to 8K)"
+    left, right = max_length.max_length_axis(limits)
+    assert left == 128 and right <= 1.5 * 8192  # the axis ends near the longest N tried
+
+
+def _matched_rows():
+    """Budget rows where sliding_window@0.1's window differs per N, and sliding_window and linformer met no budget on
+    gaussian (their search's best errors ~0.7-0.8 recorded), and dense timed out at 8K."""
+    from tests.helpers.synthetic_run import make_budget_rows
+
+    rows = make_budget_rows(inputs=("gaussian", "local"))
+    for r in rows:
+        if r["variant"] == "sliding_window" and r["matched_budget"] == 0.1:
+            w = {1024: 16, 2048: 152, 4096: 431, 8192: 600}[r["seq_len"]]
+            r.update(config=dict(r["config"], window=w), tuning={"knob": "window", "high": w, "tried": {str(w): 0.09}})
+        if r["inputs"] == "gaussian" and r["variant"] in ("sliding_window", "linformer"):
+            tried = {"64": 0.7 + r["seq_len"] / 2e4, "16": float("inf")}
+            r.update(status="unreachable", latency_s=None, rel_l2_error=None, speedup=None)
+            r["tuning"] = {"knob": "k", "high": 64, "tried": tried}
+        if r["variant"] == "dense" and r["seq_len"] == 8192:
+            r.update(status="timeout", latency_s=None, rel_l2_error=None, speedup=None)
+    return rows
+
+
+def test_a_matched_series_whose_knob_differs_per_n_is_points_with_the_knob_not_a_line(tmp_path, drawn):
+    frame = frame_of(_matched_rows(), budgets=(0.05, 0.1))
+    local = frame[(frame["inputs"] == "local") & (frame["status"] == "ok")]
+    knobs = plots.knob_labels(local[local["series"] == "sliding_window@0.1"])
+    assert knobs == {1024: "window=16", 2048: "window=152", 4096: "window=431", 8192: "window=600"}
+    assert plots.knob_labels(local[local["series"] == "sliding_window@0.05"]) == {}  # one window: one line
+    plots.plot_metric_vs_n(frame, "latency_s", tmp_path / "l.png", ylabel="t", title="t")
+    (ax,) = visible_axes(drawn["l.png"])
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert (
+        lines["sliding_window@0.1"].get_linestyle() == "None" and lines["sliding_window@0.05"].get_linestyle() != "None"
+    )
+    assert {t.get_text() for t in ax.texts} >= set(knobs.values())
+    assert any(line.get_gid() == "timeout" for line in ax.get_lines())  # dense's timeout at 8K is marked
+    assert "timed out" in legend_labels(drawn["l.png"])
+    assert "no point: linformer@0.05 (unreachable)" in ax.get_title()  # a series absent from the panel says why
+
+
+def test_the_error_figure_draws_an_unreachable_series_at_its_search_best_and_chunked_apart_from_dense(tmp_path, drawn):
+    frame = frame_of(_matched_rows(), budgets=(0.05, 0.1))
+    gaussian = frame[frame["inputs"] == "gaussian"]
+    best = plots.search_best(gaussian[gaussian["series"] == "linformer@0.1"])
+    assert list(best.index) == [1024, 2048, 4096, 8192] and best[1024] == pytest.approx(0.7 + 1024 / 2e4)
+    plots.plot_error_vs_n(frame, tmp_path / "e.png", budgets=(0.05, 0.1), metric="rel_l2")
+    panel = visible_axes(drawn["e.png"])[0]  # gaussian
+    searched = {line.get_label().lstrip("_") for line in panel.get_lines() if line.get_gid() == plotting.SEARCH_GID}
+    assert searched == {"linformer@0.05", "linformer@0.1", "sliding_window@0.05", "sliding_window@0.1"}
+    styles = series_styles(frame)
+    assert (styles["chunked"]["marker"], styles["chunked"]["linestyle"]) != (
+        styles["dense"]["marker"],
+        styles["dense"]["linestyle"],
+    )

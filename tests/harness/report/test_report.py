@@ -43,8 +43,8 @@ def test_report_from_a_run_with_failures_writes_every_file(tmp_path):
     assert "| linformer | 256 | unsupported |" in md and "does not support causal=True" in md
     assert "| linformer | 8192 | error |" in md and "RuntimeError: planted failure" in md
     # The analysis is computed: the planted exponents and the crossover at N = 400 appear.
-    assert "| float32 forward, non-causal, B=1 H=8 D=64 (cpu) | dense | 2.00 | 2.00 | 1024-4096 |" in md
-    assert "| sliding_window | 1.00 | 1.00 | 2048-8192 | from N ~ 400;" in md
+    assert "| float32 forward, non-causal, B=1 H=8 D=64 (cpu) | dense | 2.00 | 2.00 | 1024-4096 (oom at 8192) |" in md
+    assert "| sliding_window | 1.00 | 1.00 | 2048-8192 | from N ~ 400 (measured to 4K);" in md
     assert (
         "| 4K | dense | linformer(k=128) 20.5x |" in md and "| 8K | chunked(chunk_size=256) 101 ms, dense oom |" in md
     )
@@ -255,3 +255,32 @@ def test_a_contended_run_reports_no_verdict_unless_on_cpu_time_and_names_what_wa
     assert "winner_map.png" in answer
     assert main(["report", str(run), "--clock", "cycles"]) == 2
     assert "argument --clock: invalid choice: 'cycles'" in capsys.readouterr().err
+
+
+def test_a_spec_with_budgets_but_no_matched_row_does_not_say_it_has_none(tmp_path):
+    rows = [r for r in make_budget_rows(inputs=("local",)) if r["matched_budget"] is None]  # only dense and chunked
+    run = write_run(tmp_path / "run", rows, spec_text=BUDGET_SPEC)
+    write_report(run, maps=False)
+    section = _answer((run / "report.md").read_text())
+    assert "no error_budgets in its spec" not in section
+    assert "Its spec asks for error budgets (0.05, 0.1) but no row was matched to one" in section
+
+
+def test_each_missed_budget_names_its_own_best_error(tmp_path):
+    # sliding_window misses 0.05 at 4K-8K (its best there 0.066 at 4K) and 0.1 at 8K only (0.12 at 8K): the 0.1 part
+    # must not quote 0.066, which is below 0.1
+    rows = make_budget_rows(inputs=("local",))
+    for r in rows:
+        if r["variant"] == "sliding_window" and (
+            r["seq_len"] >= 4096 if r["matched_budget"] == 0.05 else r["seq_len"] == 8192
+        ):
+            error = 0.066 if r["seq_len"] == 4096 else 0.12
+            high = 1200 if r["seq_len"] == 4096 else 2399
+            r.update(status="unreachable", reason="above the budget", latency_s=None, rel_l2_error=None, speedup=None)
+            r["tuning"] = {"knob": "window", "low": 16, "high": high, "tried": {str(high): error}}
+    run = write_run(tmp_path / "run", rows, spec_text=BUDGET_SPEC)
+    write_report(run, maps=False)
+    assert (
+        "sliding_window for rel_l2 ≤ 0.05 at N=4K-8K (best 0.066: window=1200 at N=4K); "
+        "for rel_l2 ≤ 0.1 at N=8K (best 0.12: window=2399 at N=8K)."
+    ) in _answer((run / "report.md").read_text())

@@ -51,7 +51,25 @@ def test_layer_share_and_both_speedups_per_n():
     table = next(b for b in blocks if isinstance(b, Table))
     assert table.headers[3] == "attention share"
     assert [r[3] for r in table.rows] == ["25%", "40%"]
-    assert table.rows[1][4].replace(" ", "") == "4.00x/1.43x"  # 4 / 1 attention, 10 / 7 layer
+    assert table.rows[1][4].replace(" ", "") == "4.00x/1.43x;-"  # 4 / 1 attention, 10 / 7 layer; no error recorded
+
+
+def test_the_layer_table_shows_a_matched_series_layer_error_above_its_budget():
+    from harness.report.budgets import with_budgets
+
+    matched = dict(matched_budget=0.05, error_metric="rel_l2")
+    rows = [
+        _row("dense", 1024, 1.0, rel_l2_error=1e-7),
+        _row("dense", 1024, 4.0, scope="layer", rel_l2_error=2e-7),
+        _row("sliding_window", 1024, 0.5, rel_l2_error=0.04, **matched),
+        _row("sliding_window", 1024, 3.5, scope="layer", rel_l2_error=0.16, **matched),
+    ]
+    blocks = scopes.layer_share(with_budgets(_frame(rows), (0.05,), "rel_l2"))
+    table = next(b for b in blocks if isinstance(b, Table))
+    assert table.headers[4] == "sliding_window@0.05 (attention / layer; layer error)"
+    assert table.rows[0][4].endswith("; 0.16")
+    intro = next(b for b in blocks if isinstance(b, Paragraph)).text
+    assert "searched on attention alone" in intro and "not paired with dense" in intro
 
 
 def test_no_layer_section_without_both_scopes():

@@ -1,0 +1,150 @@
+"""The Pareto figure: error against latency at each N, the front among the series within the largest budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from harness.report import plotting
+from harness.report.analysis import pareto_front, primary_inputs, select, setting_title, settings
+from harness.report.budgets import METRIC_NAMES
+from harness.report.formatting import format_n
+from harness.report.plots import MIN_ERROR
+from harness.schema import BASELINE
+
+PARETO_COLUMNS = 3  # panels (lengths) per line of the Pareto figure; a setting with more lengths takes several lines
+FRONT_GID, OUTSIDE_GID = "pareto-front", "outside-budget"  # gids of the Pareto points (the tests find them by these)
+
+
+def plot_pareto(frame: pd.DataFrame, path: Path, *, budgets: Sequence[float], metric: str) -> Path | None:
+    """Error (the run's metric) against latency on the primary inputs: a row of panels per setting, one panel per N.
+
+    Filled: within the largest budget; the Pareto front (outlined, joined) is computed over those only. Hollow:
+    outside every budget, drawn but never on the front. Each budget is a dashed line.
+    """
+    inputs = primary_inputs(frame)
+    ok = (
+        frame[
+            (frame["status"] == "ok")
+            & (frame["inputs"] == inputs)
+            & frame["error"].notna()
+            & frame["latency_s"].notna()
+        ]
+        if len(frame)
+        else frame
+    )
+    if not len(ok):
+        return None
+    blocks = [(setting, sorted(set(select(ok, setting)["seq_len"]))) for setting in settings(ok)]
+    ncols = min(PARETO_COLUMNS, max(len(lengths) for _, lengths in blocks))
+    lines = [(setting, lengths[k : k + ncols]) for setting, lengths in blocks for k in range(0, len(lengths), ncols)]
+    plt, fig, axes = plotting.grid(len(lines) * ncols, ncols=ncols, width=3.6, height=3.0)
+    styles = plotting.series_styles(frame, outside=plotting.outside_budget(ok))
+    shared: dict[int, list] = {}  # a setting's panels share one error range
+    for i, (setting, lengths) in enumerate(lines):
+        part = select(ok, setting)
+        for j, (ax, n) in enumerate(zip(axes[i * ncols : i * ncols + len(lengths)], lengths)):
+            _pareto_panel(ax, part[part["seq_len"] == n], styles, budgets, metric)
+            first = n == min(part["seq_len"])
+            ax.set_title(
+                f"{setting_title(setting)}\nN = {format_n(n)}" if first else f"N = {format_n(n)}",
+                fontsize=8,
+                loc="left" if first else "center",
+            )
+            ax.set_xlabel(f"latency (inputs: {inputs})", fontsize=8)
+            if j == 0:
+                ax.set_ylabel(METRIC_NAMES[metric], fontsize=8)
+            shared.setdefault(id(setting), [part["error"]]).append(ax)
+    for errors, *panels in shared.values():
+        _share_y(panels, errors, budgets)
+    plotting.finish(
+        plt,
+        fig,
+        axes,
+        styles,
+        "Error vs latency at each N, better is lower-left\nfilled: within the largest budget; "
+        "outlined: the Pareto front among them; hollow: outside every budget; dashed: the budgets",
+        path,
+    )
+    return path
+
+
+def _pareto_panel(ax, at_n: pd.DataFrame, styles: dict, budgets: tuple[float, ...], metric: str) -> None:
+    """One N's points (a series' median latency and error), the front over the in-budget ones, the budget lines."""
+    points = (
+        at_n.groupby("series")
+        .agg(latency=("latency_s", "median"), error=("error", "median"), in_budget=("in_budget", "all"))
+        .reset_index()
+    )
+    points["error"] = points["error"].clip(lower=MIN_ERROR)
+    front = pareto_front(
+        points[points["in_budget"].astype(bool)], "latency", "error", same_below=rounding_floor(points)
+    )
+    if len(front) > 1:
+        ax.step(
+            front["latency"],
+            front["error"],
+            where="post",
+            color="gray",
+            linewidth=1,
+            alpha=0.7,
+            label="_front",
+            gid=FRONT_GID,
+        )
+    on_front = set(front["series"])
+    for _, p in points.iterrows():
+        style = styles[p["series"]]
+        if p["in_budget"]:
+            big = p["series"] in on_front
+            ax.scatter(
+                p["latency"],
+                p["error"],
+                color=style["color"],
+                marker=style["marker"],
+                s=70 if big else 35,
+                edgecolors="black" if big else "none",
+                zorder=3,
+                label=style["label"],
+                gid=FRONT_GID if big else None,
+            )
+        else:
+            ax.scatter(
+                p["latency"],
+                p["error"],
+                facecolors="none",
+                edgecolors=style["color"],
+                marker=style["marker"],
+                s=40,
+                linewidths=1.2,
+                zorder=3,
+                label=style["label"],
+                gid=OUTSIDE_GID,
+            )
+    plotting.budget_lines(ax, budgets, metric)
+    plotting.log_axis(ax.xaxis, ax.set_xscale)
+    plotting.seconds_axis(ax.xaxis)
+    ax.tick_params(labelsize=7)
+    ax.margins(x=0.15)  # room for the markers and the budget labels at the edges
+    plotting.few_log_ticks(ax.xaxis, ax.get_xlim())
+    ax.grid(True, which="major", alpha=0.3)
+
+
+ROUNDING_FACTOR = 4.0  # errors within this factor of dense's own (its rounding error) count as exact
+
+
+def rounding_floor(points: pd.DataFrame) -> float:
+    """The error at or below which a point counts as exact as dense: ROUNDING_FACTOR x dense's error at this N
+    (0 where dense has no point: every difference then counts)."""
+    dense = points[points["series"].map(lambda s: s == BASELINE or str(s).startswith(BASELINE + "("))]["error"]
+    return float(dense.min()) * ROUNDING_FACTOR if len(dense) and np.isfinite(dense.min()) else 0.0
+
+
+def _share_y(axes, errors: pd.Series, budgets: tuple[float, ...]) -> None:
+    """One log error range for a row of panels (its points and budgets), so the panels of one setting line up."""
+    values = [float(e) for e in errors.clip(lower=MIN_ERROR)] + list(budgets)
+    for ax in axes:
+        plotting.log_axis(ax.yaxis, ax.set_yscale)
+        ax.set_ylim(min(values) / 3, max(values) * 3)
