@@ -364,7 +364,7 @@ def test_report_of_a_run_over_two_gpus_has_a_devices_section_and_column(tmp_path
     text = (run_dir / "report.md").read_text()
     assert "## Devices" in text and "| NVIDIA A100 | node1 |" in text and "| NVIDIA H100 | node2 |" in text
     assert (
-        "| 1 - cosine | uniform / zero error | fit error train / held-out | weights' grad error | reason | device |"
+        "| 1 - cosine | top-8 recall | uniform / zero error | fit error train / held-out | weights' grad error | reason | device |"
         in text
     )
     single = write_run(tmp_path / "single", make_rows(variants=("dense",), inputs=("gaussian",), with_failures=False))

@@ -121,7 +121,8 @@ def test_the_end_counts_contended_cells_and_refuses_an_answer_measured_under_loa
     out = capsys.readouterr().out.splitlines()
     line = next(line for line in out if line.startswith("cells: "))
     assert f"{len(timed)} of {len(timed)} timed cells noisy, {len(timed) - 1} of {len(timed)} contended" in line, line
-    assert (
+    answer = next(line for line in out if line.startswith("answer at N=8192 (local)"))
+    assert answer.startswith(
         f"answer at N=8192 (local): measured under load 14 per CPU ({len(timed) - 1} of {len(timed)} timed cells "
-        "contended): no verdict; rerun on a quiet machine, or pass --clock cpu to compare CPU time" in out
-    )
+        "contended): no verdict; rerun on a quiet machine, or pass --clock cpu to compare CPU time"
+    )  # the searches' out-of-reach verdicts may follow: errors do not depend on the load
