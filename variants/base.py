@@ -41,9 +41,6 @@ class AttentionVariant(nn.Module):
     capabilities: ClassVar[Capabilities] = Capabilities()
     backends: ClassVar[tuple[str, ...]] = ()  # named implementations; config.backend picks one
     linear_in_v: ClassVar[bool] = True  # output = A(q, k) @ v, so v = identity reveals the attention map
-    # Learnable variants whose parameters are per position (Linformer's E, F) must be calibrated at
-    # the evaluation length; the others (distilled's feature map) fit once at a short length.
-    calibrate_at_eval_length: ClassVar[bool] = False
     # Config overrides under which tiny inputs (tests, attention maps at N ~ 64) still exercise the
     # algorithm: a window or chunk smaller than N, so a band or chunk bug cannot hide.
     small_config: ClassVar[dict[str, Any]] = {}
@@ -62,6 +59,13 @@ class AttentionVariant(nn.Module):
     def config_for_length(cls, config: dict[str, Any], M: int, *, fixed: Iterable[str] = ()) -> dict[str, Any]:
         """The config a cell with key length M measures: each of `length_fields` not in `fixed` (set by a user) becomes M."""
         return {**config, **{f: M for f in cls.length_fields if f not in set(fixed)}}
+
+    @classmethod
+    def calibration_length(cls, config: Any, N: int, cap: int) -> int:
+        """The length a learnable variant is fitted at for evaluation length N, given the run's cap
+        (calibration_max_seq_len): min(N, cap), one fit per series. A variant whose parameters are per position
+        (Linformer's E, F) or whose learned part sees only keys beyond a window overrides it."""
+        return min(N, cap)
 
     def __init__(self, config: VariantConfig | None = None):
         super().__init__()

@@ -66,7 +66,11 @@ class LinformerAttention(AttentionVariant):
         gqa=True,
         approximates="softmax attention over k learned projections of the M keys and values (Linformer)",
     )
-    calibrate_at_eval_length = True  # E and F have a column per position: a fit at 256 leaves later columns untrained
+
+    @classmethod
+    def calibration_length(cls, config: Any, N: int, cap: int) -> int:
+        return N  # E and F have a column per position: a fit at 256 leaves later columns untrained
+
     small_config = {"k": 8, "max_seq_len": 128}
     flops_tolerance = 0.0  # projections and SDPA over k rows, counted exactly
     # more is more accurate and slower; 256: the largest k of the paper's GLUE results

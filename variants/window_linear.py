@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -70,6 +71,12 @@ class WindowLinearAttention(AttentionVariant):
     small_config = {"window": 4, "features": 8, "chunk": 8}
     flops_tolerance = 0.0  # executed_flops follows forward chunk by chunk
     quality_knob = QualityKnob("window", 16, 8192, at_most_length=True)  # more is more accurate and slower
+
+    @classmethod
+    def calibration_length(cls, config: Any, N: int, cap: int) -> int:
+        """At least twice the window (within N): the learned map serves only the keys beyond the window, so a fit at a
+        length the window covers sees none of them (training error 0, the map untouched)."""
+        return min(N, max(cap, 2 * int(dict(config)["window"])))
 
     def __init__(self, config: WindowLinearConfig | None = None):
         super().__init__(config)

@@ -18,11 +18,10 @@ HELDOUT_BATCHES = 4  # held-out calibration batches: early stopping and the row'
 
 
 def calibration_length(attn: Any, cell: Cell, settings: MeasureSettings) -> int:
-    """N of the calibration batches: the evaluation length for variants with per-position parameters
-    (calibrate_at_eval_length, e.g. Linformer's E and F), else min(N, calibration_max_seq_len)."""
-    if getattr(attn, "calibrate_at_eval_length", False):
-        return cell.seq_len
-    return min(cell.seq_len, settings.calibration_max_seq_len)
+    """N of the calibration batches: the variant's own choice (AttentionVariant.calibration_length) for the cell's N
+    and config under the run's cap calibration_max_seq_len (min(N, cap) unless it needs more, e.g. Linformer's
+    per-position E and F, window_linear's keys beyond its window)."""
+    return attn.calibration_length(cell.config, cell.seq_len, settings.calibration_max_seq_len)
 
 
 def calibration_key(cell: Cell, settings: MeasureSettings) -> str:

@@ -255,3 +255,30 @@ def test_a_fit_that_cannot_reach_its_target_stops_at_the_first_evaluations():
     assert hopeless.stopped_early and hopeless.steps <= 20
     reachable = calibrate(build_variant("distilled", features=8), batches, steps=60, heldout=held, target=10.0)
     assert reachable.steps > hopeless.steps
+
+
+@pytest.mark.parametrize(
+    "name, config, N, cap, length",
+    [
+        ("distilled", {}, 8192, 256, 256),  # one fit per series at the cap
+        ("distilled", {}, 128, 256, 128),
+        ("linformer", {}, 8192, 256, 8192),  # E, F have a column per position
+        ("window_linear", {"window": 87}, 512, 256, 256),
+        ("window_linear", {"window": 533}, 2048, 256, 1066),  # the cap would leave no key beyond the window
+        ("window_linear", {"window": 2332}, 4096, 256, 4096),
+    ],
+)
+def test_the_calibration_length_leaves_the_learned_part_something_to_learn(name, config, N, cap, length):
+    from harness.measure import MeasureSettings
+    from harness.measure.calibration import calibration_length
+    from harness.schema import Cell
+    from variants import build_config, get_variant
+
+    cell = Cell(
+        variant=name, config=build_config(name, **config).to_dict(), seq_len=N, kv_len=N, batch=1, heads=2,
+        head_dim=16, dtype="float32", device="cpu", inputs="llm", seed=0, causal=False, mode="forward",
+    )  # fmt: skip
+    settings = MeasureSettings(calibration_max_seq_len=cap)
+    assert calibration_length(get_variant(name).cls, cell, settings) == length
+    if name == "window_linear":
+        assert length >= min(N, 2 * config["window"])  # at least as many keys beyond the window as in it
