@@ -102,11 +102,12 @@ def _not_measured(frame: pd.DataFrame, table: choice.AnswerTable, timeout_s: flo
             parts.append(f"{variant} {label} at {_lengths_text(sorted({int(n) for n in part['seq_len']}))}")
     if not parts:
         return []
-    limit = f" (past the {timeout_s:g} s limit per cell)" if timeout_s else ""
+    timed_out = bool(((rows["status"] == "timeout") & ~not_run).any())
+    limit = f" (past the {timeout_s:g} s limit per cell)" if timeout_s and timed_out else ""
     return [
         Paragraph(
             f"Not measured{limit}: " + "; ".join(parts) + ". A cell not run follows a shorter N of its series that ran "
-            "out of time or memory (or missed its budget); no answer above counts them."
+            "out of time or memory, or missed its budget over the same search range; no answer above counts them."
         )
     ]
 
