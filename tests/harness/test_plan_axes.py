@@ -78,7 +78,9 @@ def test_the_committed_reference_run_still_resumes_as_done():
     recorded = {(r["variant"], json.dumps(r["config"], sort_keys=True)) for r in rows}
     # Cells whose variant config is unchanged since the run (a variant that gained a config field has new ids).
     same_config = [c for c in cells if (c.variant, json.dumps(c.config, sort_keys=True)) in recorded]
-    assert len(same_config) >= 40
+    assert (
+        len(same_config) >= 24
+    )  # at least dense and chunked: 6 lengths x 2 inputs (matched cells record the knob found)
     assert {c.cell_id for c in same_config} <= {r["cell_id"] for r in rows}
 
 
