@@ -80,6 +80,23 @@ class Searcher:
         return Match(found, found, record, seconds, error=self.tried[value])
 
 
+def apply_match(
+    row: dict[str, Any], name: str, fields: dict[str, Any], budget: float | None, searcher: "Searcher | None"
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """For a study row with a budget: the search's record into `row`, then (the fields found, None), or (fields,
+    the finished `unreachable` row) when no value meets it; without a budget, (fields, None)."""
+    if budget is None or searcher is None:
+        return fields, None
+    from variants import build_variant
+
+    match = searcher.match(budget)
+    row.update(tuning=match.tuning, tuning_s=match.tuning_s)
+    if match.fields is None:
+        config = build_variant(name, **match.config).config.to_dict()
+        return fields, {**row, "config": config, "status": "unreachable", "reason": match.reason}
+    return match.fields, None
+
+
 def label(row: dict[str, Any]) -> str:
     """A row's variant, with its budget when it has one: 'sliding_window', 'sliding_window@0.05'."""
     return row["variant"] if row.get("budget") is None else f"{row['variant']}@{row['budget']:g}"

@@ -212,13 +212,9 @@ def _evaluate(
     row.update(top1_agreement=None, kl_mean=None, calibration=None, calibration_s=None, eval_s=None, device=device)
     row.update(tuning=None, tuning_s=None)
     try:
-        if budget is not None:
-            match = searcher.match(budget)
-            row.update(tuning=match.tuning, tuning_s=match.tuning_s)
-            if match.fields is None:
-                config = build_variant(name, **match.config).config.to_dict()
-                return {**row, "config": config, "status": "unreachable", "reason": match.reason}
-            fields = match.fields
+        fields, unreachable = budget_search.apply_match(row, name, fields, budget, searcher)
+        if unreachable is not None:
+            return unreachable
         row["config"] = build_variant(name, **fields).config.to_dict()
         start = time.perf_counter()
         per_layer, row["calibration"] = calibrated_variants(
