@@ -118,7 +118,8 @@ def test_resume_after_a_partial_line_and_a_finished_run_is_a_no_op(tmp_path, tes
     assert (run_dir / "rows.jsonl").read_text().endswith("}\n")
 
 
-def test_resume_keeps_a_complete_last_row_that_lost_its_newline(tmp_path, no_report):
+def _two_dense_cells(out, run_id: str) -> list[str]:
+    """A sweep of two tiny dense cells (N = 16, 32) into out/run_id."""
     argv = [
         "sweep",
         "--device",
@@ -131,18 +132,13 @@ def test_resume_keeps_a_complete_last_row_that_lost_its_newline(tmp_path, no_rep
         "1",
         "--head-dims",
         "8",
-        "--inputs",
-        "gaussian",
-        "--time-budget",
-        "0.005",
-        "--repeats",
-        "1",
-        "--quiet",
-        "--out",
-        str(tmp_path),
-        "--run-id",
-        "nl",
     ]
+    argv += ["--inputs", "gaussian", "--time-budget", "0.005", "--repeats", "1", "--quiet"]
+    return argv + ["--out", str(out), "--run-id", run_id]
+
+
+def test_resume_keeps_a_complete_last_row_that_lost_its_newline(tmp_path, no_report):
+    argv = _two_dense_cells(tmp_path, "nl")
     assert main(argv) == 0
     path = tmp_path / "nl" / "rows.jsonl"
     path.write_bytes(path.read_bytes()[:-1])  # killed after the last row but before its newline
@@ -231,21 +227,8 @@ def test_a_row_without_a_cell_id_is_not_a_result_and_its_cell_is_measured_on_res
     resume neither crashes on it nor counts it as done; its cell is measured again, the other cell is kept."""
     import json
 
-    argv = [
-        "sweep",
-        "--device",
-        "cpu",
-        "--variants",
-        "dense",
-        "--seq-lens",
-        "16,32",
-        "--heads",
-        "1",
-        "--head-dims",
-        "8",
-    ]
-    argv += ["--inputs", "gaussian", "--time-budget", "0.005", "--repeats", "1", "--quiet", "--out", str(tmp_path)]
-    assert main([*argv, "--run-id", "noid"]) == 0
+    argv = _two_dense_cells(tmp_path, "noid")
+    assert main(argv) == 0
     path = tmp_path / "noid" / "rows.jsonl"
     first, second = (json.loads(line) for line in path.read_text().splitlines())
     del second["cell_id"]
