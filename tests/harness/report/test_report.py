@@ -284,3 +284,15 @@ def test_each_missed_budget_names_its_own_best_error(tmp_path):
         "sliding_window for rel_l2 ≤ 0.05 at N=4K-8K (best 0.066: window=1200 at N=4K); "
         "for rel_l2 ≤ 0.1 at N=8K (best 0.12: window=2399 at N=8K)."
     ) in _answer((run / "report.md").read_text())
+
+
+def test_cells_not_run_after_an_unreachable_budget_are_not_blamed_on_the_time_limit(tmp_path):
+    rows = make_budget_rows(inputs=("local",))
+    for r in rows:
+        if r["variant"] == "linformer" and r["seq_len"] >= 4096:
+            r.update(status="unreachable", reason="not run: unreachable at N=2048 over the same k range 16-256")
+            r.update(latency_s=None, rel_l2_error=None, speedup=None)
+    run = write_run(tmp_path / "run", rows, spec_text=BUDGET_SPEC + "cell_timeout_s = 120\n")
+    write_report(run, maps=False)
+    answer = _answer((run / "report.md").read_text())
+    assert "Not measured: linformer not run at N=4K-8K." in answer and "s limit per cell" not in answer
