@@ -92,6 +92,15 @@ def test_a_row_without_limits_gets_bytes_but_no_percentages():
     assert fields == {"bytes_moved": bytes_moved(_cell()), "bytes_per_s": float(bytes_moved(_cell()))}
 
 
+def test_compute_just_beyond_the_tolerance_is_impossible_and_at_the_peak_is_not():
+    # the field's wrong numbers are 1.5-2x the chip (a causal FLOP count doubled), not a million times it
+    limits = {"dtypes": {"float32": {"peak_flops": 100.0, "bandwidth_bytes_per_s": 1e18, "cache_bytes": 10**9}}}
+    at_peak = roofline_fields(_cell(), {"latency_s": 1.0, "flops": 100}, limits)
+    assert at_peak["pct_of_compute_peak"] == 100.0 and "impossible" not in at_peak
+    doubled = roofline_fields(_cell(), {"latency_s": 1.0, "flops": 200}, limits)
+    assert doubled["pct_of_compute_peak"] == 200.0 and "200% of the measured compute peak" in doubled["impossible"]
+
+
 def test_bandwidth_above_the_limit_is_impossible_only_beyond_the_cache():
     limits = {"dtypes": {"float32": {"peak_flops": 1e18, "bandwidth_bytes_per_s": 1.0, "cache_bytes": 10**9}}}
     row = {"latency_s": 1.0, "flops": 1}
