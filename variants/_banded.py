@@ -1,7 +1,8 @@
 """sliding_window's banded backend: query blocks attend to the key span around them through fused SDPA, never N x M.
 
 The block size is measured per device and shape by prepare() (_choose_block, outside the timed region); the band's
-bool mask per block is cached per shape (_band_keep). Exact, O(N * window) time and memory, forward and backward.
+mask per block is cached per shape in SDPA's additive form (_cached_masks). Exact, O(N * window) time and memory,
+forward and backward.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def _banded(
 
     GQA: the G query heads of a K/V head are stacked as the G*b rows of a block, so K/V are not repeated. q is a view
     when N is a multiple of b and G = 1; K/V are padded once per call (one copy each); without padding the block
-    mask is cached per shape (_band_keep). b: `block`, else the size prepare() measured fastest, else _BLOCK.
+    mask is cached per shape (_cached_masks). b: `block`, else the size prepare() measured fastest, else _BLOCK.
     """
     B, H, N, D = q.shape
     Hkv, M = k.shape[1], k.shape[2]
@@ -87,10 +88,10 @@ def _banded(
     S = min(sinks, M)
     if S:  # sink keys go in front of every block's window: (B, H_kv, nb, S + L, D), a copy
         kw, vw = (torch.cat([t[:, :, None, :S].expand(-1, -1, nb, -1, -1), w], dim=3) for t, w in ((k, kw), (v, vw)))
-    if kv_mask is None:  # one mask for every batch row, cached per shape
-        keep = _band_keep(N, M, b, window, causal, S, G, q.device)
+    if kv_mask is None:  # one mask for every batch row, cached per shape in SDPA's additive form
+        keep, bias = _cached_masks(N, M, b, window, causal, S, G, q.device, q.dtype)
         flat = (t.flatten(0, 1) for t in (qb, kw, vw))  # (B*H_kv, nb, rows, D): 4-D keeps SDPA's fused CPU kernel
-        out = F.scaled_dot_product_attention(*flat, attn_mask=keep, scale=softmax_scale(D))
+        out = F.scaled_dot_product_attention(*flat, attn_mask=bias, scale=softmax_scale(D))
         if N > M:  # a query with no visible key gets zeros, as in the reference
             out = out.masked_fill(~keep.any(-1)[..., None], 0.0)
     else:
@@ -106,22 +107,28 @@ def _banded(
 
 
 @functools.lru_cache(maxsize=8)
-def _cached_keep(N: int, M: int, b: int, window: int, causal: bool, S: int, G: int, device: torch.device) -> Tensor:
-    return _band_keep_uncached(N, M, b, window, causal, S, G, device, None)
+def _cached_masks(
+    N: int, M: int, b: int, window: int, causal: bool, S: int, G: int, device: torch.device, dtype: torch.dtype
+) -> tuple[Tensor, Tensor]:
+    """The band's bool mask without padding and its additive form (0 kept, -inf not), built once per shape: SDPA
+    turns a bool mask into the additive one on every call, a pass over nb*b*L elements that the cache saves."""
+    keep = _band_keep(N, M, b, window, causal, S, G, device)
+    bias = torch.zeros(keep.shape, dtype=dtype, device=device).masked_fill_(~keep, float("-inf"))
+    return keep, bias
 
 
 def _band_keep(
-    N: int, M: int, b: int, window: int, causal: bool, S: int, G: int, device: torch.device, real: Tensor | None = None
+    N: int,
+    M: int,
+    b: int,
+    window: int,
+    causal: bool,
+    S: int,
+    G: int,
+    device: torch.device,
+    real_keys: Tensor | None = None,
 ) -> Tensor:
-    """The banded blocks' bool mask (1, nb, G*b, S + L): band, sinks and padding (`real`, (M,) of one batch row)."""
-    if real is None:
-        return _cached_keep(N, M, b, window, causal, S, G, device)
-    return _band_keep_uncached(N, M, b, window, causal, S, G, device, real)
-
-
-def _band_keep_uncached(
-    N: int, M: int, b: int, window: int, causal: bool, S: int, G: int, device: torch.device, real_keys: Tensor | None
-) -> Tensor:
+    """The banded blocks' bool mask (1, nb, G*b, S + L): band, sinks and padding (`real_keys`, (M,) of one batch row)."""
     nb, P = -(-N // b), window - 1
     L = b + P + (0 if causal else P)
     Mp = (nb - 1) * b + L
