@@ -3,8 +3,8 @@
 
 How this project checks that its tests and its sweep behave on a shared machine (issues 27 and 29: the suite must
 pass, and a sweep must answer as on a quiet machine or refuse with the reason). The busy processes spin in pure
-Python at normal priority, like a neighbour's job; they stop when the command ends, when --seconds pass, or on
-Ctrl-C, whichever comes first, so the load never outlives the check.
+Python at normal priority, like a neighbour's job; they stop when the command ends, when --seconds pass, on
+Ctrl-C or on SIGTERM, whichever comes first, so the load never outlives the check.
 
     python scripts/busy_load.py --per-cpu 8 --seconds 3600 -- .venv/bin/python -m pytest -q
     python scripts/busy_load.py --per-cpu 8 --seconds 600          # the load alone, for 10 minutes
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -56,6 +57,10 @@ def stop_load(spinners: list[multiprocessing.Process]) -> None:
         p.join(timeout=5)
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--per-cpu", type=int, default=8, help="busy processes per usable CPU (default: %(default)s)")
@@ -73,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"[busy_load] starting {n} busy processes ({args.per_cpu} per CPU) for at most {args.seconds:.0f}s", flush=True
     )
+    signal.signal(signal.SIGTERM, _terminated)  # `kill` stops the spinners too (the finally below)
     spinners = start_load(n, args.seconds)
     start, status = time.monotonic(), 0
     try:

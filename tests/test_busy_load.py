@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,3 +49,39 @@ def test_bad_arguments_are_refused_with_the_values_given():
     )
     assert result.returncode == 2
     assert "got 0" in result.stderr
+
+
+def _live_children(pid: int) -> list[int]:
+    rows = [
+        r.split()
+        for r in subprocess.run(
+            ["ps", "-e", "-o", "pid=,ppid=,stat="], capture_output=True, text=True, check=False
+        ).stdout.splitlines()
+    ]
+    return [int(r[0]) for r in rows if len(r) == 3 and r[1] == str(pid) and not r[2].startswith("Z")]
+
+
+def test_a_terminated_load_takes_its_spinners_with_it():
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPT), "--per-cpu", "1", "--seconds", "120"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert "starting" in proc.stdout.readline() + proc.stdout.readline()
+        deadline = time.monotonic() + 60
+        while not (spinners := _live_children(proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert spinners, "no spinner started"
+        proc.terminate()
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    time.sleep(1.0)
+    alive = [
+        p
+        for p in spinners
+        if subprocess.run(
+            ["ps", "-p", str(p), "-o", "stat="], capture_output=True, text=True, check=False
+        ).stdout.strip()[:1]
+        not in ("", "Z")
+    ]
+    assert not alive, f"spinners {alive} outlived a terminated busy_load"
