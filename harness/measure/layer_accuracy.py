@@ -3,7 +3,8 @@
 The output: sampled rows of the last block's output; every block before it runs on all rows (its keys feed the next
 block), in row chunks so the float64 scores stay within REFERENCE_CHUNK_BYTES. In train mode the gradients too: of x
 and of the blocks' weights (the worst weight tensor), after one forward (under the cell's precision) and backward at
-GRAD_CHECK_MAX_SEQ_LEN tokens at most (the first ones: the float64 backward keeps its scores for every row), so
+GRAD_CHECK_MAX_SEQ_LEN tokens and GRAD_CHECK_MAX_BATCH batch rows at most (the first ones: the float64 backward
+keeps its scores for every row, B x H x n x n of them; at B=256 and n=512 that was 1 GiB per block), so
 autocast's cost in accuracy is a number beside its savings in memory and time.
 """
 
@@ -20,6 +21,7 @@ from harness.measure.settings import MeasureSettings
 from harness.schema import Cell
 
 GRAD_CHECK_MAX_SEQ_LEN = 1024  # the layer's gradients are checked on the first min(N, this) tokens
+GRAD_CHECK_MAX_BATCH = 4  # ... of the first min(B, this) batch rows
 
 
 def layer_accuracy(
@@ -76,12 +78,13 @@ def _gradient_errors(
     precision: Callable[[], ContextManager[Any]],
     pattern: Any,
 ) -> dict[str, Any]:
-    """dx and the weights' gradients of one forward (under the cell's precision) and backward on the first n tokens,
-    against the float64 stack's with exact attention; {} when the variant refuses n tokens (it was built for N)."""
+    """dx and the weights' gradients of one forward (under the cell's precision) and backward on the first n tokens of
+    the first batch rows, against the float64 stack's with exact attention; {} when the variant refuses n tokens (it
+    was built for N)."""
     from variants import reference_attention
 
-    n = min(x.shape[1], GRAD_CHECK_MAX_SEQ_LEN)
-    xs, mask = x[:, :n], kv_mask[:, :n] if kv_mask is not None else None
+    n, rows = min(x.shape[1], GRAD_CHECK_MAX_SEQ_LEN), min(x.shape[0], GRAD_CHECK_MAX_BATCH)
+    xs, mask = x[:rows, :n], kv_mask[:rows, :n] if kv_mask is not None else None
     with torch.no_grad():
         q, k, v = stack.blocks[0].project(xs)
     if stack.attn.not_supported_reasons(q, k, v, causal=cell.causal, kv_mask=mask, training=True):

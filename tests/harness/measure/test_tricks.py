@@ -134,3 +134,22 @@ def test_a_layer_stack_cell_keeps_fewer_bytes_with_each_trick_and_scores_its_wei
     assert fp32["layer_depth"] == 3 and fp32["grad_check_seq_len"] == 256
     for name in ("grad_rel_l2_x", "grad_rel_l2_params"):
         assert fp32[name] < 1e-5 and 100 * fp32[name] < bf16[name] < 0.1, (name, fp32[name], bf16[name])
+
+
+def test_the_layer_gradient_check_runs_on_the_first_four_batch_rows_only(monkeypatch):
+    # the float64 reference keeps B x H x n x n scores for the backward: a large batch must not multiply them
+    import variants
+
+    seen = []
+    exact = variants.reference_attention
+
+    def counting(q, k, v, **kw):
+        if torch.is_grad_enabled() and q.dtype == torch.float64:
+            seen.append(q.shape[0])
+        return exact(q, k, v, **kw)
+
+    monkeypatch.setattr(variants, "reference_attention", counting)
+    row = run(cell(N=32, scope="layer", layer_depth=1, batch=6))
+    assert row["status"] == "ok", row["reason"]
+    assert seen and set(seen) == {4}, seen
+    assert row["grad_rel_l2_x"] < 1e-5 and row["grad_rel_l2_params"] < 1e-5
