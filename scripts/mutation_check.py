@@ -4,7 +4,7 @@
 Reads scripts/mutations.toml (a list of [[mutation]] tables, see its header), copies the repository
 once (tracked and untracked-but-not-ignored files, minus results/ and .venv/) to a temporary folder,
 then for each mutation: replaces its `find` text (which must occur exactly once) by `replace`, runs
-`python -m pytest -x -q -p no:cacheprovider TARGETS` there with PYTHONPATH set to the copy, records
+`python -m pytest -x -q -p no:cacheprovider -m '' TARGETS` there with PYTHONPATH set to the copy, records
 killed (tests failed), survived (tests passed), error (pytest could not run them: exit 2-5) or
 timeout, and restores the file. The targets are first run once without any mutation: a target that
 already fails would make every mutation look killed.
@@ -145,6 +145,12 @@ def copy_repo(repo: Path, dest: Path) -> int:
     return copied
 
 
+def pytest_command(python: str, targets: tuple[str, ...], *, stop_first: bool = True) -> list[str]:
+    """The pytest command line for `targets`: every target runs, `slow`-marked ones too (`-m ""` lifts the
+    default `-m "not slow"` of pyproject's addopts)."""
+    return [python, "-m", "pytest", *(["-x"] if stop_first else []), "-q", "-p", "no:cacheprovider", "-m", "", *targets]
+
+
 def run_pytest(
     python: str, scratch: Path, targets: tuple[str, ...], timeout_s: float, *, stop_first: bool = True
 ) -> tuple[str, float, str]:
@@ -154,7 +160,7 @@ def run_pytest(
         PYTHONPATH=os.pathsep.join([str(scratch), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
         PYTHONDONTWRITEBYTECODE="1",
     )
-    cmd = [python, "-m", "pytest", *(["-x"] if stop_first else []), "-q", "-p", "no:cacheprovider", *targets]
+    cmd = pytest_command(python, targets, stop_first=stop_first)
     start = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=scratch, env=env, capture_output=True, text=True, timeout=timeout_s)

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "busy_load.py"
 
@@ -38,6 +40,7 @@ def test_the_command_runs_beside_busy_processes_and_its_status_is_returned():
     assert f"command exited {result.returncode}" in result.stdout
 
 
+@pytest.mark.slow
 def test_spinners_stop_by_themselves_when_their_time_is_up():
     result = _run(0.5, _spinners_probe(wait_s=4.0))
     assert result.returncode == 0, result.stdout + result.stderr  # none left

@@ -39,3 +39,12 @@ def test_every_mutation_target_exists():
             if not file.exists() or (name and not re.search(rf"^\s*def {re.escape(name)}\(", file.read_text(), re.M)):
                 missing.append(f"{mutation.id}: {target}")
     assert not missing, "targets that do not exist: " + "; ".join(missing)
+
+
+def test_slow_marked_targets_are_run_not_deselected():
+    # pyproject's addopts deselects `slow` tests; a mutation whose target is slow must still run it
+    cmd = _mutation_check().pytest_command("python", ("tests/x.py::test_y",))
+    args = cmd[3:]  # after python -m pytest
+    assert (
+        cmd[:3] == ["python", "-m", "pytest"] and args[args.index("-m") + 1] == "" and args[-1] == "tests/x.py::test_y"
+    )

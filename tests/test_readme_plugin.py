@@ -34,6 +34,7 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
 
+@pytest.mark.slow
 def test_readme_contract_command_passes_on_readme_plugin(readme_plugin):
     command = _readme_block("## Add your own variant", "bash")
     argv = command.split("#")[0].split()
@@ -48,6 +49,7 @@ def test_readme_contract_command_passes_on_readme_plugin(readme_plugin):
     assert "failed" not in done.stdout.splitlines()[-1], tail
 
 
+@pytest.mark.slow
 def test_harness_list_shows_what_the_readme_plugin_supports(readme_plugin):
     done = subprocess.run(
         [sys.executable, "-m", "harness", "list", "--plugin", str(readme_plugin)],

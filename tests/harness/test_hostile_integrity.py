@@ -126,6 +126,7 @@ def fast_report(monkeypatch):
 
 @pytest.mark.parametrize("name", list(FOLDERS))
 @pytest.mark.parametrize("command", ["report", "compare", "resume"])
+@pytest.mark.slow
 def test_a_corrupted_run_folder_is_one_line_never_a_traceback(tmp_path, fast_report, name, command):
     folder = _folder(tmp_path, name)
     good = write_run(tmp_path / "good", _good_rows())
@@ -215,6 +216,7 @@ def _measure(variant: str, context=None, *, N: int = 64, mode: str = "forward", 
 
 
 @pytest.mark.parametrize("mode", ["forward", "train"])
+@pytest.mark.slow
 def test_a_variant_that_writes_into_its_inputs_is_an_error_row_and_falsifies_no_other(plugin, mode):
     from harness.measure import MeasureContext
 
@@ -276,6 +278,7 @@ def test_the_users_ctrl_c_still_stops_the_cell(monkeypatch):
         ("h_dense", "variant name 'dense' is already registered by variants.dense.DenseAttention"),
     ],
 )
+@pytest.mark.slow
 def test_a_plugin_that_fails_at_import_is_one_line_naming_its_file(tmp_path, name, words):
     path = write_plugin(tmp_path, name)
     done = subprocess.run(
@@ -295,6 +298,7 @@ TINY = ["--device", "cpu", "--seq-lens", "32", "--batch", "1", "--heads", "1", "
 TINY += ["--time-budget", "0.005", "--repeats", "1", "--error-rows", "8", "--inputs", "gaussian", "--quiet"]
 
 
+@pytest.mark.slow
 def test_a_plugin_that_calls_os_exit_0_costs_its_row_not_the_sweep(tmp_path, no_report):
     from harness.store import read_rows
 
@@ -308,6 +312,7 @@ def test_a_plugin_that_calls_os_exit_0_costs_its_row_not_the_sweep(tmp_path, no_
     assert by_variant["dense"]["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_plugin_cells_share_one_child_process_and_measure_as_built_ins_do(tmp_path, monkeypatch, no_report):
     from harness.executors.plugin_worker import PluginWorker
     from harness.store import read_rows
@@ -324,6 +329,7 @@ def test_plugin_cells_share_one_child_process_and_measure_as_built_ins_do(tmp_pa
     assert len(starts) == 1  # one process start for the run's plugin cells, not one per cell
 
 
+@pytest.mark.slow
 def test_a_plugin_that_swallows_the_timeout_is_killed_at_the_hard_limit(tmp_path, monkeypatch, no_report):
     import harness.executors.base as base
     from harness.store import read_rows

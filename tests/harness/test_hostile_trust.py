@@ -318,6 +318,7 @@ class After(AttentionVariant):
 '''
 
 
+@pytest.mark.slow
 def test_rows_record_the_threads_each_cell_ran_with(tmp_path, no_report):
     import torch
 
@@ -339,6 +340,7 @@ def test_rows_record_the_threads_each_cell_ran_with(tmp_path, no_report):
     assert [(r["variant"], r["threads"]) for r in rows] == [("t_one_thread", 2), ("t_after", 1), ("dense", 2)]
 
 
+@pytest.mark.slow
 def test_sigterm_removes_the_lock_pid_says_how_to_resume_and_warnings_carry_no_source_line(run_copy, test_variants):
     """One subprocess: a resume that repairs a torn last line (a reader warning), then SIGTERM mid-cell."""
     from tests.helpers import REPO

@@ -244,6 +244,7 @@ def _run_python(code: str, env_extra: dict | None = None, cwd: Path = REPO) -> s
     )
 
 
+@pytest.mark.slow
 def test_importing_variants_prints_nothing_and_does_no_work():
     result = _run_python(
         "import sys, variants, harness; "
@@ -254,12 +255,14 @@ def test_importing_variants_prints_nothing_and_does_no_work():
     assert result.stdout.strip() == "[]"  # no xformers, no triton, not even the built-ins yet
 
 
+@pytest.mark.slow
 def test_listing_variants_on_cpu_prints_nothing():
     result = _run_python("import variants; variants.list_variants(); variants.build_variant('dense')")
     assert result.returncode == 0, result.stderr
     assert result.stdout == "" and result.stderr == ""
 
 
+@pytest.mark.slow
 def test_environment_variable_plugins_and_broken_plugins(tmp_path):
     good = tmp_path / "good_attn.py"
     good.write_text(_PLUGIN_SOURCE.format(name="env_plugin_attn"))
@@ -272,6 +275,7 @@ def test_environment_variable_plugins_and_broken_plugins(tmp_path):
     assert "skipped plugin module_that_does_not_exist: ModuleNotFoundError" in result.stderr
 
 
+@pytest.mark.slow
 def test_entry_point_plugins_show_up_like_builtins(tmp_path):
     """A package installed with an attnsuite.variants entry point (a dist-info on sys.path)."""
     (tmp_path / "ep_pkg_attn.py").write_text(_PLUGIN_SOURCE.format(name="entry_point_attn"))
@@ -290,6 +294,7 @@ def test_entry_point_plugins_show_up_like_builtins(tmp_path):
     assert module == "ep_pkg_attn"
 
 
+@pytest.mark.slow
 def test_contract_tests_pick_up_a_plugin_with_no_test_code(tmp_path):
     plugin = tmp_path / "leaky_attn.py"
     # A plugin that claims causal support but leaks the future: the contract suite must catch it.

@@ -81,6 +81,7 @@ def test_module_entry_point_runs_in_a_fresh_process():
     assert "list" in result.stdout and "env" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_command_imports_only_its_own_module():
     code = (
         "import sys; from harness.commands import main; main(['list', 'dense']); "

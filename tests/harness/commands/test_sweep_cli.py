@@ -7,9 +7,9 @@ import json
 import pytest
 
 from harness.commands import main
+from harness.runner import run_sweep
 from harness.runner import sweep_spec as build_spec
 from harness.store import read_rows
-from harness.runner import run_sweep
 from variants import get_variant, list_variants
 
 TINY = [
@@ -50,6 +50,7 @@ TINY_CLI = {
 BUILTINS = [n for n in ("dense", "sliding_window", "chunked", "linformer", "distilled") if n in list_variants()]
 
 
+@pytest.mark.slow
 def test_tiny_sweep_of_every_builtin_both_modes(tmp_path, capsys, no_report):
     code = main(
         [
@@ -139,6 +140,7 @@ def test_malformed_toml_exits_2_with_its_line(tmp_path, capsys):
     assert "sweep.toml: malformed TOML" in err and "line 2" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_oom_marks_longer_lengths_oom_without_trying(tmp_path, test_variants, no_report):
     spec = build_spec(
         cli={
@@ -191,6 +193,7 @@ def test_plan_of_a_resumed_run_marks_the_done_cells_and_counts_the_rest(tmp_path
     assert plan_lines(spec)[-1] == "3 cells planned"
 
 
+@pytest.mark.slow
 def test_isolate_turns_a_segfault_into_a_row(tmp_path, test_variants, no_report):
     from tests.helpers.sweep_fixtures import PLUGIN
 

@@ -114,6 +114,7 @@ def _statuses(run_dir: Path) -> dict[str, str]:
     return {r["cell_id"]: r["status"] for r in rows}
 
 
+@pytest.mark.slow
 def test_ray_yields_the_same_cells_and_statuses_as_local(tmp_path, ray_cluster, plugins, no_report):
     cli = {
         **TINY,
@@ -140,6 +141,7 @@ def test_ray_yields_the_same_cells_and_statuses_as_local(tmp_path, ray_cluster, 
     assert any((remote / "fitted").glob("*.pt"))  # linformer's fits, stored for other workers
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_an_error_row_for_its_cell_only(tmp_path, ray_cluster, plugins, no_report):
     cli = {**TINY, "variants": "t_kill:kill_at=32,dense", "seq_lens": "16,32,64", "plugins": plugins, "executor": "ray"}
     run_dir = run_sweep(build_spec(cli=cli), out=tmp_path, run_id="kill")
@@ -151,6 +153,7 @@ def test_a_killed_worker_is_an_error_row_for_its_cell_only(tmp_path, ray_cluster
     assert others == ["ok"] * 5
 
 
+@pytest.mark.slow
 def test_a_hung_task_is_cancelled_and_becomes_a_timeout_row(tmp_path, ray_cluster, plugins, no_report, monkeypatch):
     executors = __import__("harness.executors.base", fromlist=["STARTUP_SLACK_S"])
     monkeypatch.setattr(executors, "STARTUP_SLACK_S", 2.0)  # hard limit = limit * 1.5 + 2 s (24.5 s when quiet)
@@ -172,6 +175,7 @@ def test_a_hung_task_is_cancelled_and_becomes_a_timeout_row(tmp_path, ray_cluste
     assert rows["dense"]["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_killed_driver_resumes_with_only_the_missing_cells(tmp_path, ray_cluster, plugins, no_report):
     from tests.helpers.sweep_fixtures import PLUGIN
 

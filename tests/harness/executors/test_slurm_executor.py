@@ -11,9 +11,9 @@ import pytest
 submitit = pytest.importorskip("submitit")
 
 from harness.plan import plan  # noqa: E402
+from harness.runner import run_sweep  # noqa: E402
 from harness.runner import sweep_spec as build_spec  # noqa: E402
 from harness.store import read_rows  # noqa: E402
-from harness.runner import run_sweep  # noqa: E402
 
 TINY = {
     "device": "cpu",
@@ -33,6 +33,7 @@ def _statuses(run_dir: Path) -> dict[str, str]:
     return {r["cell_id"]: r["status"] for r in rows}
 
 
+@pytest.mark.slow
 def test_submitit_local_mode_yields_the_same_cells_and_statuses_as_local(tmp_path, test_variants, no_report):
     cli = {**TINY, "variants": "dense,t_raise,t_crash,linformer", "seq_lens": "32", "plugins": [test_variants]}
     local_cli = {**cli, "variants": "dense,t_raise,linformer"}  # t_crash would take the driver down with it

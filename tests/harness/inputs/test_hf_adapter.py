@@ -49,6 +49,7 @@ CAUSAL = [name for name in list_variants() if get_variant(name).cls.capabilities
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("name", EXACT)
+@pytest.mark.slow
 def test_exact_variants_equal_stock_sdpa_with_and_without_padding(folders, kind, name):
     model = hf_model.load_pretrained(str(folders[kind]))
     ids, mask = _batch()

@@ -58,6 +58,7 @@ def test_a_shape_other_than_the_models_is_refused_with_its_values(llama, shape, 
         inputs.make_inputs("model", {}, B=1, H=4, N=64, D=16, seed=0)
 
 
+@pytest.mark.slow
 def test_sweep_rows_with_the_models_shape_and_a_resume_does_not_recapture(llama, tmp_path, monkeypatch, capsys):
     argv = ["sweep", "--device", "cpu", "--variants", "dense,sliding_window:window=16", "--seq-lens", "64"]
     argv += ["--batch", "1", "--heads", "4", "--kv-heads", "2", "--head-dims", "16"]

@@ -29,6 +29,7 @@ def _texts(n: int) -> list[str]:
 
 
 @needs_extra
+@pytest.mark.slow
 def test_loads_offline_and_dense_swap_reproduces_the_model(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     tokenizer = realmodel.load_tokenizer()
@@ -52,6 +53,7 @@ def test_loads_offline_and_dense_swap_reproduces_the_model(monkeypatch):
 @pytest.mark.parametrize(
     "name,config", [("chunked", {"query_chunk": 16, "key_chunk": 16}), ("sliding_window", {"window": 128})]
 )
+@pytest.mark.slow
 def test_exact_variants_reproduce_the_model_on_a_padded_batch(name, config):
     """chunked, and sliding_window with window >= N, inside MiniLM's real weights equal the stock model, padding and all."""
     ids, mask = realmodel.load_tokenizer().encode(_texts(4), max_len=128)
@@ -65,6 +67,7 @@ def test_exact_variants_reproduce_the_model_on_a_padded_batch(name, config):
 
 
 @needs_extra
+@pytest.mark.slow
 def test_matches_the_packages_own_loader(monkeypatch):
     """The forward written here equals sentence-transformers loading the same package (its own path)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

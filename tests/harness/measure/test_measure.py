@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from harness.measure import MeasureContext, MeasureSettings, RunInfo, is_oom, measure_cell, sample_rows
-from harness.schema import Cell
 from harness.row import ROW_FIELDS
+from harness.schema import Cell
 
 RUN = RunInfo(run_id="test", device_name="cpu", host="h", threads=torch.get_num_threads())
 FAST = MeasureSettings(time_budget_s=0.01, repeats=2, error_rows=16, calibration_steps=20, calibration_batches=2)
@@ -133,6 +133,7 @@ def test_per_cell_limit_becomes_a_timeout_row():
 
 
 @pytest.mark.parametrize("fit_timeout_s,status", [(30.0, "ok"), (1.0, "fit_timeout")])
+@pytest.mark.slow
 def test_calibration_runs_on_its_own_clock(monkeypatch, fit_timeout_s, status):
     """A calibration longer than the cell's limit is not a timeout (its time is not the cell's); past fit_timeout_s it
     is a fit_timeout row whose reason says so, never a timeout that reads as the variant hanging."""

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import math
 import json
+import math
 
 import pytest
 
 from harness.commands import main
 from harness.commands.compare import run as compare_command
 from harness.errors import UsageError
-from harness.report.compare import compare_runs
 from harness.report.analysed import analyse as load_run  # compare takes runs analysed once
+from harness.report.compare import compare_runs
 from tests.helpers.synthetic_run import make_rows, write_run
 
 
@@ -30,6 +30,7 @@ def test_identical_runs_pass(tmp_path, capsys):
     assert "0 regressions, 0 improvements" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_planted_2x_regression_is_flagged_and_nothing_else(tmp_path, capsys):
     a, b = _runs(tmp_path, slow={"chunked": 2.0})
     result = compare_runs(a, b)
@@ -50,6 +51,7 @@ def test_a_faster_run_is_an_improvement(tmp_path):
     assert set(result.improvements["variant"]) == {"dense"} and len(result.regressions) == 0
 
 
+@pytest.mark.slow
 def test_changes_within_the_threshold_or_the_spread_are_not_flagged(tmp_path):
     # 3% slower: below the 5% threshold (the 2% spreads do not overlap, so only the threshold saves it).
     a, b = _runs(tmp_path, slow={"chunked": 1.03})
@@ -134,6 +136,7 @@ def test_compare_reads_a_killed_run(tmp_path):
 
 
 @pytest.mark.parametrize("content", ["", 'not json\n{"cell_id": "half\n'])
+@pytest.mark.slow
 def test_compare_against_a_run_without_readable_rows_is_one_line_exit_2(content, tmp_path, capsys):
     a = write_run(tmp_path / "a")
     empty = tmp_path / "empty"
@@ -346,6 +349,7 @@ def test_errors_against_different_references_are_not_compared(tmp_path):
 
 
 @pytest.mark.parametrize("how", ["load", "contended"])
+@pytest.mark.slow
 def test_a_timeout_in_a_run_measured_under_load_is_inconclusive_not_a_regression(tmp_path, capsys, how):
     def loaded_rows(loaded: bool):
         rows = make_rows()

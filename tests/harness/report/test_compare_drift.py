@@ -13,6 +13,7 @@ from tests.helpers.synthetic_run import make_rows, write_run
 
 
 @pytest.mark.parametrize("drift", [0.7, 1.0, 1.3])
+@pytest.mark.slow
 def test_a_real_slowdown_stands_out_of_a_run_wide_drift(tmp_path, drift):
     a = load_run(write_run(tmp_path / "a", _scattered(make_rows(), spread=0.05, seed=1)))
     b = load_run(

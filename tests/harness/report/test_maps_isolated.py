@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from harness.report.maps_isolated import isolated_maps
 from tests.helpers.load import load_scaled
 from tests.helpers.sweep_fixtures import PLUGIN
 
 
+@pytest.mark.slow
 def test_a_hanging_crashing_or_exiting_variant_costs_only_its_own_panel():
     series = [
         ("dense", "dense", {}),

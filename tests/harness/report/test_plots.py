@@ -5,12 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.report import figures, maps_plot, plots, plotting
-from harness.report import max_length, pareto_plot
+from harness.report import figures, maps_plot, max_length, pareto_plot, plots, plotting
 from harness.report.analysis import with_dense_ratios
-from harness.report.max_length import memory_limits
 from harness.report.budgets import with_budgets
 from harness.report.maps import MapPanel, MapSet
+from harness.report.max_length import memory_limits
 from harness.report.plotting import series_styles, variant_colors
 from harness.store import rows_frame
 from tests.helpers.synthetic_run import SPREAD, analysed_rows, make_rows
@@ -61,6 +60,7 @@ def test_the_out_of_memory_entry_only_where_a_cross_is_drawn(tmp_path, drawn):
     assert "out of memory" not in legend_labels(drawn["b.png"]) and "dense" in legend_labels(drawn["b.png"])
 
 
+@pytest.mark.slow
 def test_max_length_only_when_a_cell_ran_out_of_memory_or_timed_out(tmp_path):
     rows = make_rows(inputs=("gaussian",), with_failures=False)  # rows as read: a frame's NaN records are not rows
     clean = frame_of(rows)
@@ -123,6 +123,7 @@ def test_a_series_outside_every_budget_is_faded_and_labelled_so(tmp_path, drawn)
     assert not any(l.endswith(plotting.OUTSIDE_LABEL) for l in legend_labels(drawn["w.png"]))
 
 
+@pytest.mark.slow
 def test_pareto_one_panel_per_length_and_the_front_only_within_budget(tmp_path, drawn):
     # sliding_window is the fastest but outside the budget; linformer (0.05, within 0.1) is faster than dense from 1K
     frame = frame_of(make_rows(slow={"linformer": 2.5}))

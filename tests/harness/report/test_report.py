@@ -19,6 +19,7 @@ WINNER_MAP = "winner_map.png"
 PREFILL_FIGURES = {f.file for f in FIGURES if f.section in ("answer", "measured", "maps")}
 
 
+@pytest.mark.slow
 def test_report_from_a_run_with_failures_writes_every_file(tmp_path):
     run = write_run(tmp_path / "run", modes=("forward", "train"))
     written = write_report(run)
@@ -75,6 +76,7 @@ def test_report_of_an_all_failed_run_says_so(tmp_path):
     assert {p.name for p in written} == {"report.md", "report.html"}
 
 
+@pytest.mark.slow
 def test_report_of_a_run_without_dense(tmp_path):
     run = write_run(tmp_path / "nodense", make_rows(variants=("chunked", "linformer"), inputs=("gaussian",)))
     names = {p.name for p in write_report(run, maps=False)}
@@ -85,6 +87,7 @@ def test_report_of_a_run_without_dense(tmp_path):
     assert "dense oom" not in section and "x [" not in section
 
 
+@pytest.mark.slow
 def test_truncated_last_line_is_skipped_with_a_warning(tmp_path):
     run = write_run(tmp_path / "killed", truncate_last=True)
     with pytest.warns(UserWarning, match="skipped last line, not valid JSON"):
@@ -132,6 +135,7 @@ def test_rows_of_an_older_format(tmp_path):
         load_run(tmp_path / "alien")
 
 
+@pytest.mark.slow
 def test_cli_report(tmp_path, capsys):
     run = write_run(tmp_path / "run")
     assert main(["report", str(run), "--no-maps", "--budget", "0.5"]) == 0
@@ -151,6 +155,7 @@ def _answer(md: str) -> str:
     return md.split("## Which one should I use\n")[1].split("\n## ")[0]
 
 
+@pytest.mark.slow
 def test_the_answer_is_the_first_section_and_the_spec_an_appendix(tmp_path):
     run = write_run(tmp_path / "run", make_budget_rows(inputs=("gaussian", "local")), spec_text=BUDGET_SPEC)
     written = {p.name for p in write_report(run, maps=False)}
@@ -192,6 +197,7 @@ def test_the_answer_is_the_first_section_and_the_spec_an_appendix(tmp_path):
     assert "| N | rel_l2 ≤ 0.2 |" in _answer((run / "report.md").read_text())
 
 
+@pytest.mark.slow
 def test_a_run_without_budgets_says_it_searched_nothing_and_one_table_has_no_caption(tmp_path):
     run = write_run(tmp_path / "run", inputs=("gaussian",))
     write_report(run, maps=False)
@@ -203,6 +209,7 @@ def test_a_run_without_budgets_says_it_searched_nothing_and_one_table_has_no_cap
     )
 
 
+@pytest.mark.slow
 def test_noisy_rows_are_marked_and_a_loaded_run_says_so_first(tmp_path):
     from harness.report.document import write_report
     from tests.helpers.synthetic_run import make_rows, write_run
@@ -221,6 +228,7 @@ def test_noisy_rows_are_marked_and_a_loaded_run_says_so_first(tmp_path):
     assert "\u2020 |" in text and "\u2020 timed under load or noisily" in text
 
 
+@pytest.mark.slow
 def test_an_out_of_reach_line_skips_a_non_finite_error_and_names_the_n_it_was_searched_at(tmp_path):
     rows = make_budget_rows(inputs=("local",))
     for r in rows:
@@ -235,6 +243,7 @@ def test_an_out_of_reach_line_skips_a_non_finite_error_and_names_the_n_it_was_se
     )
 
 
+@pytest.mark.slow
 def test_a_contended_run_reports_no_verdict_unless_on_cpu_time_and_names_what_was_not_measured(tmp_path, capsys):
     rows = make_rows(variants=("dense", "chunked"), inputs=("gaussian",), with_failures=False)
     for r in rows:
@@ -257,6 +266,7 @@ def test_a_contended_run_reports_no_verdict_unless_on_cpu_time_and_names_what_wa
     assert "argument --clock: invalid choice: 'cycles'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_spec_with_budgets_but_no_matched_row_does_not_say_it_has_none(tmp_path):
     rows = [r for r in make_budget_rows(inputs=("local",)) if r["matched_budget"] is None]  # only dense and chunked
     run = write_run(tmp_path / "run", rows, spec_text=BUDGET_SPEC)
@@ -266,6 +276,7 @@ def test_a_spec_with_budgets_but_no_matched_row_does_not_say_it_has_none(tmp_pat
     assert "Its spec asks for error budgets (0.05, 0.1) but no row was matched to one" in section
 
 
+@pytest.mark.slow
 def test_each_missed_budget_names_its_own_best_error(tmp_path):
     # sliding_window misses 0.05 at 4K-8K (its best there 0.066 at 4K) and 0.1 at 8K only (0.12 at 8K): the 0.1 part
     # must not quote 0.066, which is below 0.1
@@ -286,6 +297,7 @@ def test_each_missed_budget_names_its_own_best_error(tmp_path):
     ) in _answer((run / "report.md").read_text())
 
 
+@pytest.mark.slow
 def test_cells_not_run_after_an_unreachable_budget_are_not_blamed_on_the_time_limit(tmp_path):
     rows = make_budget_rows(inputs=("local",))
     for r in rows:

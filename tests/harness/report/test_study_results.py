@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from harness.report import write_report
 from harness.report.render import render_markdown
 from harness.report.study_results import model_eval_table, study_rows, tasks_table
@@ -70,6 +72,7 @@ EVAL_ROWS = [
 ]
 
 
+@pytest.mark.slow
 def test_model_eval_and_tasks_results_get_sections_and_shape_the_recommendation(tmp_path):
     run = write_run(tmp_path / "run")
     write_table(run, "tasks", TASK_ROWS, {"preset": "cpu"})
@@ -95,6 +98,7 @@ def test_model_eval_and_tasks_results_get_sections_and_shape_the_recommendation(
     assert "<table>" in (run / "report.html").read_text().split("Inside a pretrained model")[1]
 
 
+@pytest.mark.slow
 def test_the_report_shows_the_table_the_study_wrote_into_its_md(tmp_path):
     from harness.studies import model_eval, tasks
 
@@ -109,6 +113,7 @@ def test_the_report_shows_the_table_the_study_wrote_into_its_md(tmp_path):
         assert study_md.startswith(shown.rstrip("\n")) and shown.strip() in md
 
 
+@pytest.mark.slow
 def test_a_study_file_that_cannot_be_read_is_said_not_skipped(tmp_path):
     run = write_run(tmp_path / "run")
     (run / "tasks.json").write_text("{not json")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import harness.report
 from harness.commands import main
 from harness.runner.run import finish_run
@@ -76,6 +78,7 @@ def test_a_real_sweep_answers_at_its_largest_n(tmp_path, capsys, no_report):
     assert "(speed-ups and latencies are CPU time of the timing thread (--clock cpu)" in out
 
 
+@pytest.mark.slow
 def test_the_end_of_a_sweep_reads_rows_jsonl_once(tmp_path, capsys, monkeypatch):
     """rows.csv, the report, the table and the answer all come from one read of rows.jsonl (harness.report.analysed)."""
     import harness.store.reader as reader

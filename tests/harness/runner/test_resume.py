@@ -18,6 +18,7 @@ from tests.helpers import REPO as ROOT
 from tests.helpers.load import load_scaled
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_with_each_cell_exactly_once(tmp_path, test_variants, no_report):
     from tests.helpers.sweep_fixtures import PLUGIN
 
@@ -149,6 +150,7 @@ def test_resume_keeps_a_complete_last_row_that_lost_its_newline(tmp_path, no_rep
     assert path.read_text().endswith("}\n")
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_cleanly_keeps_the_rows_and_says_how_to_resume(tmp_path):
     from tests.helpers.sweep_fixtures import PLUGIN
 

@@ -87,6 +87,7 @@ def test_a_resume_while_another_writer_holds_the_folder_exits_2_and_adds_no_rows
     assert read_rows(tmp_path / "r") == before
 
 
+@pytest.mark.slow
 def test_the_lock_of_a_killed_writer_is_released_by_the_os(tmp_path):
     import os
     import signal
@@ -167,6 +168,7 @@ def test_report_on_a_run_without_readable_rows_exits_1(tmp_path, capsys):
     assert "no readable row in rows.jsonl; nothing to report" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_an_unreachable_budget_spares_longer_n_over_the_same_range_and_says_so(tmp_path, no_report):
     """distilled (H=2, D=16): features 16-341 at N=2048 (half of dense's FLOPs), 16-512 from N=4096 on. Unreachable at
     2048 and 4096, searched at both (the range grew); 8192 has 4096's range, so it is not searched."""

@@ -42,6 +42,7 @@ def test_passages_fit_the_limit_and_the_splits_are_disjoint():
 
 
 @needs_extra
+@pytest.mark.slow
 def test_end_to_end_dense_exact_and_a_learnable_variant_calibrated(tmp_path, capsys):
     """distilled (learnable, runs on CPU) must be an ok row here: calibrated layer by layer, its loss lowered, approximate."""
     assert get_variant("distilled").capabilities.learnable
@@ -128,6 +129,7 @@ def test_missing_extra_is_one_line_naming_the_install_command(monkeypatch, capsy
 
 
 @needs_extra
+@pytest.mark.slow
 def test_error_budgets_search_one_minus_cosine_on_calibration_passages():
     rows, meta = model_eval.run_model_eval(
         ["dense", "sliding_window"], [128], n_eval=3, n_calibration=2, steps=0, budgets=(1e-9, 2.0)

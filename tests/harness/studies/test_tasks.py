@@ -18,6 +18,7 @@ def test_an_unknown_task_names_the_nearest():
         task_setting("mqr", 64, PRESETS["cpu"])
 
 
+@pytest.mark.slow
 def test_short_dense_mqar_run_beats_chance_clearly():
     preset = TaskPreset(
         d_model=64,
@@ -87,6 +88,7 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert len(err.splitlines()) == 1 and re.search(message, err), err
 
 
+@pytest.mark.slow
 def test_a_window_covering_every_length_is_called_out_and_configs_are_shown(tmp_path, capsys):
     """sliding_window at its default window (256) on N=32 is dense: the table names its config and the run warns."""
     argv = ["tasks", "--variants", "dense,sliding_window", "--seq-lens", "32", "--steps", "1", "--out", str(tmp_path)]
