@@ -154,7 +154,8 @@ def compare_runs(a: AnalysedRun, b: AnalysedRun, *, threshold: float = DEFAULT_T
     cells["error_change"] = cells["rel_l2_error_b"] - cells["rel_l2_error_a"]
     cells["verdict"] = verdicts
     cells["why"] = whys
-    if len(cells) and (cells["seed_a"].map(str) != cells["seed_b"].map(str)).any():
+    # numbers, not strings: a cell only one run has turns the other's seed column to floats (0 vs 0.0)
+    if len(cells) and (pd.to_numeric(cells["seed_a"]) != pd.to_numeric(cells["seed_b"])).any():
         notes.append("some matched cells have different seeds: their errors come from different inputs")
     if len(cells) and (cells["device_a"].map(str) != cells["device_b"].map(str)).any():
         notes.append(  # harness.inputs draws on the cell's device: torch's CPU and CUDA generators differ

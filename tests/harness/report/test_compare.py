@@ -113,6 +113,14 @@ def test_cells_match_across_machines_not_on_device_host_run_or_seed(tmp_path):
     assert any("CPU and CUDA generators draw other inputs" in n for n in result.notes)
 
 
+def test_equal_seeds_are_not_called_different_when_only_one_run_has_some_cells(tmp_path):
+    # the outer merge turns B's seed column to floats where A has cells B lacks: 0 and 0.0 are one seed
+    a, b = _runs(tmp_path, lengths=(256, 512))
+    result = compare_runs(a, b)
+    assert len(result.only_a) and len(result.cells)
+    assert not any("different seeds" in n for n in result.notes), result.notes
+
+
 def test_unmatched_cells_are_counted_and_no_overlap_is_a_usage_error(tmp_path, capsys):
     a, b = _runs(tmp_path, lengths=(256, 512, 16384))
     result = compare_runs(a, b)
