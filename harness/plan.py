@@ -190,6 +190,13 @@ def longest_within(verdicts: Mapping[int, str | None]) -> Longest:
     return Longest(max(fitting) if fitting else None, fails, verdicts[fails] if fails is not None else None)
 
 
+def narrowed(fits: int, fails: int) -> bool:
+    """Whether the bisection between the longest N that fits and the shortest that does not is over: within an eighth
+    (or 64) of each other, or no multiple of 64 between them. A search stopped before it leaves a wider bracket."""
+    middle = (fits + fails) // 128 * 64
+    return fails - fits <= max(64, fits // 8) or not fits < middle < fails
+
+
 def search_longest(verdict_at: Callable[[int], str | None | bool], start: Sequence[int]) -> Longest:
     """Walk the search from the planned lengths `start`: verdict_at(N) is memory_verdict of N's row, or False when N
     has no row yet (then it is the next N to measure). Deterministic, so a resumed run walks the same path."""
@@ -208,9 +215,9 @@ def search_longest(verdict_at: Callable[[int], str | None | bool], start: Sequen
             if n < MIN_SEARCHED_SEQ_LEN:
                 return at
         else:
-            n = (lo + hi) // 128 * 64  # the middle, on a multiple of 64
-            if hi - lo <= max(64, lo // 8) or not lo < n < hi:
+            if narrowed(lo, hi):
                 return at
+            n = (lo + hi) // 128 * 64  # the middle, on a multiple of 64
         verdict = verdict_at(n)
         if verdict is False:
             return dataclasses.replace(at, next=n)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.plan import longest_within, memory_verdict
+from harness.plan import MAX_SEARCHED_SEQ_LEN, longest_within, memory_verdict, narrowed
 from harness.report import plotting
 from harness.report.analysis import SETTING_KEYS, setting_title
 from harness.report.formatting import format_bytes, format_n, format_seconds
@@ -59,7 +59,11 @@ def table_rows(longest: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     for r in longest.to_dict("records"):
         setting = [", ".join(describe(r, [k for k in varying if k != "inputs"]) + [str(r["inputs"])])] * bool(varying)
         fails = f"{format_n(r['fails'])} ({r['why']})" if pd.notna(r["fails"]) else "none up to the search's limit"
+        if pd.isna(r["fails"]) and _unfinished(r):
+            fails = "none measured above it"
         longest_n = format_n(r["longest"]) if pd.notna(r["longest"]) else "none"
+        if _unfinished(r):
+            longest_n += " (search stopped before narrowing)"
         rows.append(
             setting
             + [str(r["series"]), str(r["recompute"]), str(r["precision"]), longest_n, format_bytes(r["peak"])]
@@ -127,7 +131,7 @@ def plot_longest(longest: pd.DataFrame, budget: int, path: Path) -> Path | None:
             text = (
                 f"none fits ({r['why']} at {format_n(r['fails'])})"
                 if pd.isna(r["longest"])
-                else f"{format_n(r['longest'])}, {format_seconds(r['per_token_s'])}/token"
+                else f"{format_n(r['longest'])}{_stopped_label(r)}, {format_seconds(r['per_token_s'])}/token"
             )
             at = float(r["longest"]) if pd.notna(r["longest"]) else left
             ax.text(at * 1.08, yi, text, va="center", fontsize=7)
@@ -152,3 +156,20 @@ def plot_longest(longest: pd.DataFrame, budget: int, path: Path) -> Path | None:
     fig.suptitle(f"Longest trainable N within {format_bytes(budget)} of peak memory", fontsize=11)
     plotting.save(plt, fig, path)
     return path
+
+
+def _unfinished(r: dict) -> bool:
+    """Whether the search stopped (a time limit, Ctrl-C) before its answer for this series: while doubling (nothing
+    measured above the longest N that fits, below the search's limit) or before the bisection narrowed the bracket."""
+    if pd.isna(r["longest"]):
+        return False
+    if pd.isna(r["fails"]):
+        return 2 * int(r["longest"]) <= MAX_SEARCHED_SEQ_LEN
+    return not narrowed(int(r["longest"]), int(r["fails"]))
+
+
+def _stopped_label(r: dict) -> str:
+    """The figure's note on a stopped search: where the answer lies."""
+    if not _unfinished(r):
+        return ""
+    return " or more (search stopped)" if pd.isna(r["fails"]) else f"-{format_n(r['fails'])} (search stopped)"

@@ -53,3 +53,45 @@ def test_the_search_finds_the_longest_n_within_the_budget_and_resumes_without_me
     (line,) = cheapest_lines(analysed.frame, BUDGET)
     assert line.startswith("within 96 KiB at N=64: dense recompute=none fp32") and "1.00x the time of dense" in line
     assert plot_longest(table, BUDGET, tmp_path / "longest.png").stat().st_size > 10_000
+
+
+def test_a_search_stopped_before_its_answer_says_where_the_answer_lies():
+    # a search cut short (the session's time, Ctrl-C, SIGTERM) leaves brackets wider than an eighth, or a series
+    # still doubling: the table and the figure say so instead of reading as the answer
+    import pandas as pd
+
+    from harness.plan import MAX_SEARCHED_SEQ_LEN
+    from harness.report.longest import COLUMNS, OTHER_KEYS
+
+    setting = {k: "x" for k in OTHER_KEYS}
+    cases = {  # series: (longest N that fits, shortest that does not)
+        "finished": (448, 512),
+        "bisecting": (1024, 2048),
+        "doubling": (1024, None),
+        "at the limit": (MAX_SEARCHED_SEQ_LEN, None),
+    }
+    longest = pd.DataFrame(
+        [
+            dict(
+                setting,
+                series=name,
+                variant="dense",
+                recompute="none",
+                precision="fp32",
+                longest=fits,
+                peak=1.0,
+                latency_s=1.0,
+                per_token_s=1e-4,
+                fails=fails,
+                why="over budget" if fails else None,
+            )
+            for name, (fits, fails) in cases.items()
+        ],
+        columns=COLUMNS,
+    )
+    _, lines = table_rows(longest)
+    by_series = {line[0]: line for line in lines}
+    assert by_series["finished"][3] == "448" and by_series["at the limit"][-1] == "none up to the search's limit"
+    assert by_series["bisecting"][3] == "1K (search stopped before narrowing)"
+    assert by_series["doubling"][3].endswith("(search stopped before narrowing)")
+    assert by_series["doubling"][-1] == "none measured above it"
