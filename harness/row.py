@@ -92,9 +92,7 @@ class Row:
     # -- a layer cell's gradients (train; harness.measure.layer_accuracy): of x, and the worst of the blocks' weights --
     grad_rel_l2_x: float | None = _measured()
     grad_rel_l2_params: float | None = _measured()
-    grad_check_seq_len: int | None = (
-        None  # N of the gradient check (a layer's: at most 1024, its first tokens, of its first 4 batch rows)
-    )
+    grad_check_seq_len: int | None = None  # N of the gradient check (a layer's: <= 1024 first tokens, <= 4 rows)
     setup_s: float | None = _measured()  # compilation, block masks: outside the timed region
     calibration_s: float | None = _measured()
     calibration: dict[str, Any] | None = None  # the calibration report
