@@ -190,9 +190,12 @@ def longest_within(verdicts: Mapping[int, str | None]) -> Longest:
     return Longest(max(fitting) if fitting else None, fails, verdicts[fails] if fails is not None else None)
 
 
-def narrowed(fits: int, fails: int) -> bool:
-    """Whether the bisection between the longest N that fits and the shortest that does not is over: within an eighth
-    (or 64) of each other, or no multiple of 64 between them. A search stopped before it leaves a wider bracket."""
+def search_over(fits: int, fails: int | None) -> bool:
+    """Whether a series' search has its answer, given the longest N that fits and the shortest above it that does not
+    (None: none measured): doubling is over past MAX_SEARCHED_SEQ_LEN, bisection once the two are within an eighth (or
+    64) of each other or no multiple of 64 lies between. A search stopped before (Ctrl-C, a time limit) is not."""
+    if fails is None:
+        return 2 * fits > MAX_SEARCHED_SEQ_LEN
     middle = (fits + fails) // 128 * 64
     return fails - fits <= max(64, fits // 8) or not fits < middle < fails
 
@@ -207,15 +210,15 @@ def search_longest(verdict_at: Callable[[int], str | None | bool], start: Sequen
         if lo is None and hi is None:
             return at  # nothing planned was measured
         if hi is None:
-            n = 2 * lo
-            if n > MAX_SEARCHED_SEQ_LEN:
+            if search_over(lo, None):
                 return at
+            n = 2 * lo
         elif lo is None:
             n = hi // 2
             if n < MIN_SEARCHED_SEQ_LEN:
                 return at
         else:
-            if narrowed(lo, hi):
+            if search_over(lo, hi):
                 return at
             n = (lo + hi) // 128 * 64  # the middle, on a multiple of 64
         verdict = verdict_at(n)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.plan import MAX_SEARCHED_SEQ_LEN, longest_within, memory_verdict, narrowed
+from harness.plan import longest_within, memory_verdict, search_over
 from harness.report import plotting
 from harness.report.analysis import SETTING_KEYS, setting_title
 from harness.report.formatting import format_bytes, format_n, format_seconds
@@ -58,9 +58,10 @@ def table_rows(longest: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     rows = []
     for r in longest.to_dict("records"):
         setting = [", ".join(describe(r, [k for k in varying if k != "inputs"]) + [str(r["inputs"])])] * bool(varying)
-        fails = f"{format_n(r['fails'])} ({r['why']})" if pd.notna(r["fails"]) else "none up to the search's limit"
-        if pd.isna(r["fails"]) and _unfinished(r):
-            fails = "none measured above it"
+        if pd.notna(r["fails"]):
+            fails = f"{format_n(r['fails'])} ({r['why']})"
+        else:
+            fails = "none measured above it" if _unfinished(r) else "none up to the search's limit"
         longest_n = format_n(r["longest"]) if pd.notna(r["longest"]) else "none"
         if _unfinished(r):
             longest_n += " (search stopped before narrowing)"
@@ -163,9 +164,7 @@ def _unfinished(r: dict) -> bool:
     measured above the longest N that fits, below the search's limit) or before the bisection narrowed the bracket."""
     if pd.isna(r["longest"]):
         return False
-    if pd.isna(r["fails"]):
-        return 2 * int(r["longest"]) <= MAX_SEARCHED_SEQ_LEN
-    return not narrowed(int(r["longest"]), int(r["fails"]))
+    return not search_over(int(r["longest"]), None if pd.isna(r["fails"]) else int(r["fails"]))
 
 
 def _stopped_label(r: dict) -> str:
