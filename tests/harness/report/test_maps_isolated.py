@@ -42,3 +42,19 @@ def test_a_hanging_crashing_or_exiting_variant_costs_only_its_own_panel():
         "expected a tensor of shape (1, 1, 16, 16)" in by_label["t_fivedim"].note
         and by_label["t_fivedim"].weights is None
     )
+
+
+@pytest.mark.slow
+def test_a_child_that_cannot_start_fails_every_panel_once_with_the_reason(tmp_path, monkeypatch):
+    import harness.report.maps_isolated as maps_isolated
+
+    children = []
+    popen = maps_isolated.subprocess.Popen
+    monkeypatch.setattr(maps_isolated.subprocess, "Popen", lambda *a, **kw: children.append(a) or popen(*a, **kw))
+    broken = tmp_path / "broken_plugin.py"
+    broken.write_text("raise RuntimeError('this plugin is broken on import')\n")
+    series = [("dense", "dense", {}), ("chunked", "chunked", {}), ("linformer", "linformer", {})]
+    maps = isolated_maps(series, n=16, timeout_s=load_scaled(4.0), plugins=[str(broken)])
+    assert [p.label for p in maps.panels] == ["dense", "chunked", "linformer"]
+    assert all(p.weights is None and "this plugin is broken on import" in p.note for p in maps.panels)
+    assert len(children) == 1  # not one fresh child (each importing torch) per panel
