@@ -58,6 +58,7 @@ def run_cell(cell: Any, job: CellJob | dict[str, Any], context: Any = None) -> d
     job = job if isinstance(job, CellJob) else CellJob.from_dict(job)
     cell = cell if isinstance(cell, Cell) else Cell.from_dict(cell)
     _load_plugins(job.plugins)
+    _import_before_any_deadline()
     if job.threads:
         import torch
 
@@ -97,6 +98,14 @@ def _load_plugins(plugins: tuple[str, ...]) -> None:
 
     for target in plugins:
         load_plugin(target)  # idempotent: a reused worker imports each plugin once
+
+
+def _import_before_any_deadline() -> None:
+    """Import torch._dynamo (sympy with it) before a cell's clock runs. torch imports it on first use of the profiler,
+    checkpointing, autocast or an optimizer, so in the first cell; under load that import takes longer than a short
+    deadline, and a deadline firing inside it leaves sympy half-initialised: every later cell of the process then fails
+    with "module 'sympy.core' has no attribute 'symbol'". Once per process (Python keeps the module)."""
+    import torch._dynamo  # noqa: F401
 
 
 def _worker_identity(run: dict[str, Any], device: str) -> dict[str, Any]:
