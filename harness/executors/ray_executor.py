@@ -76,11 +76,16 @@ class RayExecutor(Executor):
         if not ray.is_initialized():
             try:
                 ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
-            except (ConnectionError, RuntimeError, ValueError) as exc:
+            except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception when its node does not start in time
                 where = f"--ray-address {address}" if address else "--executor ray"
-                raise UsageError(
-                    f"{where}: cannot start or reach Ray ({type(exc).__name__}: {_short(exc)}); "
+                hint = (
                     "check the address (`ray status` on the head node) or drop --ray-address for a local instance"
+                    if address
+                    else "Ray allows its local node 30 s to start, which a busy machine can exceed: retry, or start "
+                    "it yourself (`ray start --head`) and pass --ray-address"
+                )
+                raise UsageError(
+                    f"{where}: cannot start or reach Ray ({type(exc).__name__}: {_short(exc)}); {hint}"
                 ) from None
             self._owns = True
         options: dict[str, Any] = {"num_cpus": cpus_per_cell, "max_retries": 0}
