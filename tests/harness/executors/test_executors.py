@@ -6,6 +6,8 @@ import dataclasses
 import importlib
 import json
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -353,6 +355,25 @@ def test_remote_job_rows_describe_the_worker_and_set_its_threads(tmp_path):
     assert row["host"] == socket.gethostname() and row["threads"] == 1 and row["device_name"] != "cpu"
 
 
+@pytest.mark.slow
+def test_torch_lazy_imports_happen_before_the_first_cells_clock_starts():
+    # a deadline firing inside torch._dynamo's first import left sympy half-loaded for every later cell; a fresh
+    # process, since this one imported torch._dynamo long ago
+    settings = MeasureSettings(time_budget_s=0.005, repeats=1, error_rows=8).to_dict()
+    script = f"""
+import sys
+import harness.measure as measure
+from harness.executors.worker import CellJob, run_cell
+
+seen, measure_cell = [], measure.measure_cell
+measure.measure_cell = lambda *a, **kw: seen.append("torch._dynamo" in sys.modules) or measure_cell(*a, **kw)
+job = CellJob(settings={settings!r}, run={dataclasses.asdict(RUN)!r})
+print(run_cell({dataclasses.asdict(_cell("dense", 16))!r}, job)["status"], seen)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=load_scaled(120))
+    assert done.stdout.split() == ["ok", "[True]"], done.stderr[-2000:]
+
+
 # ---- a run that spans several devices: the report names them ---------------------------------------------
 @pytest.mark.slow
 def test_report_of_a_run_over_two_gpus_has_a_devices_section_and_column(tmp_path):
@@ -399,6 +420,24 @@ def test_an_unreachable_ray_address_is_one_line_not_a_hang(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--ray-address 127.0.0.1:1: nothing answers there" in err and len(err.strip().splitlines()) == 1
     assert not list(tmp_path.glob("*/rows.jsonl"))  # the same --run-id can be used again
+
+
+def test_a_local_ray_that_does_not_start_in_time_is_one_line_with_what_to_do(tmp_path, capsys, monkeypatch):
+    ray = pytest.importorskip("ray")
+
+    def slow_start(**kwargs):  # what Ray raises when its node misses its fixed 30 s (seen at load 15 per CPU)
+        raise Exception("The current node timed out during startup. This could happen because some of the raylet ...")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", slow_start)
+    argv = ["sweep", *TINY, "--variants", "dense", "--seq-lens", "16", "--executor", "ray", "--out", str(tmp_path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert (
+        len(err.strip().splitlines()) == 1
+        and "--executor ray: cannot start or reach Ray (Exception: The current" in err
+    )
+    assert "retry, or start it yourself (`ray start --head`) and pass --ray-address" in err
 
 
 @pytest.mark.slow

@@ -79,10 +79,33 @@ def _ray_pids() -> set[int]:
     return pids
 
 
+START_ATTEMPTS = 3  # Ray gives its local node a fixed 30 s to start; at load 15 per CPU it took 66-68 s
+
+
+def _start_ray() -> None:
+    """ray.init, tried again when Ray's own start-up clock runs out; on a loaded machine that is a skip with the
+    reason (Ray's fixed limit, not the executor's behaviour), on a quiet one the failure it is."""
+    from harness.measure.noise import HIGH_LOAD_PER_CPU, load_per_cpu
+
+    for _ in range(START_ATTEMPTS):
+        try:
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+            return
+        except Exception as exc:  # Ray raises a bare Exception when its node misses its start-up time
+            ray.shutdown()
+            if "timed out during startup" not in str(exc):
+                raise
+            failure = exc
+    load = load_per_cpu() or 0.0
+    if load < HIGH_LOAD_PER_CPU:
+        raise failure
+    pytest.skip(f"Ray's local node did not start in its fixed 30 s, {START_ATTEMPTS} times, at load {load:.1f} per CPU")
+
+
 @pytest.fixture(scope="module")
 def ray_cluster():
     before = _ray_pids()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    _start_ray()
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
     deadline = time.monotonic() + 15
