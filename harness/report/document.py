@@ -61,16 +61,18 @@ def write_report(
     title = f"attnsuite report: {analysed.name}"
     written: list[Path] = []
     blocks: list[Block] = [Heading(1, title)]
+    load_warnings = [Paragraph(f"**{n}**") for n in overview.load_warning(frame)]
     if analysed.ok:
         paths, section = findings.recommendation(analysed, folder)
         written += paths
         blocks += section + [Paragraph(caveat) for caveat in study_caveats(folder)]
+        blocks += load_warnings  # beside the answer it qualifies, before the memory-budget section
         paths, section = findings.memory_budget_section(analysed, folder)
         written += paths
         blocks += section
     else:
         blocks += [Heading(2, "Which one should I use"), Paragraph(NOTHING_OK if len(frame) else NO_ROWS)]
-    blocks += [Paragraph(f"**{n}**") for n in overview.load_warning(frame)]
+        blocks += load_warnings
     blocks += [Paragraph(f"Note: {n}") for n in analysed.run.notes]
     blocks += overview.environment(analysed.run.env, frame) + overview.devices(frame)
     if len(frame):

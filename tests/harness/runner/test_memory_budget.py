@@ -3,8 +3,11 @@ rows are appended like any other (a resumed run measures nothing again) and the 
 
 from __future__ import annotations
 
+import json
+
 from harness.plan import memory_verdict
 from harness.report.analysed import analyse
+from harness.report.document import write_report
 from harness.report.longest import cheapest_lines, plot_longest, table_rows
 from harness.runner import run_sweep, sweep_spec
 from harness.store import read_rows
@@ -53,6 +56,14 @@ def test_the_search_finds_the_longest_n_within_the_budget_and_resumes_without_me
     (line,) = cheapest_lines(analysed.frame, BUDGET)
     assert line.startswith("within 96 KiB at N=64: dense recompute=none fp32") and "1.00x the time of dense" in line
     assert plot_longest(table, BUDGET, tmp_path / "longest.png").stat().st_size > 10_000
+
+    # measured under load: the warning qualifies the answer, so it comes before the memory-budget section
+    (run_dir / "rows.jsonl").write_text(
+        "".join(json.dumps({**r, "load_per_cpu": 14.0, "noisy": True}) + "\n" for r in rows)
+    )
+    write_report(run_dir, maps=False)
+    text = (run_dir / "report.md").read_text(encoding="utf-8")
+    assert text.index("**This run was measured under load") < text.index("## Longest trainable N within 96 KiB")
 
 
 def test_a_search_stopped_before_its_answer_says_where_the_answer_lies():
