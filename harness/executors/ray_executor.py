@@ -36,6 +36,10 @@ class RayOptions(ParallelOptions):
 
 
 REASON_CHARS = 600  # characters of Ray's error text kept in a row's reason
+# A local instance's workers at normal priority: Ray runs them at nice 15, where any neighbour's process at nice 0
+# outweighs one 28 to 1 (Linux CFS weights 1024 vs 36). At 8 busy processes per core, cells that take seconds when
+# quiet never finished within their limits. A cluster given by --ray-address keeps its own setting (docs/executors.md).
+LOCAL_RAY_SYSTEM_CONFIG = {"worker_niceness": 0}
 
 
 def _ray_task(cell: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
@@ -66,6 +70,7 @@ class RayExecutor(Executor):
         cpus_per_cell: int = 1,
         max_parallel: int | None = None,
         cell_timeout_s: float | None = None,
+        fit_timeout_s: float | None = None,
     ):
         import ray
 
@@ -75,7 +80,10 @@ class RayExecutor(Executor):
         _check_reachable(address)
         if not ray.is_initialized():
             try:
-                ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+                extra = {} if address else {"_system_config": LOCAL_RAY_SYSTEM_CONFIG}  # a cluster keeps its own
+                ray.init(
+                    address=address, include_dashboard=False, log_to_driver=False, logging_level="WARNING", **extra
+                )
             except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception when its node does not start in time
                 where = f"--ray-address {address}" if address else "--executor ray"
                 hint = (
@@ -102,7 +110,7 @@ class RayExecutor(Executor):
                 f"resources: {dict(resources)}"
             )
         self._slots = min(capacity, max_parallel) if max_parallel else capacity
-        self._limit = hard_limit_s(cell_timeout_s)
+        self._limit = hard_limit_s(cell_timeout_s, fit_timeout_s)  # a calibration runs on its own clock
         self._tasks: dict[Any, tuple[Any, float]] = {}  # ObjectRef -> (cell, submitted at)
         self.resources = dict(resources)
 
@@ -119,6 +127,7 @@ class RayExecutor(Executor):
             cpus_per_cell=options.cpus_per_cell,
             max_parallel=options.max_parallel,
             cell_timeout_s=spec.cell_timeout_s,
+            fit_timeout_s=spec.fit_timeout_s,
         )
 
     @property

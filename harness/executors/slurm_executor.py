@@ -79,9 +79,9 @@ class SlurmOptions(ParallelOptions):
     )
 
 
-def default_time_min(cell_timeout_s: float | None) -> int:
-    """Minutes per task: the cell's hard limit (limit x 1.5 + start-up) rounded up, plus one."""
-    limit = hard_limit_s(cell_timeout_s)
+def default_time_min(cell_timeout_s: float | None, fit_timeout_s: float | None = None) -> int:
+    """Minutes per task: the cell's hard limit ((limit + fit limit) x 1.5 + start-up) rounded up, plus one."""
+    limit = hard_limit_s(cell_timeout_s, fit_timeout_s)
     return DEFAULT_TIME_MIN if limit is None else math.ceil(limit / 60) + 1
 
 
@@ -106,12 +106,13 @@ class SlurmExecutor(Executor):
         max_parallel: int | None = None,
         extra: dict[str, str] | None = None,
         cell_timeout_s: float | None = None,
+        fit_timeout_s: float | None = None,
     ):
         import submitit
 
         self.job = job
         self.cluster = cluster
-        self.time_min = time_min or default_time_min(cell_timeout_s)
+        self.time_min = time_min or default_time_min(cell_timeout_s, fit_timeout_s)
         self._executor = submitit.AutoExecutor(folder=Path(folder), cluster=cluster)
         params: dict[str, Any] = {
             # the job name goes into the sbatch script: only the run id's plain characters
@@ -170,6 +171,7 @@ class SlurmExecutor(Executor):
             max_parallel=options.max_parallel,
             extra=extra,
             cell_timeout_s=spec.cell_timeout_s,
+            fit_timeout_s=spec.fit_timeout_s,
         )
 
     @property

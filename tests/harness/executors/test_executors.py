@@ -422,10 +422,13 @@ def test_an_unreachable_ray_address_is_one_line_not_a_hang(tmp_path, capsys):
     assert not list(tmp_path.glob("*/rows.jsonl"))  # the same --run-id can be used again
 
 
-def test_a_local_ray_that_does_not_start_in_time_is_one_line_with_what_to_do(tmp_path, capsys, monkeypatch):
+def test_a_local_ray_starts_its_workers_at_normal_priority_and_a_slow_start_is_one_line(tmp_path, capsys, monkeypatch):
     ray = pytest.importorskip("ray")
 
+    started_with = {}
+
     def slow_start(**kwargs):  # what Ray raises when its node misses its fixed 30 s (seen at load 15 per CPU)
+        started_with.update(kwargs)
         raise Exception("The current node timed out during startup. This could happen because some of the raylet ...")
 
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
@@ -438,6 +441,7 @@ def test_a_local_ray_that_does_not_start_in_time_is_one_line_with_what_to_do(tmp
         and "--executor ray: cannot start or reach Ray (Exception: The current" in err
     )
     assert "retry, or start it yourself (`ray start --head`) and pass --ray-address" in err
+    assert started_with["_system_config"] == {"worker_niceness": 0}  # Ray's default 15 starves its workers under load
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from harness.commands import main  # noqa: E402
+from harness.executors.ray_executor import LOCAL_RAY_SYSTEM_CONFIG  # noqa: E402
 from harness.plan import plan  # noqa: E402
 from harness.runner import run_sweep  # noqa: E402
 from harness.runner import sweep_spec as build_spec  # noqa: E402
@@ -89,7 +90,13 @@ def _start_ray() -> None:
 
     for _ in range(START_ATTEMPTS):
         try:
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+            ray.init(
+                num_cpus=2,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level="WARNING",
+                _system_config=LOCAL_RAY_SYSTEM_CONFIG,  # as the executor starts its own
+            )
             return
         except Exception as exc:  # Ray raises a bare Exception when its node misses its start-up time
             ray.shutdown()

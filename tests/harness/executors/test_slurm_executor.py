@@ -122,3 +122,4 @@ def test_default_time_limit_covers_the_cell_limit():
 
     assert default_time_min(None) == DEFAULT_TIME_MIN
     assert default_time_min(300.0) == 10  # ceil((300 * 1.5 + 60) / 60) + 1
+    assert default_time_min(300.0, 600.0) == 25  # a calibration's own limit too: ceil((900 * 1.5 + 60) / 60) + 1
