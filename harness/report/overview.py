@@ -9,6 +9,7 @@ import pandas as pd
 
 from harness.report.formatting import format_number, format_text
 from harness.report.page import Block, Code, Heading, Paragraph, Table
+from harness.schema import NOT_RUN_PREFIX
 
 # the outcome table's columns, then any other
 STATUS_ORDER = (
@@ -139,6 +140,11 @@ def outcome(frame: pd.DataFrame) -> list[Block]:
     statuses += [s for s in counts.columns if s not in statuses]
     rows = [[series] + [str(int(counts.at[series, s])) for s in statuses] for series in counts.index]
     total = f"{len(frame)} cells: " + ", ".join(f"{int(counts[s].sum())} {s}" for s in statuses)
+    not_run = int(frame["reason"].fillna("").astype(str).str.startswith(NOT_RUN_PREFIX).sum())
+    if not_run:  # counted under their status, as the terminal's outcome line counts them apart
+        total += (
+            f" ({not_run} of them not run: a shorter N of their series ran out of memory or time, or missed its budget)"
+        )
     return [Heading(2, "Outcome"), Paragraph(total)] + math_fallback(frame) + [Table(["series"] + statuses, rows)]
 
 

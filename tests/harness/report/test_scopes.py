@@ -102,3 +102,16 @@ def test_math_fallback_on_cuda_is_flagged_and_cpu_is_not():
     [line] = overview.math_fallback(cuda)
     assert isinstance(line, Paragraph) and "math kernel on CUDA" in line.text and "dense N=128" in line.text
     assert any(isinstance(b, Paragraph) and "math kernel" in b.text for b in overview.outcome(cuda))
+
+
+def test_outcome_says_how_many_cells_were_not_run_as_the_terminal_does():
+    frame = _frame(
+        [
+            _row("dense", 64, 1.0),
+            _row("dense", 128, None, status="timeout", reason="cell ran past its limit of 120 s"),
+            _row("dense", 256, None, status="timeout", reason="not run: timeout at N=128 for the same variant"),
+        ]
+    )
+    [total] = [b.text for b in overview.outcome(frame) if isinstance(b, Paragraph)]
+    assert total.startswith("3 cells: 1 ok, 2 timeout (1 of them not run: a shorter N of their series ran out")
+    assert "not run" not in [b.text for b in overview.outcome(frame.iloc[:2]) if isinstance(b, Paragraph)][0]
