@@ -38,7 +38,7 @@ class RayOptions(ParallelOptions):
 REASON_CHARS = 600  # characters of Ray's error text kept in a row's reason
 # A local instance's workers at normal priority: Ray runs them at nice 15, where any neighbour's process at nice 0
 # outweighs one 28 to 1 (Linux CFS weights 1024 vs 36). At 8 busy processes per core, cells that take seconds when
-# quiet never finished within their limits. A cluster given by --ray-address keeps its own setting (docs/executors.md).
+# quiet never finished within their limits. A cluster given by --ray-address keeps its own setting (docs/scaling.md).
 LOCAL_RAY_SYSTEM_CONFIG = {"worker_niceness": 0}
 
 

@@ -133,6 +133,14 @@ def spec(spec_text: str | None) -> list[Block]:
     return [Heading(2, "Appendix: the spec"), Code(spec_text.strip())] if spec_text else []
 
 
+NOT_RUN_WHY = "a shorter N of their series ran out of memory or time, or missed its budget"
+
+
+def not_run_rows(frame: pd.DataFrame) -> pd.Series:
+    """Which rows are cells not run because a shorter N of their series failed (their reason says so)."""
+    return frame["reason"].fillna("").astype(str).str.startswith(NOT_RUN_PREFIX)
+
+
 def outcome(frame: pd.DataFrame) -> list[Block]:
     """Cells per series and status, with the totals in a sentence."""
     counts = frame.groupby(["series", "status"]).size().unstack(fill_value=0)
@@ -140,11 +148,9 @@ def outcome(frame: pd.DataFrame) -> list[Block]:
     statuses += [s for s in counts.columns if s not in statuses]
     rows = [[series] + [str(int(counts.at[series, s])) for s in statuses] for series in counts.index]
     total = f"{len(frame)} cells: " + ", ".join(f"{int(counts[s].sum())} {s}" for s in statuses)
-    not_run = int(frame["reason"].fillna("").astype(str).str.startswith(NOT_RUN_PREFIX).sum())
-    if not_run:  # counted under their status, as the terminal's outcome line counts them apart
-        total += (
-            f" ({not_run} of them not run: a shorter N of their series ran out of memory or time, or missed its budget)"
-        )
+    not_run = int(not_run_rows(frame).sum())
+    if not_run:  # counted under their status; the terminal's outcome line counts them apart
+        total += f" ({not_run} of them not run: {NOT_RUN_WHY})"
     return [Heading(2, "Outcome"), Paragraph(total)] + math_fallback(frame) + [Table(["series"] + statuses, rows)]
 
 

@@ -10,7 +10,8 @@ from harness.report.analysis import SETTING_KEYS, axes_title
 from harness.report.clock import clock_note, contended_count
 from harness.report.columns import COLUMNS
 from harness.report.formatting import format_n
-from harness.schema import NOT_RUN_PREFIX, STATUSES, describe
+from harness.report.overview import NOT_RUN_WHY, not_run_rows
+from harness.schema import STATUSES, describe
 
 if TYPE_CHECKING:
     from harness.report.analysed import AnalysedRun
@@ -128,14 +129,12 @@ def outcome_line(analysed: "AnalysedRun") -> str:
     frame = analysed.frame
     if not len(frame):
         return "cells: none ran"
-    not_run = frame["reason"].fillna("").astype(str).str.startswith(NOT_RUN_PREFIX)
+    not_run = not_run_rows(frame)
     counts = frame.loc[~not_run, "status"].value_counts()
     order = [s for s in STATUSES if s in counts] + sorted(set(counts.index) - set(STATUSES))
     parts = [f"{counts[s]} {s}" for s in order]
     if not_run.any():
-        parts.append(
-            f"{int(not_run.sum())} not run (a shorter N of their series ran out of memory or time, or missed its budget)"
-        )
+        parts.append(f"{int(not_run.sum())} not run ({NOT_RUN_WHY})")
     text = "cells: " + ", ".join(parts)
     noisy = frame["noisy"] if "noisy" in frame else pd.Series(dtype=object)
     timed = noisy.notna()
