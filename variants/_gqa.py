@@ -68,6 +68,13 @@ def ungroup(x: Tensor) -> Tensor:
     return x.reshape(B, Hkv * G, N, D)
 
 
+def weighted_values(weights: Tensor, v: Tensor) -> Tensor:
+    """Weights (B, H, R, M) applied to v (B, H_kv, M, D), each query head to its K/V head's v: (B, H, R, D).
+
+    What an attention_weights(rows=...) gives is turned into the output on those rows without the N-row call."""
+    return ungroup(group(weights, v.shape[1]) @ v[:, :, None].to(weights.dtype))
+
+
 def xformers_layout(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """q, k, v in xformers' layout: (B, N, H, D), or BMGHK (B, N, H_kv, G, D) for GQA.
 

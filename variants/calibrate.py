@@ -18,8 +18,10 @@ Losses (``loss=``):
 Generalisation (``heldout=``): batches from other seeds than the training ones. Every ``eval_every``
 steps the relative L2 error of the outputs on them is measured; the fit keeps the parameters of the
 best one and stops when PATIENCE evaluations in a row improved it by less than 1% (early
-stopping), or, given a ``target`` (an error budget), once it cannot reach it even on an optimistic line. The report gives the relative L2 error on the training batches and on the held-out ones,
-so a row can show the gap.
+stopping), or, given a ``target`` (an error budget), once it cannot reach it even on an optimistic line. The report
+gives the relative L2 error on the training batches and on the held-out ones, so a row can show the gap. Where the
+rows are sampled (above), those errors are too: on ERROR_ROWS fixed query rows per batch, each side's weights on them
+applied to v (the weights contract holds that to the variant's output), so no check runs the N-row call.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from variants._checks import check_choice, check_float, check_int, check_qkv
+from variants._gqa import weighted_values
 
 DEFAULT_STEPS = 150  # Adam steps: a few seconds on 2 CPU cores at the default length
 DEFAULT_LR = 3e-2  # Adam learning rate (parameters are kept at unit scale, so one rate suits all)
@@ -44,6 +47,7 @@ EVAL_EVERY = 10  # steps between held-out evaluations (early stopping)
 PATIENCE = 2  # evaluations in a row without a 1% gain that stop the fit
 TARGET_MARGIN = 1.5  # a fit stops as hopeless only when even its optimistic end is this far above the target
 MEASURED_BATCHES = 4  # the loss before/after and the training error are measured on the first batches (their cost)
+ERROR_ROWS = 256  # query rows the training and held-out errors are measured on when both sides give weights on rows
 LOSSES = ("auto", "weight_ce", "mse")
 _TINY = 1e-12  # floor inside log() of the weight cross-entropy
 
@@ -66,7 +70,8 @@ class CalibrationReport:
     causal: bool  # fitted with the causal mask
     teacher: str  # "exact" or the teacher's name
     wall_s: float  # seconds for the whole call
-    train_error: float | None = None  # relative L2 error of the outputs on the first MEASURED_BATCHES training batches
+    # relative L2 error of the outputs on the first MEASURED_BATCHES training batches (on ERROR_ROWS rows of each, sampled)
+    train_error: float | None = None
     heldout_error: float | None = None  # the same on the held-out batches (None without them)
     heldout_batches: int = 0  # held-out batches early stopping watched
     stopped_early: bool = False  # the held-out error stopped improving, or could not reach `target`, before `steps`
@@ -125,8 +130,12 @@ def calibrate(
     held = _checked_batches(heldout, causal) if heldout is not None else []
     kind = _pick_loss(variant, teacher, loss)
     sampled = kind == "weight_ce" and _takes_rows(variant) and (teacher is None or _takes_rows(teacher))
-    outputs = [_teacher_output(teacher, q, k, v, causal) for q, k, v in batches + held]
-    targets = outputs[: len(batches)] if kind == "mse" else None
+    # the errors' rows: ERROR_ROWS fixed rows per batch when both sides give weights on rows (R x M work per check,
+    # never the N-row call); all rows otherwise
+    scored = batches + held
+    checked_rows = [_error_rows(q.shape[2], i) if sampled else None for i, (q, _, _) in enumerate(scored)]
+    outputs = [_teacher_output(teacher, *batch, causal, r) for batch, r in zip(scored, checked_rows)]
+    targets = outputs[: len(batches)] if kind == "mse" else None  # mse: never sampled, so every row
     generator = torch.Generator().manual_seed(0)
 
     def batch_loss(i: int, fixed: bool = False) -> Tensor:
@@ -149,11 +158,12 @@ def calibrate(
         with torch.no_grad():
             return sum(float(batch_loss(i, fixed=True)) for i in measured) / len(measured)
 
-    def error(which: list, wants: list[Tensor]) -> float:
+    training, heldout = range(len(measured)), range(len(batches), len(scored))  # indices into scored
+
+    def error(which: range) -> float:
         with torch.no_grad():
-            return sum(_rel_l2(variant(q, k, v, causal=causal).float(), w) for (q, k, v), w in zip(which, wants)) / len(
-                which
-            )
+            errors = [_rel_l2(_output(variant, *scored[i], causal, checked_rows[i]), outputs[i]) for i in which]
+            return sum(errors) / len(errors)
 
     was_training = variant.training
     variant.train()
@@ -165,14 +175,14 @@ def calibrate(
         if params and steps:
             opt = torch.optim.Adam(params, lr=lr)
             best, best_state, stale = math.inf, None, 0
-            last = error(held, outputs[len(batches) :]) if held and target is not None else math.inf
+            last = error(heldout) if held and target is not None else math.inf
             for step in range(steps):
                 opt.zero_grad(set_to_none=True)
                 batch_loss(step % len(batches)).backward()
                 opt.step()
                 taken = step + 1
                 if held and (taken % EVAL_EVERY == 0 or taken == steps):
-                    current = error(held, outputs[len(batches) :])
+                    current = error(heldout)
                     if current < best:
                         stale = stale + 1 if current > best * 0.99 else 0
                         best, best_state = current, [p.detach().clone() for p in params]
@@ -190,8 +200,8 @@ def calibrate(
                     for p, saved in zip(params, best_state):
                         p.copy_(saved)
         after = mean_loss()
-        train_error = error([batches[i] for i in measured], outputs[: len(measured)])
-        heldout_error = error(held, outputs[len(batches) :]) if held else None
+        train_error = error(training)
+        heldout_error = error(heldout) if held else None
     finally:
         variant.train(was_training)
     seq_len = max(q.shape[2] for q, _, _ in batches)
@@ -281,9 +291,26 @@ def _pick_loss(variant: Any, teacher: Any, loss: str) -> str:
     return loss
 
 
-def _teacher_output(teacher: Any, q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
-    """The teacher's output for one batch, float32, no grad."""
+def _error_rows(N: int, i: int) -> Tensor | None:
+    """The ERROR_ROWS query rows batch i's errors are measured on, the same at every check (None: all, N not larger)."""
+    if N <= ERROR_ROWS:
+        return None
+    return torch.randperm(N, generator=torch.Generator().manual_seed(i))[:ERROR_ROWS].sort().values
+
+
+def _output(obj: Any, q: Tensor, k: Tensor, v: Tensor, causal: bool, rows: Tensor | None = None) -> Tensor:
+    """obj's output for one batch, float32: the call, or on query rows `rows` its attention weights applied to v."""
+    if rows is None:
+        return obj(q, k, v, causal=causal).float()
+    weights = obj.attention_weights(q, k, causal=causal, kv_mask=None, rows=rows.to(q.device)).float()
+    return weighted_values(weights, v.float())
+
+
+def _teacher_output(teacher: Any, q: Tensor, k: Tensor, v: Tensor, causal: bool, rows: Tensor | None = None) -> Tensor:
+    """The teacher's output for one batch (on query rows `rows`, default all), float32, no grad."""
     with torch.no_grad():
+        if rows is not None:
+            return weighted_values(_weights(teacher, q, k, causal, {"rows": rows.to(q.device)}), v.float())
         if teacher is None:  # exact float32 attention without an N x M matrix, so long calibrations stay cheap
             from variants._gqa import sdpa
 

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from harness.measure.weights import topk_recall
+from variants._gqa import weighted_values
 
 # float64 scores per reference chunk (query rows are processed in chunks): bounds the accuracy
 # check's own memory so the process's peak stays that of the cell measured, not of the gold.
@@ -78,7 +79,6 @@ def check_accuracy(
     the call under the cell's memory tricks (harness.measure.tricks.tricked), so autocast's error is in the scores.
     `weights`: also score the variant's attention weights on those rows (topk_recall, harness.measure.weights).
     """
-    from variants import reference_attention
 
     def call(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         return attn(q, k, v, causal=causal, kv_mask=kv_mask)
@@ -121,16 +121,7 @@ def check_accuracy(
             grad_check_seq_len=N,
         )
     else:
-        q64, k64, v64 = (t.double() for t in (q, k, v))
-        with torch.no_grad():
-            parts = [
-                reference_attention(
-                    q64, k64, v64, causal=causal, kv_mask=kv_mask, pattern=pattern, rows=rows[i : i + chunk]
-                )
-                for i in range(0, R, chunk)
-            ]
-            result.reference = torch.cat(parts, dim=2)  # (B, H, R, D)
-        del q64, k64, v64, parts
+        result.reference = _reference_rows(q, k, v, rows, chunk, causal, kv_mask, pattern)
         start = time.perf_counter()
         with torch.no_grad():
             out = call(q, k, v)
@@ -146,6 +137,66 @@ def check_accuracy(
         )
         result.fields["topk_recall"] = recall
     return result
+
+
+def weights_accuracy(
+    attn: Any,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool,
+    error_rows: int,
+    seed: int,
+    reference: str = "full",
+    kv_mask: Tensor | None = None,
+) -> Accuracy | None:
+    """check_accuracy's forward scores, the output on the sampled rows taken as the variant's attention_weights on
+    those rows applied to v: R x M work instead of the N-row call (None when the variant declines to give weights).
+
+    The weights contract (tests/variants/test_weights_contract.py) holds every variant's weights applied to v to its
+    own output within 1e-4, so in float32 these are the call's scores; an error-budget search scores values this way.
+    """
+    N, B, H, M = q.shape[2], q.shape[0], q.shape[1], k.shape[2]
+    rows = sample_rows(N, error_rows, seed).to(q.device)
+    with torch.no_grad():
+        weights = attn.attention_weights(q, k, causal=causal, kv_mask=kv_mask, rows=rows)
+    if weights is None:
+        return None
+    pattern = attn.pattern if reference == "pattern" else None
+    chunk = max(1, REFERENCE_CHUNK_BYTES[q.device.type] // (B * H * M * 8))
+    valid = kv_mask[:, rows] if kv_mask is not None else torch.ones(B, len(rows), dtype=torch.bool, device=q.device)
+    result = Accuracy(rows=rows, valid=valid)
+    result.reference = _reference_rows(q, k, v, rows, chunk, causal, kv_mask, pattern)
+    mine = weighted_values(weights.double(), v)  # (B, H, R, D)
+    result.nonfinite = nonfinite(mine)
+    if result.nonfinite is None:
+        result.fields.update(output_errors(mine, result.reference, valid))
+    return result
+
+
+def _reference_rows(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    rows: Tensor,
+    chunk: int,
+    causal: bool,
+    kv_mask: Tensor | None,
+    pattern: Any,
+) -> Tensor:
+    """Exact float64 attention on the sampled rows, `chunk` rows at a time: (B, H, R, D)."""
+    from variants import reference_attention
+
+    q64, k64, v64 = (t.double() for t in (q, k, v))
+    with torch.no_grad():
+        parts = [
+            reference_attention(
+                q64, k64, v64, causal=causal, kv_mask=kv_mask, pattern=pattern, rows=rows[i : i + chunk]
+            )
+            for i in range(0, len(rows), chunk)
+        ]
+    return torch.cat(parts, dim=2)
 
 
 def baseline_errors(

@@ -19,7 +19,9 @@ Scoring (score_value): the candidate built, calibrated when learnable (with the 
 budget: the same fit the matched cell then uses, cached by harness.measure.calibration), cast to the
 cell's dtype and called on TUNING_SEEDS input batches drawn with calibration seeds at the cell's N
 (padding masks with those seeds too); its error on the sampled query rows is the worst over those
-batches. The evaluation seed is never scored here.
+batches. The evaluation seed is never scored here. In float32, a variant that gives its attention weights is scored by
+them on the sampled rows applied to v (harness.measure.accuracy.weights_accuracy: R x M work, not the N-row call; the
+weights contract holds them to the call's output); the cell measured at the value found is always the real call.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import torch
 
 from harness.inputs import make_inputs
 from harness.inputs.padding import padding_mask
-from harness.measure.accuracy import check_accuracy
+from harness.measure.accuracy import check_accuracy, weights_accuracy
 from harness.measure.calibration import calibrated
 from harness.measure.context import MeasureContext
 from harness.measure.knob_range import config_flops, knob_range, unreachable_carries_over  # noqa: F401 - re-exported
@@ -46,6 +48,8 @@ from harness.error_metrics import METRIC_NAMES, metric_error
 
 TOLERANCE = 1.25  # bisection stops when the passing value is within 25% of the largest value known to miss
 TUNING_SEEDS = 4  # seeds scored per value, the worst counting (2 left the evaluation seed 15% above at N=8192)
+# the dtype whose searches score a value by the variant's attention weights on the sampled rows (when it gives them)
+SCORED_BY_WEIGHTS = "float32"
 
 
 @dataclass(frozen=True)
@@ -271,19 +275,15 @@ def score_value(
     attn = attn.to(dtype=DTYPES[cell.dtype]).eval()
     worst = 0.0
     for q, k, v, kv_mask, seed in batches:
-        accuracy = check_accuracy(
-            attn,
-            q,
-            k,
-            v,
-            causal=cell.causal,
-            training=False,
-            error_rows=settings.error_rows,
-            seed=seed,
-            reference=settings.accuracy_reference,
+        common = dict(
+            causal=cell.causal, error_rows=settings.error_rows, seed=seed, reference=settings.accuracy_reference,
             kv_mask=kv_mask,
-            weights=False,  # the search scores the output error only
-        )
+        )  # fmt: skip
+        # float32: the weights on the sampled rows stand for the N-row call (R x M work); in a half dtype the call's
+        # own rounding is part of the error, so it is called
+        accuracy = weights_accuracy(attn, q, k, v, **common) if cell.dtype == SCORED_BY_WEIGHTS else None
+        if accuracy is None:  # the output error only
+            accuracy = check_accuracy(attn, q, k, v, training=False, weights=False, **common)
         if accuracy.nonfinite:
             return math.inf
         error = metric_error(accuracy.fields, cell.error_metric)

@@ -247,6 +247,33 @@ def test_held_out_batches_stop_the_fit_and_give_both_errors(monkeypatch):
     assert without.steps == 3 and without.train_error > 0
 
 
+@pytest.mark.parametrize("name, config", [("distilled", {"features": 8}), ("window_linear", {"window": 32})])
+def test_above_error_rows_the_errors_are_sampled_rows_and_no_check_calls_the_variant(name, config):
+    """Counted: at N > ERROR_ROWS a weight_ce fit never runs the N-row call (its errors are the weights on ERROR_ROWS
+    fixed rows applied to v), and those errors track the whole output's."""
+    module = importlib.import_module("variants.calibrate")
+    torch.manual_seed(0)
+    attn = build_variant(name, **config)
+    N = 2 * module.ERROR_ROWS
+    batches, held = [_local(90 + i, N=N) for i in range(2)], [_local(95, N=N), _local(96, N=N)]
+    calls = []
+    real = type(attn).forward
+    type_forward = lambda self, *a, **k: calls.append(a[0].shape[2]) or real(self, *a, **k)  # noqa: E731
+    try:
+        type(attn).forward = type_forward
+        report = calibrate(attn, batches, steps=6, heldout=held, causal=True)
+    finally:
+        type(attn).forward = real
+    assert report.loss == "weight_ce" and calls == []
+    with torch.no_grad():
+        whole = [
+            float((attn(*b, causal=True) - reference_attention(*b, causal=True, dtype=torch.float32)).norm())
+            / float(reference_attention(*b, causal=True, dtype=torch.float32).norm())
+            for b in held
+        ]
+    assert report.heldout_error == pytest.approx(sum(whole) / len(whole), rel=0.15)
+
+
 def test_a_fit_that_cannot_reach_its_target_stops_at_the_first_evaluations():
     """A target far below what a few steps gain (an unreachable budget) stops the fit early; a reachable one does not."""
     torch.manual_seed(0)
