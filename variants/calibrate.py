@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from variants._checks import check_choice, check_float, check_int, check_qkv
-from variants._gqa import weighted_values
+from variants._gqa import sdpa, weighted_values
 
 DEFAULT_STEPS = 150  # Adam steps: a few seconds on 2 CPU cores at the default length
 DEFAULT_LR = 3e-2  # Adam learning rate (parameters are kept at unit scale, so one rate suits all)
@@ -312,7 +312,5 @@ def _teacher_output(teacher: Any, q: Tensor, k: Tensor, v: Tensor, causal: bool,
         if rows is not None:
             return weighted_values(_weights(teacher, q, k, causal, {"rows": rows.to(q.device)}), v.float())
         if teacher is None:  # exact float32 attention without an N x M matrix, so long calibrations stay cheap
-            from variants._gqa import sdpa
-
             return sdpa(q.float(), k.float(), v.float(), is_causal=causal)  # k, v may have fewer (GQA) heads
         return teacher(q, k, v, causal=causal).float()
