@@ -99,7 +99,9 @@ def _weights(
         scores = scores.masked_fill(~mask, float("-inf"))
     # Softmax in at least float32 so float16/bfloat16 references stay meaningful.
     weights = torch.softmax(scores.to(torch.promote_types(qr.dtype, torch.float32)), dim=-1)
-    return torch.nan_to_num(weights, nan=0.0).to(qr.dtype)  # rows with no visible key -> 0
+    if mask is not None and not bool(mask.any(-1).all()):  # a row with no visible key: softmax's NaN -> 0
+        weights = weights.nan_to_num_(0.0)  # only then: a pass over R x M the other rows do not need
+    return weights.to(qr.dtype)
 
 
 def attention_weights(
