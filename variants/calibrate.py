@@ -19,9 +19,10 @@ Generalisation (``heldout=``): batches from other seeds than the training ones. 
 steps the relative L2 error of the outputs on them is measured; the fit keeps the parameters of the
 best one and stops when PATIENCE evaluations in a row improved it by less than 1% (early
 stopping), or, given a ``target`` (an error budget), once it cannot reach it even on an optimistic line. The report
-gives the relative L2 error on the training batches and on the held-out ones, so a row can show the gap. Where the
-rows are sampled (above), those errors are too: on ERROR_ROWS fixed query rows per batch, each side's weights on them
-applied to v (the weights contract holds that to the variant's output), so no check runs the N-row call.
+gives the relative L2 error on the training batches and on the held-out ones, so a row can show the gap. When both
+sides take ``rows=`` (as for a sampled weight_ce loss) and a batch is longer than ERROR_ROWS, its errors are measured on
+ERROR_ROWS fixed query rows, each side's weights on them applied to v (the weights contract holds that to the
+variant's output), so no check runs the N-row call.
 """
 
 from __future__ import annotations
@@ -158,7 +159,7 @@ def calibrate(
         with torch.no_grad():
             return sum(float(batch_loss(i, fixed=True)) for i in measured) / len(measured)
 
-    training, heldout = range(len(measured)), range(len(batches), len(scored))  # indices into scored
+    trained_at, held_at = range(len(measured)), range(len(batches), len(scored))  # indices into scored
 
     def error(which: range) -> float:
         with torch.no_grad():
@@ -175,14 +176,14 @@ def calibrate(
         if params and steps:
             opt = torch.optim.Adam(params, lr=lr)
             best, best_state, stale = math.inf, None, 0
-            last = error(heldout) if held and target is not None else math.inf
+            last = error(held_at) if held and target is not None else math.inf
             for step in range(steps):
                 opt.zero_grad(set_to_none=True)
                 batch_loss(step % len(batches)).backward()
                 opt.step()
                 taken = step + 1
                 if held and (taken % EVAL_EVERY == 0 or taken == steps):
-                    current = error(heldout)
+                    current = error(held_at)
                     if current < best:
                         stale = stale + 1 if current > best * 0.99 else 0
                         best, best_state = current, [p.detach().clone() for p in params]
@@ -200,8 +201,8 @@ def calibrate(
                     for p, saved in zip(params, best_state):
                         p.copy_(saved)
         after = mean_loss()
-        train_error = error(training)
-        heldout_error = error(heldout) if held else None
+        train_error = error(trained_at)
+        heldout_error = error(held_at) if held else None
     finally:
         variant.train(was_training)
     seq_len = max(q.shape[2] for q, _, _ in batches)

@@ -85,8 +85,9 @@ class DenseAttention(PatternWeights, KVCacheDecoding, AttentionVariant):
 def _textbook(q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor | None) -> Tensor:
     """softmax(q k^T / sqrt(D) + bias) v with the N x M scores materialised (nanoGPT's slow path).
 
-    One pass per step: the scale folded into q (N*D, not N*M), the additive -inf bias added in place, and
-    nan_to_num only when some query row sees no key (a padded first key when causal, an all-padded sequence).
+    One pass per step: the scale folded into q (N*D, not N*M), the additive -inf bias added in place, and only when
+    some query row sees no key (a padded first key when causal, an all-padded sequence) those rows set to 0 before the
+    softmax and after it (zeros, with finite gradients).
     GQA: the G query heads of a K/V head are stacked as rows, (B, H_kv, G*N, D), so K/V are not repeated.
     """
     B, H, N, D = q.shape
@@ -96,9 +97,13 @@ def _textbook(q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor 
     bias = _additive_mask(N, M, causal=causal, kv_mask=kv_mask, dtype=scores.dtype, device=q.device)
     if bias is not None:
         scores += bias  # -inf, not -1e20: -1e20 overflows float16
-    weights = torch.softmax(scores, dim=-1, dtype=torch.float32)
+    blind = None  # rows that see no key: softmax over nothing is NaN, forward and backward
     if _some_row_sees_nothing(causal, kv_mask):
-        weights = weights.nan_to_num_(0.0)  # a row that sees no key: zeros, as the reference gives
+        blind = torch.isneginf(bias).all(-1, keepdim=True)  # (B or 1, 1, N or 1, 1)
+        scores = scores.masked_fill(blind, 0.0)  # finite there, and no gradient flows back through them
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32)
+    if blind is not None:
+        weights = weights.masked_fill(blind, 0.0)  # zeros, as the reference gives
     out = torch.matmul(weights.to(v.dtype).view(B, Hkv, -1, M), v)  # (B, H_kv, G*N, D)
     return ungroup(out.view(B, Hkv, H // Hkv, N, D))  # (B, H, N, D)
 

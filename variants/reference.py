@@ -100,7 +100,7 @@ def _weights(
     # Softmax in at least float32 so float16/bfloat16 references stay meaningful.
     weights = torch.softmax(scores.to(torch.promote_types(qr.dtype, torch.float32)), dim=-1)
     if mask is not None and not bool(mask.any(-1).all()):  # a row with no visible key: softmax's NaN -> 0
-        weights = weights.nan_to_num_(0.0)  # only then: a pass over R x M the other rows do not need
+        weights = weights.nan_to_num(0.0)  # only then (a pass over R x M); not in place: softmax's backward reads it
     return weights.to(qr.dtype)
 
 

@@ -86,11 +86,9 @@ def check_accuracy(
     call = wrap(call) if wrap is not None else call
 
     N = q.shape[2]
-    rows = sample_rows(N, error_rows, seed).to(q.device)
+    rows, chunk, valid = _sampled(q, k, error_rows, seed, kv_mask)
     pattern = attn.pattern if reference == "pattern" else None
-    B, H, R, D, M = q.shape[0], q.shape[1], len(rows), q.shape[3], k.shape[2]
-    chunk = max(1, REFERENCE_CHUNK_BYTES[q.device.type] // (B * H * M * 8))
-    valid = kv_mask[:, rows] if kv_mask is not None else torch.ones(B, R, dtype=torch.bool, device=q.device)  # (B, R)
+    B, H, R, D = q.shape[0], q.shape[1], len(rows), q.shape[3]
     result = Accuracy(rows=rows, valid=valid)
     # the reference first, from q, k, v before the variant has seen them in this stage (harness.measure.guard checks
     # after the cell that nothing wrote into them)
@@ -157,22 +155,32 @@ def weights_accuracy(
     The weights contract (tests/variants/test_weights_contract.py) holds every variant's weights applied to v to its
     own output within 1e-4, so in float32 these are the call's scores; an error-budget search scores values this way.
     """
-    N, B, H, M = q.shape[2], q.shape[0], q.shape[1], k.shape[2]
-    rows = sample_rows(N, error_rows, seed).to(q.device)
+    rows, chunk, valid = _sampled(q, k, error_rows, seed, kv_mask)
+    mine = []
     with torch.no_grad():
-        weights = attn.attention_weights(q, k, causal=causal, kv_mask=kv_mask, rows=rows)
-    if weights is None:
-        return None
+        for i in range(0, len(rows), chunk):  # the reference's chunks: R x M weights never held at once
+            weights = attn.attention_weights(q, k, causal=causal, kv_mask=kv_mask, rows=rows[i : i + chunk])
+            if weights is None:
+                return None
+            mine.append(weighted_values(weights.double(), v))
+    mine = torch.cat(mine, dim=2)  # (B, H, R, D)
     pattern = attn.pattern if reference == "pattern" else None
-    chunk = max(1, REFERENCE_CHUNK_BYTES[q.device.type] // (B * H * M * 8))
-    valid = kv_mask[:, rows] if kv_mask is not None else torch.ones(B, len(rows), dtype=torch.bool, device=q.device)
     result = Accuracy(rows=rows, valid=valid)
     result.reference = _reference_rows(q, k, v, rows, chunk, causal, kv_mask, pattern)
-    mine = weighted_values(weights.double(), v)  # (B, H, R, D)
-    result.nonfinite = nonfinite(mine)
+    result.nonfinite = nonfinite(mine.transpose(1, 2)[valid])  # padded query rows are unspecified
     if result.nonfinite is None:
         result.fields.update(output_errors(mine, result.reference, valid))
     return result
+
+
+def _sampled(q: Tensor, k: Tensor, error_rows: int, seed: int, kv_mask: Tensor | None) -> tuple[Tensor, int, Tensor]:
+    """The sampled query rows (R,), the rows per reference chunk (REFERENCE_CHUNK_BYTES of float64 scores), and which
+    sampled rows are real tokens (B, R)."""
+    B, H, N, M = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    rows = sample_rows(N, error_rows, seed).to(q.device)
+    chunk = max(1, REFERENCE_CHUNK_BYTES[q.device.type] // (B * H * M * 8))
+    valid = kv_mask[:, rows] if kv_mask is not None else torch.ones(B, len(rows), dtype=torch.bool, device=q.device)
+    return rows, chunk, valid
 
 
 def _reference_rows(
@@ -205,24 +213,10 @@ def baseline_errors(
     """The errors two trivial answers score against exact attention on the rows check_accuracy samples (same seed):
     uniform attention (the mean of v over the keys each row sees, causality and padding respected: exact attention with
     q = 0) and a zero output. A variant not clearly below the uniform error has learnt nothing about q."""
-    from variants import reference_attention
-
-    N, B, R = q.shape[2], q.shape[0], min(error_rows, q.shape[2])
-    rows = sample_rows(N, error_rows, seed).to(q.device)
-    valid = kv_mask[:, rows] if kv_mask is not None else torch.ones(B, R, dtype=torch.bool, device=q.device)
-    q64, k64, v64 = (t.double() for t in (q, k, v))
-    chunk = max(1, REFERENCE_CHUNK_BYTES[q.device.type] // (B * q.shape[1] * k.shape[2] * 8))
-    with torch.no_grad():
-        ref, uniform = (
-            torch.cat(
-                [
-                    reference_attention(x, k64, v64, causal=causal, kv_mask=kv_mask, rows=rows[i : i + chunk])
-                    for i in range(0, R, chunk)
-                ],
-                dim=2,
-            )
-            for x in (q64, torch.zeros_like(q64))
-        )  # (B, H, R, D) each
+    rows, chunk, valid = _sampled(q, k, error_rows, seed, kv_mask)
+    ref, uniform = (
+        _reference_rows(x, k, v, rows, chunk, causal, kv_mask, None) for x in (q, torch.zeros_like(q))
+    )  # (B, H, R, D) each
     scored = output_errors(uniform, ref, valid)
     return {
         "uniform_rel_l2_error": scored["rel_l2_error"],

@@ -231,7 +231,8 @@ def _search(
 
 def search_key(cell: Cell) -> str:
     """What a search's errors depend on: the cell without its budget and the knob's own value, and without its mode,
-    phase and scope (every value is scored by a forward call on the attention alone), so those cells share one search."""
+    phase and scope (every value is scored on a forward of the attention alone: its call, or in float32 its weights), so
+    those cells share one search."""
     from variants import get_variant
 
     knob = get_variant(cell.variant).quality_knob

@@ -58,4 +58,5 @@ def test_a_float32_search_never_calls_the_variant_and_a_bfloat16_one_does(monkey
     half = dataclasses.replace(matched("sliding_window", 0.1), dtype="bfloat16")
     row = measure_cell(half, FAST, RUN).to_dict()
     assert row["status"] == "ok", row["reason"]
-    assert len(calls) >= len(row["tuning"]["tried"])  # bfloat16: the call's rounding is part of the error
+    tried = row["tuning"]["tried"]
+    assert len(tried) >= 2 and len(calls) >= len(tried)  # bfloat16: the call's rounding is part of the error
