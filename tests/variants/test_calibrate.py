@@ -248,7 +248,7 @@ def test_held_out_batches_stop_the_fit_and_give_both_errors(monkeypatch):
 
 
 @pytest.mark.parametrize("name, config", [("distilled", {"features": 8}), ("window_linear", {"window": 32})])
-def test_above_error_rows_the_errors_are_sampled_rows_and_no_check_calls_the_variant(name, config):
+def test_above_error_rows_the_errors_are_sampled_rows_and_no_check_calls_the_variant(name, config, monkeypatch):
     """Counted: at N > ERROR_ROWS a weight_ce fit never runs the N-row call (its errors are the weights on ERROR_ROWS
     fixed rows applied to v), and those errors track the whole output's."""
     module = importlib.import_module("variants.calibrate")
@@ -258,12 +258,9 @@ def test_above_error_rows_the_errors_are_sampled_rows_and_no_check_calls_the_var
     batches, held = [_local(90 + i, N=N) for i in range(2)], [_local(95, N=N), _local(96, N=N)]
     calls = []
     real = type(attn).forward
-    type_forward = lambda self, *a, **k: calls.append(a[0].shape[2]) or real(self, *a, **k)  # noqa: E731
-    try:
-        type(attn).forward = type_forward
-        report = calibrate(attn, batches, steps=6, heldout=held, causal=True)
-    finally:
-        type(attn).forward = real
+    monkeypatch.setattr(type(attn), "forward", lambda self, *a, **k: calls.append(a[0].shape[2]) or real(self, *a, **k))
+    report = calibrate(attn, batches, steps=6, heldout=held, causal=True)
+    monkeypatch.undo()  # the whole-output errors below call it
     assert report.loss == "weight_ce" and calls == []
     with torch.no_grad():
         whole = [
