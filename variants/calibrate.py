@@ -131,12 +131,15 @@ def calibrate(
     held = _checked_batches(heldout, causal) if heldout is not None else []
     kind = _pick_loss(variant, teacher, loss)
     sampled = kind == "weight_ce" and _takes_rows(variant) and (teacher is None or _takes_rows(teacher))
-    # the errors' rows: ERROR_ROWS fixed rows per batch when both sides give weights on rows (R x M work per check,
-    # never the N-row call); all rows otherwise
-    scored = batches + held
+    measured = range(min(len(batches), MEASURED_BATCHES))
+    # the batches errors are measured on (the first training ones, the held-out ones) and their rows: ERROR_ROWS fixed
+    # rows per batch when both sides give weights on rows (R x M work per check, never the N-row call); else all rows
+    scored = batches[: len(measured)] + held
     checked_rows = [_error_rows(q.shape[2], i) if sampled else None for i, (q, _, _) in enumerate(scored)]
     outputs = [_teacher_output(teacher, *batch, causal, r) for batch, r in zip(scored, checked_rows)]
-    targets = outputs[: len(batches)] if kind == "mse" else None  # mse: never sampled, so every row
+    targets = None  # mse's: every training batch, every row (never sampled, so the measured ones are outputs already)
+    if kind == "mse":
+        targets = outputs[: len(measured)] + [_teacher_output(teacher, *b, causal) for b in batches[len(measured) :]]
     generator = torch.Generator().manual_seed(0)
 
     def batch_loss(i: int, fixed: bool = False) -> Tensor:
@@ -153,13 +156,11 @@ def calibrate(
         student = variant.attention_weights(q, k, causal=causal, kv_mask=None, **extra)  # (B, H, R, M)
         return -(want * student.clamp_min(_TINY).log()).sum(-1).mean()
 
-    measured = range(min(len(batches), MEASURED_BATCHES))
-
     def mean_loss() -> float:  # on fixed rows, so before and after compare
         with torch.no_grad():
             return sum(float(batch_loss(i, fixed=True)) for i in measured) / len(measured)
 
-    trained_at, held_at = range(len(measured)), range(len(batches), len(scored))  # indices into scored
+    trained_at, held_at = range(len(measured)), range(len(measured), len(scored))  # indices into scored
 
     def error(which: range) -> float:
         with torch.no_grad():
