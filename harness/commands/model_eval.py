@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -17,6 +16,7 @@ from harness.commands._study_args import add_study_arguments, parse_ints, parse_
 from harness.devices import check_device
 from harness.errors import UsageError
 from harness.inputs import minilm
+from harness.measure.timer import Stopwatch
 from harness.plugins import load_plugins
 from harness.studies import lm_eval, model_eval
 from harness.studies.results_io import output_dir
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     folder = output_dir(model_eval.STEM, run=args.run, out=args.out)
-    start = time.perf_counter()
+    watch = Stopwatch.started()
     try:
         rows, meta = model_eval.run_model_eval(
             variants,
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         overrides=overrides,
         device=device,
         seed=args.seed,
-        wall_s=time.perf_counter() - start,
+        wall_s=watch.seconds,
         torch_threads=torch.get_num_threads(),
     )
     paths = model_eval.write_model_eval(folder, rows, meta)
@@ -171,7 +171,7 @@ def run_model(args: argparse.Namespace) -> int:
     overrides = parse_overrides(args.set)
     check_overrides(overrides, variants, max(seq_lens))
     folder = output_dir(lm_eval.STEM, run=args.run, out=args.out)
-    start = time.perf_counter()
+    watch = Stopwatch.started()
     try:
         rows, meta = lm_eval.run_lm_eval(
             args.model,
@@ -192,7 +192,7 @@ def run_model(args: argparse.Namespace) -> int:
     except ValueError as exc:  # the text is too short for the windows asked, the model does not load
         raise UsageError(str(exc)) from None
     meta.update(variants=variants, overrides=overrides, device=device, seed=args.seed)
-    meta.update(wall_s=time.perf_counter() - start, torch_threads=torch.get_num_threads())
+    meta.update(wall_s=watch.seconds, torch_threads=torch.get_num_threads())
     paths = lm_eval.write_lm_eval(folder, rows, meta)
     print(f"wrote {', '.join(str(p) for p in paths)}")
     return 0

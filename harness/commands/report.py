@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 from harness.errors import UsageError
 from harness.inputs import parse_inputs
+from harness.measure.timer import Stopwatch
 from harness.plugins import load_plugins
 from harness.report import write_report
 from harness.report.budgets import DEFAULT_BUDGETS
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--maps-inputs {args.maps_inputs}: {exc}") from None
     if args.budget and any(not (b > 0) for b in args.budget):
         raise UsageError(f"--budget {args.budget}: error budgets must be > 0, e.g. --budget 0.01")
-    start = time.perf_counter()
+    watch = Stopwatch.started()
     analysed = analyse(args.run_dir, budgets=tuple(args.budget) if args.budget else None, clock=args.clock)
     if not len(analysed.frame):
         print(
@@ -90,5 +90,5 @@ def run(args: argparse.Namespace) -> int:
     )
     for path in paths:
         print(path)
-    print(f"report written in {time.perf_counter() - start:.1f} s", flush=True)
+    print(f"report written in {watch.seconds:.1f} s", flush=True)
     return 0

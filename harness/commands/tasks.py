@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import time
 from typing import Any
 
 import torch
@@ -12,6 +11,7 @@ import torch
 from harness.commands._study_args import add_study_arguments, parse_ints, parse_overrides
 from harness.devices import check_device
 from harness.errors import UsageError
+from harness.measure.timer import Stopwatch
 from harness.plugins import load_plugins
 from harness.report.study_results import equal_to_dense_notes
 from harness.studies import tasks
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     overrides = parse_overrides(args.set)
     check_overrides(overrides, variants, max(preset.seq_lens))
     folder = output_dir(tasks.STEM, run=args.run, out=args.out)
-    start = time.perf_counter()
+    watch = Stopwatch.started()
     rows = tasks.run_tasks(names, variants, preset, seed=args.seed, device=device, overrides=overrides, log=print)
     meta = {
         "preset": args.preset,
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         "tasks": names,
         "variants": variants,
         "overrides": overrides,
-        "wall_s": time.perf_counter() - start,
+        "wall_s": watch.seconds,
         "torch_threads": torch.get_num_threads(),
     }
     paths = tasks.write_tasks(folder, rows, meta)

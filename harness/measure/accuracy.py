@@ -8,13 +8,13 @@ The call is also the cell's warm-up: its seconds are a first estimate of the lat
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 from torch import Tensor
 
+from harness.measure.timer import Stopwatch
 from harness.measure.weights import topk_recall
 from variants._gqa import weighted_values
 
@@ -99,13 +99,13 @@ def check_accuracy(
         g = (g * valid[:, None, :, None]).to(q.dtype)
         result.reference, ref_grads = _reference_with_grads(q, k, v, g, rows, chunk, causal, kv_mask, pattern)
         qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
-        start = time.perf_counter()
-        out = call(qg, kg, vg)
-        check_output(out, q, v)
-        grad_out = torch.zeros_like(out)
-        grad_out[:, :, rows] = g
-        grads = torch.autograd.grad(out, (qg, kg, vg), grad_outputs=grad_out, allow_unused=True)
-        result.call_s = time.perf_counter() - start
+        with Stopwatch(q.device) as watch:
+            out = call(qg, kg, vg)
+            check_output(out, q, v)
+            grad_out = torch.zeros_like(out)
+            grad_out[:, :, rows] = g
+            grads = torch.autograd.grad(out, (qg, kg, vg), grad_outputs=grad_out, allow_unused=True)
+        result.call_s = watch.seconds
         # unused input: zero gradient
         grads = tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, (qg, kg, vg)))
         out = out.detach()
@@ -120,10 +120,9 @@ def check_accuracy(
         )
     else:
         result.reference = _reference_rows(q, k, v, rows, chunk, causal, kv_mask, pattern)
-        start = time.perf_counter()
-        with torch.no_grad():
+        with Stopwatch(q.device) as watch, torch.no_grad():
             out = call(q, k, v)
-        result.call_s = time.perf_counter() - start
+        result.call_s = watch.seconds
         check_output(out, q, v)
         result.nonfinite = nonfinite(out)
         if result.nonfinite:

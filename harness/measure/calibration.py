@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from typing import Any
 
 import torch
@@ -12,6 +11,7 @@ import torch
 from harness.inputs import make_inputs
 from harness.measure.context import MeasureContext
 from harness.measure.settings import CALIBRATION_SEED_OFFSET, MeasureSettings
+from harness.measure.timer import Stopwatch
 from harness.schema import Cell
 
 HELDOUT_BATCHES = 4  # held-out calibration batches: early stopping and the row's calibration_heldout_error
@@ -105,10 +105,10 @@ def calibrated(
             )
 
         batches, heldout = [batch(s) for s in seeds], [batch(s) for s in held]
-        start = time.perf_counter()
-        steps, target = settings.calibration_steps, fit_target(cell, settings)
-        report = calibrate(attn, batches, steps=steps, causal=cell.causal, heldout=heldout, target=target)
-        seconds = time.perf_counter() - start
+        with Stopwatch(device) as watch:
+            steps, target = settings.calibration_steps, fit_target(cell, settings)
+            report = calibrate(attn, batches, steps=steps, causal=cell.causal, heldout=heldout, target=target)
+        seconds = watch.seconds
         del batches, heldout
         report_dict = report.to_dict()
         report_dict["seeds"], report_dict["heldout_seeds"] = seeds, held

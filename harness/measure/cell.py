@@ -26,7 +26,6 @@ anything else ->
 
 from __future__ import annotations
 
-import time
 from functools import partial
 from typing import Any, Callable, NamedTuple
 
@@ -58,6 +57,7 @@ from harness.measure.roofline import compute_dtype, roofline_fields
 from harness.measure.settings import DTYPES, MeasureSettings, RunInfo
 from harness.measure.speedup import baseline_for, timed_fields
 from harness.measure.stages import StageFailed, StageRecorder, stage
+from harness.measure.timer import Stopwatch
 from harness.measure.tricks import tricked
 from harness.measure.tuning import tune
 from harness.plan import tricks_reason
@@ -69,7 +69,7 @@ def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: M
     """Measure one cell and return its row; never raises for a failure of the variant (see module doc)."""
     context = context or MeasureContext()
     row = base_row(cell, run).update(started_at=now())
-    start, load_at_start = time.perf_counter(), load_per_cpu()
+    watch, load_at_start = Stopwatch.started(), load_per_cpu()
     recorder = StageRecorder()
     try:
         with user_interrupts(), deadline(settings.cell_timeout_s, settings.fit_timeout_s) as clock:
@@ -94,7 +94,7 @@ def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: M
         row.update(status="error", reason=changed_reason(written) + ended)
     if row.status == "ok":  # held against the machine's measured limits
         row.update(**roofline_fields(cell, row.to_dict(), run.limits, precision_dtype=compute_dtype(cell)))
-    row.wall_s = time.perf_counter() - start
+    row.wall_s = watch.seconds
     row.load_per_cpu = larger(load_at_start, load_per_cpu())
     row.update(**noise_fields(row.to_dict(), row.load_per_cpu))
     if row.status != "ok":
@@ -332,6 +332,6 @@ def _prepare(
     prepare = getattr(attn, "prepare", None)
     if not callable(prepare):
         return None
-    start = time.perf_counter()
-    spent = prepare(q, k, v, causal=cell.causal, kv_mask=kv_mask, training=training)
-    return float(spent) if spent is not None else time.perf_counter() - start
+    with Stopwatch(q.device) as watch:
+        spent = prepare(q, k, v, causal=cell.causal, kv_mask=kv_mask, training=training)
+    return float(spent) if spent is not None else watch.seconds

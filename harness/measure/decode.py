@@ -11,19 +11,18 @@ accuracy_reference "pattern"). Decoding is inference: forward only, under no_gra
 
 from __future__ import annotations
 
-import statistics
-import time
 from typing import Any, Callable
 
 import torch
 from torch import Tensor
 
 from harness.measure.accuracy import nonfinite, output_errors
+from harness.measure.contention import contention_fields
 from harness.measure.flops import attention_flops, flops_fields
 from harness.measure.kernel import memory_and_kernel
 from harness.measure.settings import MeasureSettings
 from harness.measure.stages import StageRecorder, stage
-from harness.measure.timing import quantile
+from harness.measure.timer import StepTimer, Stopwatch
 from harness.schema import Cell
 
 
@@ -75,19 +74,19 @@ def measure_decode(
     from variants import live_state_bytes
 
     with stage("init_state"):
-        start = time.perf_counter()
-        state = fresh_state()
+        with Stopwatch(device) as watch:
+            state = fresh_state()
         recorder.record(
             {
-                "setup_s": time.perf_counter() - start,
+                "setup_s": watch.seconds,
                 "state_bytes": int(attn.state_bytes(state)),
                 "state_live_bytes": int(live_state_bytes(state)),
             }
         )
     with stage("accuracy"):
-        start = time.perf_counter()
-        outs = generate(state)
-        first_call_s = time.perf_counter() - start
+        with Stopwatch(device) as watch:
+            outs = generate(state)
+        first_call_s = watch.seconds
         out = torch.cat(outs, dim=2)  # (B, H, S, D)
         bad = nonfinite(out)
         if bad:
@@ -102,17 +101,22 @@ def measure_decode(
 
         recorder.record(memory_and_kernel(ready, device))
     with stage("timing"):
-        times = _time_generations(fresh_state, generate, settings, device, first_call_s)
-    latency = statistics.median(times) / S
+        timed = StepTimer(device).measure(
+            generate,
+            setup=fresh_state,
+            budget_s=settings.time_budget_s,
+            repeats=settings.repeats,
+            first_call_s=first_call_s,
+        )
+    latency_fields = timed.latency_fields(per=S)  # per generated token
+    latency = latency_fields["latency_s"]
     # per token
     per_step = [attention_flops(attn, cell, backend=None, N=1, M=N + t + 1, causal=False) for t in range(S)]
     executed, useful = (sum(step[i] for step in per_step) // S for i in (0, 1))
     return recorder.outcome(
         "ok",
-        latency_s=latency,
-        latency_p20_s=quantile(times, 0.2) / S,
-        latency_p80_s=quantile(times, 0.8) / S,
-        repeats=len(times),
+        **latency_fields,
+        **contention_fields(timed.blocks, per=S),
         **flops_fields(executed, latency, training=False, useful_attention_flops=useful),
     )
 
@@ -130,26 +134,3 @@ def _accuracy(
             q.double(), k.double(), v.double(), causal=True, kv_mask=full_mask(kv_mask, S), pattern=pattern, rows=rows
         )
     return output_errors(out.double(), ref)
-
-
-def _time_generations(
-    fresh_state: Callable[[], Any],
-    generate: Callable[[Any], Any],
-    settings: MeasureSettings,
-    device: torch.device,
-    first_call_s: float,
-) -> list[float]:
-    """Seconds of each timed generation of S tokens, each from a fresh state built outside the timed region."""
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    estimate = max(first_call_s, 1e-6)
-    count = max(settings.repeats, min(1000, int(settings.time_budget_s / estimate)))
-    times = []
-    for _ in range(count):
-        state = fresh_state()
-        sync()
-        start = time.perf_counter()
-        generate(state)
-        sync()
-        times.append(time.perf_counter() - start)
-        del state
-    return times

@@ -11,7 +11,6 @@ survives the projections, the residuals and the MLPs; in train mode also the gra
 
 from __future__ import annotations
 
-import statistics
 from functools import partial
 from typing import Any, Callable, ContextManager
 
@@ -22,10 +21,11 @@ from torch import Tensor, nn
 from harness.measure.accuracy import check_output, nonfinite
 from harness.measure.flops import attention_flops, flops_fields
 from harness.measure.kernel import memory_and_kernel
+from harness.measure.contention import contention_fields
 from harness.measure.layer_accuracy import layer_accuracy
 from harness.measure.settings import MeasureSettings
 from harness.measure.stages import StageRecorder, stage
-from harness.measure.timing import quantile, time_with_clocks
+from harness.measure.timer import StepTimer, Stopwatch
 from harness.measure.tricks import autocast, recomputed
 from harness.schema import Cell
 
@@ -154,7 +154,7 @@ def measure_layer(
     with stage("build"):
         stack = build_stack(attn, cell, q.dtype, device).train(training)
     with stage("accuracy"):
-        out, first_call_s = _timed_call(lambda: stack(x, causal=cell.causal, kv_mask=kv_mask), precision)
+        out, first_call_s = _timed_call(lambda: stack(x, causal=cell.causal, kv_mask=kv_mask), precision, device)
         check_output(rearrange(out, "b n (h d) -> b h n d", h=cell.heads), q, q)
         bad = nonfinite(out)
         if bad:
@@ -165,17 +165,17 @@ def measure_layer(
         step = _step(stack, x, cell.causal, kv_mask, training, precision)
         recorder.record(memory_and_kernel(lambda: step, device))
     with stage("timing"):
-        times, repeats, clocked = time_with_clocks(step, settings, device, first_call_s=first_call_s)
-    latency = statistics.median(times)
+        timed = StepTimer(device).measure(
+            step, budget_s=settings.time_budget_s, repeats=settings.repeats, first_call_s=first_call_s
+        )
+    latency_fields = timed.latency_fields()
+    latency = latency_fields["latency_s"]
     attention, useful = attention_flops(attn, cell, backend=attn.resolve_backend(q, training=training))
     attention, useful = cell.layer_depth * attention, cell.layer_depth * useful  # every block of the stack
     return recorder.outcome(
         "ok",
-        latency_s=latency,
-        latency_p20_s=quantile(times, 0.2),
-        latency_p80_s=quantile(times, 0.8),
-        repeats=repeats,
-        **clocked,  # the second clock on CPU (harness.measure.contention)
+        **latency_fields,
+        **contention_fields(timed.blocks),  # the second clock on CPU
         **flops_fields(
             attention,
             latency,
@@ -186,13 +186,12 @@ def measure_layer(
     )
 
 
-def _timed_call(fn: Callable[[], Tensor], precision: Callable[[], ContextManager[Any]]) -> tuple[Tensor, float]:
-    import time
-
-    start = time.perf_counter()
-    with torch.no_grad(), precision():
+def _timed_call(
+    fn: Callable[[], Tensor], precision: Callable[[], ContextManager[Any]], device: torch.device
+) -> tuple[Tensor, float]:
+    with Stopwatch(device) as watch, torch.no_grad(), precision():
         out = fn()
-    return out, time.perf_counter() - start
+    return out, watch.seconds
 
 
 def _step(

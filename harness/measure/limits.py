@@ -1,8 +1,8 @@
 """The machine's own limits, measured at the start of a sweep: matmul peak FLOP/s per dtype and copy bandwidth.
 
 Every row is held against them (harness.measure.roofline): a number above the machine's limit is a wrong FLOP
-formula, a cached result or a timer error, not a fast kernel. Measured with torch.utils.benchmark, the best block
-of a large square matmul (2*n^3 FLOPs) and of a large tensor copy (2 bytes moved per byte copied: read and write),
+formula, a cached result or a timer error, not a fast kernel. Measured with harness.measure.timer (torch.utils.benchmark
+on CPU, triton's do_bench on CUDA), the best block of a large square matmul (2*n^3 FLOPs) and of a large tensor copy (2 bytes moved per byte copied: read and write),
 on CPU at the run's thread count. Cached for a day per device, dtype and threads in the user's cache folder
 ($XDG_CACHE_HOME/attnsuite, else ~/.cache/attnsuite); `--remeasure-limits` measures again.
 Datasheet peaks of known GPUs are recorded beside the measured ones, never used in their place.
@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from harness.measure.timer import StepTimer, Stopwatch
+
 CACHE_FILE = "limits.json"
 CACHE_MAX_AGE_S = 24 * 3600
 # (largest matmul side, copy bytes, seconds of timing each) per device type: about a second per dtype on a 2-core CPU
@@ -27,7 +29,7 @@ SIZES = {"cpu": (1024, 128 << 20, 0.4), "cuda": (8192, 1 << 30, 0.5)}
 # seconds (a dtype the CPU emulates, bfloat16 without AMX, stays small: its rate falls with the size).
 SLOWEST_CALL_S = 0.2
 METHOD = (
-    "torch.utils.benchmark blocked_autorange, fastest block: a {n}x{n} {dtype} matmul (2*n^3 FLOPs) for the peak; "
+    "harness.measure.timer, fastest block: a {n}x{n} {dtype} matmul (2*n^3 FLOPs) for the peak; "
     "a {copy_mib} MiB tensor copy (read + write) for the bandwidth; {threads} threads"
 )
 
@@ -160,24 +162,18 @@ def _best_matmul(device: str, dtype: torch.dtype, largest: int, seconds: float) 
 
 def _once_s(call: Any, device: str) -> float:
     """Seconds of one call after a warm-up call."""
-    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     call()
-    sync()
-    start = time.perf_counter()
-    call()
-    sync()
-    return time.perf_counter() - start
+    with Stopwatch(device) as watch:
+        call()
+    return watch.seconds
 
 
 def _fastest(call: Any, device: str, seconds: float) -> float:
     """Seconds of one call in the fastest timed block (the machine's best, as a peak is)."""
-    from torch.utils.benchmark import Timer
-
-    timer = Timer(stmt="call()", globals={"call": call}, num_threads=torch.get_num_threads())
-    if _once_s(call, device) > seconds / 4:  # a slow call: two single calls, not blocked_autorange's many
-        return min(timer.timeit(1).times + timer.timeit(1).times)
-    measurement = timer.blocked_autorange(min_run_time=seconds)
-    return min(measurement.times)
+    once = _once_s(call, device)
+    # a call of over a quarter of `seconds` is slow: two single calls, not blocked_autorange's many
+    timed = StepTimer(device).measure(call, budget_s=seconds, repeats=2, first_call_s=4 * once)
+    return min(timed.times)
 
 
 def last_level_cache_bytes(device: str) -> int | None:

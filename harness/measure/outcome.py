@@ -6,13 +6,13 @@ import contextlib
 import gc
 import signal
 import threading
-import time
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
 import torch
 
 from harness.measure.settings import RunInfo
+from harness.measure.timer import Stopwatch
 from harness.row import Row
 from harness.schema import Cell
 
@@ -109,7 +109,7 @@ class Deadline:
             raise FitTimeout(self._reason(what))
 
         previous = signal.signal(signal.SIGALRM, expire)
-        start = time.perf_counter()
+        watch = Stopwatch.started()
         if self.fit_left is not None:
             signal.setitimer(signal.ITIMER_REAL, self.fit_left)
         try:
@@ -118,7 +118,7 @@ class Deadline:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
             if self.fit_left is not None:
-                self.fit_left -= time.perf_counter() - start
+                self.fit_left -= watch.seconds
             self._resume(cell_left)
 
     def _reason(self, what: str) -> str:

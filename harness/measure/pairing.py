@@ -1,8 +1,8 @@
 """Paired timing: a variant and its baseline timed in alternating blocks (ABBA...), so drifting load hits both.
 
 Pure over its inputs: the steps and the block timer are arguments, so tests drive them with a fake
-clock. A *block* is `number` back-to-back calls of one step, timed as a whole; its per-call
-seconds are one sample. Pair i is (variant block i, baseline block i), run next to each other, in
+clock. A *block* is `number` back-to-back calls of one step, timed as a whole (harness.measure.timer.Block); its
+per-call seconds are one sample. Pair i is (variant block i, baseline block i), run next to each other, in
 the order AB, BA, AB, ... so neither step always runs second. The speed-up of a pair is
 baseline / variant; the cell's speed-up is the median over pairs, with a bootstrap interval over
 pairs (fixed seed, so a run is reproducible).
@@ -15,10 +15,10 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from harness.measure.timing import quantile
+from harness.measure.timer import Block, quantile
 
 Step = Callable[[], Any]
-BlockTimer = Callable[[Step, int], float]  # (step, number) -> seconds per call over `number` back-to-back calls
+BlockTimer = Callable[[Step, int], Block]  # (step, number) -> the block of `number` back-to-back calls
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 0
 CONFIDENCE = 0.95
@@ -26,16 +26,30 @@ CONFIDENCE = 0.95
 
 @dataclass(frozen=True)
 class PairedTimes:
-    """Per-call seconds of each block: variant[i] and baseline[i] ran next to each other (baseline empty when unpaired)."""
+    """The timed blocks: variant[i] and baseline[i] ran next to each other (baseline empty when unpaired)."""
 
-    variant: list[float]
-    baseline: list[float]
-    variant_calls: int  # timed calls of the variant over all blocks
+    variant: list[Block]
+    baseline: list[Block]
+
+    @property
+    def variant_s(self) -> list[float]:
+        """Per-call seconds of each of the variant's blocks."""
+        return [b.per_call_s for b in self.variant]
+
+    @property
+    def baseline_s(self) -> list[float]:
+        """Per-call seconds of each of the baseline's blocks."""
+        return [b.per_call_s for b in self.baseline]
+
+    @property
+    def variant_calls(self) -> int:
+        """Timed calls of the variant over all blocks."""
+        return sum(b.calls for b in self.variant)
 
     @property
     def ratios(self) -> list[float]:
         """baseline / variant per pair: the speed-up each pair measured."""
-        return [b / a for a, b in zip(self.variant, self.baseline) if a > 0]
+        return [b / a for a, b in zip(self.variant_s, self.baseline_s) if a > 0]
 
 
 def time_pairs(
@@ -51,18 +65,18 @@ def time_pairs(
 
     Args:
         variant, baseline: the two steps (already warm).
-        timer: seconds per call of a block (harness.measure.contention.ThreadClock on CPU, CUDA events on CUDA).
+        timer: times a block (harness.measure.timer.StepTimer.block: wall and CPU time on CPU, CUDA events on CUDA).
         pairs: blocks of each step.
         number_variant, number_baseline: calls per block of each, so both blocks take about as long.
     """
-    a_times: list[float] = []
-    b_times: list[float] = []
+    a_times: list[Block] = []
+    b_times: list[Block] = []
     for i in range(pairs):
         order = ((variant, number_variant, a_times), (baseline, number_baseline, b_times))
         for step, number, out in order if i % 2 == 0 else order[::-1]:
             if step is not None:
                 out.append(timer(step, number))
-    return PairedTimes(a_times, b_times, pairs * number_variant)
+    return PairedTimes(a_times, b_times)
 
 
 def calls_per_block(call_s: float, block_s: float) -> int:

@@ -1,6 +1,6 @@
 """A cell's timed fields: the variant paired with the baseline (harness.schema.BASELINE, backend auto) in alternating blocks.
 
-The baseline's own cells (the baseline variant with its default config) are timed alone, as before (timing.time_step),
+The baseline's own cells (the baseline variant with its default config) are timed alone (harness.measure.timer),
 and get speedup None: a ratio to itself would be 1 by construction. Every other cell times its step
 and the baseline's step on the same q, k, v in alternation (harness.measure.pairing), so the paired
 speed-up survives a load that drifts during the cell. A baseline that is unsupported or fails leaves
@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from harness.measure.contention import ThreadClock, contention_fields
+from harness.measure.contention import contention_fields
 from harness.measure.context import MeasureContext
 from harness.measure.noise import RETIME_SPREAD
 from harness.measure.outcome import CellTimeout, classify_exception, release_memory
@@ -28,7 +28,7 @@ from harness.measure.pairing import (
     time_pairs,
 )
 from harness.measure.settings import MeasureSettings
-from harness.measure.timing import cuda_block_timer, quantile, time_with_clocks
+from harness.measure.timer import Measurement, StepTimer
 from harness.schema import BASELINE, Cell
 
 Step = Callable[[], Any]
@@ -114,21 +114,21 @@ def timed_fields(
     on CPU also the second clock's cpu_latency_s, cpu_speedup (low, high), cpu_share and contended
     (harness.measure.contention).
 
-    `timer` times the paired blocks (default: the thread clock on CPU, CUDA events on CUDA; tests pass a fake clock,
-    which leaves the CPU-time fields out).
+    `timer` times the paired blocks (default: harness.measure.timer.StepTimer.block on this device; tests pass a fake
+    clock, whose blocks carry no CPU time, which leaves the CPU-time fields out).
     """
     note = baseline.note
+    clock = StepTimer(device)
     if baseline.step is not None:
-        timer = timer or (cuda_block_timer(device) if device.type == "cuda" else ThreadClock())
         try:
-            return _paired(step, baseline, settings, timer, first_call_s=first_call_s)
+            return _paired(step, baseline, settings, timer or clock.block, first_call_s=first_call_s)
         except BaselineFailed as exc:
             status, reason = classify_exception(exc.__cause__ or exc, settings.cell_timeout_s)
             note = f"no paired speed-up: baseline {BASELINE} {status}: {reason}"
             if status == "oom":
                 release_memory(settings.device)
-    times, repeats, clocked = time_with_clocks(step, settings, device, first_call_s=first_call_s)
-    fields = {**_latency(times), "repeats": repeats, "noise_reason": note, **clocked}
+    timed = clock.measure(step, budget_s=settings.time_budget_s, repeats=settings.repeats, first_call_s=first_call_s)
+    fields = {**timed.latency_fields(), "noise_reason": note, **contention_fields(timed.blocks)}
     if (
         baseline.step is None and baseline.note is None and baseline.cache_key
     ):  # the baseline's own cell: its warm call time
@@ -143,12 +143,12 @@ def _paired(
     base_call_s = baseline.known_call_s.get(baseline.cache_key) if baseline.cache_key else None
     if base_call_s is None:  # first pairing on these inputs: warm the baseline up and estimate its call
         base_step()
-        base_call_s = timer(base_step, 1)
+        base_call_s = timer(base_step, 1).per_call_s
         if baseline.cache_key:
             baseline.known_call_s[baseline.cache_key] = base_call_s
     budget = settings.time_budget_s
     if first_call_s < 4 * budget:  # the accuracy check's call was the first: re-estimate the now warm variant
-        first_call_s = timer(step, 1)
+        first_call_s = timer(step, 1).per_call_s
     slow = max(first_call_s, base_call_s) >= budget
     block_s = budget / (2 * TARGET_PAIRS)
     na, nb = (1, 1) if slow else (calls_per_block(first_call_s, block_s), calls_per_block(base_call_s, block_s))
@@ -158,24 +158,26 @@ def _paired(
     times = time_pairs(step, base_step, timer, pairs=pairs, number_variant=na, number_baseline=nb)
     retimed = False
     if (
-        not slow and max(spread(times.variant), spread(times.ratios)) > RETIME_SPREAD
+        not slow and max(spread(times.variant_s), spread(times.ratios)) > RETIME_SPREAD
     ):  # the blocks disagree badly: once more
         times, retimed = time_pairs(step, base_step, timer, pairs=pairs, number_variant=na, number_baseline=nb), True
     return {
-        **_latency(times.variant),
+        **Measurement(tuple(times.variant)).latency_fields(),
         **paired_speedup(times),
-        **(cpu_fields(timer, step, base_step, pairs, na, nb) if isinstance(timer, ThreadClock) else {}),
-        "repeats": times.variant_calls,
+        **cpu_fields(times),
         "noise_reason": "re-timed once: the first blocks disagreed" if retimed else None,
     }
 
 
-def cpu_fields(clock: ThreadClock, step: Step, base_step: Step, pairs: int, na: int, nb: int) -> dict[str, Any]:
+def cpu_fields(times: PairedTimes) -> dict[str, Any]:
     """The second clock's fields of a paired cell: contention over both steps' kept blocks, and the paired speed-up
-    on CPU time (cpu_speedup, its interval), from the last `pairs` blocks of each step."""
-    mine, base = clock.step_blocks(step, pairs), clock.step_blocks(base_step, pairs)
-    fields = contention_fields(mine, na, base)
-    ratios = [(b_cpu / nb) / (a_cpu / na) for (_, a_cpu), (_, b_cpu) in zip(mine, base) if a_cpu > 0]
+    on CPU time (cpu_speedup, its interval); {} when the blocks carry no CPU time (CUDA, a fake clock)."""
+    fields = contention_fields(times.variant, times.baseline)
+    if not fields:
+        return fields
+    ratios = [
+        b.cpu_per_call_s / a.cpu_per_call_s for a, b in zip(times.variant, times.baseline) if a.cpu_per_call_s > 0
+    ]
     if ratios:
         speedup, low, high = bootstrap_interval(ratios)
         fields.update(cpu_speedup=speedup, cpu_speedup_low=low, cpu_speedup_high=high)
@@ -189,13 +191,5 @@ def paired_speedup(times: PairedTimes) -> dict[str, Any]:
         "speedup": speedup,
         "speedup_low": low,
         "speedup_high": high,
-        "baseline_latency_s": statistics.median(times.baseline),
-    }
-
-
-def _latency(times: list[float]) -> dict[str, float]:
-    return {
-        "latency_s": statistics.median(times),
-        "latency_p20_s": quantile(times, 0.2),
-        "latency_p80_s": quantile(times, 0.8),
+        "baseline_latency_s": statistics.median(times.baseline_s),
     }

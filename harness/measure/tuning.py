@@ -30,7 +30,6 @@ import dataclasses
 import itertools
 import json
 import math
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -43,6 +42,7 @@ from harness.measure.calibration import calibrated
 from harness.measure.context import MeasureContext
 from harness.measure.knob_range import config_flops, knob_range, unreachable_carries_over  # noqa: F401 - re-exported
 from harness.measure.settings import CALIBRATION_SEED_OFFSET, DTYPES, MeasureSettings
+from harness.measure.timer import Stopwatch
 from harness.schema import Cell
 from harness.error_metrics import METRIC_NAMES, metric_error
 
@@ -209,14 +209,14 @@ def _search(
             fields(low, 0.0),
             reason=f"{field_name} {low}, {bound} (nothing cheaper to search), for the budget {budget:g}",
         )
-    start = time.perf_counter()
+    watch = Stopwatch.started()
     try:
         value, failure = search_knob(evaluate, budget, low, high, tried=tried), None
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001 - returned with the values tried; the cell raises it in its tuning stage
         value, failure = None, exc
-    seconds = time.perf_counter() - start
+    seconds = watch.seconds
     record["tried"] = {str(v): tried[v] for v in sorted(tried)}  # a copy: the context's dict grows with later budgets
     if failure is not None:
         return Tuned(fields(None, seconds), failure=failure)

@@ -11,11 +11,11 @@ budgets at one length. Only the error differs: the study's (a causal LM's relati
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from harness.measure.knob_range import knob_range_at
+from harness.measure.timer import Stopwatch
 from harness.measure.tuning import search_knob
 from harness.plan import matched_budgets
 from variants import get_variant
@@ -66,9 +66,9 @@ class Searcher:
         if high is None:
             reason = f"{knob} {low}, {bound} (nothing cheaper to search), for the budget {budget:g}"
             return Match(None, {**self.fields, knob: low}, {**record, "tried": {}}, 0.0, reason)
-        start = time.perf_counter()
-        value = search_knob(evaluate, budget, low, high, tried=self.tried)
-        seconds = time.perf_counter() - start
+        with Stopwatch() as watch:
+            value = search_knob(evaluate, budget, low, high, tried=self.tried)
+        seconds = watch.seconds
         record["tried"] = {str(v): self.tried[v] for v in sorted(self.tried)}
         if value is None:
             reason = (

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -23,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.inputs import hf_model
+from harness.measure.timer import Stopwatch
 from harness.report.page import Block, Paragraph
 from harness.report.study_results import LM_EVAL, budget_note, lm_eval_note, lm_eval_table
 from harness.studies import budget_search
@@ -216,14 +216,14 @@ def _evaluate(
         if unreachable is not None:
             return unreachable
         row["config"] = build_variant(name, **fields).config.to_dict()
-        start = time.perf_counter()
-        per_layer, row["calibration"] = calibrated_variants(
-            name, fields, batches, layers=layers, steps=steps, device=device, seed=seed
-        )
-        row["calibration_s"] = time.perf_counter() - start if row["calibration"] else None
-        start = time.perf_counter()
-        totals = _totals(model, own, per_layer, layers, windows)
-        row["eval_s"] = time.perf_counter() - start
+        with Stopwatch(device) as fit:
+            per_layer, row["calibration"] = calibrated_variants(
+                name, fields, batches, layers=layers, steps=steps, device=device, seed=seed
+            )
+        row["calibration_s"] = fit.seconds if row["calibration"] else None
+        with Stopwatch(device) as evaluation:
+            totals = _totals(model, own, per_layer, layers, windows)
+        row["eval_s"] = evaluation.seconds
     except NotSupportedError as exc:
         return {**row, "status": "unsupported", "reason": "; ".join(exc.reasons)}
     except (TypeError, ValueError) as exc:

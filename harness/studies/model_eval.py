@@ -14,7 +14,6 @@ the unmodified model (cosine > 0.9999 for every passage), or the command fails.
 from __future__ import annotations
 
 import functools
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,6 +21,7 @@ import torch
 from torch import Tensor
 
 from harness.inputs import minilm
+from harness.measure.timer import Stopwatch
 from harness.report.page import Block, Paragraph
 from harness.report.study_results import MODEL_EVAL, budget_note, model_eval_note, model_eval_table
 from harness.studies import budget_search
@@ -193,15 +193,15 @@ def evaluate_variant(
         if unreachable is not None:
             return unreachable
         row["config"] = build_variant(name, **fields).config.to_dict()
-        start = time.perf_counter()
         needs = get_variant(name).capabilities.learnable
-        model, row["calibration"] = swapped_model(
-            name, fields, device=device, seed=seed, calibration=calibration() if needs else None, steps=steps
-        )
-        row["calibration_s"] = time.perf_counter() - start if needs else None
-        start = time.perf_counter()
-        embeddings = embed_all(model, encoded)
-        row["eval_s"] = time.perf_counter() - start
+        with Stopwatch(device) as fit:
+            model, row["calibration"] = swapped_model(
+                name, fields, device=device, seed=seed, calibration=calibration() if needs else None, steps=steps
+            )
+        row["calibration_s"] = fit.seconds if needs else None
+        with Stopwatch(device) as evaluation:
+            embeddings = embed_all(model, encoded)
+        row["eval_s"] = evaluation.seconds
     except NotSupportedError as exc:
         return {**row, "status": "unsupported", "reason": "; ".join(exc.reasons)}
     except (TypeError, ValueError) as exc:

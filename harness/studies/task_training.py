@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -18,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from harness.measure.timer import Stopwatch
 from harness.studies.selection import variant_fields
 from harness.studies.task_data import IGNORE, TASK_NAMES, Batch, ListOpsSpec, MQARSpec, listops_batch, mqar_batch
 from harness.studies.task_model import TinyTransformer
@@ -190,9 +190,9 @@ def train_and_test(
     except (TypeError, ValueError) as exc:  # e.g. a config that does not fit this setting
         return {**row, "status": "error", "reason": f"{type(exc).__name__}: {exc}"}
     row["params"] = sum(p.numel() for p in model.parameters())
-    start = time.perf_counter()
-    loss = _train(model, setting, preset, seed, device)
-    row["train_s"] = time.perf_counter() - start
+    with Stopwatch(device) as training:
+        loss = _train(model, setting, preset, seed, device)
+    row["train_s"] = training.seconds
     row["final_loss"] = loss
     if not math.isfinite(loss):
         return {**row, "status": "nonfinite", "reason": f"training loss became {loss}"}

@@ -192,8 +192,8 @@ def test_layer_decode_is_refused_with_a_reason():
     "fields,timer",
     [
         ({}, "harness.measure.cell.timed_fields"),
-        ({"phase": "decode", "causal": True}, "harness.measure.decode._time_generations"),
-        ({"scope": "layer"}, "harness.measure.layer.time_with_clocks"),
+        ({"phase": "decode", "causal": True}, "harness.measure.decode.StepTimer.measure"),
+        ({"scope": "layer"}, "harness.measure.layer.StepTimer.measure"),
     ],
 )
 def test_a_cell_failing_in_timing_keeps_its_backend_errors_and_memory(monkeypatch, fields, timer):

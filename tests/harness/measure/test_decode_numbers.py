@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.measure import decode as decode_module
+from harness.measure import timer as timer_module
 from tests.harness.measure.test_axes import FAST, D, H, cell, run
 
 STEP_SECONDS = 1e-3  # the fake clock's advance per generated token
@@ -14,7 +14,7 @@ STEP_SECONDS = 1e-3  # the fake clock's advance per generated token
 
 @pytest.fixture
 def clock(monkeypatch):
-    """decode's clock advances STEP_SECONDS for every step of dense's KV cache and not otherwise."""
+    """The timer's clocks (wall and CPU) advance STEP_SECONDS for every step of dense's KV cache and not otherwise."""
     import variants.dense
 
     now = [0.0]
@@ -24,13 +24,15 @@ def clock(monkeypatch):
         def perf_counter() -> float:
             return now[0]
 
+        thread_time = perf_counter
+
     step = variants.dense.DenseAttention.step
 
     def timed_step(self, *args, **kwargs):
         now[0] += STEP_SECONDS
         return step(self, *args, **kwargs)
 
-    monkeypatch.setattr(decode_module, "time", FakeTime)
+    monkeypatch.setattr(timer_module, "time", FakeTime)
     monkeypatch.setattr(variants.dense.DenseAttention, "step", timed_step)
     return now
 
@@ -41,6 +43,8 @@ def test_decode_latency_is_seconds_per_generated_token(clock, N):
     assert row["status"] == "ok", row["reason"]
     assert row["latency_s"] == pytest.approx(STEP_SECONDS, rel=1e-9)  # per token: not S x, not / N
     assert row["latency_p20_s"] == pytest.approx(STEP_SECONDS) and row["latency_p80_s"] == pytest.approx(STEP_SECONDS)
+    # the second clock read at the same moments, per token too; a clock whose CPU time keeps up is no contention
+    assert row["cpu_latency_s"] == pytest.approx(STEP_SECONDS) and row["contended"] is False
 
 
 @pytest.mark.parametrize("N, kv_heads", [(32, H), (96, H), (64, 1)])

@@ -257,11 +257,11 @@ def test_a_plain_not_supported_error_from_a_plugin_is_an_unsupported_row_with_it
 @pytest.mark.parametrize("slow", [False, True])
 def test_the_timer_makes_at_least_repeats_calls_even_past_its_budget(slow):
     """--repeats is a minimum: a step slower than the budget is still timed `repeats` times (median of many, not one)."""
-    from harness.measure.timing import time_cpu
+    from harness.measure.timer import StepTimer
 
     calls = []
-    settings = MeasureSettings(time_budget_s=0.001, repeats=12)
-    times, n = time_cpu(lambda: calls.append(1), settings, slow=slow)
+    measured = StepTimer("cpu").measure(lambda: calls.append(1), budget_s=0.001, repeats=12, first_call_s=slow * 1.0)
+    times, n = measured.times, measured.repeats
     assert n >= 12 and len(times) >= 1
     assert len(calls) >= 12  # timed calls really happened
     if slow:  # one call per block: every one of the `repeats` calls has its own time, and no untimed call between

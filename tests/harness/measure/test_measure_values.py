@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from harness.measure import MeasureSettings, RunInfo, measure_cell
-from harness.measure.timing import time_cpu
+from harness.measure.timer import StepTimer
 from harness.schema import Cell
 
 RUN = RunInfo(run_id="test", device_name="cpu", host="h", threads=torch.get_num_threads())
@@ -49,8 +49,8 @@ def test_exact_dense_scores_as_exact_in_each_causal_setting(causal, mode):
 
 def test_timer_makes_at_least_the_minimum_number_of_calls():
     calls = []
-    settings = MeasureSettings(time_budget_s=1e-4, repeats=7)
-    times, repeats = time_cpu(lambda: calls.append(1), settings, slow=True)
+    measured = StepTimer("cpu").measure(lambda: calls.append(1), budget_s=1e-4, repeats=7, first_call_s=1.0)  # slow
+    times, repeats = measured.times, measured.repeats
     assert repeats >= 7 and len(calls) >= 7 and len(times) * 1 >= 7
 
 
@@ -73,7 +73,8 @@ def test_timer_seconds_agree_with_perf_counter_on_a_known_workload():
         return samples
 
     before = independent()
-    times, repeats = time_cpu(step, MeasureSettings(time_budget_s=0.05, repeats=3), slow=False)
+    measured = StepTimer("cpu").measure(step, budget_s=0.05, repeats=3, first_call_s=0.0)
+    times, repeats = measured.times, measured.repeats
     samples = sorted(before + independent())  # timed on both sides, so a burst of load cannot fall on one side only
     median = sorted(times)[len(times) // 2]
     assert repeats >= 3

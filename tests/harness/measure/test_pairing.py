@@ -12,6 +12,7 @@ from harness.measure import noise
 from harness.measure.pairing import bootstrap_interval, calls_per_block, spread, time_pairs
 from harness.measure.speedup import Baseline, paired_speedup, timed_fields
 from harness.measure.settings import MeasureSettings
+from harness.measure.timer import Block
 
 
 class FakeClock:
@@ -27,11 +28,11 @@ class FakeClock:
 
         return call
 
-    def timer(self, step, number):
+    def timer(self, step, number) -> Block:
         start = self.now
         for _ in range(number):
             step()
-        return (self.now - start) / number
+        return Block(number, self.now - start)  # no CPU time: the fake clock has no second clock
 
 
 def test_paired_speedup_survives_load_in_alternate_pairs():
@@ -47,7 +48,9 @@ def test_paired_speedup_survives_load_in_alternate_pairs():
 
     times = time_pairs(variant, baseline, timer, pairs=10)
     assert times.ratios == pytest.approx([3.0] * 10)
-    assert max(times.variant) / min(times.variant) == pytest.approx(2.0)  # unpaired latency is off by 2x across blocks
+    assert max(times.variant_s) / min(times.variant_s) == pytest.approx(
+        2.0
+    )  # unpaired latency is off by 2x across blocks
     fields = paired_speedup(times)
     assert fields["speedup"] == pytest.approx(3.0) and fields["speedup_low"] == pytest.approx(3.0)
     assert fields["speedup_high"] == pytest.approx(3.0)
@@ -58,9 +61,9 @@ def test_unpaired_ratio_would_be_off_by_2x_where_pairing_is_right():
     clock = FakeClock()
     variant, baseline = clock.step(1.0), clock.step(3.0)
     clock.load = 2.0
-    solo_variant = time_pairs(variant, None, clock.timer, pairs=5).variant
+    solo_variant = time_pairs(variant, None, clock.timer, pairs=5).variant_s
     clock.load = 1.0
-    solo_baseline = time_pairs(baseline, None, clock.timer, pairs=5).variant
+    solo_baseline = time_pairs(baseline, None, clock.timer, pairs=5).variant_s
     assert statistics.median(solo_baseline) / statistics.median(solo_variant) == pytest.approx(1.5)
     paired = []
 
@@ -75,7 +78,7 @@ def test_unpaired_ratio_would_be_off_by_2x_where_pairing_is_right():
 def test_blocks_alternate_ab_ba():
     order = []
     a, b = (lambda: order.append("a")), (lambda: order.append("b"))
-    time_pairs(a, b, lambda step, n: (step(), 1.0)[1], pairs=4)
+    time_pairs(a, b, lambda step, n: (step(), Block(n, 1.0))[1], pairs=4)
     assert "".join(order) == "abbaabba"
 
 
