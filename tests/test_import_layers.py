@@ -37,7 +37,7 @@ LAYERS = (
     ("harness.store",),
     ("harness.report", "harness.studies"),
     ("harness.runner",),
-    ("harness.commands", "harness.__main__"),
+    ("harness.commands", "harness.__main__", "harness.api"),
 )
 TOP_PACKAGES = {"harness": len(LAYERS) - 1}  # a package's own __init__ (not its modules): its layer
 

@@ -50,6 +50,11 @@ class AnalysedRun:
         return self.run.path
 
     @property
+    def figures(self) -> dict[str, Path]:
+        """The figures the report drew into the run folder, by name ("latency_vs_n": its PNG); {} before a report."""
+        return {path.stem: path for path in sorted(self.path.glob("*.png"))}
+
+    @property
     def ok(self) -> bool:
         """Whether any cell ran: without one there is no answer, figure or fit."""
         return bool(len(self.frame) and (self.frame["status"] == "ok").any())
