@@ -82,7 +82,7 @@ class Row:
     # share of the exact top-8 keys the variant's attention_weights also ranks top-8 (harness.measure.weights); None
     # where the variant gives no weights
     topk_recall: float | None = _measured()
-    # baselines on the same inputs and sampled rows (prefill attention cells): harness.measure.accuracy.baseline_errors
+    # baselines on the same inputs and sampled rows (prefill attention cells): harness.measure.reference.baseline_errors
     uniform_rel_l2_error: float | None = _measured()  # uniform attention: the mean of v over the visible keys
     uniform_cosine: float | None = _measured()
     zero_rel_l2_error: float | None = _measured()  # a zero output (1 unless the exact output is zero)

@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
     from harness.executors.plugin_worker import PluginWorker
     from harness.executors.worker import CellJob, run_cell
     from harness.measure import MeasureContext, MeasureSettings, RunInfo, measure_cell
-    from harness.measure.guard import checksums
+    from harness.measure.context import checksums
     from variants import build_variant, load_plugin
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

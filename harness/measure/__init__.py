@@ -6,7 +6,7 @@ failed cell keeps what the earlier ones measured. The variant's checks run befor
 per cell (AttentionVariant.prepare_call for the timed step); the timed calls run its forward alone.
 """
 
-from harness.measure.accuracy import sample_rows
+from harness.measure.reference import sample_rows
 from harness.measure.calibration import calibration_key, calibration_length
 from harness.measure.cell import measure_cell
 from harness.measure.context import MeasureContext

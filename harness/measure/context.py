@@ -1,4 +1,16 @@
-"""State kept between cells of one process: the last inputs (consecutive cells share them), the fits and the paired baseline."""
+"""State kept between cells of one process: the last inputs (consecutive cells share them), the fits and the paired baseline.
+
+What a variant cannot change for anyone else: its inputs. They are made once and shared by consecutive cells, so a
+variant that writes into q, k or v in place would falsify every later row and its own reference. Copying them for every
+call would put a copy inside the timed loop; instead each tensor's checksum is taken when the inputs are made and
+compared after every cell: one read of q, k and v per cell (the cell's own calls read them dozens of times). A change
+makes the cell an `error` row naming the tensor, and the inputs are made again for the next cell.
+
+The checksum is two integer sums over the tensor's bits (plain, and weighted by the position within a chunk of 2**22
+elements, wrapping in the element's size, times the chunk's number), exact and the same in any reduction order: any
+change of values is seen, and so is a permutation unless it swaps elements of equal weight, which no in-place
+arithmetic does.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +18,63 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from harness.inputs import QKV, make_inputs, parse_inputs
-from harness.measure.guard import changed, checksums
 from harness.measure.settings import DTYPES
 from harness.schema import BASELINE, Cell
+
+
+_CHUNK = 1 << 22  # elements summed at a time: bounds the int64 temporaries (32 MiB) on any device
+_BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+class InputsChanged(Exception):
+    """The variant wrote into the inputs it was given."""
+
+
+def checksum(t: Tensor) -> tuple[int, int]:
+    """(sum, position-weighted sum) of the tensor's bits, read as integers of its element size: products wrap in that
+    size, sums accumulate in int64 (torch promotes), so no widened copy is made. Equal exactly when the bits are equal
+    (but for swaps of equally weighted positions)."""
+    flat = t.detach().reshape(-1).view(_BITS[t.element_size()])
+    weights = _weights(t.device, flat.dtype)
+    plain = weighted = 0
+    for index, start in enumerate(range(0, flat.numel(), _CHUNK)):
+        part = flat[start : start + _CHUNK]
+        plain += int(part.sum())
+        weighted += int((part * weights[: part.numel()]).sum()) * (index + 1)
+    return plain, weighted
+
+
+_WEIGHTS: dict[tuple[str, torch.dtype], Tensor] = {}
+
+
+def _weights(device: torch.device, dtype: torch.dtype) -> Tensor:
+    """1, 2, ..., _CHUNK in `dtype` (wrapping) on `device`, made once: a position's weight within its chunk."""
+    key = (str(device), dtype)
+    if key not in _WEIGHTS:
+        _WEIGHTS[key] = torch.arange(1, _CHUNK + 1, dtype=torch.int64, device=device).to(dtype)
+    return _WEIGHTS[key]
+
+
+def checksums(tensors: dict[str, Tensor]) -> dict[str, tuple[int, int]]:
+    """The checksum of each named tensor."""
+    return {name: checksum(t) for name, t in tensors.items()}
+
+
+def changed(tensors: dict[str, Tensor], before: dict[str, tuple[int, int]]) -> list[str]:
+    """The names of the tensors whose checksum is no longer the one taken `before`."""
+    return [name for name, t in tensors.items() if checksum(t) != before[name]]
+
+
+def changed_reason(names: list[str]) -> str:
+    """The error row's reason for inputs a variant wrote into."""
+    listed = ", ".join(names)
+    return (
+        f"the variant changed its input{'s' if len(names) > 1 else ''} {listed} in place (checksum before and after the "
+        "cell differ); a variant must not write into q, k or v: other cells and the reference read them"
+    )
 
 
 @dataclass
@@ -20,7 +84,7 @@ class MeasureContext:
 
     inputs_key: tuple | None = None
     inputs: QKV | None = None
-    # q, k, v's checksums when made (harness.measure.guard): what check_inputs compares after each cell
+    # q, k, v's checksums when made (checksum above): what check_inputs compares after each cell
     inputs_checksums: dict[str, tuple[int, int]] = field(default_factory=dict)
     calibrated: dict[str, tuple[torch.nn.Module, float, dict]] = field(default_factory=dict)
     baselines: dict[tuple, torch.nn.Module] = field(default_factory=dict)  # the built baseline per (device, dtype)

@@ -6,7 +6,9 @@ starts from a freshly built state (init_state outside the timed region) and gene
 tokens; latency_s is seconds per generated token. state_bytes is the state right after the
 context (variants.state_bytes). Accuracy: the S outputs of the first (untimed) generation against
 exact causal attention over the whole prefix (rows N .. N+S-1; the variant's own pattern with
-accuracy_reference "pattern"). Decoding is inference: forward only, under no_grad, always causal.
+accuracy_reference "pattern"), and the last timed generation's against the same reference (a state that
+decays between generations is an error row). Decoding is inference: forward only, under no_grad, always causal.
+The stages are harness.measure.phase's; this module supplies the decode cell's part of them.
 """
 
 from __future__ import annotations
@@ -16,14 +18,13 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from harness.measure.accuracy import nonfinite, output_errors
-from harness.measure.contention import contention_fields
 from harness.measure.flops import attention_flops, flops_fields
-from harness.measure.kernel import memory_and_kernel
+from harness.measure.phase import Checked, Phase, TimedStep
+from harness.measure.reference import nonfinite, output_errors
 from harness.measure.settings import MeasureSettings
-from harness.measure.stages import StageRecorder, stage
-from harness.measure.timer import StepTimer, Stopwatch
+from harness.measure.timer import Stopwatch
 from harness.schema import Cell
+from variants import live_state_bytes, reference_attention
 
 
 def decode_inputs_extra(cell: Cell, settings: MeasureSettings) -> int:
@@ -38,99 +39,96 @@ def full_mask(kv_mask: Tensor | None, steps: int) -> Tensor | None:
     return torch.cat([kv_mask, kv_mask.new_ones(kv_mask.shape[0], steps)], dim=1)
 
 
-def measure_decode(
-    attn: Any,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    kv_mask: Tensor | None,
-    cell: Cell,
-    settings: MeasureSettings,
-    device: torch.device,
-    recorder: StageRecorder,
-) -> dict[str, Any]:
-    """The measured fields of a decode cell (see module doc). q: (B, H, N + S, D); k, v: (B, H_kv, N + S, D).
+class DecodePhase(Phase):
+    """The decode cell's part of the measurement path (harness.measure.phase). q: (B, H, N + S, D); k, v:
+    (B, H_kv, N + S, D); the first N positions are the context."""
 
-    Each stage's fields go to `recorder` as it finishes, so a later failure leaves them in the row.
-    """
-    N, S = cell.seq_len, settings.decode_steps
-    context_k, context_v = k[:, :, :N], v[:, :, :N]
-    tokens = [
-        (q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1]) for t in range(N, N + S)
-    ]  # views, made untimed
+    prepare_stage = "init_state"
 
-    def fresh_state() -> Any:
+    def __init__(
+        self,
+        attn: Any,
+        cell: Cell,
+        qkv: tuple[Tensor, Tensor, Tensor],
+        kv_mask: Tensor | None,
+        settings: MeasureSettings,
+        device: torch.device,
+    ):
+        self.attn, self.cell, self.settings, self.device = attn, cell, settings, device
+        self.q, self.k, self.v = qkv
+        self.kv_mask = kv_mask
+        self.N, self.S = cell.seq_len, settings.decode_steps
+        N, S = self.N, self.S
+        self.context_kv = self.k[:, :, :N], self.v[:, :, :N]
+        q, k, v = qkv  # each token's q_t, k_t, v_t as views, made untimed
+        self.tokens = [(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1]) for t in range(N, N + S)]
+        self.reference: Tensor | None = None
+        self._prepared: Any = None  # the state prepare built: the checked generation starts from it
+
+    def fresh_state(self) -> Any:
+        """The state after the context, built from scratch (outside any timed region)."""
         with torch.no_grad():
-            return attn.init_state(context_k, context_v, kv_mask=kv_mask)
+            return self.attn.init_state(*self.context_kv, kv_mask=self.kv_mask)
 
-    def generate(state: Any) -> list[Tensor]:
+    def generate(self, state: Any) -> list[Tensor]:
+        """The S tokens generated one at a time from `state`: each step's output (B, H, 1, D)."""
         outs = []
         with torch.no_grad():
-            for q_t, k_t, v_t in tokens:
-                out_t, state = attn.step(q_t, k_t, v_t, state)
+            for q_t, k_t, v_t in self.tokens:
+                out_t, state = self.attn.step(q_t, k_t, v_t, state)
                 outs.append(out_t)
         return outs
 
-    from variants import live_state_bytes
+    def prepare(self) -> dict[str, Any]:
+        with Stopwatch(self.device) as watch:
+            state = self._prepared = self.fresh_state()
+        return {
+            "setup_s": watch.seconds,
+            "state_bytes": int(self.attn.state_bytes(state)),
+            "state_live_bytes": int(live_state_bytes(state)),
+        }
 
-    with stage("init_state"):
-        with Stopwatch(device) as watch:
-            state = fresh_state()
-        recorder.record(
-            {
-                "setup_s": watch.seconds,
-                "state_bytes": int(attn.state_bytes(state)),
-                "state_live_bytes": int(live_state_bytes(state)),
-            }
-        )
-    with stage("accuracy"):
-        with Stopwatch(device) as watch:
-            outs = generate(state)
-        first_call_s = watch.seconds
+    def check(self) -> Checked:
+        state, self._prepared = self._prepared, None
+        with Stopwatch(self.device) as watch:
+            outs = self.generate(state)
+        del state
         out = torch.cat(outs, dim=2)  # (B, H, S, D)
         bad = nonfinite(out)
         if bad:
-            return recorder.outcome("nonfinite", bad)
-        recorder.record(_accuracy(attn, q, k, v, out, kv_mask, N, S, settings.accuracy_reference))
-        del outs, out, state
-    with stage("memory"):
+            return Checked({}, watch.seconds, bad)
+        self.reference = self._reference()
+        return Checked(output_errors(out.double(), self.reference), watch.seconds)
 
-        def ready() -> Callable[[], list[Tensor]]:
-            state = fresh_state()  # built before the memory is counted, as before each timed generation
-            return lambda: generate(state)
+    def ready(self) -> Callable[[], list[Tensor]]:
+        state = self.fresh_state()  # built before the memory is counted, as before each timed generation
+        return lambda: self.generate(state)
 
-        recorder.record(memory_and_kernel(ready, device))
-    with stage("timing"):
-        timed = StepTimer(device).measure(
-            generate,
-            setup=fresh_state,
-            budget_s=settings.time_budget_s,
-            repeats=settings.repeats,
-            first_call_s=first_call_s,
-        )
-    latency_fields = timed.latency_fields(per=S)  # per generated token
-    latency = latency_fields["latency_s"]
-    # per token
-    per_step = [attention_flops(attn, cell, backend=None, N=1, M=N + t + 1, causal=False) for t in range(S)]
-    executed, useful = (sum(step[i] for step in per_step) // S for i in (0, 1))
-    return recorder.outcome(
-        "ok",
-        **latency_fields,
-        **contention_fields(timed.blocks, per=S),
-        **flops_fields(executed, latency, training=False, useful_attention_flops=useful),
-    )
+    def timed_step(self) -> TimedStep:
+        return TimedStep(self.generate, setup=self.fresh_state, per=self.S)  # latencies per generated token
 
+    def score_timed(self, output: Any) -> tuple[dict[str, Any], str | None]:
+        out = torch.cat(output, dim=2)  # the last timed generation, (B, H, S, D)
+        bad = nonfinite(out)
+        return ({}, bad) if bad else (output_errors(out.double(), self.reference), None)
 
-def _accuracy(
-    attn: Any, q: Tensor, k: Tensor, v: Tensor, out: Tensor, kv_mask: Tensor | None, N: int, S: int, reference: str
-) -> dict[str, Any]:
-    from variants import reference_attention
+    def flops(self, latency_s: float) -> dict[str, Any]:
+        """Per generated token: step t attends to the context and the t + 1 tokens generated so far."""
+        N, S = self.N, self.S
+        per_step = [
+            attention_flops(self.attn, self.cell, backend=None, N=1, M=N + t + 1, causal=False) for t in range(S)
+        ]
+        executed, useful = (sum(step[i] for step in per_step) // S for i in (0, 1))
+        return flops_fields(executed, latency_s, training=False, useful_attention_flops=useful)
 
-    rows = torch.arange(N, N + S, device=q.device)
-    pattern = attn.pattern if reference == "pattern" else None
-    with torch.no_grad():
-        # (B, H, S, D)
-        ref = reference_attention(
-            q.double(), k.double(), v.double(), causal=True, kv_mask=full_mask(kv_mask, S), pattern=pattern, rows=rows
-        )
-    return output_errors(out.double(), ref)
+    def _reference(self) -> Tensor:
+        """Exact causal attention for rows N .. N + S - 1 over the whole prefix (the variant's own pattern under
+        accuracy_reference "pattern"), (B, H, S, D) in float64."""
+        N, S = self.N, self.S
+        rows = torch.arange(N, N + S, device=self.q.device)
+        pattern = self.attn.pattern if self.settings.accuracy_reference == "pattern" else None
+        q64, k64, v64 = (t.double() for t in (self.q, self.k, self.v))
+        with torch.no_grad():
+            return reference_attention(
+                q64, k64, v64, causal=True, kv_mask=full_mask(self.kv_mask, S), pattern=pattern, rows=rows
+            )

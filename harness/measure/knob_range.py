@@ -1,4 +1,4 @@
-"""The range an error-budget search moves a quality knob over, and the FLOPs that bound it.
+"""The range an error-budget search moves a quality knob over, the FLOPs that bound it, and the search over it.
 
 The knob's declared range at the cell's key length, its top lowered to the largest value doing at most
 MAX_FLOPS_FRACTION of dense attention's analytic FLOPs (more is dense attention done the slow way, not worth finding).
@@ -7,7 +7,8 @@ MAX_FLOPS_FRACTION of dense attention's analytic FLOPs (more is dense attention 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import math
+from typing import Any, Callable
 
 from harness.schema import Cell
 
@@ -15,6 +16,7 @@ from harness.schema import Cell
 # structured variants run at a lower FLOP rate than a fused dense kernel (a window covering 55% of the pairs
 # measured 0.91x dense on CPU), so a config doing more than half the work cannot be what a budget is met with.
 MAX_FLOPS_FRACTION = 0.5
+TOLERANCE = 1.25  # bisection stops when the passing value is within 25% of the largest value known to miss
 
 
 def knob_range(cell: Cell) -> tuple[str, int, int | None, str]:
@@ -94,3 +96,39 @@ def unreachable_carries_over(cell: Cell, unreachable_at: int) -> str | None:
         f"unreachable at N={unreachable_at} over the same {field_name} range {low}-{high}, "
         "and a longer N at a fixed value is no easier"
     )
+
+
+def search_knob(
+    evaluate: Callable[[int], float],
+    budget: float,
+    low: int,
+    high: int,
+    *,
+    tried: dict[int, float] | None = None,
+    tolerance: float = TOLERANCE,
+) -> int | None:
+    """The smallest value in [low, high] found to meet `budget` (evaluate(value) <= budget), or None when high misses.
+
+    `tried` holds errors already known (value -> error) and receives the new ones; a NaN error misses.
+    """
+    tried = {} if tried is None else tried
+
+    def meets(value: int) -> bool:
+        if value not in tried:
+            tried[value] = float(evaluate(value))
+        return tried[value] <= budget
+
+    if not meets(high):
+        return None
+    value = low
+    while not meets(value):
+        value = min(2 * value, high)
+    misses = [v for v, e in tried.items() if v < value and not e <= budget]
+    miss = max(misses) if misses else None
+    while miss is not None and value > miss * tolerance and value - miss > 1:
+        middle = min(max(round(math.sqrt(miss * value)), miss + 1), value - 1)
+        if meets(middle):
+            value = middle
+        else:
+            miss = middle
+    return value

@@ -18,14 +18,13 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from harness.measure.accuracy import check_output, nonfinite
+from harness.measure.accuracy import check_output
 from harness.measure.flops import attention_flops, flops_fields
-from harness.measure.kernel import memory_and_kernel
-from harness.measure.contention import contention_fields
 from harness.measure.layer_accuracy import layer_accuracy
+from harness.measure.phase import Checked, Phase, TimedStep
+from harness.measure.reference import nonfinite
 from harness.measure.settings import MeasureSettings
-from harness.measure.stages import StageRecorder, stage
-from harness.measure.timer import StepTimer, Stopwatch
+from harness.measure.timer import Stopwatch
 from harness.measure.tricks import autocast, recomputed
 from harness.schema import Cell
 
@@ -136,62 +135,61 @@ def build_stack(attn: nn.Module, cell: Cell, dtype: torch.dtype, device: torch.d
     return Stack(blocks).to(device=device, dtype=dtype)
 
 
-def measure_layer(
-    attn: Any,
-    q: Tensor,
-    kv_mask: Tensor | None,
-    cell: Cell,
-    settings: MeasureSettings,
-    device: torch.device,
-    recorder: StageRecorder,
-) -> dict[str, Any]:
-    """The measured fields of a layer cell (see module doc); x is q (B, H, N, D) as (B, N, H * D).
+class LayerPhase(Phase):
+    """The layer cell's part of the measurement path (harness.measure.phase); x is q (B, H, N, D) as (B, N, H * D).
+    A timed call's output is not scored again (the stack's float64 reference is the costly part of its check)."""
 
-    Each stage's fields go to `recorder` as it finishes, so a later failure leaves them in the row.
-    """
-    training, precision = cell.mode == "train", autocast(cell, device)
-    x = rearrange(q, "b h n d -> b n (h d)").contiguous()  # (B, N, E)
-    with stage("build"):
-        stack = build_stack(attn, cell, q.dtype, device).train(training)
-    with stage("accuracy"):
-        out, first_call_s = _timed_call(lambda: stack(x, causal=cell.causal, kv_mask=kv_mask), precision, device)
-        check_output(rearrange(out, "b n (h d) -> b h n d", h=cell.heads), q, q)
+    prepare_stage = "build"
+
+    def __init__(
+        self, attn: Any, cell: Cell, q: Tensor, kv_mask: Tensor | None, settings: MeasureSettings, device: torch.device
+    ):
+        self.attn, self.cell, self.q, self.kv_mask, self.settings, self.device = (
+            attn,
+            cell,
+            q,
+            kv_mask,
+            settings,
+            device,
+        )
+        self.training, self.precision = cell.mode == "train", autocast(cell, device)
+        self.x = rearrange(q, "b h n d -> b n (h d)").contiguous()  # (B, N, E)
+        self.stack: Stack | None = None
+        self._step: Callable[[], Any] | None = None
+
+    def prepare(self) -> dict[str, Any]:
+        self.stack = build_stack(self.attn, self.cell, self.q.dtype, self.device).train(self.training)
+        return {}
+
+    def check(self) -> Checked:
+        cell, x = self.cell, self.x
+        with Stopwatch(self.device) as watch, torch.no_grad(), self.precision():
+            out = self.stack(x, causal=cell.causal, kv_mask=self.kv_mask)
+        check_output(rearrange(out, "b n (h d) -> b h n d", h=cell.heads), self.q, self.q)
         bad = nonfinite(out)
         if bad:
-            return recorder.outcome("nonfinite", bad)
-        recorder.record(layer_accuracy(stack, x, out, kv_mask, cell, settings, precision))
-        del out
-    with stage("memory"):
-        step = _step(stack, x, cell.causal, kv_mask, training, precision)
-        recorder.record(memory_and_kernel(lambda: step, device))
-    with stage("timing"):
-        timed = StepTimer(device).measure(
-            step, budget_s=settings.time_budget_s, repeats=settings.repeats, first_call_s=first_call_s
+            return Checked({}, watch.seconds, bad)
+        fields = layer_accuracy(self.stack, x, out, self.kv_mask, cell, self.settings, self.precision)
+        return Checked(fields, watch.seconds)
+
+    def ready(self) -> Callable[[], Any]:
+        if self._step is None:
+            self._step = _step(self.stack, self.x, self.cell.causal, self.kv_mask, self.training, self.precision)
+        return self._step
+
+    def timed_step(self) -> TimedStep:
+        return TimedStep(self.ready())
+
+    def flops(self, latency_s: float) -> dict[str, Any]:
+        cell, attn = self.cell, self.attn
+        attention, useful = attention_flops(attn, cell, backend=attn.resolve_backend(self.q, training=self.training))
+        return flops_fields(
+            cell.layer_depth * attention,  # every block of the stack
+            latency_s,
+            training=self.training,
+            linear_flops=self.stack.linear_flops(cell.batch, cell.seq_len),
+            useful_attention_flops=cell.layer_depth * useful,
         )
-    latency_fields = timed.latency_fields()
-    latency = latency_fields["latency_s"]
-    attention, useful = attention_flops(attn, cell, backend=attn.resolve_backend(q, training=training))
-    attention, useful = cell.layer_depth * attention, cell.layer_depth * useful  # every block of the stack
-    return recorder.outcome(
-        "ok",
-        **latency_fields,
-        **contention_fields(timed.blocks),  # the second clock on CPU
-        **flops_fields(
-            attention,
-            latency,
-            training=training,
-            linear_flops=stack.linear_flops(cell.batch, cell.seq_len),
-            useful_attention_flops=useful,
-        ),
-    )
-
-
-def _timed_call(
-    fn: Callable[[], Tensor], precision: Callable[[], ContextManager[Any]], device: torch.device
-) -> tuple[Tensor, float]:
-    with Stopwatch(device) as watch, torch.no_grad(), precision():
-        out = fn()
-    return out, watch.seconds
 
 
 def _step(

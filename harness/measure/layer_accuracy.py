@@ -16,7 +16,7 @@ from typing import Any, Callable, ContextManager
 import torch
 from torch import Tensor
 
-from harness.measure.accuracy import REFERENCE_CHUNK_BYTES, output_errors, rel_l2, sample_rows
+from harness.measure.reference import REFERENCE_CHUNK_BYTES, output_errors, rel_l2, sample_rows
 from harness.measure.settings import MeasureSettings
 from harness.schema import Cell
 

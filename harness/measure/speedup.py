@@ -109,10 +109,15 @@ def timed_fields(
     *,
     first_call_s: float,
     timer: BlockTimer | None = None,
+    setup: Callable[[], Any] | None = None,
+    per: int = 1,
 ) -> dict[str, Any]:
     """latency_s/p20/p80, repeats and (paired) speedup, speedup_low/high, baseline_latency_s, noise_reason of one cell;
     on CPU also the second clock's cpu_latency_s, cpu_speedup (low, high), cpu_share and contended
     (harness.measure.contention).
+
+    Timed alone (no baseline step): each call `step(setup())` when `setup` is given (harness.measure.timer), the
+    latencies per `per` units (a decode generation's tokens). Paired: `step()`, per call.
 
     `timer` times the paired blocks (default: harness.measure.timer.StepTimer.block on this device; tests pass a fake
     clock, whose blocks carry no CPU time, which leaves the CPU-time fields out).
@@ -127,8 +132,10 @@ def timed_fields(
             note = f"no paired speed-up: baseline {BASELINE} {status}: {reason}"
             if status == "oom":
                 release_memory(settings.device)
-    timed = clock.measure(step, budget_s=settings.time_budget_s, repeats=settings.repeats, first_call_s=first_call_s)
-    fields = {**timed.latency_fields(), "noise_reason": note, **contention_fields(timed.blocks)}
+    timed = clock.measure(
+        step, budget_s=settings.time_budget_s, repeats=settings.repeats, first_call_s=first_call_s, setup=setup
+    )
+    fields = {**timed.latency_fields(per), "noise_reason": note, **contention_fields(timed.blocks, per=per)}
     if (
         baseline.step is None and baseline.note is None and baseline.cache_key
     ):  # the baseline's own cell: its warm call time

@@ -7,7 +7,7 @@ the slow way, not worth finding).
 Fields searched with the knob (QualityKnob.searched_with, sliding_window's sinks in {0, 4}): the knob is searched at
 each of their combinations, and the config with the fewest FLOPs (counted with those fields) that meets the budget wins.
 
-Search (search_knob): the largest value first (if even it misses the budget, the budget is unreachable
+Search (harness.measure.knob_range.search_knob): the largest value first (if even it misses the budget, the budget is unreachable
 after one evaluation), then doubling from the smallest until a value meets it, then geometric bisection
 between the last value that missed and the first that met until they are within TOLERANCE of each
 other. Errors are taken to fall as the knob grows (a wider window, a longer projection, more features).
@@ -31,7 +31,7 @@ import itertools
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -40,13 +40,12 @@ from harness.inputs.padding import padding_mask
 from harness.measure.accuracy import check_accuracy, weights_accuracy
 from harness.measure.calibration import calibrated
 from harness.measure.context import MeasureContext
-from harness.measure.knob_range import config_flops, knob_range, unreachable_carries_over  # noqa: F401 - re-exported
+from harness.measure.knob_range import config_flops, knob_range, search_knob
 from harness.measure.settings import CALIBRATION_SEED_OFFSET, DTYPES, MeasureSettings
 from harness.measure.timer import Stopwatch
 from harness.schema import Cell
 from harness.error_metrics import METRIC_NAMES, metric_error
 
-TOLERANCE = 1.25  # bisection stops when the passing value is within 25% of the largest value known to miss
 TUNING_SEEDS = 4  # seeds scored per value, the worst counting (2 left the evaluation seed 15% above at N=8192)
 # the dtype whose searches score a value by the variant's attention weights on the sampled rows (when it gives them)
 SCORED_BY_WEIGHTS = "float32"
@@ -61,42 +60,6 @@ class Tuned:
     reason: str | None = None  # why the budget is unreachable
     # what stopped the search (out of memory, the time limit): raised by the caller
     failure: BaseException | None = None
-
-
-def search_knob(
-    evaluate: Callable[[int], float],
-    budget: float,
-    low: int,
-    high: int,
-    *,
-    tried: dict[int, float] | None = None,
-    tolerance: float = TOLERANCE,
-) -> int | None:
-    """The smallest value in [low, high] found to meet `budget` (evaluate(value) <= budget), or None when high misses.
-
-    `tried` holds errors already known (value -> error) and receives the new ones; a NaN error misses.
-    """
-    tried = {} if tried is None else tried
-
-    def meets(value: int) -> bool:
-        if value not in tried:
-            tried[value] = float(evaluate(value))
-        return tried[value] <= budget
-
-    if not meets(high):
-        return None
-    value = low
-    while not meets(value):
-        value = min(2 * value, high)
-    misses = [v for v, e in tried.items() if v < value and not e <= budget]
-    miss = max(misses) if misses else None
-    while miss is not None and value > miss * tolerance and value - miss > 1:
-        middle = min(max(round(math.sqrt(miss * value)), miss + 1), value - 1)
-        if meets(middle):
-            value = middle
-        else:
-            miss = middle
-    return value
 
 
 def scoring_seeds(seed: int, calibration_batches: int) -> list[int]:
@@ -221,11 +184,7 @@ def _search(
     if failure is not None:
         return Tuned(fields(None, seconds), failure=failure)
     if value is None:
-        reason = (
-            f"{METRIC_NAMES[metric]} {tried[high]:.3g} at {field_name} {high}, {bound} (searched {low}-{high} on "
-            f"held-out calibration seeds), is above the budget {budget:g}"
-        ) + _fit_note(fits.get(high))
-        return Tuned(fields(high, seconds), reason=reason)
+        return Tuned(fields(high, seconds), reason=_unreachable(record, tried[high], fits.get(high)))
     return Tuned(fields(value, seconds), cell=dataclasses.replace(cell, config={**cell.config, field_name: value}))
 
 
@@ -290,6 +249,15 @@ def score_value(
         error = metric_error(accuracy.fields, cell.error_metric)
         worst = max(worst, error if math.isfinite(error) else math.inf)
     return worst
+
+
+def _unreachable(record: dict[str, Any], top_error: float, fit: dict[str, Any] | None) -> str:
+    """Why a search's budget is unreachable: the error at the top of its range, with a learnable variant's fit."""
+    knob, low, high = record["knob"], record["low"], record["high"]
+    return (
+        f"{METRIC_NAMES[record['metric']]} {top_error:.3g} at {knob} {high}, {record['bound']} (searched {low}-{high} "
+        f"on held-out calibration seeds), is above the budget {record['budget']:g}"
+    ) + _fit_note(fit)
 
 
 def _fit_note(fit: dict[str, Any] | None) -> str:

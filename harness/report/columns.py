@@ -95,7 +95,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("1 - cosine", "cosine", lambda r: format_error(_one_minus(r.get("cosine")), digits=2)),
     # the attention-weight metric on the same rows (harness.measure.weights): recall of the exact top-8 keys
     Column("top-8 recall", "topk_recall", lambda r: format_number(r.get("topk_recall"), ".2f")),
-    # the trivial answers' errors on the same inputs and rows (harness.measure.accuracy.baseline_errors)
+    # the trivial answers' errors on the same inputs and rows (harness.measure.reference.baseline_errors)
     Column(
         "uniform / zero error",
         "uniform_rel_l2_error",

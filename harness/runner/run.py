@@ -184,7 +184,8 @@ def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool, rem
     from harness.measure import CALIBRATION_SEED_OFFSET, MeasureSettings, RunInfo, outcome_row
     from harness.entries import knob_field
     from harness.measure.limits import limit_dtypes, run_limits
-    from harness.measure.tuning import scoring_seeds, unreachable_carries_over
+    from harness.measure.knob_range import unreachable_carries_over
+    from harness.measure.tuning import scoring_seeds
     from harness.plan import plan
     from harness.runner.blocked import BLOCKING, block, blocked_series
     from harness.runner.longest import budget_bytes, search_memory_budget

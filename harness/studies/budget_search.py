@@ -14,9 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from harness.measure.knob_range import knob_range_at
+from harness.measure.knob_range import knob_range_at, search_knob
 from harness.measure.timer import Stopwatch
-from harness.measure.tuning import search_knob
 from harness.plan import matched_budgets
 from variants import get_variant
 

@@ -190,7 +190,7 @@ def plugin(tmp_path):
         sys.modules.pop(module, None)
 
 
-def _measure(variant: str, context=None, *, N: int = 64, mode: str = "forward", config=None) -> dict:
+def _measure(variant: str, context=None, *, N: int = 64, mode: str = "forward", config=None, **fields) -> dict:
     from harness.measure import MeasureContext, MeasureSettings, RunInfo, measure_cell
     from harness.schema import Cell
     from variants import build_config
@@ -207,9 +207,9 @@ def _measure(variant: str, context=None, *, N: int = 64, mode: str = "forward", 
         inputs="gaussian",
         dtype="float32",
         device="cpu",
-        causal=False,
         mode=mode,
         seed=0,
+        **{"causal": False, **fields},
     )
     run = RunInfo(run_id="t", device_name="cpu", host="h", threads=torch.get_num_threads())
     return measure_cell(cell, settings, run, context or MeasureContext()).to_dict()
@@ -244,6 +244,13 @@ def test_a_variant_right_only_on_its_first_call_is_an_error_row(plugin, mode):
     assert row["rel_l2_error"] == pytest.approx(1.0)  # the row shows the timed call's error
 
 
+def test_a_variant_that_decodes_right_only_from_its_first_state_is_an_error_row(plugin):
+    plugin("h_decode_first")
+    row = _measure("h_decode_first", phase="decode", causal=True)
+    assert row["status"] == "error" and "a timed call's output has rel L2 error 1" in row["reason"], row["reason"]
+    assert row["rel_l2_error"] == pytest.approx(1.0) and row["state_bytes"] > 0  # the earlier stages' fields stay
+
+
 def test_an_exact_variant_passes_the_timed_call_check():
     row = _measure("dense")
     assert row["status"] == "ok" and row["rel_l2_error"] < 1e-5
@@ -258,13 +265,13 @@ def test_a_keyboard_interrupt_raised_by_a_variant_is_an_error_row(plugin):
 def test_the_users_ctrl_c_still_stops_the_cell(monkeypatch):
     import signal
 
-    from harness.measure import accuracy
+    from harness.measure import reference
 
     def interrupted(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGINT)  # a real SIGINT, as Ctrl-C sends
         raise AssertionError("SIGINT did not interrupt")
 
-    monkeypatch.setattr(accuracy, "reference_attention", interrupted, raising=False)
+    monkeypatch.setattr(reference, "reference_attention", interrupted)
     monkeypatch.setattr("variants.reference_attention", interrupted)
     with pytest.raises(KeyboardInterrupt):
         _measure("dense")

@@ -44,6 +44,23 @@ class FirstOnly(AttentionVariant):
         type(self).calls += 1
         return exact(q, k, v, causal) if type(self).calls == 1 else q * 0.0  # keeps the graph: train mode runs too
 """,
+    # decodes right from its first state only: every later generation's steps return zeros (the timed ones)
+    "h_decode_first": """
+from variants.dense import DenseAttention, DenseConfig
+
+
+@register_variant("h_decode_first", config=DenseConfig)
+class DecodesFirstOnly(DenseAttention):
+    states = 0
+
+    def init_state(self, k, v, *, kv_mask=None):
+        type(self).states += 1
+        return super().init_state(k, v, kv_mask=kv_mask)
+
+    def step(self, q_t, k_t, v_t, state):
+        out, state = super().step(q_t, k_t, v_t, state)
+        return (out if type(self).states == 1 else out * 0.0), state
+""",
     "h_interrupt": """
 @register_variant("h_interrupt")
 class Interrupts(AttentionVariant):

@@ -8,7 +8,7 @@ import torch
 from harness.inputs import make_inputs
 from harness.inputs.padding import padded_lengths, padding_mask
 from harness.measure import MeasureSettings, RunInfo, measure_cell
-from harness.measure.kernel import sdpa_kernel
+from harness.measure.memory import sdpa_kernel
 from harness.measure.layer import Block, mlp_width
 from harness.schema import Cell
 
@@ -191,9 +191,9 @@ def test_layer_decode_is_refused_with_a_reason():
 @pytest.mark.parametrize(
     "fields,timer",
     [
-        ({}, "harness.measure.cell.timed_fields"),
-        ({"phase": "decode", "causal": True}, "harness.measure.decode.StepTimer.measure"),
-        ({"scope": "layer"}, "harness.measure.layer.StepTimer.measure"),
+        ({}, "harness.measure.phase.timed_fields"),  # one timing stage for every kind of cell
+        ({"phase": "decode", "causal": True}, "harness.measure.phase.timed_fields"),
+        ({"scope": "layer"}, "harness.measure.speedup.StepTimer.measure"),
     ],
 )
 def test_a_cell_failing_in_timing_keeps_its_backend_errors_and_memory(monkeypatch, fields, timer):

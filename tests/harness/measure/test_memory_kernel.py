@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.measure.kernel import sdpa_kernel, xformers_op
+from harness.measure.memory import sdpa_kernel, xformers_op
 
 SDPA_FLASH = ["aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention"]
 SDPA_FLASH += ["aten::_flash_attention_forward"]  # SDPA's flash calls torch's flash kernel by name too
@@ -39,7 +39,7 @@ def test_cuda_rows_record_the_xformers_operator_and_sdpa_its_kernel():
     pytest.importorskip("xformers")
     import torch
 
-    from harness.measure.kernel import memory_and_kernel
+    from harness.measure.memory import memory_and_kernel
     from variants import build_variant
 
     g = torch.Generator(device="cuda").manual_seed(0)

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from harness.measure.tuning import TOLERANCE, search_knob, unreachable_carries_over
+from harness.measure.knob_range import TOLERANCE, search_knob, unreachable_carries_over
 from tests.harness.measure.test_tuning import counting, matched
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from harness.measure import MeasureContext, MeasureSettings, RunInfo, measure_cell
-from harness.measure.tuning import TOLERANCE, knob_range, search_knob, unreachable_carries_over
+from harness.measure.knob_range import TOLERANCE, knob_range, search_knob, unreachable_carries_over
 from harness.schema import Cell
 
 RUN = RunInfo(run_id="test", device_name="cpu", host="h", threads=torch.get_num_threads())

@@ -1,0 +1,143 @@
+"""A prefill cell at the attention scope: one call of the variant on N queries against M keys, timed paired with dense.
+
+The checked call scores sampled rows against the float64 reference (gradients of q, k, v in train mode) and is the
+timer's first estimate; the timed step is built on AttentionVariant.prepare_call, so the variant's checks and its
+backend resolution run before timing, never inside a timed call; the memory tricks wrap it (harness.measure.tricks);
+the baseline (dense, backend auto) gets the same inputs, padding mask and tricks (harness.measure.speedup); the last
+timed call's output is scored against the checked call's reference.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from harness.measure.accuracy import Accuracy, check_accuracy, check_output, score_output
+from harness.measure.context import MeasureContext
+from harness.measure.flops import attention_flops, flops_fields
+from harness.measure.phase import Checked, Phase, TimedStep
+from harness.measure.reference import nonfinite
+from harness.measure.settings import MeasureSettings
+from harness.measure.speedup import baseline_for
+from harness.measure.timer import Stopwatch
+from harness.measure.tricks import tricked
+from harness.schema import Cell
+
+
+class PrefillPhase(Phase):
+    """The prefill cell's part of the measurement path (harness.measure.phase)."""
+
+    def __init__(
+        self,
+        attn: Any,
+        cell: Cell,
+        qkv: tuple[Tensor, Tensor, Tensor],
+        kv_mask: Tensor | None,
+        settings: MeasureSettings,
+        context: MeasureContext,
+        device: torch.device,
+    ):
+        self.attn, self.cell, self.settings, self.context, self.device = attn, cell, settings, context, device
+        self.q, self.k, self.v = qkv
+        self.kv_mask = kv_mask
+        self.training = cell.mode == "train"
+        self.wrap = tricked(cell, device)  # the call under the cell's memory tricks
+        self.accuracy: Accuracy | None = None
+        self._step: Callable[[], Any] | None = None
+
+    def prepare(self) -> dict[str, Any]:
+        return {"setup_s": _prepare(self.attn, self.q, self.k, self.v, self.cell, self.training, self.kv_mask)}
+
+    def check(self) -> Checked:
+        self.accuracy = check_accuracy(
+            self.attn,
+            self.q,
+            self.k,
+            self.v,
+            causal=self.cell.causal,
+            training=self.training,
+            error_rows=self.settings.error_rows,
+            seed=self.cell.seed,
+            reference=self.settings.accuracy_reference,
+            kv_mask=self.kv_mask,
+            wrap=self.wrap,
+        )
+        return Checked(self.accuracy.fields, self.accuracy.call_s, self.accuracy.nonfinite)
+
+    def ready(self) -> Callable[[], Any]:
+        if self._step is None:
+            self._step = timed_call(
+                self.attn, self.q, self.k, self.v, self.cell.causal, self.training, self.kv_mask, wrap=self.wrap
+            )
+        return self._step
+
+    def timed_step(self) -> TimedStep:
+        make_step = partial(timed_call, wrap=self.wrap)  # the baseline under the same tricks
+        baseline = baseline_for(self.cell, self.q, self.k, self.v, self.context, self.device, make_step, self.kv_mask)
+        return TimedStep(self.ready(), baseline=baseline)
+
+    def score_timed(self, output: Any) -> tuple[dict[str, Any], str | None]:
+        output = output[0] if self.training else output  # a train step returns (output, gradients)
+        check_output(output, self.q, self.v)
+        bad = nonfinite(output)
+        return ({}, bad) if bad else (score_output(self.accuracy, output), None)
+
+    def flops(self, latency_s: float) -> dict[str, Any]:
+        backend = self.attn.resolve_backend(self.q, training=self.training)
+        executed, useful = attention_flops(self.attn, self.cell, backend=backend)
+        return flops_fields(executed, latency_s, training=self.training, useful_attention_flops=useful)
+
+
+def timed_call(
+    attn: Any,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    causal: bool,
+    training: bool,
+    kv_mask: Tensor | None = None,
+    *,
+    wrap: Callable[[Callable], Callable] | None = None,
+) -> Callable[[], Any]:
+    """The timed call: forward under no_grad (returns the output), or forward + backward w.r.t. q, k, v and parameters
+    (returns the output and the gradients); `wrap` puts the call under the cell's memory tricks
+    (harness.measure.tricks.tricked).
+
+    The variant's checks and its backend resolution run here, once (AttentionVariant.prepare_call; a refusal raises
+    NotSupportedError), never inside the timed call.
+    """
+    call = attn.prepare_call(q, k, v, causal=causal, kv_mask=kv_mask, training=training)
+    call = wrap(call) if wrap is not None else call
+    if not training:
+
+        def forward() -> Tensor:
+            with torch.no_grad():
+                return call(q, k, v)
+
+        return forward
+    qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
+    targets = [qg, kg, vg] + [p for p in attn.parameters() if p.requires_grad]
+    grad_out = torch.randn(q.shape, generator=torch.Generator(device=q.device).manual_seed(1), device=q.device).to(
+        q.dtype
+    )
+
+    def train() -> tuple:
+        out = call(qg, kg, vg)
+        return out, torch.autograd.grad(out, targets, grad_outputs=grad_out, allow_unused=True)
+
+    return train
+
+
+def _prepare(
+    attn: torch.nn.Module, q: Tensor, k: Tensor, v: Tensor, cell: Cell, training: bool, kv_mask: Tensor | None = None
+) -> float | None:
+    """Call the variant's set-up hook, if any; its seconds (returned, else measured) become setup_s."""
+    prepare = getattr(attn, "prepare", None)
+    if not callable(prepare):
+        return None
+    with Stopwatch(q.device) as watch:
+        spent = prepare(q, k, v, causal=cell.causal, kv_mask=kv_mask, training=training)
+    return float(spent) if spent is not None else watch.seconds

@@ -1,0 +1,137 @@
+"""The exact float64 reference on sampled query rows, and the errors against it.
+
+A cell is scored on R sampled query rows (sample_rows: the first, the last and R - 2 drawn by the seed), against exact
+attention in float64 on those rows (variants.reference_attention: the full attention, or the variant's own pattern),
+computed REFERENCE_CHUNK_BYTES of scores at a time so the check's memory stays below the measured call's; in train mode
+with the gradients of q, k, v for a seeded output gradient on those rows. Errors: rel L2, max abs and mean cosine on the
+rows that are real tokens; the trivial answers' (uniform attention, a zero output) beside them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from variants import reference_attention
+
+
+# float64 scores per reference chunk (query rows are processed in chunks): bounds the accuracy
+# check's own memory so the process's peak stays that of the cell measured, not of the gold.
+REFERENCE_CHUNK_BYTES = {"cpu": 1 << 24, "cuda": 1 << 28}
+
+
+def sample_rows(N: int, R: int, seed: int) -> Tensor:
+    """R query rows of N, sorted: the first, the last and R - 2 drawn by `seed` (all N when R >= N)."""
+    if R >= N:
+        return torch.arange(N)
+    g = torch.Generator().manual_seed(seed + N)
+    middle = torch.randperm(N - 2, generator=g)[: R - 2] + 1
+    return torch.cat([torch.tensor([0]), middle.sort().values, torch.tensor([N - 1])])
+
+
+def sampled(q: Tensor, k: Tensor, error_rows: int, seed: int, kv_mask: Tensor | None) -> tuple[Tensor, int, Tensor]:
+    """The sampled query rows (R,), the rows per reference chunk (REFERENCE_CHUNK_BYTES of float64 scores), and which
+    sampled rows are real tokens (B, R)."""
+    B, H, N, M = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    rows = sample_rows(N, error_rows, seed).to(q.device)
+    chunk = max(1, REFERENCE_CHUNK_BYTES[q.device.type] // (B * H * M * 8))
+    valid = kv_mask[:, rows] if kv_mask is not None else torch.ones(B, len(rows), dtype=torch.bool, device=q.device)
+    return rows, chunk, valid
+
+
+def reference_rows(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    rows: Tensor,
+    chunk: int,
+    causal: bool,
+    kv_mask: Tensor | None,
+    pattern: Any,
+) -> Tensor:
+    """Exact float64 attention on the sampled rows, `chunk` rows at a time: (B, H, R, D)."""
+    q64, k64, v64 = (t.double() for t in (q, k, v))
+    with torch.no_grad():
+        parts = [
+            reference_attention(
+                q64, k64, v64, causal=causal, kv_mask=kv_mask, pattern=pattern, rows=rows[i : i + chunk]
+            )
+            for i in range(0, len(rows), chunk)
+        ]
+    return torch.cat(parts, dim=2)
+
+
+def baseline_errors(
+    q: Tensor, k: Tensor, v: Tensor, *, causal: bool, error_rows: int, seed: int, kv_mask: Tensor | None = None
+) -> dict[str, Any]:
+    """The errors two trivial answers score against exact attention on the rows check_accuracy samples (same seed):
+    uniform attention (the mean of v over the keys each row sees, causality and padding respected: exact attention with
+    q = 0) and a zero output. A variant not clearly below the uniform error has learnt nothing about q."""
+    rows, chunk, valid = sampled(q, k, error_rows, seed, kv_mask)
+    ref, uniform = (
+        reference_rows(x, k, v, rows, chunk, causal, kv_mask, None) for x in (q, torch.zeros_like(q))
+    )  # (B, H, R, D) each
+    scored = output_errors(uniform, ref, valid)
+    return {
+        "uniform_rel_l2_error": scored["rel_l2_error"],
+        "uniform_cosine": scored["cosine"],
+        "zero_rel_l2_error": output_errors(torch.zeros_like(ref), ref, valid)["rel_l2_error"],
+    }
+
+
+def reference_with_grads(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    rows: Tensor,
+    chunk: int,
+    causal: bool,
+    kv_mask: Tensor | None,
+    pattern: Any,
+) -> tuple[Tensor, list[Tensor]]:
+    """Exact float64 attention on the sampled rows (B, H, R, D) and its gradients w.r.t. q, k, v for output grads g."""
+    q64, k64, v64 = (t.detach().double().requires_grad_(True) for t in (q, k, v))
+    ref_grads = [torch.zeros_like(t) for t in (q64, k64, v64)]
+    refs = []
+    for i in range(0, len(rows), chunk):
+        ref = reference_attention(
+            q64, k64, v64, causal=causal, kv_mask=kv_mask, pattern=pattern, rows=rows[i : i + chunk]
+        )
+        for total, part in zip(
+            ref_grads, torch.autograd.grad(ref, (q64, k64, v64), grad_outputs=g[:, :, i : i + chunk].double())
+        ):
+            total += part
+        refs.append(ref.detach())
+    return torch.cat(refs, dim=2), ref_grads
+
+
+def output_errors(mine: Tensor, ref: Tensor, valid: Tensor | None = None) -> dict[str, Any]:
+    """rel L2, max abs and mean cosine of outputs (B, H, R, D) against the reference, on the rows `valid` (B, R) marks."""
+    R = mine.shape[2]
+    if valid is not None and not bool(valid.all()):
+        mine, ref = (t.transpose(1, 2)[valid] for t in (mine, ref))  # (valid rows, H, D)
+    return dict(
+        rel_l2_error=rel_l2(mine, ref),
+        max_abs_error=float((mine - ref.double()).abs().max()),
+        cosine=float(torch.nn.functional.cosine_similarity(mine, ref.double(), dim=-1).mean()),
+        error_rows=R,
+    )
+
+
+def nonfinite(*tensors: Tensor) -> str | None:
+    """What is non-finite in the output (and gradients), or None."""
+    names = ("output", "dq", "dk", "dv")
+    for name, t in zip(names, tensors):
+        nan, inf = int(torch.isnan(t).sum()), int(torch.isinf(t).sum())
+        if nan or inf:
+            return f"{name} has {nan} NaN and {inf} inf values of {t.numel()}"
+    return None
+
+
+def rel_l2(a: Tensor, b: Tensor) -> float:
+    """||a - b|| / ||b|| in float64."""
+    b = b.double()
+    return float((a.double() - b).norm() / b.norm().clamp_min(1e-300))
