@@ -28,6 +28,10 @@ class Setting:
     added: bool = False  # added after schema_version 1's first ids: left out of the id at its default, so old ids hold
     matched: bool = True  # compare matches two runs' cells on it (not the seed, not the device: those are the point)
     cast: Callable[[Any], Any] | None = None  # the type a reader coerces a stored value to
+    # the per-process caches whose keys this field enters (harness.schema.Cell.cache_key): "inputs" (the q, k, v made
+    # for a cell), "fit" (a learnable variant's calibration, also RUN_DIR/fitted/), "baseline" (the paired baseline's
+    # warm call on those inputs); a field that changes none of them (the mode for the inputs) leaves it out
+    caches: tuple[str, ...] = ()
 
 
 def setting_field(default: Any = MISSING, *, role: str, compare: bool = True, **meta: Any) -> Any:

@@ -44,42 +44,78 @@ class Cell:
     (its metadata) says what it is. Decode cells are always causal.
     """
 
-    variant: str = _field(role="variant")  # registry name
+    variant: str = _field(role="variant", caches=("fit",))  # registry name
     # asdict of the validated config (overrides applied)
-    config: dict[str, Any] = _field(role="variant", compare=False, legacy={})
-    seq_len: int = _field(role="length", text=eq_text("N"), cast=int)  # N
-    kv_len: int = _field(role="length", text=eq_text("M"), follows="seq_len", cast=int)  # M (= N: self-attention)
+    config: dict[str, Any] = _field(role="variant", compare=False, legacy={}, caches=("fit",))
+    seq_len: int = _field(role="length", text=eq_text("N"), cast=int, caches=("inputs", "fit", "baseline"))  # N
+    kv_len: int = _field(
+        role="length", text=eq_text("M"), follows="seq_len", cast=int, caches=("inputs", "baseline")
+    )  # M (= N: self-attention)
     # "cpu" | "cuda" (the type; the index is a run setting)
-    device: str = _field(role="setting", text=lambda v, _: f"on {v}", legacy="cpu", matched=False)
-    batch: int = _field(role="setting", text=eq_text("B"))  # B
-    heads: int = _field(role="setting", text=eq_text("H"))  # H (query heads)
-    # "name" or "name:knob=value"
-    inputs: str = _field(role="inputs", axis="inputs", text=lambda v, _: f"inputs {v}", legacy="gaussian")
-    # "float32" | "bfloat16" | "float16"
-    dtype: str = _field(role="setting", axis="dtypes", text=lambda v, _: str(v), legacy="float32")
-    head_dim: int = _field(role="setting", axis="head_dims", text=eq_text("D"))  # D
-    causal: bool = _field(
-        role="setting", axis="causals", text=lambda v, _: "causal" if v else "non-causal", legacy=False, cast=bool
+    device: str = _field(
+        role="setting", text=lambda v, _: f"on {v}", legacy="cpu", matched=False, caches=("inputs", "fit", "baseline")
     )
-    mode: str = _field(role="setting", axis="modes", text=lambda v, _: str(v), legacy="forward")  # "forward" | "train"
+    batch: int = _field(role="setting", text=eq_text("B"), caches=("inputs", "fit", "baseline"))  # B
+    heads: int = _field(role="setting", text=eq_text("H"), caches=("inputs", "fit", "baseline"))  # H (query heads)
+    # "name" or "name:knob=value"
+    inputs: str = _field(
+        role="inputs",
+        axis="inputs",
+        text=lambda v, _: f"inputs {v}",
+        legacy="gaussian",
+        caches=("inputs", "fit", "baseline"),
+    )
+    # "float32" | "bfloat16" | "float16"
+    dtype: str = _field(  # a fit is made in float32 and cast: not in its key
+        role="setting", axis="dtypes", text=lambda v, _: str(v), legacy="float32", caches=("inputs", "baseline")
+    )
+    head_dim: int = _field(
+        role="setting", axis="head_dims", text=eq_text("D"), caches=("inputs", "fit", "baseline")
+    )  # D
+    causal: bool = _field(
+        role="setting",
+        axis="causals",
+        text=lambda v, _: "causal" if v else "non-causal",
+        legacy=False,
+        cast=bool,
+        caches=("fit", "baseline"),
+    )
+    mode: str = _field(
+        role="setting", axis="modes", text=lambda v, _: str(v), legacy="forward", caches=("baseline",)
+    )  # "forward" | "train"
     # "prefill": one call on N tokens | "decode": tokens generated one at a time after N
     phase: str = _field("prefill", role="setting", axis="phases", text=lambda v, _: str(v), added=True)
     # "attention": the variant alone | "layer": a pre-norm transformer block around it
     scope: str = _field("attention", role="setting", axis="scopes", text=lambda v, _: str(v), added=True)
     # H_kv (key/value heads, H % H_kv == 0); None: = heads
     kv_heads: int | None = _field(
-        None, role="setting", axis="kv_heads", text=eq_text("H_kv"), follows="heads", added=True, cast=int
+        None,
+        role="setting",
+        axis="kv_heads",
+        text=eq_text("H_kv"),
+        follows="heads",
+        added=True,
+        cast=int,
+        caches=("inputs", "fit", "baseline"),
     )
     # mean fraction of key positions that are padding (ragged over the batch)
-    padding: float = _field(0.0, role="setting", axis="paddings", text=eq_text("pad"), added=True, cast=float)
+    padding: float = _field(  # the mask is made beside the inputs; a fit is made unpadded
+        0.0, role="setting", axis="paddings", text=eq_text("pad"), added=True, cast=float, caches=("baseline",)
+    )
     # activations recomputed in the backward pass (torch.utils.checkpoint): "none" | "attention" | "layer" (the block)
-    recompute: str = _field("none", role="setting", axis="recomputes", text=eq_text("recompute"), added=True)
+    recompute: str = _field(
+        "none", role="setting", axis="recomputes", text=eq_text("recompute"), added=True, caches=("baseline",)
+    )
     # "fp32" | "autocast-bf16" | "autocast-fp16": torch.autocast around the forward, float32 inputs and parameters
-    precision: str = _field("fp32", role="setting", axis="precisions", text=lambda v, _: str(v), added=True)
+    precision: str = _field(
+        "fp32", role="setting", axis="precisions", text=lambda v, _: str(v), added=True, caches=("baseline",)
+    )
     # blocks in a layer cell's stack (SweepSpec.layer_depth; 1 at the attention scope): "recompute layer" keeps the
     # activations of one block at a time, so its saving grows with the depth
     layer_depth: int = _field(1, role="setting", text=eq_text("L"), added=True, cast=int)
-    seed: int = _field(role="seed", text=eq_text("seed"), matched=False)  # evaluation seed
+    seed: int = _field(
+        role="seed", text=eq_text("seed"), matched=False, caches=("inputs", "fit", "baseline")
+    )  # evaluation seed
     # An error-budget cell: the variant's quality knob is searched (on calibration seeds) for the cheapest
     # value whose error_metric meets this budget, and that config is measured. None: config as given.
     matched_budget: float | None = _field(
@@ -105,6 +141,11 @@ class Cell:
     def fields(self) -> dict[str, Any]:
         """The cell's fields as they go into its row."""
         return {name: getattr(self, name) for name in CELL_FIELDS}
+
+    def cache_key(self, cache: str, **values: Any) -> tuple[tuple[str, Any], ...]:
+        """The cell's key in a per-process cache ("inputs", "fit", "baseline"): the fields that declare it (Setting.caches),
+        `values` in place of some (a decode cell's longer inputs, a fit's own length, the device with its index)."""
+        return tuple((name, values.get(name, getattr(self, name))) for name in caches_of(cache))
 
     @property
     def series_key(self) -> str:
@@ -159,6 +200,11 @@ SETTINGS: dict[str, Setting] = {f.name: f.metadata["setting"] for f in dataclass
 def fields_of(*roles: str) -> tuple[str, ...]:
     """Cell fields of the given roles, in field order: fields_of("setting") are the report's setting keys."""
     return tuple(name for name, s in SETTINGS.items() if s.role in roles)
+
+
+def caches_of(cache: str) -> tuple[str, ...]:
+    """Cell fields whose values key the per-process cache `cache` (Setting.caches), in field order."""
+    return tuple(name for name, s in SETTINGS.items() if cache in s.caches)
 
 
 def default_of(name: str, values: Mapping[str, Any]) -> Any:

@@ -1,10 +1,12 @@
-"""Fitting learnable variants inside a sweep: one fixed budget on calibration seeds, cached by key."""
+"""Fitting learnable variants: the harness's one entry around variants.calibrate (`fit`), for the sweep (one fixed
+budget on calibration seeds, cached by key: `calibrated`) and the studies (a variant per layer: `fit_summary`)."""
 
 from __future__ import annotations
 
 import copy
+import importlib
 import json
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -15,6 +17,35 @@ from harness.measure.timer import Stopwatch
 from harness.schema import Cell
 
 HELDOUT_BATCHES = 4  # held-out calibration batches: early stopping and the row's calibration_heldout_error
+# the protocol's module, its `calibrate` looked up per call (the package's `variants.calibrate` is the function), so a
+# test can wrap it
+_PROTOCOL = importlib.import_module("variants.calibrate")
+
+
+def fit(
+    variant: Any,
+    batches: Sequence[tuple],
+    *,
+    steps: int,
+    causal: bool = False,
+    heldout: Sequence[tuple] | None = None,
+    target: float | None = None,
+) -> dict[str, Any]:
+    """Fit a learnable variant in place with variants.calibrate (distilled against exact attention on `batches` of
+    (q, k, v), early-stopped on `heldout`), leave it in eval mode, and return the protocol's report as a dict."""
+    report = _PROTOCOL.calibrate(variant, list(batches), steps=steps, causal=causal, heldout=heldout, target=target)
+    variant.eval()
+    return report.to_dict()
+
+
+def fit_summary(reports: Sequence[dict[str, Any]], steps: int) -> dict[str, Any]:
+    """What the studies record of the per-layer fits of one variant: the budget and the mean loss before and after."""
+    return {
+        "steps_per_layer": steps,
+        "layers": len(reports),
+        "loss_before_mean": sum(r["loss_before"] for r in reports) / len(reports),
+        "loss_after_mean": sum(r["loss_after"] for r in reports) / len(reports),
+    }
 
 
 def calibration_length(attn: Any, cell: Cell, settings: MeasureSettings) -> int:
@@ -30,22 +61,9 @@ def calibration_key(cell: Cell, settings: MeasureSettings) -> str:
     from variants import get_variant
 
     length = calibration_length(get_variant(cell.variant).cls, cell, settings)
-    key = [
-        cell.variant,
-        cell.config,
-        length,
-        cell.batch,
-        cell.heads,
-        cell.head_dim,
-        cell.causal,
-        cell.inputs,
-        cell.seed,
-        str(torch.device(settings.device)),
-    ]
-    if cell.kv_heads != cell.heads:  # keys of older fits (RUN_DIR/fitted/) stay valid
-        key.append({"kv_heads": cell.kv_heads})
+    key = dict(cell.cache_key("fit", seq_len=length, device=str(torch.device(settings.device))))
     if fit_target(cell, settings) is not None:
-        key.append({"target": fit_target(cell, settings)})
+        key["target"] = fit_target(cell, settings)
     return json.dumps(key, sort_keys=True, default=str)
 
 
@@ -83,8 +101,6 @@ def calibrated(
     `inputs` is the cell's parsed input distribution (name, knobs). The fit is cached in `context`
     across modes and longer N (see calibration_key).
     """
-    from variants.calibrate import calibrate  # looked up per call (the module's attribute), so a test can wrap it
-
     key = calibration_key(cell, settings)
     if key not in context.calibrated:
         length = calibration_length(attn, cell, settings)
@@ -107,10 +123,9 @@ def calibrated(
         batches, heldout = [batch(s) for s in seeds], [batch(s) for s in held]
         with Stopwatch(device) as watch:
             steps, target = settings.calibration_steps, fit_target(cell, settings)
-            report = calibrate(attn, batches, steps=steps, causal=cell.causal, heldout=heldout, target=target)
+            report_dict = fit(attn, batches, steps=steps, causal=cell.causal, heldout=heldout, target=target)
         seconds = watch.seconds
         del batches, heldout
-        report_dict = report.to_dict()
         report_dict["seeds"], report_dict["heldout_seeds"] = seeds, held
         context.calibrated[key] = (copy.deepcopy(attn), seconds, report_dict)
     fitted, seconds, report_dict = context.calibrated[key]

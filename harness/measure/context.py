@@ -108,18 +108,7 @@ class MeasureContext:
         """The cell's evaluation q, k, v (k, v with cell.kv_heads heads); `parsed` is cell.inputs as (name, knobs)
         when the caller has parsed it already; `extra` positions beyond N and M (a decode cell's generated tokens)."""
         name, knobs = parsed if parsed is not None else parse_inputs(cell.inputs)
-        key = (
-            cell.inputs,
-            cell.batch,
-            cell.heads,
-            cell.kv_heads,
-            cell.seq_len + extra,
-            cell.kv_len + extra,
-            cell.head_dim,
-            cell.dtype,
-            str(device),
-            cell.seed,
-        )
+        key = cell.cache_key("inputs", seq_len=cell.seq_len + extra, kv_len=cell.kv_len + extra, device=str(device))
         if key != self.inputs_key:
             self.inputs = self.inputs_key = None  # free the old ones before making the new ones
             self.inputs = make_inputs(

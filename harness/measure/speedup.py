@@ -75,7 +75,7 @@ def baseline_for(
         base = context.baseline(device, cell.dtype)
     except Exception as exc:  # noqa: BLE001 - a baseline that cannot be built leaves the speed-up None, not the row failed
         return Baseline(None, note=f"no paired speed-up: baseline {BASELINE} not built: {type(exc).__name__}: {exc}")
-    key = (context.inputs_key, cell.causal, cell.mode, cell.padding, cell.recompute, cell.precision)
+    key = cell.cache_key("baseline", device=str(device))  # where its warm per-call seconds are kept
     if cell.variant == BASELINE and cell.config == dataclasses.asdict(
         base.config
     ):  # timed alone; its time warms the cache

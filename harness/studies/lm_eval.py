@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.inputs import hf_model
+from harness.measure.calibration import fit, fit_summary
 from harness.measure.timer import Stopwatch
 from harness.report.page import Block, Paragraph
 from harness.report.study_results import LM_EVAL, budget_note, lm_eval_note, lm_eval_table
@@ -64,25 +65,15 @@ def calibrated_variants(
     seed: int,
 ) -> tuple[dict[int, AttentionVariant], dict[str, Any] | None]:
     """One variant per chosen layer, learnable ones fitted (causal) on that layer's calibration q, k, v."""
-    from variants.calibrate import calibrate
-
     torch.manual_seed(seed)
     learnable = get_variant(name).capabilities.learnable
     out, reports = {}, []
     for layer in layers:
         variant = build_variant(name, **fields).to(device)
         if learnable:
-            reports.append(calibrate(variant, batches()[layer], steps=steps, causal=True).to_dict())
-            variant.eval()
+            reports.append(fit(variant, batches()[layer], steps=steps, causal=True))
         out[layer] = variant
-    if not learnable:
-        return out, None
-    return out, {
-        "steps_per_layer": steps,
-        "layers": len(reports),
-        "loss_before_mean": sum(r["loss_before"] for r in reports) / len(reports),
-        "loss_after_mean": sum(r["loss_after"] for r in reports) / len(reports),
-    }
+    return out, fit_summary(reports, steps) if learnable else None
 
 
 def run_lm_eval(

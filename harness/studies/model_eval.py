@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from harness.inputs import minilm
+from harness.measure.calibration import fit, fit_summary
 from harness.measure.timer import Stopwatch
 from harness.report.page import Block, Paragraph
 from harness.report.study_results import MODEL_EVAL, budget_note, model_eval_note, model_eval_table
@@ -118,8 +119,6 @@ def swapped_model(
     steps: int,
 ) -> tuple[minilm.MiniLM, dict[str, Any] | None]:
     """A fresh model with `name` in every layer; learnable variants calibrated per layer. Returns (model, calibration summary)."""
-    from variants.calibrate import calibrate
-
     torch.manual_seed(seed)
     learnable = get_variant(name).capabilities.learnable
     reports = []
@@ -129,20 +128,16 @@ def swapped_model(
         if learnable:
             if not calibration:
                 raise ValueError(f"{name} is learnable and needs calibration passages (--calibration-texts >= 1)")
-            reports.append(calibrate(variant, calibration[layer], steps=steps).to_dict())
-            variant.eval()
+            reports.append(fit(variant, calibration[layer], steps=steps))
         return variant
 
     model = minilm.swap_attention(minilm.load_model(device=device), make)
     if not learnable:
         return model, None
     summary = {
-        "steps_per_layer": steps,
-        "layers": len(reports),
+        **fit_summary(reports, steps),
         "passages": len(calibration[0]) if calibration else 0,
         "loss": reports[0]["loss"],
-        "loss_before_mean": sum(r["loss_before"] for r in reports) / len(reports),
-        "loss_after_mean": sum(r["loss_after"] for r in reports) / len(reports),
         "per_layer": reports,
     }
     return model, summary

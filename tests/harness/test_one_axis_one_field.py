@@ -15,7 +15,9 @@ import harness.schema as real
 from tests.helpers import REPO
 
 THROWAWAY = """    # a throwaway axis, added by the test: one line
-    flavour: str = _field("plain", role="setting", axis="flavours", text=lambda v, _: f"flavour={v}", added=True)
+    flavour: str = _field(
+        "plain", role="setting", axis="flavours", text=lambda v, _: f"flavour={v}", added=True, caches=("inputs",)
+    )
 """
 
 
@@ -87,6 +89,12 @@ def test_a_throwaway_axis_is_planned_identified_read_labelled_and_matched(schema
     # A row written before the axis existed reads back at its default.
     frame = rows_frame([{**_values(), "cell_id": "old", "status": "ok"}])
     assert list(frame["flavour"]) == ["plain"]
+    # The caches it declares key on it (new inputs for a spicy cell), the others do not (one fit, one baseline).
+    plain, spicy = schema.Cell(**_values()), schema.Cell(**_values(flavour="spicy"))
+    assert plain.cache_key("inputs") != spicy.cache_key("inputs") and ("flavour", "spicy") in spicy.cache_key("inputs")
+    assert plain.cache_key("fit") == spicy.cache_key("fit") and plain.cache_key("baseline") == spicy.cache_key(
+        "baseline"
+    )
 
 
 def _spec_lists():
@@ -103,6 +111,24 @@ def _spec_lists():
         recomputes=("none",),
         precisions=("fp32",),
     )
+
+
+def test_the_caches_key_on_what_changes_their_contents():
+    """Two cells that differ in a field share an entry of a cache exactly when the field does not key it: a cell in
+    train mode reuses the forward cell's inputs and fit, not its baseline timing; another dtype reuses the fit (made
+    in float32) but not the inputs; another variant reuses the inputs and the baseline but not the fit."""
+    base = real.Cell(**_values())
+
+    def shared(**changed) -> set[str]:
+        other = dataclasses.replace(base, **changed)
+        return {c for c in ("inputs", "fit", "baseline") if base.cache_key(c) == other.cache_key(c)}
+
+    assert shared(mode="train") == {"inputs", "fit"}
+    assert shared(dtype="bfloat16") == {"fit"}
+    assert shared(variant="chunked", config={"backend": "auto"}) == {"inputs", "baseline"}
+    assert shared(padding=0.25) == {"inputs", "fit"} and shared(causal=True) == {"inputs"}
+    assert shared(seed=1) == set() and shared(layer_depth=2) == {"inputs", "fit", "baseline"}
+    assert dict(base.cache_key("inputs", seq_len=80))["seq_len"] == 80  # a decode cell's longer inputs
 
 
 def test_every_field_of_the_real_cell_declares_its_role():

@@ -124,7 +124,7 @@ def test_a_learnable_variant_is_calibrated_at_each_value_tried_and_the_match_reu
     context = MeasureContext()
     row = measure_cell(matched("distilled", 0.95, N=256, inputs="gaussian"), FAST, RUN, context).to_dict()
     assert row["status"] == "ok", row["reason"]
-    fitted = {__import__("json").loads(key)[1]["features"] for key in context.calibrated}
+    fitted = {__import__("json").loads(key)["config"]["features"] for key in context.calibrated}
     assert fitted == {int(v) for v in row["tuning"]["tried"]}
     assert row["calibration"]["steps"] == FAST.calibration_steps  # the run's calibration budget, recorded
 
