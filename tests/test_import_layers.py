@@ -29,6 +29,7 @@ LAYERS = (
         "harness.plugins",
         "harness.env",
     ),
+    ("harness.models",),
     ("harness.inputs",),
     ("harness.spec",),
     ("harness.plan",),

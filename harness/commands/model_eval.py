@@ -15,7 +15,7 @@ import torch
 from harness.commands._study_args import add_study_arguments, parse_ints, parse_overrides
 from harness.devices import check_device
 from harness.errors import UsageError
-from harness.inputs import minilm
+from harness.models import minilm
 from harness.measure.timer import Stopwatch
 from harness.plugins import load_plugins
 from harness.studies import lm_eval, model_eval
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_model(args: argparse.Namespace) -> int:
     """model-eval --model PATH: a causal LM; every refusal is one line and exit 2."""
-    from harness.inputs import hf_adapter, hf_model
+    from harness.models import hf_adapter, hf_model
 
     reason = hf_adapter.missing_transformers_reason()
     if reason:

@@ -22,7 +22,8 @@ from typing import Iterator
 
 import torch
 
-from harness.inputs import QKV, hf_adapter, hf_model, register_inputs
+from harness.inputs import QKV, register_inputs
+from harness.models import hf_adapter, hf_model
 from variants import NotSupportedError
 
 RUN_DIR_ENV = "ATTNSUITE_RUN_DIR"  # set while a sweep runs: the folder the captures are cached in
@@ -132,7 +133,7 @@ def _model(path: str) -> torch.nn.Module:
 
 @functools.lru_cache(maxsize=4)
 def _stream(path: str, text: str) -> tuple[int, ...]:
-    from harness.inputs.minilm import corpus
+    from harness.models.minilm import corpus
 
     body = Path(text).read_text(encoding="utf-8") if text else "\n\n".join(corpus())
     return tuple(hf_model.token_ids(path, body, int(hf_model.load_config(path).vocab_size))[0])

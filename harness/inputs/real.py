@@ -14,7 +14,7 @@ import functools
 import torch
 from torch import Tensor
 
-from harness.inputs import minilm as realmodel
+from harness.models import minilm as realmodel
 from harness.inputs import QKV, register_inputs
 
 MAX_SEQ_LEN = realmodel.BertConfig().max_positions  # 512: the model's learned position table

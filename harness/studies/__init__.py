@@ -1,6 +1,6 @@
 """Studies beyond the sweep, each writing <stem>.csv/.json/.md/.png (results_io) that a run's report includes.
 
-model_eval: each variant swapped into every layer of the pretrained all-MiniLM-L6-v2 (harness.inputs.minilm).
+model_eval: each variant swapped into every layer of the pretrained all-MiniLM-L6-v2 (harness.models.minilm).
 tasks: tiny transformers trained from scratch per variant on MQAR and ListOps (task_data, task_model, task_training).
 They may use the report's page, renderers and figure helpers; the report never imports them, it reads their .json.
 """

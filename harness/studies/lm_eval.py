@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor, nn
 
-from harness.inputs import hf_model
+from harness.models import hf_model
 from harness.measure.calibration import fit, fit_summary
 from harness.measure.timer import Stopwatch
 from harness.report.page import Block, Paragraph

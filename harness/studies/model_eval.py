@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from harness.inputs import minilm
+from harness.models import minilm
 from harness.measure.calibration import fit, fit_summary
 from harness.measure.timer import Stopwatch
 from harness.report.page import Block, Paragraph

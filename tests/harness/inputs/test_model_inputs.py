@@ -10,7 +10,7 @@ import torch
 
 from harness import inputs
 from harness.commands import main
-from harness.inputs import hf_adapter, hf_model
+from harness.models import hf_adapter, hf_model
 from harness.inputs import model as model_inputs
 from tests.helpers.tiny_hf import save_tiny
 from variants import NotSupportedError

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from harness import inputs
-from harness.inputs import minilm as realmodel
+from harness.models import minilm as realmodel
 from harness.inputs import real as real_inputs
 from variants import AttentionVariant, build_variant
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from harness.commands import main
-from harness.inputs import hf_adapter, hf_model
+from harness.models import hf_adapter, hf_model
 from harness.studies import lm_eval
 from tests.helpers.tiny_hf import save_tiny
 from variants import build_variant

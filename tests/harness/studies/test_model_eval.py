@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from harness.commands import main
-from harness.inputs import minilm as realmodel
+from harness.models import minilm as realmodel
 from harness.studies import model_eval
 from variants import build_variant, get_variant
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.inputs import hf_adapter, hf_model
+from harness.models import hf_adapter, hf_model
 from tests.helpers.tiny_hf import VOCAB, save_tiny
 from variants import AttentionVariant, Capabilities, NotSupportedError, build_variant, get_variant, list_variants
 

