@@ -15,6 +15,7 @@ from harness.measure.context import MeasureContext
 from harness.measure.settings import CALIBRATION_SEED_OFFSET, MeasureSettings
 from harness.measure.timer import Stopwatch
 from harness.schema import Cell
+from variants import get_variant
 
 HELDOUT_BATCHES = 4  # held-out calibration batches: early stopping and the row's calibration_heldout_error
 # the protocol's module, its `calibrate` looked up per call (the package's `variants.calibrate` is the function), so a
@@ -58,8 +59,6 @@ def calibration_length(attn: Any, cell: Cell, settings: MeasureSettings) -> int:
 def calibration_key(cell: Cell, settings: MeasureSettings) -> str:
     """The key a fit is cached under (in MeasureContext.calibrated and RUN_DIR/fitted/): cells that
     share it share one calibration, across modes and, where the length is capped, across N."""
-    from variants import get_variant
-
     length = calibration_length(get_variant(cell.variant).cls, cell, settings)
     key = dict(cell.cache_key("fit", seq_len=length, device=str(torch.device(settings.device))))
     if fit_target(cell, settings) is not None:

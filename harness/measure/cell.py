@@ -28,7 +28,6 @@ from torch import Tensor
 
 from harness.inputs import get_inputs, parse_inputs
 from harness.inputs.padding import padding_mask
-from harness.measure.reference import baseline_errors
 from harness.measure.calibration import calibrated
 from harness.measure.context import MeasureContext, changed_reason
 from harness.measure.decode import DecodePhase, decode_inputs_extra
@@ -49,6 +48,7 @@ from harness.measure.outcome import (
 )
 from harness.measure.phase import Phase, run_phase
 from harness.measure.prefill import PrefillPhase
+from harness.measure.reference import baseline_errors
 from harness.measure.roofline import compute_dtype, roofline_fields
 from harness.measure.settings import DTYPES, MeasureSettings, RunInfo
 from harness.measure.timer import Stopwatch
@@ -56,6 +56,7 @@ from harness.measure.tuning import tune
 from harness.plan import tricks_reason
 from harness.row import Row
 from harness.schema import Cell
+from variants import build_variant
 
 
 def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: MeasureContext | None = None) -> Row:
@@ -201,8 +202,6 @@ def _phase(
 
 def _build(cell: Cell, inputs: _Inputs, device: torch.device) -> _Built:
     """The variant built from the cell's config, why it cannot run the cell, and the backend it resolves (its field)."""
-    from variants import build_variant
-
     training = cell.mode == "train"
     torch.manual_seed(cell.seed)  # parameter initialisation is part of the cell
     attn = build_variant(cell.variant, **cell.config).to(device)

@@ -23,7 +23,7 @@ from torch import Tensor
 from harness.inputs import QKV, make_inputs, parse_inputs
 from harness.measure.settings import DTYPES
 from harness.schema import BASELINE, Cell
-
+from variants import build_variant
 
 _CHUNK = 1 << 22  # elements summed at a time: bounds the int64 temporaries (32 MiB) on any device
 _BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -95,8 +95,6 @@ class MeasureContext:
 
     def baseline(self, device: torch.device, dtype: str) -> torch.nn.Module:
         """The paired timing's baseline (harness.schema.BASELINE, default config: backend auto), built once per device and dtype."""
-        from variants import build_variant
-
         key = (str(device), dtype)
         if key not in self.baselines:
             self.baselines[key] = build_variant(BASELINE).to(device=device, dtype=DTYPES[dtype]).eval()

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from variants import count_flops, train_flops
+
 
 def attention_flops(
     attn: Any, cell: Any, *, backend: str | None, N: int | None = None, M: int | None = None, causal: bool | None = None
 ) -> tuple[int, int]:
     """(executed, useful) forward FLOPs of the variant on the cell's shape (N, M, causal overridable: a decode step),
     K/V heads included (GQA)."""
-    from variants import count_flops
-
     shape = (
         cell.batch,
         cell.heads,
@@ -47,7 +47,6 @@ def flops_fields(
     alone); training, whether the call is forward + backward. tflops (from the executed count) is None when the latency
     is not positive.
     """
-    from variants import train_flops
 
     def total(attention: int) -> int:
         attention, linear = int(attention), int(linear_flops)

@@ -11,6 +11,7 @@ import math
 from typing import Any, Callable
 
 from harness.schema import Cell
+from variants import build_config, build_variant, count_flops, dense_flops, get_variant
 
 # The top of a searched range: values doing at most this fraction of dense attention's analytic FLOPs. The
 # structured variants run at a lower FLOP rate than a fused dense kernel (a window covering 55% of the pairs
@@ -33,8 +34,6 @@ def knob_range_at(
 ) -> tuple[str, int, int | None, str]:
     """knob_range for variant `name` with `config` (its other fields) on shape (B, H, N, M, D, causal) and kv_heads:
     what model-eval's search, which has no sweep cell, asks."""
-    from variants import dense_flops, get_variant
-
     knob = get_variant(name).cls.quality_knob
     low, high = knob.range_for(shape[3])
 
@@ -63,8 +62,6 @@ def config_flops_at(
     name: str, config: dict[str, Any], shape: tuple[int, int, int, int, int, bool], *, kv_heads: int | None
 ) -> int:
     """The useful FLOPs of variant `name` with `config` on shape (B, H, N, M, D, causal) and kv_heads."""
-    from variants import build_config, build_variant, count_flops, get_variant
-
     cls = get_variant(name).cls
     try:  # the analytic count reads the config only: no parameters allocated (Linformer's E, F are k x M)
         variant = cls.__new__(cls)  # not __init__: nn.Module's set-up and the parameters are not needed
@@ -81,8 +78,6 @@ def _shape(cell: Cell) -> tuple[int, int, int, int, int, bool]:
 def unreachable_carries_over(cell: Cell, unreachable_at: int) -> str | None:
     """Why the cell need not be searched, its budget being unreachable at the shorter N `unreachable_at` over the same
     knob range (at a fixed knob value a longer sequence is no easier to approximate); None when its range is wider."""
-    from variants import get_variant
-
     shorter = dataclasses.replace(
         cell,
         seq_len=unreachable_at,

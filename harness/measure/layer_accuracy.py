@@ -19,6 +19,7 @@ from torch import Tensor
 from harness.measure.reference import REFERENCE_CHUNK_BYTES, output_errors, rel_l2, sample_rows
 from harness.measure.settings import MeasureSettings
 from harness.schema import Cell
+from variants import reference_attention
 
 GRAD_CHECK_MAX_SEQ_LEN = 1024  # the layer's gradients are checked on the first min(N, this) tokens
 GRAD_CHECK_MAX_BATCH = 4  # ... of the first min(B, this) batch rows
@@ -34,8 +35,6 @@ def layer_accuracy(
     precision: Callable[[], ContextManager[Any]],
 ) -> dict[str, Any]:
     """Row fields: the output's errors on sampled rows and, for a train cell, grad_rel_l2_x and grad_rel_l2_params."""
-    from variants import reference_attention
-
     B, N = x.shape[0], x.shape[1]
     pattern = stack.attn.pattern if settings.accuracy_reference == "pattern" else None
     gold = _gold(stack)
@@ -81,8 +80,6 @@ def _gradient_errors(
     """dx and the weights' gradients of one forward (under the cell's precision) and backward on the first n tokens of
     the first batch rows, against the float64 stack's with exact attention; {} when the variant refuses n tokens (it
     was built for N)."""
-    from variants import reference_attention
-
     n, rows = min(x.shape[1], GRAD_CHECK_MAX_SEQ_LEN), min(x.shape[0], GRAD_CHECK_MAX_BATCH)
     xs, mask = x[:rows, :n], kv_mask[:rows, :n] if kv_mask is not None else None
     with torch.no_grad():

@@ -19,7 +19,11 @@ from typing import Any
 
 import torch
 
+from harness.env import cpu_name
+from harness.measure.noise import HIGH_LOAD_PER_CPU, larger, load_per_cpu
+from harness.measure.settings import DTYPES
 from harness.measure.timer import StepTimer, Stopwatch
+from harness.measure.tricks import AUTOCAST_DTYPES
 
 CACHE_FILE = "limits.json"
 CACHE_MAX_AGE_S = 24 * 3600
@@ -59,7 +63,6 @@ def device_label(device: str) -> str:
     """The device's name as the cache knows it: the GPU's name, or the CPU model."""
     if device.startswith("cuda"):
         return torch.cuda.get_device_name(torch.device(device))
-    from harness.env import cpu_name
 
     return cpu_name()
 
@@ -67,8 +70,6 @@ def device_label(device: str) -> str:
 def limit_dtypes(spec: Any) -> list[str]:
     """The dtypes a sweep's matmuls run in: its dtypes and its autocast precisions' (float32 always: a CPU kernel may
     compute a low-precision input in float32)."""
-    from harness.measure.tricks import AUTOCAST_DTYPES
-
     autocast = [str(AUTOCAST_DTYPES[p]).removeprefix("torch.") for p in spec.precisions if p in AUTOCAST_DTYPES]
     return list(dict.fromkeys(["float32", *spec.dtypes, *autocast]))
 
@@ -80,8 +81,6 @@ def run_limits(device: str, dtypes: list[str], *, remeasure: bool = False) -> di
     fits may move faster than the copy bandwidth), method, measured_at, threads, device and ceiling_flops (what a row
     is held to: the dtype's peak; on CPU the larger of it and float32's). `dtypes` must hold float32 (limit_dtypes).
     """
-    from harness.measure.settings import DTYPES
-
     threads = torch.get_num_threads()
     label = device_label(device)
     path = cache_dir() / CACHE_FILE
@@ -106,8 +105,6 @@ def run_limits(device: str, dtypes: list[str], *, remeasure: bool = False) -> di
 def _trusted(entry: dict[str, Any] | None) -> bool:
     """A cached entry worth reusing: measured within CACHE_MAX_AGE_S on a quiet machine (the load it was measured under
     is recorded; an entry without it, or above HIGH_LOAD_PER_CPU, understates the machine)."""
-    from harness.measure.noise import HIGH_LOAD_PER_CPU
-
     if not entry or time.time() - float(entry.get("measured_at_unix", 0)) > CACHE_MAX_AGE_S:
         return False
     load = entry.get("load_per_cpu")
@@ -117,8 +114,6 @@ def _trusted(entry: dict[str, Any] | None) -> bool:
 def measure_limits(device: str, dtype: torch.dtype) -> dict[str, Any]:
     """Peak matmul FLOP/s at `dtype` and copy bandwidth in bytes/s on `device`, with how they were measured and the
     load per CPU they were measured under (the larger of before and after)."""
-    from harness.measure.noise import larger, load_per_cpu
-
     load_before = load_per_cpu()
     kind = torch.device(device).type
     largest, copy_bytes, seconds = SIZES["cuda" if kind == "cuda" else "cpu"]

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
+
+import torch
 
 HIGH_LOAD_PER_CPU = 0.6  # other processes' load per usable CPU from which timings follow the machine, not the code
 WIDE_INTERVAL = 1.3  # speedup_high / speedup_low beyond this: the pairs disagree
@@ -37,8 +40,6 @@ def load_per_cpu(own_threads: int | None = None) -> float | None:
     except (AttributeError, OSError):
         return None
     if own_threads is None:
-        import torch
-
         own_threads = torch.get_num_threads()
     return max(0.0, average - own_threads) / usable_cpus()
 
@@ -48,8 +49,6 @@ SAMPLES = 3  # instantaneous runnable counts averaged per reading
 
 def _others_running() -> float | None:
     """Runnable threads of other processes now (Linux /proc), or None."""
-    import time
-
     counts = _runnable_threads()
     time.sleep(0.002)
     return None if counts is None else float(max(0, counts[0] - counts[1]))

@@ -25,6 +25,7 @@ from harness.measure.settings import RunInfo
 from harness.measure.timer import Stopwatch
 from harness.row import Row
 from harness.schema import Cell
+from variants import NotSupportedError
 
 
 class CellTimeout(Exception):
@@ -59,8 +60,6 @@ def outcome_row(cell: Cell, run: RunInfo, status: str, reason: str | None) -> di
 
 def classify_exception(exc: BaseException, timeout_s: float | None = None) -> tuple[str, str]:
     """(status, reason) for an exception raised inside a cell."""
-    from variants import NotSupportedError
-
     message = f"{type(exc).__name__}: {exc}".strip()
     if len(message) > 2000:
         message = message[:2000] + " ..."

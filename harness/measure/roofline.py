@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.measure.noise import HIGH_LOAD_PER_CPU
+from harness.measure.tricks import AUTOCAST_DTYPES
 from harness.schema import Cell
 
 # Tolerance above 100%: the limits are the best of a short measurement on a machine that may be shared.
@@ -24,8 +25,6 @@ _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 def compute_dtype(cell: Cell) -> str:
     """The dtype a cell's matmuls run in: its dtype, or its autocast precision's ("autocast-bf16": bfloat16)."""
-    from harness.measure.tricks import AUTOCAST_DTYPES
-
     dtype = AUTOCAST_DTYPES.get(cell.precision)
     return str(dtype).removeprefix("torch.") if dtype is not None else cell.dtype
 

@@ -30,6 +30,7 @@ from harness.measure.pairing import (
 from harness.measure.settings import MeasureSettings
 from harness.measure.timer import Measurement, StepTimer
 from harness.schema import BASELINE, Cell
+from variants import NotSupportedError
 
 Step = Callable[[], Any]
 # pairs a cell aims for within its time budget (at least settings.repeats, at most this when calls are fast)
@@ -68,8 +69,6 @@ def baseline_for(
     `make_step(module, q, k, v, causal, training, kv_mask)` builds the timed call, the same one the variant
     gets (the same inputs and padding mask).
     """
-    from variants import NotSupportedError
-
     training = cell.mode == "train"
     try:
         base = context.baseline(device, cell.dtype)

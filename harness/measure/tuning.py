@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from harness.error_metrics import METRIC_NAMES, metric_error
 from harness.inputs import make_inputs
 from harness.inputs.padding import padding_mask
 from harness.measure.accuracy import check_accuracy, weights_accuracy
@@ -44,7 +45,7 @@ from harness.measure.knob_range import config_flops, knob_range, search_knob
 from harness.measure.settings import CALIBRATION_SEED_OFFSET, DTYPES, MeasureSettings
 from harness.measure.timer import Stopwatch
 from harness.schema import Cell
-from harness.error_metrics import METRIC_NAMES, metric_error
+from variants import NotSupportedError, build_variant, get_variant
 
 TUNING_SEEDS = 4  # seeds scored per value, the worst counting (2 left the evaluation seed 15% above at N=8192)
 # the dtype whose searches score a value by the variant's attention weights on the sampled rows (when it gives them)
@@ -106,8 +107,6 @@ def tune(
 
 def search_options(cell: Cell) -> list[dict[str, int]]:
     """The combinations of the fields searched with the cell's knob (QualityKnob.searched_with): [{}] when none."""
-    from variants import get_variant
-
     declared = get_variant(cell.variant).cls.quality_knob.searched_with
     names = [name for name, _ in declared]
     return [dict(zip(names, values)) for values in itertools.product(*(values for _, values in declared))]
@@ -192,8 +191,6 @@ def search_key(cell: Cell) -> str:
     """What a search's errors depend on: the cell without its budget and the knob's own value, and without its mode,
     phase and scope (every value is scored on a forward of the attention alone: its call, or in float32 its weights), so
     those cells share one search."""
-    from variants import get_variant
-
     knob = get_variant(cell.variant).quality_knob
     data = {
         **cell.fields(),
@@ -219,8 +216,6 @@ def score_value(
 ) -> float:
     """The worst error over `batches` of the cell's variant with knob_field = value (inf when the output is not finite);
     a learnable variant's calibration errors (train, held-out) go into fits[value]."""
-    from variants import NotSupportedError, build_variant
-
     candidate = dataclasses.replace(cell, config={**cell.config, knob_field: value})
     torch.manual_seed(cell.seed)  # the same initialisation the measured cell gets
     attn = build_variant(cell.variant, **candidate.config).to(device)

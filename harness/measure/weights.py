@@ -20,6 +20,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from variants import attention_weights
+
 TOP_K = 8
 
 
@@ -37,8 +39,6 @@ def topk_recall(
 ) -> float | None:
     """The recall of the exact top-TOP_K keys (see the module doc) on `rows` (R,), scoring the rows `valid` (B, R)
     marks; `chunk` rows at a time (the reference's memory bound); `pattern`: score against the variant's own pattern."""
-    from variants import attention_weights
-
     fn = getattr(attn, "attention_weights", None)
     if not callable(fn):
         return None

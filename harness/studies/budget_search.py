@@ -17,7 +17,7 @@ from typing import Any, Callable
 from harness.measure.knob_range import knob_range_at, search_knob
 from harness.measure.timer import Stopwatch
 from harness.plan import matched_budgets
-from variants import get_variant
+from variants import build_variant, get_variant
 
 Shape = tuple[int, int, int, int, int, bool]  # (B, H, N, M, D, causal) the knob's FLOP cap is counted on
 
@@ -86,7 +86,6 @@ def apply_match(
     the finished `unreachable` row) when no value meets it; without a budget, (fields, None)."""
     if budget is None or searcher is None:
         return fields, None
-    from variants import build_variant
 
     match = searcher.match(budget)
     row.update(tuning=match.tuning, tuning_s=match.tuning_s)

@@ -138,17 +138,17 @@ def test_a_layer_stack_cell_keeps_fewer_bytes_with_each_trick_and_scores_its_wei
 
 def test_the_layer_gradient_check_runs_on_the_first_four_batch_rows_only(monkeypatch):
     # the float64 reference keeps B x H x n x n scores for the backward: a large batch must not multiply them
-    import variants
+    from harness.measure import layer_accuracy
 
     seen = []
-    exact = variants.reference_attention
+    exact = layer_accuracy.reference_attention
 
     def counting(q, k, v, **kw):
         if torch.is_grad_enabled() and q.dtype == torch.float64:
             seen.append(q.shape[0])
         return exact(q, k, v, **kw)
 
-    monkeypatch.setattr(variants, "reference_attention", counting)
+    monkeypatch.setattr(layer_accuracy, "reference_attention", counting)
     row = run(cell(N=32, scope="layer", layer_depth=1, batch=6))
     assert row["status"] == "ok", row["reason"]
     assert seen and set(seen) == {4}, seen
