@@ -84,48 +84,10 @@ def register_variant(name: str, *, config: type[VariantConfig] | None = None) ->
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"variant name must be a Python identifier like 'my_attn', got {name!r}")
     config_class = VariantConfig if config is None else config
-    if not (isinstance(config_class, type) and issubclass(config_class, VariantConfig)):
-        raise TypeError(
-            f"config for variant {name!r} must be a VariantConfig subclass "
-            f"(a frozen, keyword-only dataclass), got {config_class!r}"
-        )
-    # The class itself must be decorated: a plain subclass inherits the base's (empty) field list.
-    if "__dataclass_fields__" not in vars(config_class) or not config_class.__dataclass_params__.frozen:  # type: ignore[attr-defined]
-        raise TypeError(
-            f"config {config_class.__name__} for variant {name!r} must be decorated with "
-            "@dataclass(frozen=True, kw_only=True)"
-        )
+    _check_config_class(name, config_class)
 
     def decorate(cls: type) -> type:
-        if not (isinstance(cls, type) and issubclass(cls, AttentionVariant)):
-            raise TypeError(
-                f"@register_variant({name!r}) needs a subclass of variants.AttentionVariant, "
-                f"got {getattr(cls, '__qualname__', cls)!r}"
-            )
-        existing = _REGISTRY.get(name)
-        if existing is not None and _qualname(existing.cls) != _qualname(cls):
-            raise ValueError(
-                f"variant name {name!r} is already registered by {_qualname(existing.cls)}; "
-                f"pick another name for {_qualname(cls)}"
-            )
-        if cls.backends and not any(f.name == "backend" for f in dataclasses.fields(config_class)):
-            raise TypeError(
-                f"variant {name!r} declares backends {cls.backends} but its config "
-                f"{config_class.__name__} has no 'backend' field"
-            )
-        knob = cls.quality_knob
-        if knob is not None:
-            field = next((f for f in dataclasses.fields(config_class) if f.name == knob.field), None)
-            if field is None or field.type not in (int, "int"):
-                raise TypeError(
-                    f"variant {name!r} declares quality_knob {knob.field!r}, which is not an int field of "
-                    f"{config_class.__name__}; name one of its int fields"
-                )
-        for length_field in cls.length_fields:
-            if length_field not in {f.name for f in dataclasses.fields(config_class)}:
-                raise TypeError(
-                    f"variant {name!r} declares length_fields {length_field!r}, not a field of {config_class.__name__}"
-                )
+        _check_variant_class(name, cls, config_class)
         cls.variant_name = name
         cls.config_class = config_class
         doc = (cls.__doc__ or "").strip().splitlines()
@@ -141,6 +103,54 @@ def register_variant(name: str, *, config: type[VariantConfig] | None = None) ->
         return cls
 
     return decorate
+
+
+def _check_config_class(name: str, config_class: Any) -> None:
+    """TypeError unless `config_class` is a frozen VariantConfig dataclass (decorated itself, not only its base)."""
+    if not (isinstance(config_class, type) and issubclass(config_class, VariantConfig)):
+        raise TypeError(
+            f"config for variant {name!r} must be a VariantConfig subclass "
+            f"(a frozen, keyword-only dataclass), got {config_class!r}"
+        )
+    # The class itself must be decorated: a plain subclass inherits the base's (empty) field list.
+    if "__dataclass_fields__" not in vars(config_class) or not config_class.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+        raise TypeError(
+            f"config {config_class.__name__} for variant {name!r} must be decorated with "
+            "@dataclass(frozen=True, kw_only=True)"
+        )
+
+
+def _check_variant_class(name: str, cls: Any, config_class: type[VariantConfig]) -> None:
+    """The registration checks on the class: an AttentionVariant, a free name, and what it declares is in its config
+    (a 'backend' field for its backends, an int field for its quality knob, its length fields)."""
+    if not (isinstance(cls, type) and issubclass(cls, AttentionVariant)):
+        raise TypeError(
+            f"@register_variant({name!r}) needs a subclass of variants.AttentionVariant, "
+            f"got {getattr(cls, '__qualname__', cls)!r}"
+        )
+    existing = _REGISTRY.get(name)
+    if existing is not None and _qualname(existing.cls) != _qualname(cls):
+        raise ValueError(
+            f"variant name {name!r} is already registered by {_qualname(existing.cls)}; "
+            f"pick another name for {_qualname(cls)}"
+        )
+    fields = {f.name: f for f in dataclasses.fields(config_class)}
+    if cls.backends and "backend" not in fields:
+        raise TypeError(
+            f"variant {name!r} declares backends {cls.backends} but its config "
+            f"{config_class.__name__} has no 'backend' field"
+        )
+    knob = cls.quality_knob
+    if knob is not None and (knob.field not in fields or fields[knob.field].type not in (int, "int")):
+        raise TypeError(
+            f"variant {name!r} declares quality_knob {knob.field!r}, which is not an int field of "
+            f"{config_class.__name__}; name one of its int fields"
+        )
+    for length_field in cls.length_fields:
+        if length_field not in fields:
+            raise TypeError(
+                f"variant {name!r} declares length_fields {length_field!r}, not a field of {config_class.__name__}"
+            )
 
 
 def list_variants(pattern: str = "*") -> list[str]:

@@ -20,18 +20,19 @@ import torch
 from torch import Tensor, nn
 
 from variants._checks import check_qkv, softmax_scale  # noqa: F401 - softmax_scale re-exported
-from variants._decode import state_bytes
+from variants._decode_contract import DecodeContract
 from variants._flops import BACKWARD_FLOPS_FACTOR, count_flops, dense_flops, train_flops  # noqa: F401 - re-exported
 from variants._gqa import gqa_reasons
 from variants._declarations import Capabilities, NotSupportedError, QualityKnob, VariantConfig  # noqa: F401 - re-exported
 
 
-class AttentionVariant(nn.Module):
+class AttentionVariant(DecodeContract, nn.Module):
     """Base class of every attention implementation in the registry.
 
     Subclasses implement ``forward``; the base class validates inputs and refuses unsupported
     calls with ``NotSupportedError`` before ``forward`` runs: on every call of ``variant(q, k, v)``, or
-    once for the repeated calls of ``prepare_call`` (what the harness times).
+    once for the repeated calls of ``prepare_call`` (what the harness times). Decoding's defaults are
+    inherited from DecodeContract (variants/_decode_contract.py).
     """
 
     # Filled in by @register_variant.
@@ -151,56 +152,7 @@ class AttentionVariant(nn.Module):
         """Variant-specific refusals (e.g. N > max_seq_len). Override; the default has none."""
         return []
 
-    # ---- decoding -------------------------------------------------------------------------
-    def decode_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> list[str]:
-        """Every reason this variant cannot decode after the context k, v ([] if it can).
-
-        Args: q, a query like the decoded ones, (B, H, 1 or N, D) (only its heads, dtype and
-        device are read); k, v the context (B, H_kv, N, D); kv_mask its padding, bool (B, N).
-        """
-        caps = self.capabilities
-        if not caps.decode:
-            reasons = ["has no incremental decoding (init_state/step); Capabilities.decode is False"]
-        else:
-            reasons = []
-            if q.device.type not in caps.devices:
-                reasons.append(f"runs on {'/'.join(caps.devices)} only, got device {q.device.type!r}")
-            if kv_mask is not None and not caps.kv_mask:
-                reasons.append("does not support a key padding mask (kv_mask)")
-            reasons += gqa_reasons(caps.gqa, q.shape[1], k.shape[1])
-        return reasons + self.extra_decode_reasons(q, k, v, kv_mask=kv_mask)
-
-    def extra_decode_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None) -> list[str]:
-        """Variant-specific decode refusals (e.g. why it cannot decode at all). Default: none."""
-        return []
-
-    def check_decode(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> None:
-        """Raise NotSupportedError listing decode_reasons, if there are any."""
-        reasons = self.decode_reasons(q, k, v, kv_mask=kv_mask)
-        if reasons:
-            raise NotSupportedError(self.name, reasons)
-
-    def init_state(self, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> Any:
-        """The decode state after the context k, v (B, H_kv, N, D); kv_mask (B, N) marks real tokens.
-
-        Positions count from the start of the context, padded slots included, so decoded token t
-        sits at position N + t. The default refuses with ``NotSupportedError``.
-        """
-        raise NotSupportedError(
-            self.name, self.decode_reasons(k, k, v, kv_mask=kv_mask) or ["init_state is not implemented"]
-        )
-
-    def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: Any) -> tuple[Tensor, Any]:
-        """Append one token (q_t (B, H, 1, D); k_t, v_t (B, H_kv, 1, D)) and return its causal output.
-
-        Returns (out_t (B, H, 1, D) in q_t's dtype, the new state); the state may be updated in
-        place, so use the returned one. The default refuses with ``NotSupportedError``.
-        """
-        raise NotSupportedError(self.name, self.decode_reasons(q_t, k_t, v_t) or ["step is not implemented"])
-
-    def state_bytes(self, state: Any) -> int:
-        """Bytes held by a decode state: ``variants.state_bytes`` (tensor storages, each once)."""
-        return state_bytes(state)
+    # ---- decoding: decode_reasons, check_decode, init_state, step, state_bytes (variants/_decode_contract.py) ----
 
     # ---- the pattern the variant is exact to --------------------------------------------
     def pattern(self, query_idx: Tensor, key_idx: Tensor) -> Tensor | None:

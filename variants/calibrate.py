@@ -23,21 +23,23 @@ gives the relative L2 error on the training batches and on the held-out ones, so
 sides take ``rows=`` (as for a sampled weight_ce loss) and a batch is longer than ERROR_ROWS, its errors are measured on
 ERROR_ROWS fixed query rows, each side's weights on them applied to v (the weights contract holds that to the
 variant's output), so no check runs the N-row call.
+
+The objective (the loss chosen, the teacher's targets, a batch's loss, the errors) is variants/_calibrate_objective.py;
+this module is the protocol: the budget checked, the steps, early stopping on the held-out batches, the report.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from variants._checks import check_choice, check_float, check_int, check_qkv
-from variants._gqa import sdpa, weighted_values
+from variants._calibrate_objective import ERROR_ROWS, Batch, Objective, checked_batches, pick_loss  # noqa: F401 - ERROR_ROWS re-exported
+from variants._checks import check_choice, check_float, check_int
 
 DEFAULT_STEPS = 150  # Adam steps: a few seconds on 2 CPU cores at the default length
 DEFAULT_LR = 3e-2  # Adam learning rate (parameters are kept at unit scale, so one rate suits all)
@@ -48,11 +50,7 @@ EVAL_EVERY = 10  # steps between held-out evaluations (early stopping)
 PATIENCE = 2  # evaluations in a row without a 1% gain that stop the fit
 TARGET_MARGIN = 1.5  # a fit stops as hopeless only when even its optimistic end is this far above the target
 MEASURED_BATCHES = 4  # the loss before/after and the training error are measured on the first batches (their cost)
-ERROR_ROWS = 256  # query rows the training and held-out errors are measured on when both sides give weights on rows
 LOSSES = ("auto", "weight_ce", "mse")
-_TINY = 1e-12  # floor inside log() of the weight cross-entropy
-
-Batch = Sequence[Tensor]  # (q, k, v), each (B, H, N, D) / (B, H, M, D)
 
 
 @dataclass(frozen=True)
@@ -123,196 +121,132 @@ def calibrate(
         return CalibrationReport(
             name, False, None, None, None, 0, float(lr), None, 0, causal, teacher_name, time.perf_counter() - start
         )
+    _check_budget(steps, lr, loss, rows)
+    batches = checked_batches(batches, causal)
+    held = checked_batches(heldout, causal) if heldout is not None else []
+    kind = pick_loss(variant, teacher, loss)
+    measured = min(len(batches), MEASURED_BATCHES)
+    objective = Objective(variant, teacher, kind, batches, held, measured=measured, causal=causal, rows=rows)
+    fitted = _fit_in_train_mode(variant, objective, steps=steps, lr=lr, target=target)
+    return _report(
+        name, fitted, kind=kind, lr=lr, batches=batches, held=held, causal=causal, teacher=teacher_name, start=start
+    )
+
+
+class _Fitted(NamedTuple):
+    """What the fit did: the loss before and after, the steps taken, whether it stopped early, the errors after."""
+
+    before: float
+    after: float
+    taken: int
+    stopped: bool
+    train_error: float
+    heldout_error: float | None
+
+
+def _report(
+    name: str,
+    fitted: _Fitted,
+    *,
+    kind: str,
+    lr: float,
+    batches: list,
+    held: list,
+    causal: bool,
+    teacher: str,
+    start: float,
+) -> CalibrationReport:
+    """The report of a learnable variant's calibration (`start`: when the call began, perf_counter seconds)."""
+    return CalibrationReport(
+        variant=name,
+        learnable=True,
+        loss=kind,
+        loss_before=fitted.before,
+        loss_after=fitted.after,
+        steps=fitted.taken,
+        lr=float(lr),
+        seq_len=max(q.shape[2] for q, _, _ in batches),  # the longest
+        batches=len(batches),
+        causal=causal,
+        teacher=teacher,
+        wall_s=time.perf_counter() - start,
+        train_error=fitted.train_error,
+        heldout_error=fitted.heldout_error,
+        heldout_batches=len(held),
+        stopped_early=fitted.stopped,
+    )
+
+
+def _check_budget(steps: int, lr: float, loss: str, rows: int) -> None:
+    """The budget's arguments, each with a message that names it (ValueError / TypeError)."""
     check_int("steps", steps, minimum=0)
     check_float("lr", lr, positive=True)
     check_choice("loss", loss, LOSSES)
     check_int("rows", rows, minimum=1)
-    batches = _checked_batches(batches, causal)
-    held = _checked_batches(heldout, causal) if heldout is not None else []
-    kind = _pick_loss(variant, teacher, loss)
-    sampled = kind == "weight_ce" and _takes_rows(variant) and (teacher is None or _takes_rows(teacher))
-    measured = range(min(len(batches), MEASURED_BATCHES))
-    # the batches errors are measured on (the first training ones, the held-out ones) and their rows: ERROR_ROWS fixed
-    # rows per batch when both sides give weights on rows (R x M work per check, never the N-row call); else all rows
-    scored = batches[: len(measured)] + held
-    checked_rows = [_error_rows(q.shape[2], i) if sampled else None for i, (q, _, _) in enumerate(scored)]
-    outputs = [_teacher_output(teacher, *batch, causal, r) for batch, r in zip(scored, checked_rows)]
-    targets = None  # mse's: every training batch, every row (never sampled, so the measured ones are outputs already)
-    if kind == "mse":
-        targets = outputs[: len(measured)] + [_teacher_output(teacher, *b, causal) for b in batches[len(measured) :]]
-    generator = torch.Generator().manual_seed(0)
 
-    def batch_loss(i: int, fixed: bool = False) -> Tensor:
-        q, k, v = batches[i]
-        if kind == "mse":
-            return (variant(q, k, v, causal=causal).float() - targets[i]).pow(2).mean()
-        N = q.shape[2]
-        picked = None
-        if sampled and N > rows:
-            g = torch.Generator().manual_seed(i) if fixed else generator
-            picked = torch.randperm(N, generator=g)[:rows].sort().values.to(q.device)
-        extra = {} if picked is None else {"rows": picked}
-        want = _weights(teacher, q, k, causal, extra)
-        student = variant.attention_weights(q, k, causal=causal, kv_mask=None, **extra)  # (B, H, R, M)
-        return -(want * student.clamp_min(_TINY).log()).sum(-1).mean()
 
-    def mean_loss() -> float:  # on fixed rows, so before and after compare
-        with torch.no_grad():
-            return sum(float(batch_loss(i, fixed=True)) for i in measured) / len(measured)
-
-    trained_at, held_at = range(len(measured)), range(len(measured), len(scored))  # indices into scored
-
-    def error(which: range) -> float:
-        with torch.no_grad():
-            errors = [_rel_l2(_output(variant, *scored[i], causal, checked_rows[i]), outputs[i]) for i in which]
-            return sum(errors) / len(errors)
-
+def _fit_in_train_mode(
+    variant: nn.Module, objective: Objective, *, steps: int, lr: float, target: float | None
+) -> _Fitted:
+    """The fit in train mode (the variant's own mode restored after): the loss and errors measured around it."""
     was_training = variant.training
     variant.train()
-    stopped = False
     try:
-        before = mean_loss()  # also creates lazily built parameters (e.g. distilled's)
+        before = objective.mean_loss()  # also creates lazily built parameters (e.g. distilled's)
         params = [p for p in variant.parameters() if p.requires_grad]
-        taken = 0
-        if params and steps:
-            opt = torch.optim.Adam(params, lr=lr)
-            best, best_state, stale = math.inf, None, 0
-            last = error(held_at) if held and target is not None else math.inf
-            for step in range(steps):
-                opt.zero_grad(set_to_none=True)
-                batch_loss(step % len(batches)).backward()
-                opt.step()
-                taken = step + 1
-                if held and (taken % EVAL_EVERY == 0 or taken == steps):
-                    current = error(held_at)
-                    if current < best:
-                        stale = stale + 1 if current > best * 0.99 else 0
-                        best, best_state = current, [p.detach().clone() for p in params]
-                    else:
-                        stale += 1
-                    evals_left = math.ceil((steps - taken) / EVAL_EVERY)
-                    gain = max(last - current, 0.0) if math.isfinite(last) else math.inf
-                    hopeless = target is not None and current - gain * evals_left > TARGET_MARGIN * target
-                    last = current
-                    if (stale >= PATIENCE or hopeless) and taken < steps:
-                        stopped = True
-                        break
-            if best_state is not None:  # the parameters of the best held-out evaluation
-                with torch.no_grad():
-                    for p, saved in zip(params, best_state):
-                        p.copy_(saved)
-        after = mean_loss()
-        train_error = error(trained_at)
-        heldout_error = error(held_at) if held else None
+        taken, stopped = _fit(objective, params, steps=steps, lr=lr, target=target) if params and steps else (0, False)
+        after = objective.mean_loss()
+        train_error = objective.error(objective.trained_at)
+        heldout_error = objective.error(objective.held_at) if objective.held_at else None
     finally:
         variant.train(was_training)
-    seq_len = max(q.shape[2] for q, _, _ in batches)
-    return CalibrationReport(
-        name,
-        True,
-        kind,
-        before,
-        after,
-        taken if params else 0,
-        float(lr),
-        seq_len,
-        len(batches),
-        causal,
-        teacher_name,
-        time.perf_counter() - start,
-        train_error,
-        heldout_error,
-        len(held),
-        stopped,
-    )
+    return _Fitted(before, after, taken, stopped, train_error, heldout_error)
 
 
-def _takes_rows(obj: Any) -> bool:
-    """Whether obj.attention_weights takes rows= (query indices), so a loss can score sampled rows only."""
-    fn = getattr(obj, "attention_weights", None)
-    try:
-        return callable(fn) and "rows" in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
+def _fit(
+    objective: Objective, params: list[nn.Parameter], *, steps: int, lr: float, target: float | None
+) -> tuple[int, bool]:
+    """Adam steps on the training batches, cycled; with held-out batches, early stopping and the best parameters kept.
+
+    Returns (steps taken, whether the held-out error stopped the fit before `steps`)."""
+    held = bool(objective.held_at)
+    opt = torch.optim.Adam(params, lr=lr)
+    watch = _HeldOut(objective, steps, target) if held else None
+    taken, stopped = 0, False
+    for step in range(steps):
+        opt.zero_grad(set_to_none=True)
+        objective.batch_loss(step % len(objective.batches)).backward()
+        opt.step()
+        taken = step + 1
+        evaluated = watch is not None and (taken % EVAL_EVERY == 0 or taken == steps)
+        if evaluated and watch.evaluate(params, taken) and taken < steps:
+            stopped = True
+            break
+    if watch is not None and watch.best_state is not None:  # the parameters of the best held-out evaluation
+        with torch.no_grad():
+            for p, saved in zip(params, watch.best_state):
+                p.copy_(saved)
+    return taken, stopped
 
 
-def _weights(teacher: Any, q: Tensor, k: Tensor, causal: bool, extra: dict[str, Tensor]) -> Tensor:
-    """The teacher's attention weights for the rows in `extra` (all rows without), float32, no grad."""
-    from variants.reference import attention_weights
+class _HeldOut:
+    """Early stopping on the held-out batches: the best error and its parameters, and whether to stop."""
 
-    with torch.no_grad():
-        if teacher is None:
-            return attention_weights(q, k, causal=causal, dtype=torch.float32, **extra)
-        return teacher.attention_weights(q, k, causal=causal, kv_mask=None, **extra).float()
+    def __init__(self, objective: Objective, steps: int, target: float | None):
+        self.objective, self.steps, self.target = objective, steps, target
+        self.best, self.best_state, self.stale = math.inf, None, 0
+        self.last = objective.error(objective.held_at) if target is not None else math.inf
 
-
-def _rel_l2(out: Tensor, want: Tensor) -> float:
-    return float((out - want).norm() / want.norm().clamp_min(1e-30))
-
-
-def _checked_batches(batches: Iterable[Batch], causal: bool) -> list[tuple[Tensor, Tensor, Tensor]]:
-    """The batches as a list of float32 (q, k, v), each checked against the contract."""
-    if isinstance(batches, Tensor) or batches is None:
-        raise TypeError(f"batches must be a list or iterable of (q, k, v) tuples, got {type(batches).__name__}")
-    out = []
-    for i, batch in enumerate(batches):
-        if isinstance(batch, Tensor) or not isinstance(batch, (tuple, list)) or len(batch) != 3:
-            got = f"a Tensor of shape {tuple(batch.shape)}" if isinstance(batch, Tensor) else repr(type(batch).__name__)
-            raise TypeError(f"batch {i} must be a (q, k, v) tuple of tensors, got {got}; pass e.g. [(q, k, v), ...]")
-        try:
-            check_qkv(*batch, causal=causal)
-        except (TypeError, ValueError) as exc:
-            raise type(exc)(f"batch {i}: {exc}") from None
-        out.append(tuple(t.detach().float() for t in batch))
-    if not out:
-        raise ValueError(
-            "batches is empty: calibrate needs at least one (q, k, v) batch (from seeds other than the evaluation's)"
-        )
-    return out
-
-
-def _gives_distribution(obj: Any) -> bool:
-    """Whether obj's attention_weights can be cross-entropy's distribution: it has its own (AttentionVariant's default,
-    marked `declines`, gives none) and does not declare them signed (Linformer's)."""
-    fn = getattr(obj, "attention_weights", None)
-    return callable(fn) and not getattr(fn, "declines", False) and not getattr(obj, "signed_weights", False)
-
-
-def _pick_loss(variant: Any, teacher: Any, loss: str) -> str:
-    student_has = _gives_distribution(variant)
-    teacher_has = teacher is None or _gives_distribution(teacher)
-    if loss == "auto":
-        return "weight_ce" if student_has and teacher_has else "mse"
-    if loss == "weight_ce" and not (student_has and teacher_has):
-        who = "the variant" if not student_has else "the teacher"
-        raise ValueError(
-            f"loss='weight_ce' needs {who} to expose attention_weights(q, k, *, causal, kv_mask) that are probabilities "
-            "(not the default that declines, not signed like linformer's); "
-            "use loss='mse' (or 'auto')"
-        )
-    return loss
-
-
-def _error_rows(N: int, i: int) -> Tensor | None:
-    """The ERROR_ROWS query rows batch i's errors are measured on, the same at every check (None: all, N not larger)."""
-    if N <= ERROR_ROWS:
-        return None
-    return torch.randperm(N, generator=torch.Generator().manual_seed(i))[:ERROR_ROWS].sort().values
-
-
-def _output(obj: Any, q: Tensor, k: Tensor, v: Tensor, causal: bool, rows: Tensor | None = None) -> Tensor:
-    """obj's output for one batch, float32: the call, or on query rows `rows` its attention weights applied to v."""
-    if rows is None:
-        return obj(q, k, v, causal=causal).float()
-    weights = obj.attention_weights(q, k, causal=causal, kv_mask=None, rows=rows.to(q.device)).float()
-    return weighted_values(weights, v.float())
-
-
-def _teacher_output(teacher: Any, q: Tensor, k: Tensor, v: Tensor, causal: bool, rows: Tensor | None = None) -> Tensor:
-    """The teacher's output for one batch (on query rows `rows`, default all), float32, no grad."""
-    with torch.no_grad():
-        if rows is not None:
-            return weighted_values(_weights(teacher, q, k, causal, {"rows": rows.to(q.device)}), v.float())
-        if teacher is None:  # exact float32 attention without an N x M matrix, so long calibrations stay cheap
-            return sdpa(q.float(), k.float(), v.float(), is_causal=causal)  # k, v may have fewer (GQA) heads
-        return teacher(q, k, v, causal=causal).float()
+    def evaluate(self, params: list[nn.Parameter], taken: int) -> bool:
+        """Measure the held-out error after `taken` steps; True when the fit should stop (stale or hopeless)."""
+        current = self.objective.error(self.objective.held_at)
+        if current < self.best:
+            self.stale = self.stale + 1 if current > self.best * 0.99 else 0
+            self.best, self.best_state = current, [p.detach().clone() for p in params]
+        else:
+            self.stale += 1
+        evals_left = math.ceil((self.steps - taken) / EVAL_EVERY)
+        gain = max(self.last - current, 0.0) if math.isfinite(self.last) else math.inf
+        hopeless = self.target is not None and current - gain * evals_left > TARGET_MARGIN * self.target
+        self.last = current
+        return self.stale >= PATIENCE or hopeless

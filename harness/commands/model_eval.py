@@ -128,43 +128,15 @@ def run(args: argparse.Namespace) -> int:
 
 def run_model(args: argparse.Namespace) -> int:
     """model-eval --model PATH: a causal LM; every refusal is one line and exit 2."""
-    from harness.models import hf_adapter, hf_model
+    from harness.models import hf_adapter  # only a --model run needs the transformers side
 
     reason = hf_adapter.missing_transformers_reason()
     if reason:
         raise UsageError(reason)
     load_plugins(args.plugin)
     device = check_device(args.device)
-    from harness.spec.convert import lengths
-
-    try:
-        seq_lens = [n for item in args.seq_lens.split(",") for n in lengths(item, "--seq-lens")]  # 1k, 4k, 256..8192
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    layers = parse_ints(args.layers, "--layers", "0,1") if args.layers else None
-    n_eval = 4 if args.texts is None else args.texts
-    n_calibration = 2 if args.calibration_texts is None else args.calibration_texts
-    if n_eval < 1 or n_calibration < 0 or args.calibration_steps < 0:
-        raise UsageError(
-            f"need --texts >= 1, --calibration-texts >= 0, --calibration-steps >= 0; "
-            f"got {n_eval}, {n_calibration}, {args.calibration_steps}"
-        )
-    try:
-        config = hf_model.load_config(args.model)
-    except ValueError as exc:
-        raise UsageError(f"--model: {exc}") from None
-    if not hf_model.is_causal_lm(config):
-        raise UsageError(
-            f"--model {args.model!r} is not a causal LM (architectures {getattr(config, 'architectures', None)}); "
-            "model-eval --model takes causal LMs, and all-MiniLM-L6-v2 without --model is the encoder study"
-        )
-    limit = getattr(config, "max_position_embeddings", None)
-    too_long = [n for n in seq_lens if n < 2 or (limit and n > limit)]
-    if too_long:
-        raise UsageError(f"--seq-lens {too_long} outside 2..{limit} (the model's max_position_embeddings)")
-    layer_count = int(getattr(config, "num_hidden_layers", 0) or 0)
-    if layers is not None and any(not 0 <= i < layer_count for i in layers):
-        raise UsageError(f"--layers {layers}: the model has layers 0..{layer_count - 1}")
+    seq_lens, layers, n_eval, n_calibration = _lm_sizes(args)
+    _check_lm(args, seq_lens, layers)
     budgets = _budgets(args, lm_eval.ERRORS, n_calibration)
     text = _read_text(args.text)
     variants = select_variants(args.variants)
@@ -196,6 +168,47 @@ def run_model(args: argparse.Namespace) -> int:
     paths = lm_eval.write_lm_eval(folder, rows, meta)
     print(f"wrote {', '.join(str(p) for p in paths)}")
     return 0
+
+
+def _lm_sizes(args: argparse.Namespace) -> tuple[list[int], list[int] | None, int, int]:
+    """--seq-lens, --layers, --texts and --calibration-texts of a --model run, parsed (UsageError for a bad one)."""
+    from harness.spec.convert import lengths  # as in _budgets: the spec package loads only when a value is parsed
+
+    try:
+        seq_lens = [n for item in args.seq_lens.split(",") for n in lengths(item, "--seq-lens")]  # 1k, 4k, 256..8192
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    layers = parse_ints(args.layers, "--layers", "0,1") if args.layers else None
+    n_eval = 4 if args.texts is None else args.texts
+    n_calibration = 2 if args.calibration_texts is None else args.calibration_texts
+    if n_eval < 1 or n_calibration < 0 or args.calibration_steps < 0:
+        raise UsageError(
+            f"need --texts >= 1, --calibration-texts >= 0, --calibration-steps >= 0; "
+            f"got {n_eval}, {n_calibration}, {args.calibration_steps}"
+        )
+    return seq_lens, layers, n_eval, n_calibration
+
+
+def _check_lm(args: argparse.Namespace, seq_lens: list[int], layers: list[int] | None) -> None:
+    """UsageError unless --model is a causal LM that has the --seq-lens (its max_position_embeddings) and --layers."""
+    from harness.models import hf_model  # only a --model run needs the transformers side
+
+    try:
+        config = hf_model.load_config(args.model)
+    except ValueError as exc:
+        raise UsageError(f"--model: {exc}") from None
+    if not hf_model.is_causal_lm(config):
+        raise UsageError(
+            f"--model {args.model!r} is not a causal LM (architectures {getattr(config, 'architectures', None)}); "
+            "model-eval --model takes causal LMs, and all-MiniLM-L6-v2 without --model is the encoder study"
+        )
+    limit = getattr(config, "max_position_embeddings", None)
+    too_long = [n for n in seq_lens if n < 2 or (limit and n > limit)]
+    if too_long:
+        raise UsageError(f"--seq-lens {too_long} outside 2..{limit} (the model's max_position_embeddings)")
+    layer_count = int(getattr(config, "num_hidden_layers", 0) or 0)
+    if layers is not None and any(not 0 <= i < layer_count for i in layers):
+        raise UsageError(f"--layers {layers}: the model has layers 0..{layer_count - 1}")
 
 
 def _budgets(args: argparse.Namespace, metrics: dict[str, str], n_calibration: int) -> tuple[float, ...]:

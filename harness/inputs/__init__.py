@@ -17,172 +17,20 @@ when it cannot run here (e.g. a missing optional extra); the sweep records ``uns
 
 from __future__ import annotations
 
-import inspect
 import math
-from dataclasses import dataclass
-from typing import Any, Callable
 
 import torch
 from torch import Tensor
 
-from variants._checks import did_you_mean
-
-QKV = tuple[Tensor, Tensor, Tensor]
-_NOT_KNOBS = ("generator", "device", "kv_heads")  # keyword-only parameters make_inputs passes itself
-
-
-@dataclass(frozen=True)
-class InputGenerator:
-    """A registered input distribution."""
-
-    name: str
-    fn: Callable[..., QKV]
-    doc: str  # one line: what the distribution is and which variant it favours
-    max_seq_len: int | None = None  # longest N (and M) it can produce; None = no limit
-    availability: Callable[[], str | None] | None = None  # returns why it cannot run here, or None
-    shape_check: Callable[[int, int, int, int, int], list[str]] | None = None  # (B, H, N, M, D) -> reasons
-
-    @property
-    def knobs(self) -> dict[str, Any]:
-        """Keyword-only parameters and their defaults (the knobs of ``"name:knob=value"``)."""
-        params = inspect.signature(self.fn).parameters.values()
-        return {p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY and p.name not in _NOT_KNOBS}
-
-    @property
-    def draws_per_kv_head(self) -> bool:
-        """Whether it takes kv_heads: structure per K/V head, shared by the query heads of its group."""
-        return "kv_heads" in inspect.signature(self.fn).parameters
-
-    def unsupported_reason(
-        self, N: int, M: int, *, B: int | None = None, H: int | None = None, D: int | None = None
-    ) -> str | None:
-        """Why this generator cannot produce inputs of this shape here, or None (B, H, D: when known)."""
-        if self.availability is not None:
-            reason = self.availability()
-            if reason:
-                return f"inputs {self.name!r}: {reason}"
-        if self.max_seq_len is not None and max(N, M) > self.max_seq_len:
-            return (
-                f"inputs {self.name!r} go up to {self.max_seq_len} tokens, asked for N={N}, M={M}; "
-                f"pass --seq-lens of at most {self.max_seq_len}"
-            )
-        if self.shape_check is not None and None not in (B, H, D):
-            reasons = self.shape_check(B, H, N, M, D)
-            if reasons:
-                return f"inputs {self.name!r}: " + "; ".join(reasons)
-        return None
-
-
-_INPUTS: dict[str, InputGenerator] = {}
-# Modules that register more distributions, imported on the first list/get (not at import time).
-_EXTRA_MODULES = ("harness.inputs.real", "harness.inputs.model", "harness.inputs.llm")
-_extras_loaded = False
-
-
-def register_inputs(
-    name: str,
-    *,
-    max_seq_len: int | None = None,
-    availability: Callable[[], str | None] | None = None,
-    shape_check: Callable[[int, int, int, int, int], list[str]] | None = None,
-) -> Callable[[Callable[..., QKV]], Callable[..., QKV]]:
-    """Decorator: register an input generator under `name` (its docstring's first line documents it).
-
-    max_seq_len: the longest N it produces; availability(): why it cannot run here (a missing extra);
-    shape_check(B, H, N, M, D): why it cannot produce that shape. Each refusal becomes an `unsupported` row.
-    """
-    if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"inputs name must be a Python identifier like 'my_inputs', got {name!r}")
-
-    def decorate(fn: Callable[..., QKV]) -> Callable[..., QKV]:
-        existing = _INPUTS.get(name)
-        if existing is not None and existing.fn.__qualname__ != fn.__qualname__:
-            raise ValueError(f"inputs name {name!r} is already registered by {existing.fn.__qualname__}")
-        doc = (fn.__doc__ or "").strip().splitlines()
-        _INPUTS[name] = InputGenerator(name, fn, doc[0] if doc else "", max_seq_len, availability, shape_check)
-        return fn
-
-    return decorate
-
-
-def list_inputs() -> list[str]:
-    """Sorted names of the registered input distributions."""
-    _load_extras()
-    return sorted(_INPUTS)
-
-
-def get_inputs(name: str) -> InputGenerator:
-    """The registered generator `name`; an unknown name gets the list and a suggestion."""
-    _load_extras()
-    try:
-        return _INPUTS[name]
-    except KeyError:
-        raise ValueError(
-            f"Unknown inputs {name!r}. Available: {', '.join(list_inputs())}{did_you_mean(name, _INPUTS)}"
-        ) from None
-
-
-def make_inputs(
-    name: str,
-    knobs: dict[str, Any] | None = None,
-    *,
-    B: int,
-    H: int,
-    N: int,
-    M: int | None = None,
-    D: int,
-    dtype: torch.dtype = torch.float32,
-    device: torch.device | str = "cpu",
-    seed: int = 0,
-    H_kv: int | None = None,
-) -> QKV:
-    """q (B, H, N, D), k and v (B, H_kv, M, D) from distribution `name`, seeded, in `dtype` on `device`.
-
-    H_kv (default H) must divide H. A generator that takes kv_heads draws its structure per K/V head and shares it
-    across the group's query heads (see the module doc); for one that does not, K/V head j keeps head j * (H // H_kv),
-    so only the first query head of each group keeps the distribution's q-k structure. Raises ValueError for an unknown name or
-    knob, an H_kv that does not divide H, or when the generator cannot run (its reason).
-    """
-    H_kv = H if H_kv is None else int(H_kv)
-    if H_kv < 1 or H % H_kv:
-        raise ValueError(f"H_kv={H_kv} key/value heads must divide H={H} query heads")
-    spec = get_inputs(name)
-    knobs = dict(knobs or {})
-    unknown = [k for k in knobs if k not in spec.knobs]
-    if unknown:
-        raise ValueError(
-            f"inputs {name!r} has no knob {unknown[0]!r}; its knobs are: "
-            f"{', '.join(spec.knobs) or '(none)'}{did_you_mean(unknown[0], spec.knobs)}"
-        )
-    M = N if M is None else M
-    reason = spec.unsupported_reason(N, M, B=B, H=H, D=D)
-    if reason:
-        raise ValueError(reason)
-    device = torch.device(device)
-    generator = torch.Generator(device=device).manual_seed(int(seed))
-    if spec.draws_per_kv_head:
-        knobs["kv_heads"] = H_kv
-    q, k, v = spec.fn(B, H, N, M, D, generator=generator, device=device, **knobs)
-    if k.shape[1] != H_kv:
-        k, v = k[:, :: H // H_kv], v[:, :: H // H_kv]  # (B, H_kv, M, D)
-    return tuple(t.to(dtype).contiguous() for t in (q, k, v))  # type: ignore[return-value]
-
-
-def _load_extras() -> None:
-    global _extras_loaded
-    if _extras_loaded:
-        return
-    _extras_loaded = True
-    import importlib
-    import importlib.util
-    import warnings
-
-    for module in _EXTRA_MODULES:
-        try:
-            if importlib.util.find_spec(module) is not None:
-                importlib.import_module(module)
-        except Exception as exc:  # an optional distribution must never break the built-in ones
-            warnings.warn(f"attnsuite: skipped inputs module {module}: {type(exc).__name__}: {exc}", stacklevel=3)
+from harness.inputs.registry import (  # noqa: F401 - the package's API (and InputGenerator for type hints)
+    QKV,
+    InputGenerator,
+    get_inputs,
+    list_inputs,
+    make_inputs,
+    parse_inputs,
+    register_inputs,
+)
 
 
 def _randn(*shape: int, generator: torch.Generator, device: torch.device) -> Tensor:
@@ -307,27 +155,3 @@ def _rotate(x: Tensor, base: float) -> Tensor:
     x1, x2 = x[..., :half], x[..., half : 2 * half]
     rotated = torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
     return torch.cat([rotated, x[..., 2 * half :]], dim=-1)  # odd D: the last feature is not rotated
-
-
-def parse_inputs(label: str) -> tuple[str, dict[str, Any]]:
-    """``"gaussian:scale=4.0"`` -> ("gaussian", {"scale": 4.0}), knobs typed like their defaults.
-
-    Raises ValueError for an unknown distribution, knob or value.
-    """
-    from harness.entries import coerce, parse_entry
-
-    name, raw = parse_entry(label)
-    spec = get_inputs(name)
-    knobs: dict[str, Any] = {}
-    for knob, text in raw.items():
-        if knob not in spec.knobs:
-            raise ValueError(
-                f"inputs {name!r} has no knob {knob!r}; its knobs are: {', '.join(spec.knobs) or '(none)'}"
-                f"{did_you_mean(knob, spec.knobs)}"
-            )
-        default = spec.knobs[knob]
-        try:
-            knobs[knob] = coerce(text, type(default), default)
-        except ValueError as exc:
-            raise ValueError(f"inputs {name!r} knob {knob!r}: {exc}") from None
-    return name, knobs

@@ -48,3 +48,8 @@ def finish_run(run_dir: Path, *, plugins: tuple[str, ...] = ()) -> None:
             file=sys.stderr,
         )
     print(f"run folder: {run_dir}")
+
+
+def resume_command(run_dir: Path, plugins: tuple[str, ...] | list[str] = ()) -> str:
+    """The command that continues `run_dir` (a spec file's plugins are imported only when named)."""
+    return f"python -m harness sweep --resume {run_dir}" + "".join(f" --plugin {p}" for p in plugins)

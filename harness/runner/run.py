@@ -9,13 +9,12 @@ From Python: ``run_sweep(sweep_spec(cli={"seq_lens": "256,512"}), out="results")
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
-from harness.errors import RunFailed, Terminated, UsageError
-from harness.runner.finish import finish_run  # noqa: F401 - re-exported (harness.runner.finish_run)
-from harness.spec import SweepSpec, build_spec, describe, spec_to_toml
+from harness.errors import RunFailed, UsageError
+from harness.runner.finish import finish_run, resume_command  # noqa: F401 - finish_run re-exported (harness.runner)
+from harness.spec import SweepSpec, build_spec, describe
 
 
 def sweep_spec(
@@ -146,6 +145,7 @@ def run_sweep(
     from harness.executors import resolve_spec
     from harness.inputs.model import run_folder
     from harness.runner.signals import sigterm_stops
+    from harness.runner.sweep_into import sweep_into  # the measuring stages load only when a sweep runs
     from harness.store import create_run_dir, lock_run_dir, new_run_id
 
     spec = resolve_spec(spec)
@@ -157,7 +157,7 @@ def run_sweep(
     # is removed, the executor closed); `model` inputs cache their captures in the folder
     try:
         with lock_run_dir(run_dir), sigterm_stops(), run_folder(run_dir):
-            _sweep_into(run_dir, spec, fresh=resume is None, quiet=quiet, remeasure_limits=remeasure_limits)
+            sweep_into(run_dir, spec, fresh=resume is None, quiet=quiet, remeasure_limits=remeasure_limits)
     except OSError as exc:  # a read-only folder, a full disk: the rows written so far are safe
         where = f"{exc.strerror or type(exc).__name__}: {exc.filename or run_dir}"
         raise RunFailed(
@@ -165,153 +165,3 @@ def run_sweep(
             f"{resume_command(run_dir, spec.plugins)}"
         ) from None
     return run_dir
-
-
-def resume_command(run_dir: Path, plugins: tuple[str, ...] | list[str] = ()) -> str:
-    """The command that continues `run_dir` (a spec file's plugins are imported only when named)."""
-    return f"python -m harness sweep --resume {run_dir}" + "".join(f" --plugin {p}" for p in plugins)
-
-
-def _sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool, remeasure_limits: bool = False) -> None:
-    """The body of run_sweep, under the folder's lock: env and spec, the rows a resumed run lacks, the tables."""
-    import dataclasses
-
-    import torch
-
-    from harness.env import collect_env
-    from harness.executors import CellJob, executor_class, make_executor, run_cells
-    from harness.executors.isolated import clean_cell_temp
-    from harness.measure import CALIBRATION_SEED_OFFSET, MeasureSettings, RunInfo, outcome_row
-    from harness.entries import knob_field
-    from harness.measure.limits import limit_dtypes, run_limits
-    from harness.measure.knob_range import unreachable_carries_over
-    from harness.measure.tuning import scoring_seeds
-    from harness.plan import plan
-    from harness.runner.blocked import BLOCKING, block, blocked_series
-    from harness.runner.longest import budget_bytes, search_memory_budget
-    from harness.runner.progress import Progress
-    from harness.schema import NOT_RUN_PREFIX
-    from harness.store import (
-        ENV_FILE,
-        ROWS_FILE,
-        SPEC_FILE,
-        RowWriter,
-        completed_cell_ids,
-        read_rows,
-        repair_tail,
-        write_json,
-        write_plain,
-    )
-
-    if spec.device.startswith("cuda:"):
-        torch.cuda.set_device(torch.device(spec.device))
-    settings = MeasureSettings.from_spec(spec)
-    env = collect_env(spec.device)
-    env["seeds"] = {
-        "evaluation": spec.seed,
-        "calibration": [spec.seed + CALIBRATION_SEED_OFFSET + i for i in range(spec.calibration_batches)],
-        "tuning": scoring_seeds(spec.seed, spec.calibration_batches) if spec.error_budgets else [],
-    }
-    env["measure_settings"] = settings.to_dict()
-    env["executor"] = spec.executor  # of the first part; each row's host and device_name say where it ran
-    env["limits"] = run_limits(spec.device, limit_dtypes(spec), remeasure=remeasure_limits)  # every row is held to them
-    budget = budget_bytes(spec)
-    if budget is not None:
-        env["memory_budget_bytes"] = budget  # what the report's "Longest trainable N" is for ('device' resolved)
-    if (
-        fresh and (run_dir / SPEC_FILE).exists()
-    ):  # a chosen --run-id whose folder holds no rows (create_run_dir checked)
-        print(
-            f"note: {run_dir} held a {SPEC_FILE} but no rows; replacing it (and {ENV_FILE}) with this sweep's",
-            file=sys.stderr,
-        )
-    if fresh or not (run_dir / ENV_FILE).exists():
-        write_json(run_dir / ENV_FILE, env)
-    if fresh or not (run_dir / SPEC_FILE).exists():
-        write_plain(run_dir / SPEC_FILE, spec_to_toml(spec))
-    info = RunInfo(
-        run_id=run_dir.name,
-        device_name=(env["gpu"] or "cuda") if spec.device.startswith("cuda") else env["cpu"],
-        host=env["host"],
-        threads=torch.get_num_threads(),
-        accuracy_reference=settings.accuracy_reference,
-        limits=env["limits"],
-    )
-    remote = executor_class(spec.executor).remote
-    job = CellJob(
-        settings=settings.to_dict(),
-        run=dataclasses.asdict(info),
-        run_dir=str(run_dir.resolve()),
-        remote=remote,
-        plugins=tuple(str(Path(p).resolve()) if Path(p).is_file() else p for p in spec.plugins),
-        threads=spec.executor_options.get("cpus_per_cell") if remote and spec.device_type == "cpu" else None,
-    )
-    clean_cell_temp(run_dir)  # what isolated cells of a killed sweep left (we hold the lock: none is running)
-    repair_tail(run_dir / ROWS_FILE)  # before counting: a complete last row without its newline is kept, not cut later
-    existing = read_rows(run_dir)
-    done = completed_cell_ids(existing)
-    rows = {row["cell_id"]: row for row in existing}  # what the memory budget search walks
-    cells = plan(spec)
-    blocked = blocked_series(existing, cells)
-    progress = Progress(cells, done, enabled=not quiet)
-
-    def skip(cell) -> dict | None:
-        stop = blocked.get((cell.series_key, "stop"))
-        if stop is not None and cell.seq_len > stop[1]:
-            status, at = stop
-            return outcome_row(
-                cell, info, status, f"{NOT_RUN_PREFIX}: {status} at N={at} for the same variant, config and setting"
-            )
-        missed = blocked.get((cell.series_key, "unreachable"))
-        if missed is not None and cell.seq_len > missed[1]:
-            same_range = unreachable_carries_over(cell, missed[1])
-            if not same_range:
-                return None
-            row = outcome_row(cell, info, "unreachable", f"{NOT_RUN_PREFIX}: {same_range}")
-            row["config"] = {**row["config"], knob_field(cell.variant): None}  # no value was chosen (nor tried)
-            return row
-        return None
-
-    try:
-        with (
-            make_executor(spec, job) as executor,
-            RowWriter(run_dir) as writer,
-        ):  # an engine that fails to start leaves no rows.jsonl
-
-            def on_row(cell, row: dict[str, Any], measured: bool) -> None:
-                writer.append(row)
-                done.add(cell.cell_id)
-                rows[cell.cell_id] = row
-                if measured and row["status"] in BLOCKING:
-                    block(blocked, cell, row["status"])
-                progress.finish(cell, row, measured=measured)
-
-            todo = (cell for cell in cells if cell.cell_id not in done)
-            run_cells(executor, todo, skip=skip, on_row=on_row, on_start=progress.start)
-            if budget is not None:  # then the longest N per train series within it (harness.runner.longest)
-
-                def measure(found: list) -> None:
-                    progress.total += len(found)
-                    run_cells(executor, found, skip=skip, on_row=on_row, on_start=progress.start)
-
-                search_memory_budget(spec, budget, rows, measure)
-    except KeyboardInterrupt as exc:
-        progress.close()
-        # a spec file's plugins are imported, and a remote executor used, only when named (or the file trusted)
-        named = " --trust-config" if remote else "".join(f" --plugin {p}" for p in job.plugins)
-        print(
-            f"{'terminated (SIGTERM)' if isinstance(exc, Terminated) else 'interrupted'}; the rows so far are in "
-            f"{run_dir}; continue with "
-            f"python -m harness sweep --resume {run_dir}{named}",
-            file=sys.stderr,
-        )
-        exc.reported = True  # the command adds no second line
-        raise
-    progress.close()
-    finish_run(run_dir, plugins=job.plugins)
-    missing = [cell for cell in cells if cell.cell_id not in done]
-    if missing:  # the exit status says whether every planned cell has a row
-        raise RunFailed(
-            f"{len(missing)} of {len(cells)} planned cells have no row (first: {missing[0].label}); "
-            f"continue with {resume_command(run_dir, job.plugins)}"
-        )

@@ -12,7 +12,7 @@ import math
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from harness.devices import default_device, device_problem, dtype_reason
 from harness.entries import format_entry, split_entries
@@ -59,32 +59,13 @@ def build_spec(
     names them and how to allow them.
     """
     executor_flags = dict(executor_flags or {})
-    cli = {k: v for k, v in (cli or {}).items() if v is not None}
     source = str(toml_path) if toml_path is not None else "spec"
-    file_values = dict(toml or {})
-    if toml_path is not None:
-        file_values = {**load_toml(toml_path), **file_values}
-    file_values, cli = _renamed(file_values, source), _renamed(cli, "cli")
-    known = KEYS + tuple(executor_flags)
-    for where, keys in ((source, file_values), ("cli", cli)):
-        unknown = [k for k in keys if k not in known]
-        if unknown:
-            raise UsageError(
-                f"{where}: unknown key {unknown[0]!r}; known keys: {', '.join(known)}{did_you_mean(unknown[0], known)}"
-            )
+    file_values, cli = _layers(toml_path, toml, cli, source, KEYS + tuple(executor_flags))
     if not trust_config:
         _check_file_trust(source, file_values, cli, guarded or {})
     device, was_auto = _raw_device(cli, file_values, source)
     defaults = toml_library().loads(default_text(device))
-    flags = {**FLAGS, **executor_flags}
-    merged: dict[str, Any] = {}
-    origin: dict[str, str] = {}
-    for label, layer in (("default spec", defaults), (source, file_values), ("cli", cli)):
-        for key, value in layer.items():
-            if key == VARIANT_CONFIG_KEY and label == "default spec":
-                continue  # applied below, only to the variants it names that are selected
-            merged[key] = value
-            origin[key] = flags.get(key, key) if label == "cli" else f"{label}: {key}"
+    merged, origin = _merged(defaults, file_values, cli, source, {**FLAGS, **executor_flags})
     merged["device"] = device
 
     def where(key: str) -> str:
@@ -92,19 +73,7 @@ def build_spec(
 
     try:
         load_plugins(as_list(merged.get("plugins", ())))
-        values: dict[str, Any] = {}
-        for k in knobs(SweepSpec):
-            if k.parse is not None and k.key in merged:
-                values[k.key] = k.parse(merged[k.key], where(k.key))
-        budget, limit = values.get("time_budget_s"), values.get("cell_timeout_s")
-        if budget and limit and budget >= limit:
-            raise SpecError(
-                f"{where('time_budget_s')} = {budget:g} s: the timing budget must be below the per-cell limit "
-                f"({where('cell_timeout_s')} = {limit:g} s), which must also cover set-up, the accuracy check "
-                "and the memory probe; lower the budget or raise the limit well above it"
-            )
-        _check_heads_and_padding(values, where)
-        _check_decode(values, where)
+        values = _parsed_values(merged, where)
         variant_config = variant_config_layers(
             defaults.get(VARIANT_CONFIG_KEY, {}), merged.get(VARIANT_CONFIG_KEY, {}), where
         )
@@ -123,6 +92,58 @@ def build_spec(
         )
     except SpecError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _layers(
+    toml_path: str | Path | None, toml: dict[str, Any] | None, cli: dict[str, Any] | None, source: str, known: tuple
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The file's values (a file's, then `toml`'s on top) and the flags' (None dropped), renamed keys under their new
+    names; UsageError for a key neither knows."""
+    cli = {k: v for k, v in (cli or {}).items() if v is not None}
+    file_values = dict(toml or {})
+    if toml_path is not None:
+        file_values = {**load_toml(toml_path), **file_values}
+    file_values, cli = _renamed(file_values, source), _renamed(cli, "cli")
+    for where, keys in ((source, file_values), ("cli", cli)):
+        unknown = [k for k in keys if k not in known]
+        if unknown:
+            raise UsageError(
+                f"{where}: unknown key {unknown[0]!r}; known keys: {', '.join(known)}{did_you_mean(unknown[0], known)}"
+            )
+    return file_values, cli
+
+
+def _merged(
+    defaults: dict[str, Any], file_values: dict[str, Any], cli: dict[str, Any], source: str, flags: Mapping[str, str]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """defaults < file < flags, and where each key's value came from (a flag's name, or "<source>: <key>")."""
+    merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for label, layer in (("default spec", defaults), (source, file_values), ("cli", cli)):
+        for key, value in layer.items():
+            if key == VARIANT_CONFIG_KEY and label == "default spec":
+                continue  # applied below, only to the variants it names that are selected
+            merged[key] = value
+            origin[key] = flags.get(key, key) if label == "cli" else f"{label}: {key}"
+    return merged, origin
+
+
+def _parsed_values(merged: dict[str, Any], where: Callable[[str], str]) -> dict[str, Any]:
+    """Every knob's value parsed by its knob, then the checks across knobs (SpecError naming where a value came from)."""
+    values: dict[str, Any] = {}
+    for k in knobs(SweepSpec):
+        if k.parse is not None and k.key in merged:
+            values[k.key] = k.parse(merged[k.key], where(k.key))
+    budget, limit = values.get("time_budget_s"), values.get("cell_timeout_s")
+    if budget and limit and budget >= limit:
+        raise SpecError(
+            f"{where('time_budget_s')} = {budget:g} s: the timing budget must be below the per-cell limit "
+            f"({where('cell_timeout_s')} = {limit:g} s), which must also cover set-up, the accuracy check "
+            "and the memory probe; lower the budget or raise the limit well above it"
+        )
+    _check_heads_and_padding(values, where)
+    _check_decode(values, where)
+    return values
 
 
 def _renamed(values: dict[str, Any], source: str) -> dict[str, Any]:

@@ -2,14 +2,13 @@
 
 Tolerant by design: a truncated line (a killed run) is skipped with a warning, never fatal;
 fields an older writer did not record become missing values; a folder that is not a run is a
-``UsageError`` with one line saying what to pass instead.
+``UsageError`` with one line saying what to pass instead. rows.jsonl's lines are read by harness.store.row_lines.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -19,6 +18,7 @@ import pandas as pd
 from harness.errors import UsageError
 from harness.row import NUMERIC_FIELDS, ROW_FIELDS
 from harness.schema import CELL_FIELDS, canonical, SCHEMA_VERSION, SETTINGS, legacy_value
+from harness.store.row_lines import read_row_lines, regular_file, warn_note
 from harness.store.row_types import MAX_LINE_CHARS, row_problem, shown, too_deep
 from harness.store.run_dir import ENV_FILE, ROWS_FILE, SPEC_FILE
 
@@ -223,77 +223,6 @@ def _fill_defaults(frame: pd.DataFrame) -> None:
         frame[name] = [None if v is None else cast(v) for v in filled]
 
 
-# ---- the raw lines ---------------------------------------------------------------------------------
-def read_row_lines(path: str | Path, notes: list[str] | None = None) -> list[dict[str, Any]]:
-    """The JSON objects of a rows.jsonl file, tolerantly: an unreadable line or row is skipped with a warning.
-
-    A line that is not valid JSON (typically the last one of a run killed mid-write), nested too deep, longer than
-    MAX_LINE_CHARS or not a JSON object is skipped; so is a row with a field that is not of its declared type
-    (harness.store.row_types): each is described as a ``UserWarning`` and in `notes` (if given). Blank lines are
-    ignored. UsageError when `path` is not a regular file (a directory, a FIFO that would block).
-    """
-    path = Path(path)
-    regular_file(path)
-    rows: list[dict[str, Any]] = []
-    lines = _bounded_lines(path)
-    for number, line in enumerate(lines, start=1):
-        if line is None:
-            warn_note(notes, f"{path}: skipped line {number}, longer than {MAX_LINE_CHARS} characters; not a row")
-            continue
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            where = "last line" if number == len(lines) else f"line {number}"
-            warn_note(notes, f"{path}: skipped {where}, not valid JSON ({exc.msg}); probably a run killed mid-write")
-            continue
-        except RecursionError:
-            warn_note(notes, f"{path}: skipped line {number}, nested deeper than any row; not a row")
-            continue
-        if not isinstance(row, dict):
-            warn_note(
-                notes, f"{path}: skipped line {number}, a JSON {type(row).__name__} where a row object was expected"
-            )
-            continue
-        problem = row_problem(row)
-        if problem is not None:
-            warn_note(notes, f"{path}: row {number}: {problem}; row skipped")
-            continue
-        rows.append(row)
-    return rows
-
-
-def regular_file(path: Path) -> None:
-    """UsageError (one line) when `path` exists but is not a regular file: reading a FIFO blocks, a directory fails."""
-    import stat
-
-    try:
-        mode = path.lstat().st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISREG(mode):
-        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
-        kind = "a symbolic link" if stat.S_ISLNK(mode) else kind
-        raise UsageError(f"{path} is {kind}; a run folder's {path.name} must be a regular file (move it away)")
-
-
-def _bounded_lines(path: Path) -> list[str | None]:
-    """The file's lines without their line breaks; None for a line longer than MAX_LINE_CHARS (never held whole)."""
-    out: list[str | None] = []
-    with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
-        while True:
-            line = f.readline(MAX_LINE_CHARS + 1)
-            if not line:
-                return out
-            if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
-                while line and not line.endswith("\n"):  # the rest of the long line, in bounded pieces
-                    line = f.readline(MAX_LINE_CHARS)
-                out.append(None)
-                continue
-            out.append(line.rstrip("\r\n"))
-
-
 def read_rows(run_dir: str | Path) -> list[dict[str, Any]]:
     """The complete rows (those with a cell_id) of a run folder; [] when it has no rows.jsonl.
 
@@ -303,13 +232,6 @@ def read_rows(run_dir: str | Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [row for row in read_row_lines(path) if row.get("cell_id")]
-
-
-def warn_note(notes: list[str] | None, message: str) -> None:
-    """Warn with `message` (UserWarning) and append it to `notes` when given (the report lists them)."""
-    warnings.warn(message, stacklevel=3)
-    if notes is not None:
-        notes.append(message)
 
 
 def completed_cell_ids(rows: Iterable[dict[str, Any]]) -> set[str]:

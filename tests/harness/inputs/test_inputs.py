@@ -95,7 +95,7 @@ def test_a_generator_can_be_unsupported_with_a_reason_and_a_max_length():
         with pytest.raises(ValueError, match=r"needs the extra"):
             make_inputs("t_missing", B=1, H=1, N=8, D=8)
     finally:
-        from harness import inputs
+        from harness.inputs import registry as inputs
 
         inputs._INPUTS.pop("t_limited", None)
         inputs._INPUTS.pop("t_missing", None)
@@ -116,6 +116,6 @@ def test_a_generator_can_refuse_a_shape_with_a_reason():
         with pytest.raises(ValueError, match="head_dim must be 32, got D=64"):
             make_inputs("t_fixed_dim", B=1, H=1, N=8, D=64)
     finally:
-        from harness import inputs
+        from harness.inputs import registry as inputs
 
         inputs._INPUTS.pop("t_fixed_dim", None)

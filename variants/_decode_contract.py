@@ -1,0 +1,72 @@
+"""The decode half of the variant contract: decode_reasons with every reason, and init_state/step defaults that refuse.
+
+AttentionVariant (variants/base.py) inherits it; a variant with ``Capabilities.decode`` overrides ``init_state`` and
+``step``, and may add ``extra_decode_reasons``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from torch import Tensor
+
+from variants._declarations import Capabilities, NotSupportedError
+from variants._decode import state_bytes
+from variants._gqa import gqa_reasons
+
+
+class DecodeContract:
+    """Incremental decoding's defaults: refusals that explain themselves, and the state's bytes."""
+
+    capabilities: ClassVar[Capabilities]  # declared by AttentionVariant and its subclasses
+    name: str  # AttentionVariant's property: the registry name
+
+    def decode_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> list[str]:
+        """Every reason this variant cannot decode after the context k, v ([] if it can).
+
+        Args: q, a query like the decoded ones, (B, H, 1 or N, D) (only its heads, dtype and
+        device are read); k, v the context (B, H_kv, N, D); kv_mask its padding, bool (B, N).
+        """
+        caps = self.capabilities
+        if not caps.decode:
+            reasons = ["has no incremental decoding (init_state/step); Capabilities.decode is False"]
+        else:
+            reasons = []
+            if q.device.type not in caps.devices:
+                reasons.append(f"runs on {'/'.join(caps.devices)} only, got device {q.device.type!r}")
+            if kv_mask is not None and not caps.kv_mask:
+                reasons.append("does not support a key padding mask (kv_mask)")
+            reasons += gqa_reasons(caps.gqa, q.shape[1], k.shape[1])
+        return reasons + self.extra_decode_reasons(q, k, v, kv_mask=kv_mask)
+
+    def extra_decode_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None) -> list[str]:
+        """Variant-specific decode refusals (e.g. why it cannot decode at all). Default: none."""
+        return []
+
+    def check_decode(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> None:
+        """Raise NotSupportedError listing decode_reasons, if there are any."""
+        reasons = self.decode_reasons(q, k, v, kv_mask=kv_mask)
+        if reasons:
+            raise NotSupportedError(self.name, reasons)
+
+    def init_state(self, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> Any:
+        """The decode state after the context k, v (B, H_kv, N, D); kv_mask (B, N) marks real tokens.
+
+        Positions count from the start of the context, padded slots included, so decoded token t
+        sits at position N + t. The default refuses with ``NotSupportedError``.
+        """
+        raise NotSupportedError(
+            self.name, self.decode_reasons(k, k, v, kv_mask=kv_mask) or ["init_state is not implemented"]
+        )
+
+    def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: Any) -> tuple[Tensor, Any]:
+        """Append one token (q_t (B, H, 1, D); k_t, v_t (B, H_kv, 1, D)) and return its causal output.
+
+        Returns (out_t (B, H, 1, D) in q_t's dtype, the new state); the state may be updated in
+        place, so use the returned one. The default refuses with ``NotSupportedError``.
+        """
+        raise NotSupportedError(self.name, self.decode_reasons(q_t, k_t, v_t) or ["step is not implemented"])
+
+    def state_bytes(self, state: Any) -> int:
+        """Bytes held by a decode state: ``variants.state_bytes`` (tensor storages, each once)."""
+        return state_bytes(state)
