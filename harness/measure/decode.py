@@ -57,10 +57,10 @@ class DecodePhase(Phase):
         self.attn, self.cell, self.settings, self.device = attn, cell, settings, device
         self.q, self.k, self.v = qkv
         self.kv_mask = kv_mask
-        self.N, self.S = cell.seq_len, settings.decode_steps
-        N, S = self.N, self.S
-        self.context_kv = self.k[:, :, :N], self.v[:, :, :N]
-        q, k, v = qkv  # each token's q_t, k_t, v_t as views, made untimed
+        N, S = self.N, self.S = cell.seq_len, settings.decode_steps
+        q, k, v = qkv
+        self.context_kv = k[:, :, :N], v[:, :, :N]
+        # each token's q_t, k_t, v_t as views, made untimed
         self.tokens = [(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1]) for t in range(N, N + S)]
         self.reference: Tensor | None = None
         self._prepared: Any = None  # the state prepare built: the checked generation starts from it

@@ -202,7 +202,7 @@ class StepTimer:
     def _measure_cuda_events(self, step: Step, budget_s: float, repeats: int) -> Measurement:
         """Per-call seconds from CUDA events around each call, L2 flushed before each, after a warm-up of a quarter."""
         step()
-        estimate_s = max(Measurement((self.block(step, 3),)).times[0], 1e-6)
+        estimate_s = max(self.block(step, 3).per_call_s, 1e-6)
         n = max(repeats, min(10_000, int(budget_s / estimate_s)))
         for _ in range(max(1, n // 4)):
             step()
