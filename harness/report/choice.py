@@ -25,7 +25,7 @@ import pandas as pd
 from harness.report import analysis, budgets as budgets_mod
 from harness.report.analysis import SETTING_KEYS
 from harness.report.clock import refusal
-from harness.report.formatting import format_seconds, format_times
+from harness.report.render import format_seconds, format_times
 from harness.schema import BASELINE, NOT_RUN_PREFIX, describe as describe_cell
 from harness.error_metrics import budget_label
 

@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from harness.report.formatting import (
+from harness.report.render import (
     format_bytes,
     format_error,
     format_number,

@@ -13,8 +13,7 @@ from typing import Sequence
 from harness.report import cells, findings, overview, scopes
 from harness.report.analysed import AnalysedRun, analyse
 from harness.report.figures import MapOptions, figure_section
-from harness.report.page import Block, Heading, Paragraph
-from harness.report.render import render_html, render_markdown
+from harness.report.render import Block, Heading, Paragraph, render_html, render_markdown
 from harness.report.study_results import study_caveats, study_sections
 from harness.report.vs_published import published_comparison
 from harness.store.safe_files import write_plain

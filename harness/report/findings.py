@@ -11,8 +11,7 @@ from harness.report import analysis, choice, reach
 from harness.report.analysed import AnalysedRun
 from harness.report.budgets import GENERALISATION_MARGIN, METRIC_NAMES
 from harness.report.figures import figure_section
-from harness.report.formatting import format_n, format_number, format_text
-from harness.report.page import Block, Heading, Paragraph, Table
+from harness.report.render import format_n, format_number, format_text, Block, Heading, Paragraph, Table
 from harness.report.clock import clock_note
 from harness.schema import BASELINE, NOT_RUN_PREFIX
 from harness.error_metrics import budget_label
@@ -240,7 +239,7 @@ def _crossover_text(r: pd.Series) -> str:
 def memory_budget_section(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], list[Block]]:
     """'Longest trainable N': the cheapest combination per setting at its largest requested N, the search's table per
     train series and its figure (harness.report.longest); nothing without a memory budget."""
-    from harness.report.formatting import format_bytes
+    from harness.report.render import format_bytes
     from harness.report.longest import cheapest_lines, table_rows
 
     if analysed.memory_budget is None or analysed.longest is None or not len(analysed.longest):

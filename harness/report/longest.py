@@ -16,7 +16,7 @@ import pandas as pd
 from harness.plan import longest_within, memory_verdict, search_over
 from harness.report import plotting
 from harness.report.analysis import SETTING_KEYS, setting_title
-from harness.report.formatting import format_bytes, format_n, format_seconds
+from harness.report.render import format_bytes, format_n, format_seconds
 from harness.schema import BASELINE, describe
 
 TRICKS = ("recompute", "precision")  # the combination's axes, beside the variant and its knob

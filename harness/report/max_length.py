@@ -10,7 +10,7 @@ import pandas as pd
 
 from harness.report import plotting
 from harness.report.analysis import SETTING_KEYS, _key, select, setting_title
-from harness.report.formatting import format_n
+from harness.report.render import format_n
 
 LIMIT_STATUSES = ("oom", "timeout")  # the failures that make a length limit worth a figure
 

@@ -11,7 +11,7 @@ import pandas as pd
 from harness.report import plotting
 from harness.report.analysis import pareto_front, primary_inputs, select, setting_title, settings
 from harness.report.budgets import METRIC_NAMES
-from harness.report.formatting import format_n
+from harness.report.render import format_n
 from harness.report.plots import MIN_ERROR
 from harness.schema import BASELINE
 

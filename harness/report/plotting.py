@@ -16,7 +16,7 @@ import pandas as pd
 
 from harness.report.analysis import select, settings
 from harness.report.budgets import budget_text
-from harness.report.formatting import format_bytes, format_n, format_seconds
+from harness.report.render import format_bytes, format_n, format_seconds
 
 FIXED_COLORS = {
     "dense": "black",

@@ -7,8 +7,16 @@ import pandas as pd
 
 from harness.schema import BASELINE
 from harness.report import analysis
-from harness.report.formatting import format_n, format_number, format_ratio, format_seconds
-from harness.report.page import Block, Heading, Paragraph, Table
+from harness.report.render import (
+    format_n,
+    format_number,
+    format_ratio,
+    format_seconds,
+    Block,
+    Heading,
+    Paragraph,
+    Table,
+)
 
 BLOCK_KEYS = tuple(k for k in analysis.SETTING_KEYS if k != "scope")  # a setting, both scopes together
 

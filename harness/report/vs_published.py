@@ -7,8 +7,7 @@ import pandas as pd
 
 from harness.schema import BASELINE
 from harness.report import analysis, published
-from harness.report.formatting import format_number, format_ratio
-from harness.report.page import Block, Heading, Paragraph, Table
+from harness.report.render import format_number, format_ratio, Block, Heading, Paragraph, Table
 
 
 def published_comparison(frame: pd.DataFrame, env: dict) -> list[Block]:

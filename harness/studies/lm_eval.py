@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.inputs import hf_model
-from harness.report.page import Block, Paragraph
+from harness.report.render import Block, Paragraph
 from harness.report.study_results import LM_EVAL, budget_note, lm_eval_note, lm_eval_table
 from harness.studies import budget_search
 from harness.studies.plots import plot_lm_eval

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from harness.inputs import minilm
-from harness.report.page import Block, Paragraph
+from harness.report.render import Block, Paragraph
 from harness.report.study_results import MODEL_EVAL, budget_note, model_eval_note, model_eval_table
 from harness.studies import budget_search
 from harness.studies.plots import plot_model_eval

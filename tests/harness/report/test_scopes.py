@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness.report import analysis, overview, scopes
 from harness.report.figures import FIGURES, figure_section
-from harness.report.page import Image, Paragraph, Table
+from harness.report.render import Image, Paragraph, Table
 from harness.store import rows_frame
 from tests.helpers.synthetic_run import analysed_rows, blank_row
 
