@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from harness.report import analysis, budgets as budgets_mod, choice
+from harness.report import analysis, choice
 from harness.report.clock import on_clock, run_clock
 from harness.report.longest import longest_trainable
 from harness.spec import stored_spec_values
@@ -71,12 +71,12 @@ def analyse(run: Run | str | Path, *, budgets: Sequence[float] | None = None, cl
     spec, problem = stored_spec_values(run.spec_text)
     if problem:
         run.notes.append(problem)
-    own, metric = budgets_mod.run_budgets(spec)
+    own, metric = analysis.run_budgets(spec)
     chosen = tuple(sorted(set(budgets))) if budgets else own
     clock = run_clock(spec, clock)
     frame = analysis.with_dense_ratios(on_clock(run.rows, clock))
     reference = _reference(frame, spec)
-    frame = budgets_mod.with_budgets(frame, chosen, metric)
+    frame = analysis.with_budgets(frame, chosen, metric)
     memory_budget, longest = _memory_budget(run.env, spec), None
     if memory_budget is not None:  # the search's lengths answer it alone: the rest of the report is at the requested N
         longest = longest_trainable(frame, memory_budget)

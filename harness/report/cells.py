@@ -8,7 +8,7 @@ import pandas as pd
 
 from harness.report import analysis
 from harness.report.columns import COLUMNS, NOISY_MARK
-from harness.report.render import short_reason, Block, Heading, Paragraph, Table
+from harness.report.render import Block, Heading, Paragraph, Table, short_reason
 
 if TYPE_CHECKING:
     from harness.report.analysed import AnalysedRun

@@ -22,12 +22,13 @@ from typing import Sequence
 
 import pandas as pd
 
-from harness.report import analysis, budgets as budgets_mod
+from harness.error_metrics import budget_label
+from harness.report import analysis
 from harness.report.analysis import SETTING_KEYS
 from harness.report.clock import refusal
 from harness.report.render import format_seconds, format_times
-from harness.schema import BASELINE, NOT_RUN_PREFIX, describe as describe_cell
-from harness.error_metrics import budget_label
+from harness.schema import BASELINE, NOT_RUN_PREFIX
+from harness.schema import describe as describe_cell
 
 NONE_RAN = "none within budget ran"
 
@@ -105,7 +106,7 @@ def answer_tables(
                 at_n = ok[ok["seq_len"] == n]
                 dense_status = _dense_status(part[part["seq_len"] == n])
                 for budget in budgets:
-                    candidates = _one_per_config(at_n[budgets_mod.within(at_n, budget, metric)], budget)
+                    candidates = _one_per_config(at_n[analysis.within(at_n, budget, metric)], budget)
                     chosen = _over_budget(pick(candidates, dense_status=dense_status), candidates, budget)
                     if chosen.label is None:
                         chosen = dataclasses.replace(chosen, why=why_none(part[part["seq_len"] == n], len(at_n)))

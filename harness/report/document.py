@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from harness.report import cells, findings, overview, scopes
+from harness.report import cells, findings, overview, scaling
 from harness.report.analysed import AnalysedRun, analyse
 from harness.report.figures import MapOptions, figure_section
 from harness.report.render import Block, Heading, Paragraph, render_html, render_markdown
@@ -77,8 +77,8 @@ def write_report(
     if len(frame):
         blocks += overview.outcome(frame)
     if analysed.ok:
-        blocks += findings.scaling(frame)
-        blocks += scopes.layer_share(frame)
+        blocks += scaling.scaling(frame)
+        blocks += scaling.layer_share(frame)
         for section, heading in (("measured", "Figures"), ("decode", "Decoding"), ("maps", "Effective attention maps")):
             paths, figures = figure_section(analysed, folder, section, options)
             written += paths

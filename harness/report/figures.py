@@ -11,15 +11,16 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import pandas as pd
 
 from harness.entries import parse_entry
+from harness.error_metrics import METRIC_NAMES
 from harness.report import analysis, plots
-from harness.report.budgets import METRIC_NAMES, budget_text
-from harness.report.render import format_number, Block, Image, Table
+from harness.report.analysis import budget_text
 from harness.report.longest import plot_longest
 from harness.report.maps_isolated import isolated_maps
 from harness.report.maps_plot import plot_attention_maps
 from harness.report.max_length import memory_limits, plot_memory_limits
 from harness.report.pareto_plot import plot_pareto
 from harness.report.plotting import variant_colors
+from harness.report.render import Block, Image, Table, format_number
 from harness.report.roofline_plot import has_roofline, plot_roofline
 from harness.report.winner_map import winner_map
 

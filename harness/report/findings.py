@@ -7,14 +7,14 @@ from typing import Any
 
 import pandas as pd
 
+from harness.error_metrics import METRIC_NAMES, budget_label
 from harness.report import analysis, choice, reach
 from harness.report.analysed import AnalysedRun
-from harness.report.budgets import GENERALISATION_MARGIN, METRIC_NAMES
-from harness.report.figures import figure_section
-from harness.report.render import format_n, format_number, format_text, Block, Heading, Paragraph, Table
+from harness.report.analysis import GENERALISATION_MARGIN
 from harness.report.clock import clock_note
-from harness.schema import BASELINE, NOT_RUN_PREFIX
-from harness.error_metrics import budget_label
+from harness.report.figures import figure_section
+from harness.report.render import Block, Heading, Paragraph, Table, format_n, format_text
+from harness.schema import NOT_RUN_PREFIX
 
 
 def recommendation(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], list[Block]]:
@@ -174,73 +174,11 @@ def conditions(env: dict[str, Any], frame: pd.DataFrame) -> str:
     return f"Measured on {device}, {dtypes}; {load_text}; {threads}; torch {format_text(env.get('torch'))}."
 
 
-def scaling(frame: pd.DataFrame) -> list[Block]:
-    """The fitted exponents of latency and memory in N, and where each variant becomes faster than dense."""
-    exps = analysis.scaling_exponents(frame)
-    cross = analysis.crossovers(frame)
-    blocks: list[Block] = [
-        Heading(2, "Scaling"),
-        Paragraph(
-            f"Log-log slope of latency and of peak memory in N over the three longest lengths that ran ok, below the "
-            f"first length that did not (inputs: {analysis.primary_inputs(frame)}): dense attention should be near 2, "
-            "linear-cost variants near 1. Crossover: the N from which a variant is faster than dense at every longer "
-            "N where both were timed (interpolated in log-log between the two bracketing lengths); nothing is claimed "
-            "beyond the longest such N."
-        ),
-    ]
-    merged = exps.merge(cross, on=list(analysis.SETTING_KEYS) + ["series"], how="left")
-    rows = []
-    for _, r in merged.iterrows():
-        rows.append(
-            [
-                analysis.setting_title(r.to_dict()),
-                r["series"],
-                _exponent_text(r["time_exponent"]),
-                _exponent_text(r["memory_exponent"]),
-                _fit_range_text(r),
-                _crossover_text(r),
-            ]
-        )
-    blocks.append(
-        Table(["setting", "series", "time exponent", "memory exponent", "fit over N", "faster than dense"], rows)
-    )
-    return blocks
-
-
-def _exponent_text(value: float) -> str:
-    """'1.98'; a slope that rounds to zero is '0.00', not '-0.00'."""
-    return format_number(0.0 if pd.notna(value) and abs(value) < 0.005 else value, ".2f")
-
-
-def _fit_range_text(r: pd.Series) -> str:
-    """'1024-4096', with what stopped the series below its longest length: '256-1024 (timeout at 2048)'."""
-    text = f"{r['fit_from']}-{r['fit_to']}" if r["points"] and r["points"] > 1 else "too few points"
-    if pd.notna(r.get("stopped_at")):
-        text += f" ({r['stopped_status']} at {int(r['stopped_at'])})"
-    return text
-
-
-def _crossover_text(r: pd.Series) -> str:
-    if r["series"] == BASELINE or str(r["series"]).startswith(BASELINE + "("):
-        return "(baseline)"
-    kind = r.get("kind")
-    longest = format_n(int(r["longest"])) if pd.notna(r.get("longest")) else "?"
-    text = {
-        "always": f"at every N both were timed (to {longest})",
-        "never": f"not at N={longest}, the longest both were timed",
-        "no data": "no N with both timed",
-        "crosses": f"from N ~ {r['length']:.0f} (measured to {longest})" if pd.notna(r.get("length")) else "",
-    }.get(kind, "-")
-    if pd.notna(r.get("dense_oom_from")):
-        text += f"; dense out of memory from N={int(r['dense_oom_from'])}"
-    return text
-
-
 def memory_budget_section(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], list[Block]]:
     """'Longest trainable N': the cheapest combination per setting at its largest requested N, the search's table per
     train series and its figure (harness.report.longest); nothing without a memory budget."""
-    from harness.report.render import format_bytes
     from harness.report.longest import cheapest_lines, table_rows
+    from harness.report.render import format_bytes
 
     if analysed.memory_budget is None or analysed.longest is None or not len(analysed.longest):
         return [], []

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from harness.report import plotting
-from harness.report.analysis import SETTING_KEYS, _key, select, setting_title
+from harness.report.analysis import SETTING_KEYS, group_key, select, setting_title
 from harness.report.render import format_n
 
 LIMIT_STATUSES = ("oom", "timeout")  # the failures that make a length limit worth a figure
@@ -44,7 +44,7 @@ def memory_limits(frame: pd.DataFrame) -> pd.DataFrame:
         ok = group[(group["status"] == "ok") & (group["seq_len"] < (failed_at or math.inf))]["seq_len"]
         records.append(
             dict(
-                zip(list(SETTING_KEYS) + ["series"], _key(key)),
+                zip(list(SETTING_KEYS) + ["series"], group_key(key)),
                 variant=group["variant"].iloc[0],
                 longest_ok=int(ok.max()) if len(ok) else None,
                 first_oom=int(oom.min()) if len(oom) else None,

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.report.render import format_number, format_text, Block, Code, Heading, Paragraph, Table
+from harness.report.render import Block, Code, Heading, Paragraph, Table, format_number, format_text
 from harness.schema import NOT_RUN_PREFIX
 
 # the outcome table's columns, then any other

@@ -8,12 +8,11 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from harness.error_metrics import METRIC_NAMES
 from harness.report import plotting
-from harness.report.analysis import pareto_front, primary_inputs, select, setting_title, settings
-from harness.report.budgets import METRIC_NAMES
-from harness.report.render import format_n
+from harness.report.analysis import is_baseline_series, pareto_front, primary_inputs, select, setting_title, settings
 from harness.report.plots import MIN_ERROR
-from harness.schema import BASELINE
+from harness.report.render import format_n
 
 PARETO_COLUMNS = 3  # panels (lengths) per line of the Pareto figure; a setting with more lengths takes several lines
 FRONT_GID, OUTSIDE_GID = "pareto-front", "outside-budget"  # gids of the Pareto points (the tests find them by these)
@@ -138,7 +137,7 @@ ROUNDING_FACTOR = 4.0  # errors within this factor of dense's own (its rounding 
 def rounding_floor(points: pd.DataFrame) -> float:
     """The error at or below which a point counts as exact as dense: ROUNDING_FACTOR x dense's error at this N
     (0 where dense has no point: every difference then counts)."""
-    dense = points[points["series"].map(lambda s: s == BASELINE or str(s).startswith(BASELINE + "("))]["error"]
+    dense = points[points["series"].map(is_baseline_series)]["error"]
     return float(dense.min()) * ROUNDING_FACTOR if len(dense) and np.isfinite(dense.min()) else 0.0
 
 

@@ -13,9 +13,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from harness.report.analysis import primary_inputs, select, setting_title
-from harness.report.budgets import METRIC_NAMES
+from harness.error_metrics import METRIC_NAMES
 from harness.report import plotting
+from harness.report.analysis import primary_inputs, select, setting_title
 
 MIN_ERROR = 1e-12  # errors are drawn on log axes: an exact 0 is drawn here
 

@@ -14,8 +14,7 @@ from typing import Collection, Sequence
 import numpy as np
 import pandas as pd
 
-from harness.report.analysis import select, settings
-from harness.report.budgets import budget_text
+from harness.report.analysis import budget_text, select, settings
 from harness.report.render import format_bytes, format_n, format_seconds
 
 FIXED_COLORS = {

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.entries import config_label
-from harness.report.render import format_number, short_reason, Block, Heading, Image, Paragraph, Table
+from harness.report.render import Block, Heading, Image, Paragraph, Table, format_number, short_reason
 
 MODEL_EVAL = "model_eval"  # the file stem harness.studies.model_eval writes
 LM_EVAL = "lm_eval"  # the file stem harness.studies.lm_eval writes (model-eval --model on a causal LM)

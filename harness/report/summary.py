@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from harness.report.analysis import SETTING_KEYS, axes_title
 from harness.report.clock import clock_note, contended_count
 from harness.report.columns import COLUMNS
-from harness.report.render import format_n
 from harness.report.overview import NOT_RUN_WHY, not_run_rows
+from harness.report.render import format_n
 from harness.schema import STATUSES, describe
 
 if TYPE_CHECKING:

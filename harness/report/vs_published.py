@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
-from harness.schema import BASELINE
 from harness.report import analysis, published
-from harness.report.render import format_number, format_ratio, Block, Heading, Paragraph, Table
+from harness.report.render import Block, Heading, Paragraph, Table, format_number, format_ratio
+from harness.schema import BASELINE
 
 
 def published_comparison(frame: pd.DataFrame, env: dict) -> list[Block]:
@@ -134,7 +133,6 @@ def _measured(value) -> bool:
 
 def _dense_backends(ok: pd.DataFrame) -> str:
     """The backends our dense baseline ran (dense rows whose config asks for 'auto'): 'dense, backend auto = sdpa'."""
-    auto = np.array([isinstance(c, dict) and c.get("backend", "auto") == "auto" for c in ok["config"]], dtype=bool)
-    dense = ok[(ok["variant"] == BASELINE).to_numpy() & auto]
+    dense = ok[(ok["variant"] == BASELINE).to_numpy() & analysis.auto_backend(ok)]
     ran = ", ".join(sorted({str(b) for b in dense["backend"].dropna()}))
     return f"dense, backend auto = {ran}" if ran else "dense"

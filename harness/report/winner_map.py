@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.report.choice import AnswerTable
-from harness.schema import BASELINE
 from harness.error_metrics import budget_label
-from harness.report.render import format_n, format_seconds, format_times
+from harness.report.choice import AnswerTable
 from harness.report.plotting import pyplot, save, variant_colors, wrap
+from harness.report.render import format_n, format_seconds, format_times
+from harness.schema import BASELINE
 
 NONE_COLOR = "#e6e6e6"  # no candidate ran within the budget
 

@@ -8,15 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.report.analysis import (
-    crossover_length,
-    crossovers,
-    fit_exponent,
-    pareto_front,
-    scaling_exponents,
-    with_dense_ratios,
-)
+from harness.report.analysis import pareto_front, with_dense_ratios
 from harness.report.max_length import memory_limits
+from harness.report.scaling import crossover_length, crossovers, fit_exponent, scaling_exponents
 from harness.store import rows_frame
 from tests.helpers.synthetic_run import make_rows
 

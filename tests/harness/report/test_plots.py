@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from harness.report import figures, maps_plot, max_length, pareto_plot, plots, plotting
-from harness.report.analysis import with_dense_ratios
-from harness.report.budgets import with_budgets
+from harness.report.analysis import with_budgets, with_dense_ratios
 from harness.report.maps import MapPanel, MapSet
 from harness.report.max_length import memory_limits
 from harness.report.plotting import series_styles, variant_colors
