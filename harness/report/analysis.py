@@ -31,6 +31,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from harness.entries import searched_fields
 from harness.error_metrics import METRIC_NAMES, metric_error
 from harness.schema import BASELINE, describe, fields_of
 
@@ -179,6 +180,12 @@ def axes_title(setting: dict) -> str:
     """The setting's axes beyond dtype, mode, causal and shape, where they differ from the default: ' decode H_kv=2 pad=0.25'."""
     axes = [k for k in SETTING_KEYS if k not in ("device", "batch", "heads", "head_dim", "dtype", "mode", "causal")]
     return "".join(" " + p for p in describe(setting, axes))
+
+
+def searched_extras(r: pd.Series) -> list[str]:
+    """The fields a variant's search tries beside its quality knob, where the row's config sets them: ['sinks=4']."""
+    config = r["config"] if isinstance(r["config"], dict) else {}
+    return [f"{f}={config[f]}" for f in searched_fields(str(r["variant"]))[1:] if config.get(f)]
 
 
 def possible(frame: pd.DataFrame) -> pd.Series:

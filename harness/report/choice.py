@@ -22,7 +22,6 @@ from typing import Sequence
 
 import pandas as pd
 
-from harness.error_metrics import budget_label
 from harness.report import analysis
 from harness.report.analysis import SETTING_KEYS
 from harness.report.clock import refusal
@@ -141,21 +140,6 @@ def pick(candidates: pd.DataFrame, *, dense_status: str | None = None) -> Pick:
         return _pick_of(rows[0])
     rival = next((r for r in rows if r is not dense), None)
     return _pick_of(dense, tie=rival if rival is not None and _overlap(dense, rival) else None)
-
-
-def answer_lines(tables: list[AnswerTable]) -> list[str]:
-    """One line per setting and input distribution at its largest N, for the end of a sweep:
-    'answer at N=8192 (local): rel_l2<=0.05: sliding_window(window=512) 3.1x [2.9-3.3]; rel_l2<=0.1: dense'."""
-    varying = varying_keys(tables)
-    lines = []
-    for table in tables:
-        n = table.lengths[-1]
-        where = ", ".join(describe(table, [k for k in varying if k != "inputs"]) + [table.inputs])
-        answers = table.refusal or "; ".join(
-            f"{budget_label(b, table.metric)}: {table.picks[(n, b)].text()}" for b in table.budgets
-        )
-        lines.append(f"answer at N={n} ({where}): {answers}")
-    return lines
 
 
 def varying_keys(tables: list[AnswerTable]) -> list[str]:

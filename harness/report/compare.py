@@ -30,7 +30,7 @@ from harness.errors import UsageError
 from harness.measure.noise import HIGH_LOAD_PER_CPU, NOISY_SHARE
 from harness.report.analysed import AnalysedRun
 from harness.report.clock import contended_count, median_load, mostly_contended
-from harness.report.columns import COLUMNS
+from harness.report.tables import COLUMNS
 from harness.schema import CELL_FIELDS, match_key
 
 # What judge reads of each side, besides the report's compared columns (harness.report.columns), all in compare.csv.

@@ -11,9 +11,9 @@ import pandas as pd
 
 from harness.errors import UsageError
 from harness.report.analysed import AnalysedRun
-from harness.report.columns import COLUMNS
 from harness.report.compare import MEASURED, Comparison
 from harness.report.render import inert_markdown, md_cell
+from harness.report.tables import COLUMNS
 from harness.schema import CELL_FIELDS, canonical, describe
 from harness.store import inert_csv_frame, write_plain
 

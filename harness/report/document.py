@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from harness.report import cells, findings, overview, scaling
+from harness.report import findings, overview, scaling, tables
 from harness.report.analysed import AnalysedRun, analyse
 from harness.report.figures import MapOptions, figure_section
 from harness.report.render import Block, Heading, Paragraph, render_html, render_markdown
@@ -85,7 +85,7 @@ def write_report(
             blocks += [Heading(2, heading)] + figures if figures else []
         blocks += published_comparison(frame, analysed.run.env)
     if len(frame):
-        blocks += cells.cell_tables(analysed)
+        blocks += tables.cell_tables(analysed)
     blocks += study_sections(folder)
     blocks += overview.spec(analysed.run.spec_text)
     md_path, html_path = folder / "report.md", folder / "report.html"

@@ -1,4 +1,6 @@
-"""The report's answers: which variant to use per error budget and N, and how each one scales."""
+"""The answer in words: the report's "Which one should I use" (a table N x budget per setting and inputs, what was not
+measured, what was out of reach, the winner map, the conditions), its memory-budget section, and the lines a sweep
+prints last. The decisions are harness.report.choice's and harness.report.reach's."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from harness.report.analysed import AnalysedRun
 from harness.report.analysis import GENERALISATION_MARGIN
 from harness.report.clock import clock_note
 from harness.report.figures import figure_section
-from harness.report.render import Block, Heading, Paragraph, Table, format_n, format_text
+from harness.report.longest import cheapest_lines, table_rows
+from harness.report.render import Block, Heading, Paragraph, Table, format_bytes, format_lengths, format_n, format_text
 from harness.schema import NOT_RUN_PREFIX
 
 
@@ -45,7 +48,7 @@ def recommendation(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], lis
         else:
             blocks.append(Table(headers, rows))
         blocks += _not_measured(frame, table, analysed.cell_timeout_s)
-        blocks += _out_of_reach(frame, table)
+        blocks += reach.out_of_reach(frame, table)
     written, figures = figure_section(analysed, folder, "answer")
     blocks += figures
     blocks.append(Paragraph(conditions(analysed.run.env, frame)))
@@ -98,7 +101,7 @@ def _not_measured(frame: pd.DataFrame, table: choice.AnswerTable, timeout_s: flo
     parts = []
     for label, mask in (("timed out", (rows["status"] == "timeout") & ~not_run), ("not run", not_run)):
         for variant, part in rows[mask].groupby("variant", sort=True):
-            parts.append(f"{variant} {label} at {_lengths_text(sorted({int(n) for n in part['seq_len']}))}")
+            parts.append(f"{variant} {label} at {format_lengths(sorted({int(n) for n in part['seq_len']}))}")
     if not parts:
         return []
     timed_out = bool(((rows["status"] == "timeout") & ~not_run).any())
@@ -109,52 +112,6 @@ def _not_measured(frame: pd.DataFrame, table: choice.AnswerTable, timeout_s: flo
             "out of time or memory, or missed its budget over the same search range; no answer above counts them."
         )
     ]
-
-
-def _out_of_reach(frame: pd.DataFrame, table: choice.AnswerTable) -> list[Block]:
-    """One line under a table: each variant whose search met no budget somewhere, where, the best error its range
-    reached, and whether that is no better than uniform attention (harness.report.reach) ('linformer at every N and
-    budget: no better than uniform attention (uniform 0.79) (best 0.77: k=64 at N=256)')."""
-    parts = []
-    everywhere = {(n, b) for n in table.lengths for b in table.budgets}
-    for miss in reach.unreached(frame, table.setting, table.inputs):
-        verdict = f": {miss.verdict()}" if miss.verdict() else ""
-        if miss.missed >= everywhere:
-            parts.append(f"{miss.variant} at every N and budget{verdict}{_best_text(miss.best)}")
-            continue
-        pieces = [  # each budget with its own best (a near miss of the smaller one is no reason the larger was missed)
-            f"for {budget_label(b, table.metric, ascii=False)} at "
-            f"{_lengths_text(sorted(n for n, bb in miss.missed if bb == b))}{_best_text(miss.best_by_budget.get(b))}"
-            for b in table.budgets
-            if any(bb == b for _, bb in miss.missed)
-        ]
-        parts.append(f"{miss.variant} " + "; ".join(pieces) + verdict)
-    blocks = [Paragraph("Out of reach (on the search's held-out seeds): " + "; ".join(parts) + ".")] if parts else []
-    all_rows = analysis.select(frame, table.setting)
-    uniform = reach.uniform_error(all_rows[all_rows["inputs"] == table.inputs])
-    if table.inputs.split(":")[0] == "gaussian" and uniform is not None:
-        blocks.insert(
-            0,
-            Paragraph(
-                f"Why nothing can win on {table.inputs}: iid q and k make the weights near-uniform, so the exact output "
-                f"is small (a few % of ||v||) and mostly noise; uniform attention (the mean of v) already scores "
-                f"{uniform:.2g} and a zero output 1, and a variant that does not compute nearly every score cannot get "
-                "far below that."
-            ),
-        )
-    return blocks
-
-
-def _best_text(best: tuple[float, str, int] | None) -> str:
-    """' (best 0.31: k=1024 at N=1K)', or '' without a recorded best."""
-    return f" (best {best[0]:.2g}: {best[1]} at N={format_n(best[2])})" if best else ""
-
-
-def _lengths_text(lengths: list[int]) -> str:
-    """'N=4K-8K' for a run of lengths, 'N=1K, 4K' otherwise (the table's own N)."""
-    if len(lengths) > 1:
-        return f"N={format_n(lengths[0])}-{format_n(lengths[-1])}"
-    return f"N={format_n(lengths[0])}"
 
 
 def conditions(env: dict[str, Any], frame: pd.DataFrame) -> str:
@@ -177,8 +134,7 @@ def conditions(env: dict[str, Any], frame: pd.DataFrame) -> str:
 def memory_budget_section(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], list[Block]]:
     """'Longest trainable N': the cheapest combination per setting at its largest requested N, the search's table per
     train series and its figure (harness.report.longest); nothing without a memory budget."""
-    from harness.report.longest import cheapest_lines, table_rows
-    from harness.report.render import format_bytes
+    from harness.report.longest import cheapest_lines
 
     if analysed.memory_budget is None or analysed.longest is None or not len(analysed.longest):
         return [], []
@@ -195,3 +151,34 @@ def memory_budget_section(analysed: AnalysedRun, folder: Path) -> tuple[list[Pat
     ]
     written, figures = figure_section(analysed, folder, "memory")
     return written, blocks + figures
+
+
+# ---- the answer at the end of a sweep -----------------------------------------------------------------
+def answer_lines(analysed: AnalysedRun) -> list[str]:
+    """What a sweep prints last: the answer at the largest N, one line per setting and input distribution with the
+    variants out of reach there, then the memory budget's cheapest combinations and what the numbers are on."""
+    tables = list(analysed.tables)
+    lines = [line + reach.unreached_text(analysed, t) for line, t in zip(table_answers(tables), tables)]
+    if analysed.memory_budget is not None:  # the cheapest combination that trains within it (harness.report.longest)
+        lines += cheapest_lines(analysed.frame, analysed.memory_budget)
+    if lines and analysed.accuracy_reference != "full":
+        lines.append(f"(errors against {analysed.errors_against})")
+    note = clock_note(analysed.clock)
+    if lines and note:
+        lines.append(f"({note})")
+    return lines
+
+
+def table_answers(tables: list[choice.AnswerTable]) -> list[str]:
+    """One line per setting and input distribution at its largest N, for the end of a sweep:
+    'answer at N=8192 (local): rel_l2<=0.05: sliding_window(window=512) 3.1x [2.9-3.3]; rel_l2<=0.1: dense'."""
+    varying = choice.varying_keys(tables)
+    lines = []
+    for table in tables:
+        n = table.lengths[-1]
+        where = ", ".join(choice.describe(table, [k for k in varying if k != "inputs"]) + [table.inputs])
+        answers = table.refusal or "; ".join(
+            f"{budget_label(b, table.metric)}: {table.picks[(n, b)].text()}" for b in table.budgets
+        )
+        lines.append(f"answer at N={n} ({where}): {answers}")
+    return lines

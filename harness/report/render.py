@@ -78,6 +78,13 @@ def format_n(n: Any) -> str:
     return f"{int(x)}" if x == int(x) else f"{x:g}"
 
 
+def format_lengths(lengths: list[int]) -> str:
+    """Sorted lengths as a table names them: 'N=4K-8K' for several (first to last), 'N=1K' for one."""
+    if len(lengths) > 1:
+        return f"N={format_n(lengths[0])}-{format_n(lengths[-1])}"
+    return f"N={format_n(lengths[0])}"
+
+
 def format_ratio(value: Any, digits: int = 2) -> str:
     """A ratio to a baseline: '1.23x'; '-' when missing or not finite."""
     return format_number(value, f".{digits}f", "x")

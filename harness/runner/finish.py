@@ -15,7 +15,9 @@ def finish_run(run_dir: Path, *, plugins: tuple[str, ...] = ()) -> None:
     import warnings
 
     from harness.report.analysed import analyse
-    from harness.report.summary import answer_lines, outcome_line, summary_table
+    from harness.report.findings import answer_lines
+    from harness.report.overview import outcome_line
+    from harness.report.tables import summary_table
     from harness.store import load_run, write_tables
 
     with warnings.catch_warnings():

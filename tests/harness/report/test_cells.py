@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from harness.report.cells import cell_tables
 from harness.report.render import render_markdown
+from harness.report.tables import cell_tables
 from tests.helpers.synthetic_run import analysed_rows, make_rows
 
 
