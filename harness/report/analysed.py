@@ -12,7 +12,7 @@ import pandas as pd
 
 from harness.report import analysis, choice
 from harness.report.clock import on_clock, run_clock
-from harness.report.longest import longest_trainable
+from harness.report.lengths import longest_trainable
 from harness.spec import stored_spec_values
 from harness.store import Run, load_run
 

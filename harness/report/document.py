@@ -12,7 +12,8 @@ from typing import Sequence
 
 from harness.report import findings, overview, scaling, tables
 from harness.report.analysed import AnalysedRun, analyse
-from harness.report.figures import MapOptions, figure_section
+from harness.report.figures import figure_section
+from harness.report.heatmaps import MapOptions
 from harness.report.render import Block, Heading, Paragraph, render_html, render_markdown
 from harness.report.study_results import study_caveats, study_sections
 from harness.report.vs_published import published_comparison

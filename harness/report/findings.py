@@ -15,7 +15,7 @@ from harness.report.analysed import AnalysedRun
 from harness.report.analysis import GENERALISATION_MARGIN
 from harness.report.clock import clock_note
 from harness.report.figures import figure_section
-from harness.report.longest import cheapest_lines, table_rows
+from harness.report.lengths import cheapest_lines, table_rows
 from harness.report.render import Block, Heading, Paragraph, Table, format_bytes, format_lengths, format_n, format_text
 from harness.schema import NOT_RUN_PREFIX
 
@@ -134,7 +134,7 @@ def conditions(env: dict[str, Any], frame: pd.DataFrame) -> str:
 def memory_budget_section(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], list[Block]]:
     """'Longest trainable N': the cheapest combination per setting at its largest requested N, the search's table per
     train series and its figure (harness.report.longest); nothing without a memory budget."""
-    from harness.report.longest import cheapest_lines
+    from harness.report.lengths import cheapest_lines
 
     if analysed.memory_budget is None or analysed.longest is None or not len(analysed.longest):
         return [], []

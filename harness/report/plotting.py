@@ -8,6 +8,7 @@ matplotlib is imported inside the helpers. The studies' figures use pyplot() too
 from __future__ import annotations
 
 import textwrap
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Collection, Sequence
 
@@ -15,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from harness.report.analysis import budget_text, select, settings
-from harness.report.render import format_bytes, format_n, format_seconds
+from harness.report.render import Block, format_bytes, format_n, format_seconds
 
 FIXED_COLORS = {
     "dense": "black",
@@ -177,36 +178,6 @@ def save(plt, fig, path: Path) -> None:
         plt.close(fig)
 
 
-def mark_failures(ax, group: pd.DataFrame, style: dict) -> None:
-    """Marks at the top of the axes at each N where the series ran out of memory (x) or timed out (|)."""
-    for status, (gid, marker, _) in FAILURE_MARKS.items():
-        at = sorted(set(group[group["status"] == status]["seq_len"]))
-        if at:
-            ax.plot(
-                at,
-                [0.96] * len(at),
-                transform=ax.get_xaxis_transform(),
-                linestyle="none",
-                marker=marker,
-                color=style["color"],
-                markersize=8 if marker == "x" else 11,
-                markeredgewidth=2,
-                clip_on=False,
-                gid=gid,
-            )
-
-
-def missing_note(part: pd.DataFrame, drawn: set[str]) -> str:
-    """'no point: dense (timeout), linformer@0.1 (unsupported)': the series of a panel's rows with nothing drawn, and
-    the status of their rows, so a series absent from a panel says why ('' when every series is drawn)."""
-    missing = []
-    for label, group in part.groupby("series", sort=True):
-        if str(label) not in drawn:
-            statuses = sorted({str(v) for v in group["status"]})
-            missing.append(f"{label} ({', '.join(statuses)})")
-    return wrap("no point: " + "; ".join(missing), 70) if missing else ""
-
-
 def log_axis(axis, set_scale) -> None:
     """A log scale with unlabelled minor ticks (labelling them costs most of a figure's drawing time)."""
     from matplotlib.ticker import NullFormatter
@@ -228,22 +199,6 @@ def _tidy_log(ax) -> None:
             axis.set_minor_locator(NullLocator())
         else:
             axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-
-
-def few_log_ticks(axis, limits: tuple[float, float], *, most: int = 6) -> None:
-    """Fixed labelled ticks on a log axis: 1, 2, 5 x 10^k, or on a narrow span 1, 1.5, 2, 3, 5, 7 x 10^k, at most
-    `most` of them (matplotlib's own locator falls back to crowded linear steps on spans under a decade)."""
-    from matplotlib.ticker import FixedLocator
-
-    low, high = sorted(limits)
-    if low <= 0:
-        return
-    decades = range(int(np.floor(np.log10(low))), int(np.ceil(np.log10(high))) + 1)
-    for subs in ((1.0, 1.5, 2.0, 3.0, 5.0, 7.0), (1.0, 2.0, 5.0), (1.0,)):
-        ticks = [m * 10.0**d for d in decades for m in subs if low <= m * 10.0**d <= high]
-        if len(ticks) <= most:
-            break
-    axis.set_major_locator(FixedLocator(ticks))
 
 
 def log_n_axis(ax, part: pd.DataFrame) -> None:
@@ -304,3 +259,21 @@ def ratio_axis(ax) -> None:
 def wrap(text: str, width: int) -> str:
     """At most 8 lines of `width` characters (a panel's note)."""
     return "\n".join(textwrap.wrap(text, width, break_on_hyphens=False)[:8])
+
+
+def ink(color: str) -> str:
+    """Black or white text, whichever reads on a cell or bar of this colour."""
+    from matplotlib.colors import to_rgb
+
+    r, g, b = to_rgb(color)
+    return "white" if 0.299 * r + 0.587 * g + 0.114 * b < 0.5 else "black"
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """What drawing a figure gave (harness.report.figures): the file, and for a figure whose caption depends on the
+    drawing, that caption and the blocks that follow it."""
+
+    path: Path
+    caption: str | None = None  # None: the Figure's own caption
+    after: list[Block] = field(default_factory=list)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness.report.roofline_plot import has_roofline, plot_roofline, roofline_points
+from harness.report.tradeoffs import has_roofline, plot_roofline, roofline_points
 
 ENV = {"limits": {"dtypes": {"float32": {"peak_flops": 1e10, "bandwidth_bytes_per_s": 2e9}}}}
 

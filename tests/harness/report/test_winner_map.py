@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from matplotlib.patches import Patch
 
-from harness.report.winner_map import _cell_text, legend_handles
+from harness.report.heatmaps import _cell_text, legend_handles
 from tests.helpers.synthetic_run import BUDGET_SPEC, analysed_rows, make_budget_rows
 
 

@@ -1,8 +1,8 @@
-"""The report's figures, one function per PNG (shared styles and axes in harness.report.plotting).
+"""The figures against N: a measured column per series (latency, memory, speed-up, the decode figures) and the error
+(harness.report.figures declares them; shared styles and axes in harness.report.plotting).
 
-Log-log axes where scaling matters; OOM (x) and timeouts (|) are marked at the top of the axes (plotting.mark_failures).
-Each function writes one PNG with a stable file name and returns its path, or None when there
-is nothing to draw.
+Log-log axes; OOM (x) and timeouts (|) are marked at the top of the axes (mark_failures). Each function writes one
+PNG and returns its path, or None when there is nothing to draw.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def plot_metric_vs_n(
                         markeredgecolor=styles[label].get("color"),
                         zorder=3,
                     )
-            plotting.mark_failures(ax, group, styles[label])
+            mark_failures(ax, group, styles[label])
         if hline is not None:
             ax.axhline(hline, color="gray", linewidth=0.8, linestyle="--")
         plotting.log_n_axis(ax, part)
@@ -93,7 +93,7 @@ def plot_metric_vs_n(
             plotting.ratio_axis(ax)
         if seconds_axis:
             plotting.seconds_axis(ax.yaxis)
-        note = plotting.missing_note(part, drawn)
+        note = missing_note(part, drawn)
         ax.set_title(setting_title(setting) + (f"\n{note}" if note else ""), fontsize=9 if not note else 8)
         ax.set_ylabel(ylabel)
         ax.grid(True, which="major", alpha=0.3)
@@ -173,7 +173,7 @@ def plot_error_vs_n(
                         label="_" + str(label) if len(ok) else styles[label]["label"],
                         gid=plotting.SEARCH_GID,
                     )
-                plotting.mark_failures(ax, group, styles[label])
+                mark_failures(ax, group, styles[label])
             if ax.has_data():
                 plotting.budget_lines(ax, budgets, metric)
             plotting.log_n_axis(ax, part)
@@ -183,3 +183,33 @@ def plot_error_vs_n(
             ax.grid(True, which="major", alpha=0.3)
     plotting.finish(plt, fig, axes, styles, f"Error against {against.split(' (')[0]} (dashed: the error budgets)", path)
     return path
+
+
+def mark_failures(ax, group: pd.DataFrame, style: dict) -> None:
+    """Marks at the top of the axes at each N where the series ran out of memory (x) or timed out (|)."""
+    for status, (gid, marker, _) in plotting.FAILURE_MARKS.items():
+        at = sorted(set(group[group["status"] == status]["seq_len"]))
+        if at:
+            ax.plot(
+                at,
+                [0.96] * len(at),
+                transform=ax.get_xaxis_transform(),
+                linestyle="none",
+                marker=marker,
+                color=style["color"],
+                markersize=8 if marker == "x" else 11,
+                markeredgewidth=2,
+                clip_on=False,
+                gid=gid,
+            )
+
+
+def missing_note(part: pd.DataFrame, drawn: set[str]) -> str:
+    """'no point: dense (timeout), linformer@0.1 (unsupported)': the series of a panel's rows with nothing drawn, and
+    the status of their rows, so a series absent from a panel says why ('' when every series is drawn)."""
+    missing = []
+    for label, group in part.groupby("series", sort=True):
+        if str(label) not in drawn:
+            statuses = sorted({str(v) for v in group["status"]})
+            missing.append(f"{label} ({', '.join(statuses)})")
+    return plotting.wrap("no point: " + "; ".join(missing), 70) if missing else ""
