@@ -25,7 +25,7 @@ import pandas as pd
 from harness.report import analysis
 from harness.report.analysis import SETTING_KEYS
 from harness.report.clock import refusal
-from harness.report.render import format_seconds, format_times
+from harness.report.render import finite, format_seconds, format_times
 from harness.schema import BASELINE, NOT_RUN_PREFIX
 from harness.schema import describe as describe_cell
 
@@ -244,10 +244,7 @@ def _dense_status(at_n: pd.DataFrame) -> str | None:
 
 
 def _finite(x) -> bool:
-    try:
-        return math.isfinite(float(x))
-    except (TypeError, ValueError):
-        return False
+    return finite(x) is not None
 
 
 def _interval(r: pd.Series) -> tuple[float, float] | None:

@@ -14,9 +14,9 @@ from harness.report import findings, overview, scaling, tables
 from harness.report.analysed import AnalysedRun, analyse
 from harness.report.figures import figure_section
 from harness.report.heatmaps import MapOptions
+from harness.report.published import published_comparison
 from harness.report.render import Block, Heading, Paragraph, render_html, render_markdown
 from harness.report.study_results import study_caveats, study_sections
-from harness.report.vs_published import published_comparison
 from harness.store.safe_files import write_plain
 
 NO_ROWS = (
