@@ -24,7 +24,7 @@ __all__ = ["write_report"]
 
 def __getattr__(name: str) -> Any:
     if name == "write_report":
-        from harness.report.document import write_report
+        from harness.report.document import write_report  # pandas and matplotlib: loaded on first use
 
         return write_report
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -33,7 +33,7 @@ import pandas as pd
 
 from harness.entries import searched_fields
 from harness.error_metrics import METRIC_NAMES, metric_error
-from harness.schema import BASELINE, describe, fields_of
+from harness.schema import BASELINE, NOT_RUN_PREFIX, describe, fields_of
 
 SETTING_KEYS = fields_of("setting")  # what variants compete in: the Cell fields of role "setting"
 CELL_KEYS = SETTING_KEYS + fields_of("inputs", "length")
@@ -186,6 +186,11 @@ def searched_extras(r: pd.Series) -> list[str]:
     """The fields a variant's search tries beside its quality knob, where the row's config sets them: ['sinks=4']."""
     config = r["config"] if isinstance(r["config"], dict) else {}
     return [f"{f}={config[f]}" for f in searched_fields(str(r["variant"]))[1:] if config.get(f)]
+
+
+def not_run_rows(frame: pd.DataFrame) -> pd.Series:
+    """Which rows are cells not run because a shorter N of their series failed (their reason says so)."""
+    return frame["reason"].fillna("").astype(str).str.startswith(NOT_RUN_PREFIX)
 
 
 def possible(frame: pd.DataFrame) -> pd.Series:

@@ -22,11 +22,12 @@ from typing import Sequence
 
 import pandas as pd
 
+from harness.entries import config_label, knob_field
 from harness.report import analysis
 from harness.report.analysis import SETTING_KEYS
 from harness.report.clock import refusal
 from harness.report.render import finite, format_seconds, format_times
-from harness.schema import BASELINE, NOT_RUN_PREFIX
+from harness.schema import BASELINE
 from harness.schema import describe as describe_cell
 
 NONE_RAN = "none within budget ran"
@@ -180,8 +181,6 @@ def _pick_of(r: pd.Series, *, tie: pd.Series | None = None, dense_status: str | 
 def config_text(r: pd.Series) -> str:
     """A row's variant and config as the answer names it, its quality knob named even at its default:
     'sliding_window(window=512)'."""
-    from harness.entries import config_label, knob_field
-
     field = knob_field(str(r["variant"]))
     return config_label(
         str(r["variant"]), r["config"] if isinstance(r["config"], dict) else {}, show=(field,) if field else ()
@@ -216,7 +215,7 @@ def why_none(at_n: pd.DataFrame, ok_candidates: int) -> str | None:
     """Why no candidate within a budget ran at one N: dense's fate, the other cells' statuses (those not run after a
     shorter N failed apart) and the ok ones that missed the budget: 'dense timed out; 3 timeout, 2 not run; 1 ran
     outside the budget'. None when there is nothing to say."""
-    not_run = at_n["reason"].fillna("").astype(str).str.startswith(NOT_RUN_PREFIX)
+    not_run = analysis.not_run_rows(at_n)
     parts = []
     dense = at_n[at_n["variant"] == BASELINE]
     if len(dense) and not (dense["status"] == "ok").any():

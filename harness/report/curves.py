@@ -50,37 +50,8 @@ def plot_metric_vs_n(
         part = select(rows, setting)
         drawn = set()
         for label, group in part.groupby("series", sort=True):
-            ok_rows = group[(group["status"] == "ok") & group[metric].notna()]
-            ok = ok_rows.groupby("seq_len")[metric].median()
-            if len(ok):
+            if _series_vs_n(ax, group, metric, styles, label, band):
                 drawn.add(str(label))
-                knobs = knob_labels(ok_rows)
-                if knobs:  # a matched series whose knob differs per N is several configs: points with their knob
-                    styles[label] = dict(styles[label], linestyle="none")  # its legend entry too
-                ax.plot(ok.index, ok.values, **styles[label], linewidth=1.6, markersize=5 if knobs else 4)
-                for n, text in knobs.items():
-                    ax.annotate(
-                        text,
-                        (n, ok.loc[n]),
-                        xytext=(4, 3),
-                        textcoords="offset points",
-                        fontsize=6,
-                        color=styles[label]["color"],
-                    )
-                if band is not None and not knobs:  # no band joining different configs either
-                    _band(ax, ok_rows, band, styles[label])
-                noisy = group[(group["noisy"] == True) & group["seq_len"].isin(ok.index)]["seq_len"].unique()  # noqa: E712
-                if len(noisy):  # hollow markers: timed under load or noisily (docs/timing.md)
-                    ax.plot(
-                        noisy,
-                        ok.loc[noisy].values,
-                        linestyle="none",
-                        marker=styles[label].get("marker", "o"),
-                        markersize=8,
-                        markerfacecolor="white",
-                        markeredgecolor=styles[label].get("color"),
-                        zorder=3,
-                    )
             mark_failures(ax, group, styles[label])
         if hline is not None:
             ax.axhline(hline, color="gray", linewidth=0.8, linestyle="--")
@@ -99,6 +70,43 @@ def plot_metric_vs_n(
         ax.grid(True, which="major", alpha=0.3)
     plotting.finish(plt, fig, axes, styles, f"{title} (inputs: {inputs})", path)
     return path
+
+
+def _series_vs_n(ax, group: pd.DataFrame, metric: str, styles: dict, label, band: tuple[str, str] | None) -> bool:
+    """One series' median `metric` per N on `ax` (its knob values beside the points where they differ, its band, hollow
+    markers where timed noisily); False when it has no ok value to draw."""
+    ok_rows = group[(group["status"] == "ok") & group[metric].notna()]
+    ok = ok_rows.groupby("seq_len")[metric].median()
+    if not len(ok):
+        return False
+    knobs = knob_labels(ok_rows)
+    if knobs:  # a matched series whose knob differs per N is several configs: points with their knob
+        styles[label] = dict(styles[label], linestyle="none")  # its legend entry too
+    ax.plot(ok.index, ok.values, **styles[label], linewidth=1.6, markersize=5 if knobs else 4)
+    for n, text in knobs.items():
+        ax.annotate(
+            text,
+            (n, ok.loc[n]),
+            xytext=(4, 3),
+            textcoords="offset points",
+            fontsize=6,
+            color=styles[label]["color"],
+        )
+    if band is not None and not knobs:  # no band joining different configs either
+        _band(ax, ok_rows, band, styles[label])
+    noisy = group[(group["noisy"] == True) & group["seq_len"].isin(ok.index)]["seq_len"].unique()  # noqa: E712
+    if len(noisy):  # hollow markers: timed under load or noisily (docs/timing.md)
+        ax.plot(
+            noisy,
+            ok.loc[noisy].values,
+            linestyle="none",
+            marker=styles[label].get("marker", "o"),
+            markersize=8,
+            markerfacecolor="white",
+            markeredgecolor=styles[label].get("color"),
+            zorder=3,
+        )
+    return True
 
 
 def _band(ax, ok_rows: pd.DataFrame, band: tuple[str, str], style: dict) -> None:

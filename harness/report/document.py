@@ -59,20 +59,8 @@ def write_report(
     frame, folder = analysed.frame, analysed.path
     options = MapOptions(draw=maps, n=maps_n, inputs=maps_inputs, calibrate=maps_calibrate, plugins=plugins)
     title = f"attnsuite report: {analysed.name}"
-    written: list[Path] = []
-    blocks: list[Block] = [Heading(1, title)]
-    load_warnings = [Paragraph(f"**{n}**") for n in overview.load_warning(frame)]
-    if analysed.ok:
-        paths, section = findings.recommendation(analysed, folder)
-        written += paths
-        blocks += section + [Paragraph(caveat) for caveat in study_caveats(folder)]
-        blocks += load_warnings  # beside the answer it qualifies, before the memory-budget section
-        paths, section = findings.memory_budget_section(analysed, folder)
-        written += paths
-        blocks += section
-    else:
-        blocks += [Heading(2, "Which one should I use"), Paragraph(NOTHING_OK if len(frame) else NO_ROWS)]
-        blocks += load_warnings
+    written, blocks = _answer(analysed)
+    blocks = [Heading(1, title)] + blocks
     blocks += [Paragraph(f"Note: {n}") for n in analysed.run.notes]
     blocks += overview.environment(analysed.run.env, frame) + overview.devices(frame)
     if len(frame):
@@ -93,3 +81,20 @@ def write_report(
     write_plain(md_path, render_markdown(blocks))  # never through a link planted in the run folder
     write_plain(html_path, render_html(blocks, folder, title=title))
     return [md_path, html_path] + written
+
+
+def _answer(analysed: AnalysedRun) -> tuple[list[Path], list[Block]]:
+    """The report's opening: the answer (or why there is none), the studies' caveats and the load warning beside it,
+    then the memory budget's answer; with the figures written for them."""
+    frame, folder = analysed.frame, analysed.path
+    load_warnings = [Paragraph(f"**{n}**") for n in overview.load_warning(frame)]
+    if not analysed.ok:
+        return [], [
+            Heading(2, "Which one should I use"),
+            Paragraph(NOTHING_OK if len(frame) else NO_ROWS),
+        ] + load_warnings
+    written, blocks = findings.recommendation(analysed, folder)
+    blocks += [Paragraph(caveat) for caveat in study_caveats(folder)]
+    blocks += load_warnings  # beside the answer it qualifies, before the memory-budget section
+    paths, section = findings.memory_budget_section(analysed, folder)
+    return written + paths, blocks + section

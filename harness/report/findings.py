@@ -17,7 +17,6 @@ from harness.report.clock import clock_note
 from harness.report.figures import figure_section
 from harness.report.lengths import cheapest_lines, table_rows
 from harness.report.render import Block, Heading, Paragraph, Table, format_bytes, format_lengths, format_n, format_text
-from harness.schema import NOT_RUN_PREFIX
 
 
 def recommendation(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], list[Block]]:
@@ -97,7 +96,7 @@ def _not_measured(frame: pd.DataFrame, table: choice.AnswerTable, timeout_s: flo
     ('Not measured: dense timed out at N=8K (past the 60 s limit); chunked not run at N=8K ...')."""
     rows = analysis.select(frame, table.setting)
     rows = rows[rows["inputs"] == table.inputs]
-    not_run = rows["reason"].fillna("").astype(str).str.startswith(NOT_RUN_PREFIX)
+    not_run = analysis.not_run_rows(rows)
     parts = []
     for label, mask in (("timed out", (rows["status"] == "timeout") & ~not_run), ("not run", not_run)):
         for variant, part in rows[mask].groupby("variant", sort=True):
@@ -133,9 +132,7 @@ def conditions(env: dict[str, Any], frame: pd.DataFrame) -> str:
 
 def memory_budget_section(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], list[Block]]:
     """'Longest trainable N': the cheapest combination per setting at its largest requested N, the search's table per
-    train series and its figure (harness.report.longest); nothing without a memory budget."""
-    from harness.report.lengths import cheapest_lines
-
+    train series and its figure (harness.report.lengths); nothing without a memory budget."""
     if analysed.memory_budget is None or analysed.longest is None or not len(analysed.longest):
         return [], []
     budget = format_bytes(analysed.memory_budget)
@@ -159,7 +156,7 @@ def answer_lines(analysed: AnalysedRun) -> list[str]:
     variants out of reach there, then the memory budget's cheapest combinations and what the numbers are on."""
     tables = list(analysed.tables)
     lines = [line + reach.unreached_text(analysed, t) for line, t in zip(table_answers(tables), tables)]
-    if analysed.memory_budget is not None:  # the cheapest combination that trains within it (harness.report.longest)
+    if analysed.memory_budget is not None:  # the cheapest combination that trains within it (harness.report.lengths)
         lines += cheapest_lines(analysed.frame, analysed.memory_budget)
     if lines and analysed.accuracy_reference != "full":
         lines.append(f"(errors against {analysed.errors_against})")

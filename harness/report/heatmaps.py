@@ -33,8 +33,7 @@ def winner_map(tables: list[AnswerTable], titles: list[str], path: Path) -> Path
     """Draw one panel per table (titled by `titles`) into `path`; None (nothing written) when there is no table."""
     if not tables:
         return None
-    from matplotlib.colors import to_rgb
-    from matplotlib.patches import Patch
+    from matplotlib.patches import Patch  # heavy: loaded on the first figure drawn
 
     plt = pyplot()
     colors = variant_colors(sorted({p.variant for t in tables for p in t.picks.values() if p.variant}))
@@ -48,37 +47,7 @@ def winner_map(tables: list[AnswerTable], titles: list[str], path: Path) -> Path
     )
     flat = list(axes.ravel())
     for ax, table, title in zip(flat, tables, titles):
-        image = [
-            [
-                to_rgb(colors[p.variant]) if p.variant else to_rgb(NONE_COLOR)
-                for p in (table.picks[(n, b)] for n in table.lengths)
-            ]
-            for b in table.budgets
-        ]
-        ax.imshow(image, aspect="auto", origin="lower", alpha=0.85)
-        for x, n in enumerate(table.lengths):
-            for y, b in enumerate(table.budgets):
-                p = table.picks[(n, b)]
-                ax.text(
-                    x,
-                    y,
-                    _cell_text(p),
-                    ha="center",
-                    va="center",
-                    fontsize=8,
-                    color=ink(colors[p.variant]) if p.variant else "dimgray",
-                )
-        for x in range(1, len(table.lengths)):
-            ax.axvline(x - 0.5, color="white", linewidth=1.5)
-        for y in range(1, len(table.budgets)):
-            ax.axhline(y - 0.5, color="white", linewidth=1.5)
-        ax.set_xticks(range(len(table.lengths)), [format_n(n) for n in table.lengths])
-        ax.set_yticks(range(len(table.budgets)), [budget_label(b, table.metric, ascii=False) for b in table.budgets])
-        ax.set_xlabel("sequence length N")
-        ax.set_title(wrap(title, int(9 * (fig_width - 1.6) / ncols)), fontsize=9)
-        ax.tick_params(length=0)
-        for spine in ax.spines.values():
-            spine.set_visible(False)
+        _winner_panel(ax, table, colors, wrap(title, int(9 * (fig_width - 1.6) / ncols)))
     for ax in flat[len(tables) :]:
         ax.set_visible(False)
     handles = legend_handles(tables, colors, Patch)
@@ -95,6 +64,43 @@ def winner_map(tables: list[AnswerTable], titles: list[str], path: Path) -> Path
     )
     save(plt, fig, path)
     return path
+
+
+def _winner_panel(ax, table: AnswerTable, colors: dict[str, str], title: str) -> None:
+    """One table's grid: a cell per (N, budget) in its winner's colour, with its number and config."""
+    from matplotlib.colors import to_rgb  # heavy: loaded on the first figure drawn
+
+    image = [
+        [
+            to_rgb(colors[p.variant]) if p.variant else to_rgb(NONE_COLOR)
+            for p in (table.picks[(n, b)] for n in table.lengths)
+        ]
+        for b in table.budgets
+    ]
+    ax.imshow(image, aspect="auto", origin="lower", alpha=0.85)
+    for x, n in enumerate(table.lengths):
+        for y, b in enumerate(table.budgets):
+            p = table.picks[(n, b)]
+            ax.text(
+                x,
+                y,
+                _cell_text(p),
+                ha="center",
+                va="center",
+                fontsize=8,
+                color=ink(colors[p.variant]) if p.variant else "dimgray",
+            )
+    for x in range(1, len(table.lengths)):
+        ax.axvline(x - 0.5, color="white", linewidth=1.5)
+    for y in range(1, len(table.budgets)):
+        ax.axhline(y - 0.5, color="white", linewidth=1.5)
+    ax.set_xticks(range(len(table.lengths)), [format_n(n) for n in table.lengths])
+    ax.set_yticks(range(len(table.budgets)), [budget_label(b, table.metric, ascii=False) for b in table.budgets])
+    ax.set_xlabel("sequence length N")
+    ax.set_title(title, fontsize=9)
+    ax.tick_params(length=0)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
 
 
 DENSE_FAILED = {"timeout": "timed out", "oom": "out of memory"}  # a grey cell's second line: why dense is no answer

@@ -10,9 +10,10 @@ import pandas as pd
 
 from harness.measure.contention import CONTENDED_SHARE
 from harness.measure.noise import HIGH_LOAD_PER_CPU, NOISY_SHARE
+from harness.report.analysis import not_run_rows
 from harness.report.clock import contended_count, median_load
 from harness.report.render import Block, Code, Heading, Paragraph, Table, format_number, format_text
-from harness.schema import NOT_RUN_PREFIX, STATUSES
+from harness.schema import STATUSES
 
 if TYPE_CHECKING:
     from harness.report.analysed import AnalysedRun
@@ -137,11 +138,6 @@ def spec(spec_text: str | None) -> list[Block]:
 
 
 NOT_RUN_WHY = "a shorter N of their series ran out of memory or time, or missed its budget"
-
-
-def not_run_rows(frame: pd.DataFrame) -> pd.Series:
-    """Which rows are cells not run because a shorter N of their series failed (their reason says so)."""
-    return frame["reason"].fillna("").astype(str).str.startswith(NOT_RUN_PREFIX)
 
 
 def outcome(frame: pd.DataFrame) -> list[Block]:

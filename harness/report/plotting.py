@@ -17,6 +17,7 @@ import pandas as pd
 
 from harness.report.analysis import budget_text, select, settings
 from harness.report.render import Block, format_bytes, format_n, format_seconds
+from harness.store.safe_files import write_figure
 
 FIXED_COLORS = {
     "dense": "black",
@@ -54,10 +55,10 @@ SEARCH_LABEL = "hollow, dotted: unreachable\n(its search's best error)"
 
 def pyplot():
     """matplotlib.pyplot on the Agg backend: files only, never a window (safe on headless CI)."""
-    import matplotlib
+    import matplotlib  # heavy: loaded on the first figure drawn
 
     matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: loaded on the first figure drawn
 
     return plt
 
@@ -126,7 +127,7 @@ def grid(count: int, *, ncols: int | None = None, width: float = 5.2, height: fl
 def finish(plt, fig, axes, styles: dict, title: str, path: Path) -> None:
     """One legend for the figure (a failure mark's entry only where mark_failures drew one), empty panels hidden, title,
     save, close."""
-    from matplotlib.lines import Line2D
+    from matplotlib.lines import Line2D  # heavy: loaded on the first figure drawn
 
     by_label = {style["label"]: style for style in styles.values()}
     used = sorted({label for ax in axes for label in ax.get_legend_handles_labels()[1] if not label.startswith("_")})
@@ -170,8 +171,6 @@ def budget_lines(ax, budgets: Sequence[float], metric: str) -> None:
 
 def save(plt, fig, path: Path) -> None:
     """The figure as a PNG at `path` (never through a symbolic link: harness.store.safe_files), then closed."""
-    from harness.store.safe_files import write_figure
-
     try:
         write_figure(fig, path, dpi=DPI)
     finally:
@@ -180,7 +179,7 @@ def save(plt, fig, path: Path) -> None:
 
 def log_axis(axis, set_scale) -> None:
     """A log scale with unlabelled minor ticks (labelling them costs most of a figure's drawing time)."""
-    from matplotlib.ticker import NullFormatter
+    from matplotlib.ticker import NullFormatter  # heavy: loaded on the first figure drawn
 
     set_scale("log")
     axis.set_minor_formatter(NullFormatter())
@@ -189,7 +188,7 @@ def log_axis(axis, set_scale) -> None:
 def _tidy_log(ax) -> None:
     """On log axes spanning several decades, no minor ticks (drawing them costs seconds); on a narrow
     span, majors at 1, 2, 5 x 10^k so that some value is labelled."""
-    from matplotlib.ticker import LogLocator, NullLocator
+    from matplotlib.ticker import LogLocator, NullLocator  # heavy: loaded on the first figure drawn
 
     for axis, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
         locator = axis.get_major_locator()
@@ -203,7 +202,7 @@ def _tidy_log(ax) -> None:
 
 def log_n_axis(ax, part: pd.DataFrame) -> None:
     """A base-2 N axis with a tick (4K, 8K...) at each measured length."""
-    from matplotlib.ticker import NullLocator
+    from matplotlib.ticker import NullLocator  # heavy: loaded on the first figure drawn
 
     ax.set_xscale("log", base=2)
     lengths = sorted(set(part["seq_len"]))
@@ -216,7 +215,7 @@ def log_n_axis(ax, part: pd.DataFrame) -> None:
 
 
 def n_formatter():
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter  # heavy: loaded on the first figure drawn
 
     return FuncFormatter(lambda x, _: format_n(x))
 
@@ -225,7 +224,7 @@ def bytes_axis(ax) -> None:
     """Labelled ticks at powers of two in binary units, every `step`-th one for the smallest step of 1, 2, 5, 10... that
     keeps at most MAX_BYTE_TICKS in view (so 1 KiB, 1 MiB and 1 GiB are labelled whenever in view, up to 50 decades of
     two); unlabelled minor ticks at the other powers of two."""
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter  # heavy: loaded on the first figure drawn
 
     low, high = ax.get_ylim()
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: format_bytes(y)))
@@ -243,14 +242,14 @@ def bytes_axis(ax) -> None:
 
 def seconds_axis(axis) -> None:
     """Labels like 10 ms instead of 10^-2 on a log time axis."""
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter  # heavy: loaded on the first figure drawn
 
     axis.set_major_formatter(FuncFormatter(lambda t, _: format_seconds(t)))
 
 
 def ratio_axis(ax) -> None:
     """Plain labels (0.5x, 1x, 10x) on a log axis instead of powers of ten."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.ticker import FuncFormatter, NullFormatter  # heavy: loaded on the first figure drawn
 
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}x"))
     ax.yaxis.set_minor_formatter(NullFormatter())
@@ -263,7 +262,7 @@ def wrap(text: str, width: int) -> str:
 
 def ink(color: str) -> str:
     """Black or white text, whichever reads on a cell or bar of this colour."""
-    from matplotlib.colors import to_rgb
+    from matplotlib.colors import to_rgb  # heavy: loaded on the first figure drawn
 
     r, g, b = to_rgb(color)
     return "white" if 0.299 * r + 0.587 * g + 0.114 * b < 0.5 else "black"

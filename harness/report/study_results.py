@@ -163,7 +163,7 @@ def equal_to_dense_notes(rows: list[dict[str, Any]]) -> list[str]:
     An exact variant whose quality knob stops mattering at the key length (a window) and is at least the longest N
     studied covers every key: its row repeats dense's and says nothing about the variant.
     """
-    from variants import get_variant
+    from variants import get_variant  # torch: loaded only where a study's rows are shown
 
     notes, longest = [], max((r["seq_len"] for r in rows), default=0)
     for variant in dict.fromkeys(r["variant"] for r in rows):

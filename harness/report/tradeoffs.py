@@ -154,7 +154,7 @@ def _share_y(axes, errors: pd.Series, budgets: tuple[float, ...]) -> None:
 def few_log_ticks(axis, limits: tuple[float, float], *, most: int = 6) -> None:
     """Fixed labelled ticks on a log axis: 1, 2, 5 x 10^k, or on a narrow span 1, 1.5, 2, 3, 5, 7 x 10^k, at most
     `most` of them (matplotlib's own locator falls back to crowded linear steps on spans under a decade)."""
-    from matplotlib.ticker import FixedLocator
+    from matplotlib.ticker import FixedLocator  # heavy: loaded on the first figure drawn
 
     low, high = sorted(limits)
     if low <= 0:
