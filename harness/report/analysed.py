@@ -28,14 +28,16 @@ class AnalysedRun:
     """One run folder, analysed: what every rendering of it reads."""
 
     run: Run  # the folder as read: rows, env, spec text, what the reader skipped
-    frame: pd.DataFrame  # the rows with dense ratios (analysis.with_dense_ratios), "error" and "in_budget" (budgets.py)
+    frame: (
+        pd.DataFrame
+    )  # the rows with dense ratios (analysis.with_dense_ratios), "error" and "in_budget" (analysis.with_budgets)
     budgets: tuple[float, ...]  # the error budgets the answer is for
     metric: str  # what a budget bounds: "rel_l2" | "cosine"
     # what the errors are against: "full" | "pattern" (every row records it; older rows: the spec's)
     accuracy_reference: str
     cell_timeout_s: float | None  # the run's per-cell limit (the report's maps get it too); None: none or unknown
     tables: tuple[choice.AnswerTable, ...]  # the answer: per setting and inputs, the winner per N and budget
-    # -- the memory budget (SweepSpec.memory_budget) and its search's answer: harness.report.longest --
+    # -- the memory budget (SweepSpec.memory_budget) and its search's answer: harness.report.lengths --
     clock: str = "wall"  # what the speed-ups and the answer come from: "wall" | "cpu" (harness.report.clock)
     memory_budget: int | None = None  # bytes; None: the run searched none
     longest: pd.DataFrame | None = None  # longest.longest_trainable over every row (the searched lengths too)

@@ -4,7 +4,7 @@ Each cell names the winner at that N and budget, trusting only what the interval
 
 Pure numbers over a frame with dense ratios (analysis.with_dense_ratios) and errors (budgets.with_budgets);
 the conventions (settings, the dense baseline, paired speed-ups) are analysis.py's, the candidates at a
-budget budgets.py's (`within`).
+budget analysis.py's (`within`).
 
 A cell's winner (pick):
 - candidates rank by their paired speed-up over dense (by latency where no row has one: dense did not run);

@@ -26,7 +26,7 @@ from harness.report.verdicts import DEFAULT_THRESHOLD, floor_notes, judge, load_
 from harness.schema import CELL_FIELDS, canonical, describe, match_key
 from harness.store import inert_csv_frame, write_plain
 
-# What judge reads of each side, besides the report's compared columns (harness.report.columns), all in compare.csv.
+# What judge reads of each side, besides the report's compared columns (harness.report.tables), all in compare.csv.
 MEASURED = tuple(
     dict.fromkeys(
         [
@@ -179,7 +179,7 @@ def summary_lines(comparison: Comparison, a: AnalysedRun, b: AnalysedRun, *, lim
 
 def write_outputs(comparison: Comparison, a: AnalysedRun, b: AnalysedRun, out: Path) -> list[Path]:
     """compare.csv (every matched cell, raw numbers) and compare.md (summary, and the flagged cells side by side in the
-    report's columns: harness.report.columns) in `out`."""
+    report's columns: harness.report.tables) in `out`."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -208,7 +208,7 @@ def write_outputs(comparison: Comparison, a: AnalysedRun, b: AnalysedRun, out: P
 
 
 def _flagged_table(flagged: pd.DataFrame) -> list[str]:
-    """The flagged cells as a Markdown table: each compared column (harness.report.columns) as 'A -> B'."""
+    """The flagged cells as a Markdown table: each compared column (harness.report.tables) as 'A -> B'."""
     if not len(flagged):
         return []
     shown = [c for c in COLUMNS if c.compared]

@@ -150,7 +150,7 @@ def search_best(group: pd.DataFrame) -> pd.Series:
 def plot_error_vs_n(
     frame: pd.DataFrame, path: Path, *, budgets: Sequence[float], metric: str, against: str = "exact float64 attention"
 ) -> Path | None:
-    """The error metric (frame's "error", harness.report.budgets) against N: a row of subplots per setting, one column
+    """The error metric (frame's "error", harness.report.analysis.with_budgets) against N: a row of subplots per setting, one column
     per input distribution; each error budget a dashed line. `against`: what the errors are measured against."""
     if not len(frame) or not frame["error"].notna().any():
         return None

@@ -2,7 +2,7 @@
 
 Everything shown is computed from the analysed run (harness.report.analysed: rows.jsonl and spec.toml, read once)
 and the studies' .json files beside it; failed cells are shown with their reason, never dropped. The page is built once
-as a list of blocks (harness.report.page) and rendered twice (harness.report.render).
+as a list of blocks and rendered twice (harness.report.render).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def write_report(
         maps_calibrate: fit learnable variants at maps_n before drawing (a few seconds each); False draws
             them as built, which shows an untrained starting point rather than what the sweep measured.
         budgets: error budgets of the answer (in the run's metric); None: the run's own (its spec.toml's error_budgets,
-            else harness.report.budgets.DEFAULT_BUDGETS). Only for a folder: an analysed run has its budgets.
+            else harness.report.analysis.DEFAULT_BUDGETS). Only for a folder: an analysed run has its budgets.
         plugins: plugin modules or files the maps' child process imports (the run's variants).
     Raises:
         harness.errors.UsageError: run is not a run folder.

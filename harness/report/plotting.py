@@ -102,7 +102,7 @@ def series_styles(frame: pd.DataFrame, *, outside: Collection[str] = ()) -> dict
 
 def outside_budget(rows: pd.DataFrame) -> set[str]:
     """The series of `rows` with a measured error of which no ok row is a candidate within the largest budget."""
-    if "in_budget" not in rows:  # a frame without budgets (harness.report.budgets.with_budgets): nothing is outside
+    if "in_budget" not in rows:  # a frame without budgets (harness.report.analysis.with_budgets): nothing is outside
         return set()
     ok = rows[(rows["status"] == "ok") & rows["error"].notna()]
     return {str(s) for s, group in ok.groupby("series") if not group["in_budget"].astype(bool).any()}

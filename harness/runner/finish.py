@@ -8,7 +8,7 @@ from pathlib import Path
 
 def finish_run(run_dir: Path, *, plugins: tuple[str, ...] = ()) -> None:
     """rows.csv/Parquet, the report (a failure there is a warning); on stdout the table, the report's path, its answer
-    at the largest N (harness.report.summary) and the folder. rows.jsonl is read once, here.
+    at the largest N (harness.report.findings) and the folder. rows.jsonl is read once, here.
 
     `plugins`: the run's plugin targets, which the report's maps child imports too.
     """

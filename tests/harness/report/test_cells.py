@@ -1,4 +1,4 @@
-"""harness.report.cells: every cell's line, failures with their reason, both errors side by side."""
+"""harness.report.tables (the cell tables): every cell's line, failures with their reason, both errors side by side."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""harness.report.roofline_plot: ok rows placed by intensity and achieved FLOP/s under the measured ceilings."""
+"""harness.report.tradeoffs (the roofline): ok rows placed by intensity and achieved FLOP/s under the measured ceilings."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""harness.report.winner_map: what a cell and the legend say (the data, not the pixels)."""
+"""harness.report.heatmaps (the winner map): what a cell and the legend say (the data, not the pixels)."""
 
 from __future__ import annotations
 
