@@ -7,8 +7,8 @@ from pathlib import Path
 
 from harness.errors import UsageError
 from harness.report.analysed import analyse
-from harness.report.compare import DEFAULT_THRESHOLD, compare_runs
-from harness.report.compare_output import summary_lines, write_outputs
+from harness.report.compare import compare_runs, summary_lines, write_outputs
+from harness.report.verdicts import DEFAULT_THRESHOLD
 from harness.schema import CELL_FIELDS, SETTINGS
 from harness.store import load_run
 

@@ -10,8 +10,8 @@ from harness.inputs import parse_inputs
 from harness.measure.timer import Stopwatch
 from harness.plugins import load_plugins
 from harness.report import write_report
-from harness.report.budgets import DEFAULT_BUDGETS
 from harness.report.analysed import analyse
+from harness.report.analysis import DEFAULT_BUDGETS
 from harness.spec.model import CLOCKS
 
 

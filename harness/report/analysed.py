@@ -10,9 +10,9 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from harness.report import analysis, budgets as budgets_mod, choice
+from harness.report import analysis, choice
 from harness.report.clock import on_clock, run_clock
-from harness.report.longest import longest_trainable
+from harness.report.lengths import longest_trainable
 from harness.spec import stored_spec_values
 from harness.store import Run, load_run
 
@@ -28,14 +28,16 @@ class AnalysedRun:
     """One run folder, analysed: what every rendering of it reads."""
 
     run: Run  # the folder as read: rows, env, spec text, what the reader skipped
-    frame: pd.DataFrame  # the rows with dense ratios (analysis.with_dense_ratios), "error" and "in_budget" (budgets.py)
+    frame: (
+        pd.DataFrame
+    )  # the rows with dense ratios (analysis.with_dense_ratios), "error" and "in_budget" (analysis.with_budgets)
     budgets: tuple[float, ...]  # the error budgets the answer is for
     metric: str  # what a budget bounds: "rel_l2" | "cosine"
     # what the errors are against: "full" | "pattern" (every row records it; older rows: the spec's)
     accuracy_reference: str
     cell_timeout_s: float | None  # the run's per-cell limit (the report's maps get it too); None: none or unknown
     tables: tuple[choice.AnswerTable, ...]  # the answer: per setting and inputs, the winner per N and budget
-    # -- the memory budget (SweepSpec.memory_budget) and its search's answer: harness.report.longest --
+    # -- the memory budget (SweepSpec.memory_budget) and its search's answer: harness.report.lengths --
     clock: str = "wall"  # what the speed-ups and the answer come from: "wall" | "cpu" (harness.report.clock)
     memory_budget: int | None = None  # bytes; None: the run searched none
     longest: pd.DataFrame | None = None  # longest.longest_trainable over every row (the searched lengths too)
@@ -76,12 +78,12 @@ def analyse(run: Run | str | Path, *, budgets: Sequence[float] | None = None, cl
     spec, problem = stored_spec_values(run.spec_text)
     if problem:
         run.notes.append(problem)
-    own, metric = budgets_mod.run_budgets(spec)
+    own, metric = analysis.run_budgets(spec)
     chosen = tuple(sorted(set(budgets))) if budgets else own
     clock = run_clock(spec, clock)
     frame = analysis.with_dense_ratios(on_clock(run.rows, clock))
     reference = _reference(frame, spec)
-    frame = budgets_mod.with_budgets(frame, chosen, metric)
+    frame = analysis.with_budgets(frame, chosen, metric)
     memory_budget, longest = _memory_budget(run.env, spec), None
     if memory_budget is not None:  # the search's lengths answer it alone: the rest of the report is at the requested N
         longest = longest_trainable(frame, memory_budget)

@@ -1,4 +1,5 @@
-"""Numbers the report derives from the rows: ratios to dense, scaling exponents, crossovers, Pareto fronts (the recommendation: choice.py).
+"""Numbers the report derives from the rows: settings, ratios to dense, error budgets, Pareto fronts (scaling: scaling.py;
+the recommendation: choice.py).
 
 Pure functions over the DataFrame of harness.store.load_run (one row per cell). Nothing here is typed by
 hand: every cell of the "which one should I use" tables comes from the rows.
@@ -14,21 +15,30 @@ Conventions (documented here once):
   runs, the baseline itself, a baseline that failed) fall back to the unpaired ratio of latencies
   (`dense_latency_ratio`). The row's `speedup` keeps its one meaning: the paired median.
 - A series is a (variant, config) pair, labelled as in harness.store.series_labels.
+- A run's budgets and metric are its spec.toml's `error_budgets` and `error_metric`; a run without
+  budgets (older runs, or none asked for) is answered for DEFAULT_BUDGETS in relative L2 error.
+- A row's error is its relative L2 error, or 1 - cosine similarity for the cosine metric.
+- A row is a candidate at budget b when its error on the evaluation seed is at most b, or when it was
+  matched to b (searched on calibration seeds) and its error is at most b * (1 + GENERALISATION_MARGIN):
+  the search scores other tensors than the evaluation's, so a tuned config may land a little above.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
-from harness.schema import BASELINE, describe, fields_of
+from harness.entries import searched_fields
+from harness.error_metrics import METRIC_NAMES, metric_error
+from harness.schema import BASELINE, NOT_RUN_PREFIX, describe, fields_of
 
 SETTING_KEYS = fields_of("setting")  # what variants compete in: the Cell fields of role "setting"
 CELL_KEYS = SETTING_KEYS + fields_of("inputs", "length")
+DEFAULT_BUDGETS = (1e-2, 1e-1)  # relative L2 error budgets for a run that asked for none: near-exact and approximate
+GENERALISATION_MARGIN = 0.1  # a matched row may exceed its budget by 10% on the evaluation seed (see the module doc)
 
 
 # ---- ratios to dense ---------------------------------------------------------------------------
@@ -60,13 +70,13 @@ def with_dense_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     for key, group in dense.groupby(list(CELL_KEYS), dropna=False, sort=False):
         ok = group[group["status"] == "ok"]
         if len(ok):
-            exact[_key(key)] = _pick_baseline(ok)
+            exact[group_key(key)] = _pick_baseline(ok)
         else:
-            status[_key(key)] = str(group["status"].iloc[0])
+            status[group_key(key)] = str(group["status"].iloc[0])
     for key, group in dense[dense["status"] == "ok"].groupby(
         [k for k in CELL_KEYS if k != "inputs"], dropna=False, sort=False
     ):
-        loose[_key(key)] = _pick_baseline(group)
+        loose[group_key(key)] = _pick_baseline(group)
     latencies, memories, statuses = [], [], []
     for _, row in out.iterrows():
         key = tuple(_norm(row[k]) for k in CELL_KEYS)
@@ -89,9 +99,19 @@ def with_dense_ratios(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _pick_baseline(ok: pd.DataFrame) -> pd.Series:
-    auto = ok[[isinstance(c, dict) and c.get("backend", "auto") == "auto" for c in ok["config"]]]
+    auto = ok[auto_backend(ok)]
     pool = auto if len(auto) else ok
     return pool.sort_values("latency_s", na_position="last").iloc[0]
+
+
+def auto_backend(rows: pd.DataFrame) -> np.ndarray:
+    """Which rows' config asks for backend "auto" (what a user gets by default; the dense baseline among several)."""
+    return np.array([isinstance(c, dict) and c.get("backend", "auto") == "auto" for c in rows["config"]], dtype=bool)
+
+
+def is_baseline_series(label) -> bool:
+    """Whether a series label is the dense baseline's: 'dense' or 'dense(backend=math)'."""
+    return label == BASELINE or str(label).startswith(BASELINE + "(")
 
 
 def _norm(value):
@@ -100,134 +120,8 @@ def _norm(value):
     return value
 
 
-def _key(key) -> tuple:
+def group_key(key) -> tuple:
     return tuple(_norm(k) for k in (key if isinstance(key, tuple) else (key,)))
-
-
-# ---- scaling exponent --------------------------------------------------------------------------
-def fit_exponent(n: Sequence[float], y: Sequence[float], *, last: int = 3) -> float:
-    """The log-log slope of y in n over the `last` longest lengths with a positive y (NaN if < 2 points).
-
-    Dense attention's time and memory grow as N^2 (slope near 2); efficient variants near 1. The
-    longest lengths are used because fixed overheads flatten the curve at short N.
-    """
-    points = sorted(
-        (float(a), float(b)) for a, b in zip(n, y) if a and a > 0 and b is not None and np.isfinite(b) and b > 0
-    )
-    points = points[-last:] if last else points
-    if len({a for a, _ in points}) < 2:
-        return float("nan")
-    x = np.log([a for a, _ in points])
-    z = np.log([b for _, b in points])
-    slope, _ = np.polyfit(x, z, 1)
-    return float(slope)
-
-
-def scaling_exponents(frame: pd.DataFrame, *, last: int = 3, inputs: str | None = None) -> pd.DataFrame:
-    """Per setting and series: the fitted exponent of latency and of peak memory in N, and the N range used.
-
-    Uses rows of one input distribution (`inputs`, default primary_inputs(frame)), and of each series only the lengths
-    that ran ok below its first length without an ok row (`stopped_at`, its status `stopped_status`): a fit never
-    spans a timeout or an OOM, whose neighbours were often measured under other conditions.
-    """
-    columns = list(SETTING_KEYS) + ["series", "time_exponent", "memory_exponent", "fit_from", "fit_to", "points"]
-    columns += ["stopped_at", "stopped_status"]
-    if not len(frame):
-        return pd.DataFrame(columns=columns)
-    inputs = inputs or primary_inputs(frame)
-    rows = frame[frame["inputs"] == inputs]
-    records = []
-    for key, series in rows.groupby(list(SETTING_KEYS) + ["series"], dropna=False, sort=True):
-        if not (series["status"] == "ok").any():
-            continue
-        stopped_at, stopped_status = _first_failure(series)
-        ok = series[(series["status"] == "ok") & (series["seq_len"] < (stopped_at or math.inf))]
-        group = ok.groupby("seq_len", as_index=False)[["latency_s", "peak_memory_bytes"]].median()
-        lengths = sorted(group["seq_len"])[-last:]
-        records.append(
-            dict(
-                zip(list(SETTING_KEYS) + ["series"], _key(key)),
-                time_exponent=fit_exponent(group["seq_len"], group["latency_s"], last=last),
-                memory_exponent=fit_exponent(group["seq_len"], group["peak_memory_bytes"], last=last),
-                fit_from=int(lengths[0]) if lengths else None,
-                fit_to=int(lengths[-1]) if lengths else None,
-                points=len(lengths),
-                stopped_at=stopped_at,
-                stopped_status=stopped_status,
-            )
-        )
-    return pd.DataFrame(records, columns=columns)
-
-
-def _first_failure(series: pd.DataFrame) -> tuple[int | None, str | None]:
-    """The shortest N of a series with rows but none ok, and its status; (None, None) when every N ran ok."""
-    for n, at_n in series.sort_values("seq_len").groupby("seq_len", sort=True):
-        if not (at_n["status"] == "ok").any():
-            return int(n), str(at_n["status"].iloc[0])
-    return None, None
-
-
-# ---- crossover ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Crossover:
-    """Where a variant becomes faster than dense, from two measured latency curves."""
-
-    kind: str  # "always" (faster at every shared N), "crosses" (faster from length on), "never" (not faster at the longest shared N), "no data"
-    # the interpolated N where the ratio crosses 1 (kind "crosses"); the shortest shared N for "always"
-    length: float | None
-    longest: float | None = None  # the longest N where both were timed: nothing is claimed beyond it
-
-
-def crossover_length(n: Sequence[float], t_variant: Sequence[float], t_dense: Sequence[float]) -> Crossover:
-    """The length from which t_variant < t_dense holds at every longer measured N.
-
-    Between the last N where the variant is not faster and the next one, log(ratio) is interpolated
-    linearly in log(N), which is exact for two power laws. Points where either time is missing are ignored.
-    """
-    points = sorted(
-        (float(a), float(b) / float(c))
-        for a, b, c in zip(n, t_variant, t_dense)
-        if b is not None and c is not None and np.isfinite(b) and np.isfinite(c) and b > 0 and c > 0
-    )
-    if not points:
-        return Crossover("no data", None)
-    longest = points[-1][0]
-    slower = [i for i, (_, r) in enumerate(points) if r >= 1.0]
-    if not slower:
-        return Crossover("always", points[0][0], longest)
-    i = slower[-1]
-    if i == len(points) - 1:
-        return Crossover("never", None, longest)
-    (n0, r0), (n1, r1) = points[i], points[i + 1]
-    frac = math.log(r0) / (math.log(r0) - math.log(r1))  # r0 >= 1 > r1, so 0 <= frac < 1
-    return Crossover("crosses", float(math.exp(math.log(n0) + frac * (math.log(n1) - math.log(n0)))), longest)
-
-
-def crossovers(frame: pd.DataFrame, *, inputs: str | None = None) -> pd.DataFrame:
-    """Per setting and non-dense series: the crossover with dense, and the first N where dense ran out of memory.
-
-    `frame` must carry dense ratios (with_dense_ratios). Uses one input distribution.
-    """
-    columns = list(SETTING_KEYS) + ["series", "kind", "length", "longest", "dense_oom_from"]
-    inputs = inputs or primary_inputs(frame)
-    rows = frame[(frame["inputs"] == inputs) & (frame["variant"] != BASELINE)] if len(frame) else frame
-    records = []
-    for key, group in rows.groupby(list(SETTING_KEYS) + ["series"], dropna=False, sort=True):
-        ok = (
-            group[group["status"] == "ok"].groupby("seq_len", as_index=False)[["latency_s", "dense_latency_s"]].median()
-        )
-        result = crossover_length(ok["seq_len"], ok["latency_s"], ok["dense_latency_s"])
-        oom = group[(group["dense_status"] == "oom")]["seq_len"]
-        records.append(
-            dict(
-                zip(list(SETTING_KEYS) + ["series"], _key(key)),
-                kind=result.kind,
-                length=result.length,
-                longest=result.longest,
-                dense_oom_from=int(oom.min()) if len(oom) else None,
-            )
-        )
-    return pd.DataFrame(records, columns=columns)
 
 
 # ---- Pareto front ------------------------------------------------------------
@@ -288,6 +182,17 @@ def axes_title(setting: dict) -> str:
     return "".join(" " + p for p in describe(setting, axes))
 
 
+def searched_extras(r: pd.Series) -> list[str]:
+    """The fields a variant's search tries beside its quality knob, where the row's config sets them: ['sinks=4']."""
+    config = r["config"] if isinstance(r["config"], dict) else {}
+    return [f"{f}={config[f]}" for f in searched_fields(str(r["variant"]))[1:] if config.get(f)]
+
+
+def not_run_rows(frame: pd.DataFrame) -> pd.Series:
+    """Which rows are cells not run because a shorter N of their series failed (their reason says so)."""
+    return frame["reason"].fillna("").astype(str).str.startswith(NOT_RUN_PREFIX)
+
+
 def possible(frame: pd.DataFrame) -> pd.Series:
     """Rows not flagged impossible (a number above the machine's measured limits: harness.measure.roofline); an
     impossible row is shown, never a winner."""
@@ -296,8 +201,34 @@ def possible(frame: pd.DataFrame) -> pd.Series:
     return frame["impossible"].isna()
 
 
-def _ok(frame: pd.DataFrame, inputs: str | None) -> pd.DataFrame:
-    if not len(frame):
-        return frame
-    inputs = inputs or primary_inputs(frame)
-    return frame[(frame["status"] == "ok") & (frame["inputs"] == inputs)]
+# ---- error budgets -----------------------------------------------------------------------------------
+def run_budgets(spec: dict) -> tuple[tuple[float, ...], str]:
+    """(the budgets, the metric) a run answers for, from its spec.toml's values (DEFAULT_BUDGETS, rel_l2 when it has none)."""
+    metric = spec.get("error_metric") if spec.get("error_metric") in METRIC_NAMES else "rel_l2"
+    raw = spec.get("error_budgets") or []
+    budgets = tuple(
+        sorted({float(b) for b in raw if isinstance(b, (int, float)) and not isinstance(b, bool) and b > 0})
+    )
+    return (budgets, metric) if budgets else (DEFAULT_BUDGETS, "rel_l2")
+
+
+def within(frame: pd.DataFrame, budget: float, metric: str) -> pd.Series:
+    """True for the rows that are candidates at `budget` (see the module doc); False where the error is missing."""
+    error = metric_error(frame, metric)
+    matched = pd.to_numeric(frame["matched_budget"], errors="coerce") if "matched_budget" in frame else np.nan
+    tuned_here = np.isclose(matched, budget) if not isinstance(matched, float) else False
+    return (error <= budget) | (tuned_here & (error <= budget * (1 + GENERALISATION_MARGIN)))
+
+
+def with_budgets(frame: pd.DataFrame, budgets: Sequence[float], metric: str) -> pd.DataFrame:
+    """A copy of frame with "error" (in the metric) and "in_budget" (a candidate at the largest budget)."""
+    out = frame.copy()
+    out["error"] = metric_error(out, metric) if len(out) else pd.Series(dtype=float)
+    out["in_budget"] = within(out, max(budgets), metric) if len(out) else pd.Series(dtype=bool)
+    return out
+
+
+def budget_text(budget: float, metric: str) -> str:
+    """'0.05' for relative L2; '1-cos 0.05' for cosine."""
+    value = f"{budget:g}" if math.isfinite(budget) else "-"
+    return value if metric == "rel_l2" else f"1-cos {value}"

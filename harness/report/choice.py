@@ -4,7 +4,7 @@ Each cell names the winner at that N and budget, trusting only what the interval
 
 Pure numbers over a frame with dense ratios (analysis.with_dense_ratios) and errors (budgets.with_budgets);
 the conventions (settings, the dense baseline, paired speed-ups) are analysis.py's, the candidates at a
-budget budgets.py's (`within`).
+budget analysis.py's (`within`).
 
 A cell's winner (pick):
 - candidates rank by their paired speed-up over dense (by latency where no row has one: dense did not run);
@@ -22,12 +22,13 @@ from typing import Sequence
 
 import pandas as pd
 
-from harness.report import analysis, budgets as budgets_mod
+from harness.entries import config_label, knob_field
+from harness.report import analysis
 from harness.report.analysis import SETTING_KEYS
 from harness.report.clock import refusal
-from harness.report.formatting import format_seconds, format_times
-from harness.schema import BASELINE, NOT_RUN_PREFIX, describe as describe_cell
-from harness.error_metrics import budget_label
+from harness.report.render import finite, format_seconds, format_times
+from harness.schema import BASELINE
+from harness.schema import describe as describe_cell
 
 NONE_RAN = "none within budget ran"
 
@@ -105,7 +106,7 @@ def answer_tables(
                 at_n = ok[ok["seq_len"] == n]
                 dense_status = _dense_status(part[part["seq_len"] == n])
                 for budget in budgets:
-                    candidates = _one_per_config(at_n[budgets_mod.within(at_n, budget, metric)], budget)
+                    candidates = _one_per_config(at_n[analysis.within(at_n, budget, metric)], budget)
                     chosen = _over_budget(pick(candidates, dense_status=dense_status), candidates, budget)
                     if chosen.label is None:
                         chosen = dataclasses.replace(chosen, why=why_none(part[part["seq_len"] == n], len(at_n)))
@@ -140,21 +141,6 @@ def pick(candidates: pd.DataFrame, *, dense_status: str | None = None) -> Pick:
         return _pick_of(rows[0])
     rival = next((r for r in rows if r is not dense), None)
     return _pick_of(dense, tie=rival if rival is not None and _overlap(dense, rival) else None)
-
-
-def answer_lines(tables: list[AnswerTable]) -> list[str]:
-    """One line per setting and input distribution at its largest N, for the end of a sweep:
-    'answer at N=8192 (local): rel_l2<=0.05: sliding_window(window=512) 3.1x [2.9-3.3]; rel_l2<=0.1: dense'."""
-    varying = varying_keys(tables)
-    lines = []
-    for table in tables:
-        n = table.lengths[-1]
-        where = ", ".join(describe(table, [k for k in varying if k != "inputs"]) + [table.inputs])
-        answers = table.refusal or "; ".join(
-            f"{budget_label(b, table.metric)}: {table.picks[(n, b)].text()}" for b in table.budgets
-        )
-        lines.append(f"answer at N={n} ({where}): {answers}")
-    return lines
 
 
 def varying_keys(tables: list[AnswerTable]) -> list[str]:
@@ -195,8 +181,6 @@ def _pick_of(r: pd.Series, *, tie: pd.Series | None = None, dense_status: str | 
 def config_text(r: pd.Series) -> str:
     """A row's variant and config as the answer names it, its quality knob named even at its default:
     'sliding_window(window=512)'."""
-    from harness.entries import config_label, knob_field
-
     field = knob_field(str(r["variant"]))
     return config_label(
         str(r["variant"]), r["config"] if isinstance(r["config"], dict) else {}, show=(field,) if field else ()
@@ -231,7 +215,7 @@ def why_none(at_n: pd.DataFrame, ok_candidates: int) -> str | None:
     """Why no candidate within a budget ran at one N: dense's fate, the other cells' statuses (those not run after a
     shorter N failed apart) and the ok ones that missed the budget: 'dense timed out; 3 timeout, 2 not run; 1 ran
     outside the budget'. None when there is nothing to say."""
-    not_run = at_n["reason"].fillna("").astype(str).str.startswith(NOT_RUN_PREFIX)
+    not_run = analysis.not_run_rows(at_n)
     parts = []
     dense = at_n[at_n["variant"] == BASELINE]
     if len(dense) and not (dense["status"] == "ok").any():
@@ -259,10 +243,7 @@ def _dense_status(at_n: pd.DataFrame) -> str | None:
 
 
 def _finite(x) -> bool:
-    try:
-        return math.isfinite(float(x))
-    except (TypeError, ValueError):
-        return False
+    return finite(x) is not None
 
 
 def _interval(r: pd.Series) -> tuple[float, float] | None:

@@ -2,7 +2,7 @@
 
 Everything shown is computed from the analysed run (harness.report.analysed: rows.jsonl and spec.toml, read once)
 and the studies' .json files beside it; failed cells are shown with their reason, never dropped. The page is built once
-as a list of blocks (harness.report.page) and rendered twice (harness.report.render).
+as a list of blocks and rendered twice (harness.report.render).
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from harness.report import cells, findings, overview, scopes
+from harness.report import findings, overview, scaling, tables
 from harness.report.analysed import AnalysedRun, analyse
-from harness.report.figures import MapOptions, figure_section
-from harness.report.page import Block, Heading, Paragraph
-from harness.report.render import render_html, render_markdown
+from harness.report.figures import figure_section
+from harness.report.heatmaps import MapOptions
+from harness.report.published import published_comparison
+from harness.report.render import Block, Heading, Paragraph, render_html, render_markdown
 from harness.report.study_results import study_caveats, study_sections
-from harness.report.vs_published import published_comparison
 from harness.store.safe_files import write_plain
 
 NO_ROWS = (
@@ -50,7 +50,7 @@ def write_report(
         maps_calibrate: fit learnable variants at maps_n before drawing (a few seconds each); False draws
             them as built, which shows an untrained starting point rather than what the sweep measured.
         budgets: error budgets of the answer (in the run's metric); None: the run's own (its spec.toml's error_budgets,
-            else harness.report.budgets.DEFAULT_BUDGETS). Only for a folder: an analysed run has its budgets.
+            else harness.report.analysis.DEFAULT_BUDGETS). Only for a folder: an analysed run has its budgets.
         plugins: plugin modules or files the maps' child process imports (the run's variants).
     Raises:
         harness.errors.UsageError: run is not a run folder.
@@ -59,37 +59,42 @@ def write_report(
     frame, folder = analysed.frame, analysed.path
     options = MapOptions(draw=maps, n=maps_n, inputs=maps_inputs, calibrate=maps_calibrate, plugins=plugins)
     title = f"attnsuite report: {analysed.name}"
-    written: list[Path] = []
-    blocks: list[Block] = [Heading(1, title)]
-    load_warnings = [Paragraph(f"**{n}**") for n in overview.load_warning(frame)]
-    if analysed.ok:
-        paths, section = findings.recommendation(analysed, folder)
-        written += paths
-        blocks += section + [Paragraph(caveat) for caveat in study_caveats(folder)]
-        blocks += load_warnings  # beside the answer it qualifies, before the memory-budget section
-        paths, section = findings.memory_budget_section(analysed, folder)
-        written += paths
-        blocks += section
-    else:
-        blocks += [Heading(2, "Which one should I use"), Paragraph(NOTHING_OK if len(frame) else NO_ROWS)]
-        blocks += load_warnings
+    written, blocks = _answer(analysed)
+    blocks = [Heading(1, title)] + blocks
     blocks += [Paragraph(f"Note: {n}") for n in analysed.run.notes]
     blocks += overview.environment(analysed.run.env, frame) + overview.devices(frame)
     if len(frame):
         blocks += overview.outcome(frame)
     if analysed.ok:
-        blocks += findings.scaling(frame)
-        blocks += scopes.layer_share(frame)
+        blocks += scaling.scaling(frame)
+        blocks += scaling.layer_share(frame)
         for section, heading in (("measured", "Figures"), ("decode", "Decoding"), ("maps", "Effective attention maps")):
             paths, figures = figure_section(analysed, folder, section, options)
             written += paths
             blocks += [Heading(2, heading)] + figures if figures else []
         blocks += published_comparison(frame, analysed.run.env)
     if len(frame):
-        blocks += cells.cell_tables(analysed)
+        blocks += tables.cell_tables(analysed)
     blocks += study_sections(folder)
     blocks += overview.spec(analysed.run.spec_text)
     md_path, html_path = folder / "report.md", folder / "report.html"
     write_plain(md_path, render_markdown(blocks))  # never through a link planted in the run folder
     write_plain(html_path, render_html(blocks, folder, title=title))
     return [md_path, html_path] + written
+
+
+def _answer(analysed: AnalysedRun) -> tuple[list[Path], list[Block]]:
+    """The report's opening: the answer (or why there is none), the studies' caveats and the load warning beside it,
+    then the memory budget's answer; with the figures written for them."""
+    frame, folder = analysed.frame, analysed.path
+    load_warnings = [Paragraph(f"**{n}**") for n in overview.load_warning(frame)]
+    if not analysed.ok:
+        return [], [
+            Heading(2, "Which one should I use"),
+            Paragraph(NOTHING_OK if len(frame) else NO_ROWS),
+        ] + load_warnings
+    written, blocks = findings.recommendation(analysed, folder)
+    blocks += [Paragraph(caveat) for caveat in study_caveats(folder)]
+    blocks += load_warnings  # beside the answer it qualifies, before the memory-budget section
+    paths, section = findings.memory_budget_section(analysed, folder)
+    return written + paths, blocks + section

@@ -1,28 +1,23 @@
 """Every figure of the report declared once, as data: its file, the section it belongs to, how it is drawn, its
-caption and when it is drawn (FIGURES); `figure_section` draws a section's figures into the run folder."""
+caption and when it is drawn (FIGURES); `figure_section` draws a section's figures into the run folder.
+
+The drawings are by job: curves against N (harness.report.curves), trade-offs (tradeoffs: Pareto, roofline), lengths
+(lengths: max_length, longest trainable N) and heatmaps (heatmaps: the winner map, the effective attention maps)."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable
 
 import pandas as pd
 
-from harness.entries import parse_entry
-from harness.report import analysis, plots
-from harness.report.budgets import METRIC_NAMES, budget_text
-from harness.report.formatting import format_number
-from harness.report.longest import plot_longest
-from harness.report.maps_isolated import isolated_maps
-from harness.report.maps_plot import plot_attention_maps
-from harness.report.max_length import memory_limits, plot_memory_limits
-from harness.report.page import Block, Image, Table
-from harness.report.pareto_plot import plot_pareto
-from harness.report.plotting import variant_colors
-from harness.report.roofline_plot import has_roofline, plot_roofline
-from harness.report.winner_map import winner_map
+from harness.error_metrics import METRIC_NAMES
+from harness.report import analysis, curves, heatmaps, lengths, tradeoffs
+from harness.report.analysis import budget_text
+from harness.report.heatmaps import MapOptions
+from harness.report.plotting import Drawn
+from harness.report.render import Block, Image
 
 if TYPE_CHECKING:
     from harness.report.analysed import AnalysedRun
@@ -36,28 +31,6 @@ FAILURE_CAPTION = (
     "panel is named under its title with its status. A matched series whose knob differs per N is drawn as points "
     "labelled with the knob, not a line. "
 )
-MAPS_INPUTS_PREFERENCE = ("local", "global", "lowrank", "gaussian")  # structured inputs make the maps readable
-
-
-@dataclass(frozen=True)
-class MapOptions:
-    """How the effective attention maps are drawn (harness.report.document.write_report's arguments)."""
-
-    draw: bool = True  # False: no maps (they run each variant once)
-    n: int = 64  # N = M = D of the maps
-    inputs: str | None = None  # None: the first of MAPS_INPUTS_PREFERENCE the run measured
-    calibrate: bool = True  # fit learnable variants at n first
-    plugins: Sequence[str] = ()  # what the maps' child process imports (the run's plugin variants)
-
-
-@dataclass(frozen=True)
-class Drawn:
-    """What drawing a figure gave: the file, and for a figure whose caption depends on the drawing, that caption and
-    the blocks that follow it."""
-
-    path: Path
-    caption: str | None = None  # None: the Figure's own caption
-    after: list[Block] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -106,16 +79,6 @@ def _decoded(a: "AnalysedRun") -> bool:
     return bool((_decode(a)["status"] == "ok").any())
 
 
-def _winner_map(a: "AnalysedRun", path: Path, _: MapOptions) -> Path | None:
-    from harness.report import choice
-
-    tables = [t for t in a.tables if not t.refusal]  # no verdict (mostly contended): no winners drawn either
-    if not tables:
-        return None
-    one = f"{analysis.setting_title(tables[0].setting)}, inputs {tables[0].inputs}"  # one table: say all of it
-    return winner_map(tables, choice.table_titles(tables) if len(tables) > 1 else [one], path)
-
-
 def _winner_caption(a: "AnalysedRun") -> str:
     empty = any(p.label is None for t in a.tables for p in t.picks.values())
     return "The winner per N and error budget: its speed-up over dense (~ a tie) and config" + (
@@ -124,11 +87,11 @@ def _winner_caption(a: "AnalysedRun") -> str:
 
 
 FIGURES: tuple[Figure, ...] = (
-    Figure("winner_map.png", "answer", _winner_map, _winner_caption),
+    Figure("winner_map.png", "answer", lambda a, path, _: heatmaps.draw_winner_map(a, path), _winner_caption),
     Figure(
         "latency_vs_n.png",
         "measured",
-        lambda a, path, _: plots.plot_metric_vs_n(
+        lambda a, path, _: curves.plot_metric_vs_n(
             a.frame,
             "latency_s",
             path,
@@ -145,7 +108,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "memory_vs_n.png",
         "measured",
-        lambda a, path, _: plots.plot_metric_vs_n(
+        lambda a, path, _: curves.plot_metric_vs_n(
             a.frame,
             "peak_memory_bytes",
             path,
@@ -158,7 +121,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "speedup_vs_n.png",
         "measured",
-        lambda a, path, _: plots.plot_metric_vs_n(
+        lambda a, path, _: curves.plot_metric_vs_n(
             a.frame,
             "dense_speedup",
             path,
@@ -178,7 +141,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "error_vs_n.png",
         "measured",
-        lambda a, path, _: plots.plot_error_vs_n(
+        lambda a, path, _: curves.plot_error_vs_n(
             a.frame, path, budgets=a.budgets, metric=a.metric, against=a.errors_against
         ),
         lambda a: (
@@ -190,7 +153,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "pareto.png",
         "measured",
-        lambda a, path, _: plot_pareto(a.frame, path, budgets=a.budgets, metric=a.metric),
+        lambda a, path, _: tradeoffs.plot_pareto(a.frame, path, budgets=a.budgets, metric=a.metric),
         lambda a: (
             f"{_sentence(METRIC_NAMES[a.metric])} (against {a.errors_against}) against latency at each N (one row "
             f"of panels per setting), on the '{analysis.primary_inputs(a.frame)}' inputs (the other distributions' "
@@ -202,7 +165,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "roofline.png",
         "measured",
-        lambda a, path, _: plot_roofline(a.frame, a.run.env, path),
+        lambda a, path, _: tradeoffs.plot_roofline(a.frame, a.run.env, path),
         lambda a: (
             "Every ok row's arithmetic intensity (the FLOPs its backend executes per byte it must move: inputs, output "
             "and a decode state) against the FLOP/s it achieved, log-log, under the ceilings measured on this machine "
@@ -211,12 +174,12 @@ FIGURES: tuple[Figure, ...] = (
             "row above a ceiling: impossible, never a winner. A working set that fits in the cache may sit above the "
             "bandwidth slope."
         ),
-        when=lambda a: has_roofline(a.frame, a.run.env),
+        when=lambda a: tradeoffs.has_roofline(a.frame, a.run.env),
     ),
     Figure(
         "max_length.png",
         "measured",
-        lambda a, path, _: plot_memory_limits(memory_limits(a.frame), a.frame, path),
+        lambda a, path, _: lengths.plot_memory_limits(lengths.memory_limits(a.frame), a.frame, path),
         lambda a: (
             "The longest N each series ran, and the first N where it ran out of memory or timed out (drawn only when "
             "some cell did)."
@@ -225,7 +188,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "decode_latency_vs_n.png",
         "decode",
-        lambda a, path, _: plots.plot_metric_vs_n(
+        lambda a, path, _: curves.plot_metric_vs_n(
             _decode(a),
             "latency_s",
             path,
@@ -242,7 +205,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "state_bytes_vs_n.png",
         "decode",
-        lambda a, path, _: plots.plot_metric_vs_n(
+        lambda a, path, _: curves.plot_metric_vs_n(
             _decode(a),
             "state_bytes",
             path,
@@ -259,7 +222,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "longest_trainable_n.png",
         "memory",
-        lambda a, path, _: plot_longest(a.longest, a.memory_budget, path),
+        lambda a, path, _: lengths.plot_longest(a.longest, a.memory_budget, path),
         lambda a: (
             "Longest trainable N: per train series (variant and config, recompute, precision), the longest N whose "
             "measured peak memory of one forward + backward fits the memory budget, found by doubling N from the "
@@ -271,71 +234,8 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "attention_maps.png",
         "maps",
-        lambda a, path, options: _maps(a, path, options),
+        lambda a, path, options: heatmaps.draw_maps(a, path, options),
         lambda a: "",
         when=lambda a: bool(len(a.frame)),
     ),
 )
-
-
-def _map_series(frame: pd.DataFrame, inputs: str) -> list[tuple[str, str, dict]]:
-    """(label, variant, config) per distinct config to draw: each series' config at its shortest ok N (on the maps'
-    inputs where it ran on them), so a series matched to a budget is drawn with a window it really ran; configs found
-    for several budgets are drawn once, labelled by their config. A series whose search met no budget is drawn at
-    the top of the range it searched at its shortest N, labelled so: its map shows what the budget missed."""
-    from harness.report.choice import config_text
-
-    found: dict[str, tuple[str, str, dict]] = {}
-    for label, group in frame.groupby("series", sort=True):
-        ran = group[group["status"] == "ok"]
-        searched = group[(group["status"] == "unreachable") & group["tuning"].map(lambda t: isinstance(t, dict))]
-        pool, suffix = (ran, "") if len(ran) else (searched, " (out of budget)")
-        if not len(pool):
-            continue
-        on_inputs = pool[pool["inputs"] == inputs]
-        first = (on_inputs if len(on_inputs) else pool).sort_values("seq_len").iloc[0]
-        config = first["config"] if isinstance(first["config"], dict) else {}
-        matched = pd.notna(pd.to_numeric(first.get("matched_budget"), errors="coerce"))
-        key = json.dumps([first["variant"], config], sort_keys=True, default=str)
-        found.setdefault(key, ((config_text(first) if matched else str(label)) + suffix, str(first["variant"]), config))
-    return sorted(found.values())
-
-
-def _maps(a: "AnalysedRun", path: Path, options: MapOptions) -> Drawn | None:
-    """Each series' effective attention map (harness.report.maps) at N = options.n, with a table of the panels' errors.
-
-    The panels run in a child process, each within the run's per-cell limit (harness.report.maps_isolated).
-    """
-    if not options.draw:
-        return None
-    frame, n = a.frame, options.n
-    measured = sorted({str(v) for v in frame["inputs"]})
-    inputs = options.inputs
-    if inputs is None:
-        names = {
-            parse_entry(m)[0]: m for m in measured
-        }  # the name only: a plugin's distribution may not be registered here
-        inputs = next((names[p] for p in MAPS_INPUTS_PREFERENCE if p in names), measured[0] if measured else "gaussian")
-    causal = bool(len(frame)) and not (~frame["causal"].astype(bool)).any()
-    series = _map_series(frame, inputs)
-    kwargs = dict(n=n, causal=causal, calibrate=options.calibrate, timeout_s=a.cell_timeout_s, plugins=options.plugins)
-    try:
-        found = isolated_maps(series, inputs=inputs, **kwargs)
-    except ValueError:  # e.g. a plugin input distribution not registered here: draw on gaussian inputs
-        found = isolated_maps(series, inputs="gaussian", **kwargs)
-    path = plot_attention_maps(found, path, colors=variant_colors(list(frame["variant"])))
-    how = (
-        "Learnable variants are fitted at this N with the calibration defaults (other seeds of the same distribution)."
-        if options.calibrate
-        else "Learnable variants are drawn as built (seeded, uncalibrated), not in the fitted state the sweep measured "
-        "(RUN_DIR/fitted/): their maps show the untrained starting point."
-    )
-    caption = (
-        f"What each variant actually applies, found by feeding v = identity at N = M = D = {n} on '{found.inputs}' inputs "
-        f"(CPU, float32). {how} Each panel's 'weights rel. error' compares its matrix with the exact one."
-    )
-    rows = [
-        [p.label, format_number(p.rel_error, ".3g") if p.weights is not None else "-", p.note or ""]
-        for p in found.panels
-    ]
-    return Drawn(path, caption, [Table(["series", "weights rel. error", "note"], rows)])

@@ -1,4 +1,6 @@
-"""The report's answers: which variant to use per error budget and N, and how each one scales."""
+"""The answer in words: the report's "Which one should I use" (a table N x budget per setting and inputs, what was not
+measured, what was out of reach, the winner map, the conditions), its memory-budget section, and the lines a sweep
+prints last. The decisions are harness.report.choice's and harness.report.reach's."""
 
 from __future__ import annotations
 
@@ -7,15 +9,14 @@ from typing import Any
 
 import pandas as pd
 
+from harness.error_metrics import METRIC_NAMES, budget_label
 from harness.report import analysis, choice, reach
 from harness.report.analysed import AnalysedRun
-from harness.report.budgets import GENERALISATION_MARGIN, METRIC_NAMES
-from harness.report.figures import figure_section
-from harness.report.formatting import format_n, format_number, format_text
-from harness.report.page import Block, Heading, Paragraph, Table
+from harness.report.analysis import GENERALISATION_MARGIN
 from harness.report.clock import clock_note
-from harness.schema import BASELINE, NOT_RUN_PREFIX
-from harness.error_metrics import budget_label
+from harness.report.figures import figure_section
+from harness.report.lengths import cheapest_lines, table_rows
+from harness.report.render import Block, Heading, Paragraph, Table, format_bytes, format_lengths, format_n, format_text
 
 
 def recommendation(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], list[Block]]:
@@ -46,7 +47,7 @@ def recommendation(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], lis
         else:
             blocks.append(Table(headers, rows))
         blocks += _not_measured(frame, table, analysed.cell_timeout_s)
-        blocks += _out_of_reach(frame, table)
+        blocks += reach.out_of_reach(frame, table)
     written, figures = figure_section(analysed, folder, "answer")
     blocks += figures
     blocks.append(Paragraph(conditions(analysed.run.env, frame)))
@@ -95,11 +96,11 @@ def _not_measured(frame: pd.DataFrame, table: choice.AnswerTable, timeout_s: flo
     ('Not measured: dense timed out at N=8K (past the 60 s limit); chunked not run at N=8K ...')."""
     rows = analysis.select(frame, table.setting)
     rows = rows[rows["inputs"] == table.inputs]
-    not_run = rows["reason"].fillna("").astype(str).str.startswith(NOT_RUN_PREFIX)
+    not_run = analysis.not_run_rows(rows)
     parts = []
     for label, mask in (("timed out", (rows["status"] == "timeout") & ~not_run), ("not run", not_run)):
         for variant, part in rows[mask].groupby("variant", sort=True):
-            parts.append(f"{variant} {label} at {_lengths_text(sorted({int(n) for n in part['seq_len']}))}")
+            parts.append(f"{variant} {label} at {format_lengths(sorted({int(n) for n in part['seq_len']}))}")
     if not parts:
         return []
     timed_out = bool(((rows["status"] == "timeout") & ~not_run).any())
@@ -110,52 +111,6 @@ def _not_measured(frame: pd.DataFrame, table: choice.AnswerTable, timeout_s: flo
             "out of time or memory, or missed its budget over the same search range; no answer above counts them."
         )
     ]
-
-
-def _out_of_reach(frame: pd.DataFrame, table: choice.AnswerTable) -> list[Block]:
-    """One line under a table: each variant whose search met no budget somewhere, where, the best error its range
-    reached, and whether that is no better than uniform attention (harness.report.reach) ('linformer at every N and
-    budget: no better than uniform attention (uniform 0.79) (best 0.77: k=64 at N=256)')."""
-    parts = []
-    everywhere = {(n, b) for n in table.lengths for b in table.budgets}
-    for miss in reach.unreached(frame, table.setting, table.inputs):
-        verdict = f": {miss.verdict()}" if miss.verdict() else ""
-        if miss.missed >= everywhere:
-            parts.append(f"{miss.variant} at every N and budget{verdict}{_best_text(miss.best)}")
-            continue
-        pieces = [  # each budget with its own best (a near miss of the smaller one is no reason the larger was missed)
-            f"for {budget_label(b, table.metric, ascii=False)} at "
-            f"{_lengths_text(sorted(n for n, bb in miss.missed if bb == b))}{_best_text(miss.best_by_budget.get(b))}"
-            for b in table.budgets
-            if any(bb == b for _, bb in miss.missed)
-        ]
-        parts.append(f"{miss.variant} " + "; ".join(pieces) + verdict)
-    blocks = [Paragraph("Out of reach (on the search's held-out seeds): " + "; ".join(parts) + ".")] if parts else []
-    all_rows = analysis.select(frame, table.setting)
-    uniform = reach.uniform_error(all_rows[all_rows["inputs"] == table.inputs])
-    if table.inputs.split(":")[0] == "gaussian" and uniform is not None:
-        blocks.insert(
-            0,
-            Paragraph(
-                f"Why nothing can win on {table.inputs}: iid q and k make the weights near-uniform, so the exact output "
-                f"is small (a few % of ||v||) and mostly noise; uniform attention (the mean of v) already scores "
-                f"{uniform:.2g} and a zero output 1, and a variant that does not compute nearly every score cannot get "
-                "far below that."
-            ),
-        )
-    return blocks
-
-
-def _best_text(best: tuple[float, str, int] | None) -> str:
-    """' (best 0.31: k=1024 at N=1K)', or '' without a recorded best."""
-    return f" (best {best[0]:.2g}: {best[1]} at N={format_n(best[2])})" if best else ""
-
-
-def _lengths_text(lengths: list[int]) -> str:
-    """'N=4K-8K' for a run of lengths, 'N=1K, 4K' otherwise (the table's own N)."""
-    if len(lengths) > 1:
-        return f"N={format_n(lengths[0])}-{format_n(lengths[-1])}"
-    return f"N={format_n(lengths[0])}"
 
 
 def conditions(env: dict[str, Any], frame: pd.DataFrame) -> str:
@@ -175,74 +130,9 @@ def conditions(env: dict[str, Any], frame: pd.DataFrame) -> str:
     return f"Measured on {device}, {dtypes}; {load_text}; {threads}; torch {format_text(env.get('torch'))}."
 
 
-def scaling(frame: pd.DataFrame) -> list[Block]:
-    """The fitted exponents of latency and memory in N, and where each variant becomes faster than dense."""
-    exps = analysis.scaling_exponents(frame)
-    cross = analysis.crossovers(frame)
-    blocks: list[Block] = [
-        Heading(2, "Scaling"),
-        Paragraph(
-            f"Log-log slope of latency and of peak memory in N over the three longest lengths that ran ok, below the "
-            f"first length that did not (inputs: {analysis.primary_inputs(frame)}): dense attention should be near 2, "
-            "linear-cost variants near 1. Crossover: the N from which a variant is faster than dense at every longer "
-            "N where both were timed (interpolated in log-log between the two bracketing lengths); nothing is claimed "
-            "beyond the longest such N."
-        ),
-    ]
-    merged = exps.merge(cross, on=list(analysis.SETTING_KEYS) + ["series"], how="left")
-    rows = []
-    for _, r in merged.iterrows():
-        rows.append(
-            [
-                analysis.setting_title(r.to_dict()),
-                r["series"],
-                _exponent_text(r["time_exponent"]),
-                _exponent_text(r["memory_exponent"]),
-                _fit_range_text(r),
-                _crossover_text(r),
-            ]
-        )
-    blocks.append(
-        Table(["setting", "series", "time exponent", "memory exponent", "fit over N", "faster than dense"], rows)
-    )
-    return blocks
-
-
-def _exponent_text(value: float) -> str:
-    """'1.98'; a slope that rounds to zero is '0.00', not '-0.00'."""
-    return format_number(0.0 if pd.notna(value) and abs(value) < 0.005 else value, ".2f")
-
-
-def _fit_range_text(r: pd.Series) -> str:
-    """'1024-4096', with what stopped the series below its longest length: '256-1024 (timeout at 2048)'."""
-    text = f"{r['fit_from']}-{r['fit_to']}" if r["points"] and r["points"] > 1 else "too few points"
-    if pd.notna(r.get("stopped_at")):
-        text += f" ({r['stopped_status']} at {int(r['stopped_at'])})"
-    return text
-
-
-def _crossover_text(r: pd.Series) -> str:
-    if r["series"] == BASELINE or str(r["series"]).startswith(BASELINE + "("):
-        return "(baseline)"
-    kind = r.get("kind")
-    longest = format_n(int(r["longest"])) if pd.notna(r.get("longest")) else "?"
-    text = {
-        "always": f"at every N both were timed (to {longest})",
-        "never": f"not at N={longest}, the longest both were timed",
-        "no data": "no N with both timed",
-        "crosses": f"from N ~ {r['length']:.0f} (measured to {longest})" if pd.notna(r.get("length")) else "",
-    }.get(kind, "-")
-    if pd.notna(r.get("dense_oom_from")):
-        text += f"; dense out of memory from N={int(r['dense_oom_from'])}"
-    return text
-
-
 def memory_budget_section(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], list[Block]]:
     """'Longest trainable N': the cheapest combination per setting at its largest requested N, the search's table per
-    train series and its figure (harness.report.longest); nothing without a memory budget."""
-    from harness.report.formatting import format_bytes
-    from harness.report.longest import cheapest_lines, table_rows
-
+    train series and its figure (harness.report.lengths); nothing without a memory budget."""
     if analysed.memory_budget is None or analysed.longest is None or not len(analysed.longest):
         return [], []
     budget = format_bytes(analysed.memory_budget)
@@ -258,3 +148,34 @@ def memory_budget_section(analysed: AnalysedRun, folder: Path) -> tuple[list[Pat
     ]
     written, figures = figure_section(analysed, folder, "memory")
     return written, blocks + figures
+
+
+# ---- the answer at the end of a sweep -----------------------------------------------------------------
+def answer_lines(analysed: AnalysedRun) -> list[str]:
+    """What a sweep prints last: the answer at the largest N, one line per setting and input distribution with the
+    variants out of reach there, then the memory budget's cheapest combinations and what the numbers are on."""
+    tables = list(analysed.tables)
+    lines = [line + reach.unreached_text(analysed, t) for line, t in zip(table_answers(tables), tables)]
+    if analysed.memory_budget is not None:  # the cheapest combination that trains within it (harness.report.lengths)
+        lines += cheapest_lines(analysed.frame, analysed.memory_budget)
+    if lines and analysed.accuracy_reference != "full":
+        lines.append(f"(errors against {analysed.errors_against})")
+    note = clock_note(analysed.clock)
+    if lines and note:
+        lines.append(f"({note})")
+    return lines
+
+
+def table_answers(tables: list[choice.AnswerTable]) -> list[str]:
+    """One line per setting and input distribution at its largest N, for the end of a sweep:
+    'answer at N=8192 (local): rel_l2<=0.05: sliding_window(window=512) 3.1x [2.9-3.3]; rel_l2<=0.1: dense'."""
+    varying = choice.varying_keys(tables)
+    lines = []
+    for table in tables:
+        n = table.lengths[-1]
+        where = ", ".join(choice.describe(table, [k for k in varying if k != "inputs"]) + [table.inputs])
+        answers = table.refusal or "; ".join(
+            f"{budget_label(b, table.metric)}: {table.picks[(n, b)].text()}" for b in table.budgets
+        )
+        lines.append(f"answer at N={n} ({where}): {answers}")
+    return lines

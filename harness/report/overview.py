@@ -1,15 +1,22 @@
-"""The report's opening sections: the environment, the devices of a mixed run, the spec, and the outcome counts."""
+"""How the run went: the report's opening sections (the environment, the devices of a mixed run, the spec, the outcome
+counts, a load warning) and the terminal's outcome line."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from harness.report.formatting import format_number, format_text
-from harness.report.page import Block, Code, Heading, Paragraph, Table
-from harness.schema import NOT_RUN_PREFIX
+from harness.measure.contention import CONTENDED_SHARE
+from harness.measure.noise import HIGH_LOAD_PER_CPU, NOISY_SHARE
+from harness.report.analysis import not_run_rows
+from harness.report.clock import contended_count, median_load
+from harness.report.render import Block, Code, Heading, Paragraph, Table, format_number, format_text
+from harness.schema import STATUSES
+
+if TYPE_CHECKING:
+    from harness.report.analysed import AnalysedRun
 
 # the outcome table's columns, then any other
 STATUS_ORDER = (
@@ -78,9 +85,6 @@ def _scaled(value: Any, scale: float) -> float | None:
 def load_warning(frame: pd.DataFrame) -> list[str]:
     """The report's first line when the run was measured under load or many rows are noisy (else nothing: a few
     noisy cells are marked where they are shown)."""
-    from harness.measure.noise import HIGH_LOAD_PER_CPU, NOISY_SHARE
-    from harness.report.clock import contended_count
-
     if not len(frame) or "noisy" not in frame:
         return []
     ok = frame[frame["status"] == "ok"]
@@ -136,11 +140,6 @@ def spec(spec_text: str | None) -> list[Block]:
 NOT_RUN_WHY = "a shorter N of their series ran out of memory or time, or missed its budget"
 
 
-def not_run_rows(frame: pd.DataFrame) -> pd.Series:
-    """Which rows are cells not run because a shorter N of their series failed (their reason says so)."""
-    return frame["reason"].fillna("").astype(str).str.startswith(NOT_RUN_PREFIX)
-
-
 def outcome(frame: pd.DataFrame) -> list[Block]:
     """Cells per series and status, with the totals in a sentence."""
     counts = frame.groupby(["series", "status"]).size().unstack(fill_value=0)
@@ -171,3 +170,33 @@ def math_fallback(frame: pd.DataFrame) -> list[Block]:
             "the fused kernel's (see the sdpa_kernel column)."
         )
     ]
+
+
+def outcome_line(analysed: "AnalysedRun") -> str:
+    """How the run went, in one line: cells by status (those not run after a shorter N failed, apart), how many timed
+    cells are noisy and contended, and the load they were measured under: 'cells: 62 ok, 14 timeout, 20 not run (...);
+    29 of 29 timed cells noisy, 27 of 29 contended (...); load 14.2 per CPU (median of the cells; timings then follow
+    the machine, not the code)'."""
+    frame = analysed.frame
+    if not len(frame):
+        return "cells: none ran"
+    not_run = not_run_rows(frame)
+    counts = frame.loc[~not_run, "status"].value_counts()
+    order = [s for s in STATUSES if s in counts] + sorted(set(counts.index) - set(STATUSES))
+    parts = [f"{counts[s]} {s}" for s in order]
+    if not_run.any():
+        parts.append(f"{int(not_run.sum())} not run ({NOT_RUN_WHY})")
+    text = "cells: " + ", ".join(parts)
+    noisy = frame["noisy"] if "noisy" in frame else pd.Series(dtype=object)
+    timed = noisy.notna()
+    if timed.any():
+        text += f"; {int(noisy[timed].astype(bool).sum())} of {int(timed.sum())} timed cells noisy"
+    contended, known = contended_count(frame)
+    if known:  # harness.measure.contention: the timing thread was off its core most of the time
+        text += f"{',' if timed.any() else '; timed cells:'} {contended} of {known} contended "
+        text += f"(on a core under {CONTENDED_SHARE:.0%} of their timed wall time)"
+    median = median_load(frame)
+    if median is not None:
+        busy = median >= HIGH_LOAD_PER_CPU
+        text += f"; load {median:.1f} per CPU (median of the cells{'; timings then follow the machine, not the code' if busy else ''})"
+    return text

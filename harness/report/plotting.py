@@ -8,15 +8,16 @@ matplotlib is imported inside the helpers. The studies' figures use pyplot() too
 from __future__ import annotations
 
 import textwrap
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Collection, Sequence
 
 import numpy as np
 import pandas as pd
 
-from harness.report.analysis import select, settings
-from harness.report.budgets import budget_text
-from harness.report.formatting import format_bytes, format_n, format_seconds
+from harness.report.analysis import budget_text, select, settings
+from harness.report.render import Block, format_bytes, format_n, format_seconds
+from harness.store.safe_files import write_figure
 
 FIXED_COLORS = {
     "dense": "black",
@@ -54,10 +55,10 @@ SEARCH_LABEL = "hollow, dotted: unreachable\n(its search's best error)"
 
 def pyplot():
     """matplotlib.pyplot on the Agg backend: files only, never a window (safe on headless CI)."""
-    import matplotlib
+    import matplotlib  # heavy: loaded on the first figure drawn
 
     matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: loaded on the first figure drawn
 
     return plt
 
@@ -101,7 +102,7 @@ def series_styles(frame: pd.DataFrame, *, outside: Collection[str] = ()) -> dict
 
 def outside_budget(rows: pd.DataFrame) -> set[str]:
     """The series of `rows` with a measured error of which no ok row is a candidate within the largest budget."""
-    if "in_budget" not in rows:  # a frame without budgets (harness.report.budgets.with_budgets): nothing is outside
+    if "in_budget" not in rows:  # a frame without budgets (harness.report.analysis.with_budgets): nothing is outside
         return set()
     ok = rows[(rows["status"] == "ok") & rows["error"].notna()]
     return {str(s) for s, group in ok.groupby("series") if not group["in_budget"].astype(bool).any()}
@@ -126,7 +127,7 @@ def grid(count: int, *, ncols: int | None = None, width: float = 5.2, height: fl
 def finish(plt, fig, axes, styles: dict, title: str, path: Path) -> None:
     """One legend for the figure (a failure mark's entry only where mark_failures drew one), empty panels hidden, title,
     save, close."""
-    from matplotlib.lines import Line2D
+    from matplotlib.lines import Line2D  # heavy: loaded on the first figure drawn
 
     by_label = {style["label"]: style for style in styles.values()}
     used = sorted({label for ax in axes for label in ax.get_legend_handles_labels()[1] if not label.startswith("_")})
@@ -170,47 +171,15 @@ def budget_lines(ax, budgets: Sequence[float], metric: str) -> None:
 
 def save(plt, fig, path: Path) -> None:
     """The figure as a PNG at `path` (never through a symbolic link: harness.store.safe_files), then closed."""
-    from harness.store.safe_files import write_figure
-
     try:
         write_figure(fig, path, dpi=DPI)
     finally:
         plt.close(fig)
 
 
-def mark_failures(ax, group: pd.DataFrame, style: dict) -> None:
-    """Marks at the top of the axes at each N where the series ran out of memory (x) or timed out (|)."""
-    for status, (gid, marker, _) in FAILURE_MARKS.items():
-        at = sorted(set(group[group["status"] == status]["seq_len"]))
-        if at:
-            ax.plot(
-                at,
-                [0.96] * len(at),
-                transform=ax.get_xaxis_transform(),
-                linestyle="none",
-                marker=marker,
-                color=style["color"],
-                markersize=8 if marker == "x" else 11,
-                markeredgewidth=2,
-                clip_on=False,
-                gid=gid,
-            )
-
-
-def missing_note(part: pd.DataFrame, drawn: set[str]) -> str:
-    """'no point: dense (timeout), linformer@0.1 (unsupported)': the series of a panel's rows with nothing drawn, and
-    the status of their rows, so a series absent from a panel says why ('' when every series is drawn)."""
-    missing = []
-    for label, group in part.groupby("series", sort=True):
-        if str(label) not in drawn:
-            statuses = sorted({str(v) for v in group["status"]})
-            missing.append(f"{label} ({', '.join(statuses)})")
-    return wrap("no point: " + "; ".join(missing), 70) if missing else ""
-
-
 def log_axis(axis, set_scale) -> None:
     """A log scale with unlabelled minor ticks (labelling them costs most of a figure's drawing time)."""
-    from matplotlib.ticker import NullFormatter
+    from matplotlib.ticker import NullFormatter  # heavy: loaded on the first figure drawn
 
     set_scale("log")
     axis.set_minor_formatter(NullFormatter())
@@ -219,7 +188,7 @@ def log_axis(axis, set_scale) -> None:
 def _tidy_log(ax) -> None:
     """On log axes spanning several decades, no minor ticks (drawing them costs seconds); on a narrow
     span, majors at 1, 2, 5 x 10^k so that some value is labelled."""
-    from matplotlib.ticker import LogLocator, NullLocator
+    from matplotlib.ticker import LogLocator, NullLocator  # heavy: loaded on the first figure drawn
 
     for axis, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
         locator = axis.get_major_locator()
@@ -231,25 +200,9 @@ def _tidy_log(ax) -> None:
             axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
 
 
-def few_log_ticks(axis, limits: tuple[float, float], *, most: int = 6) -> None:
-    """Fixed labelled ticks on a log axis: 1, 2, 5 x 10^k, or on a narrow span 1, 1.5, 2, 3, 5, 7 x 10^k, at most
-    `most` of them (matplotlib's own locator falls back to crowded linear steps on spans under a decade)."""
-    from matplotlib.ticker import FixedLocator
-
-    low, high = sorted(limits)
-    if low <= 0:
-        return
-    decades = range(int(np.floor(np.log10(low))), int(np.ceil(np.log10(high))) + 1)
-    for subs in ((1.0, 1.5, 2.0, 3.0, 5.0, 7.0), (1.0, 2.0, 5.0), (1.0,)):
-        ticks = [m * 10.0**d for d in decades for m in subs if low <= m * 10.0**d <= high]
-        if len(ticks) <= most:
-            break
-    axis.set_major_locator(FixedLocator(ticks))
-
-
 def log_n_axis(ax, part: pd.DataFrame) -> None:
     """A base-2 N axis with a tick (4K, 8K...) at each measured length."""
-    from matplotlib.ticker import NullLocator
+    from matplotlib.ticker import NullLocator  # heavy: loaded on the first figure drawn
 
     ax.set_xscale("log", base=2)
     lengths = sorted(set(part["seq_len"]))
@@ -262,7 +215,7 @@ def log_n_axis(ax, part: pd.DataFrame) -> None:
 
 
 def n_formatter():
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter  # heavy: loaded on the first figure drawn
 
     return FuncFormatter(lambda x, _: format_n(x))
 
@@ -271,7 +224,7 @@ def bytes_axis(ax) -> None:
     """Labelled ticks at powers of two in binary units, every `step`-th one for the smallest step of 1, 2, 5, 10... that
     keeps at most MAX_BYTE_TICKS in view (so 1 KiB, 1 MiB and 1 GiB are labelled whenever in view, up to 50 decades of
     two); unlabelled minor ticks at the other powers of two."""
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter  # heavy: loaded on the first figure drawn
 
     low, high = ax.get_ylim()
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: format_bytes(y)))
@@ -289,14 +242,14 @@ def bytes_axis(ax) -> None:
 
 def seconds_axis(axis) -> None:
     """Labels like 10 ms instead of 10^-2 on a log time axis."""
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter  # heavy: loaded on the first figure drawn
 
     axis.set_major_formatter(FuncFormatter(lambda t, _: format_seconds(t)))
 
 
 def ratio_axis(ax) -> None:
     """Plain labels (0.5x, 1x, 10x) on a log axis instead of powers of ten."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.ticker import FuncFormatter, NullFormatter  # heavy: loaded on the first figure drawn
 
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}x"))
     ax.yaxis.set_minor_formatter(NullFormatter())
@@ -305,3 +258,21 @@ def ratio_axis(ax) -> None:
 def wrap(text: str, width: int) -> str:
     """At most 8 lines of `width` characters (a panel's note)."""
     return "\n".join(textwrap.wrap(text, width, break_on_hyphens=False)[:8])
+
+
+def ink(color: str) -> str:
+    """Black or white text, whichever reads on a cell or bar of this colour."""
+    from matplotlib.colors import to_rgb  # heavy: loaded on the first figure drawn
+
+    r, g, b = to_rgb(color)
+    return "white" if 0.299 * r + 0.587 * g + 0.114 * b < 0.5 else "black"
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """What drawing a figure gave (harness.report.figures): the file, and for a figure whose caption depends on the
+    drawing, that caption and the blocks that follow it."""
+
+    path: Path
+    caption: str | None = None  # None: the Figure's own caption
+    after: list[Block] = field(default_factory=list)

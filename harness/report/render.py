@@ -1,16 +1,158 @@
-"""The two renderers of a page (harness.report.page): GitHub Markdown and one self-contained HTML file."""
+"""How the report is written: numbers for people (formatted here once), the page model, Markdown and HTML.
+
+Rows store raw values (seconds, bytes, floats); everything shown (the report, its figures, the studies' tables, the
+sweep's terminal table) is formatted here. A missing or non-finite value is "-". A report (or a study's summary) is a
+list of blocks, built once and rendered twice: GitHub Markdown and one self-contained HTML file.
+"""
 
 from __future__ import annotations
 
 import base64
 import html
+import math
 import re
 import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Union
 
-from harness.report.page import Block, Code, Heading, Image, Paragraph, Table
+# ---- numbers for people -------------------------------------------------------------------------------
+REASON_WIDTH = 90  # characters of a failure reason shown in a table cell
+NO_REASON = "(no reason recorded)"
 
+
+def finite(value: Any) -> float | None:
+    """value as a float, or None when it is missing, not a number, NaN or infinite."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def format_number(value: Any, spec: str, suffix: str = "") -> str:
+    """`value` with a format spec and a suffix ('1.23x' from (1.234, '.2f', 'x')); '-' when missing or not finite."""
+    number = finite(value)
+    return "-" if number is None else f"{number:{spec}}{suffix}"
+
+
+def format_seconds(value: Any) -> str:
+    """Seconds in the report and on figure axes: '12.3 us', '4.56 ms', '1.23 s' (three significant digits)."""
+    number = finite(value)
+    if number is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(number) >= scale:
+            return f"{number / scale:.3g} {unit}"
+    return f"{number * 1e9:.3g} ns"
+
+
+def format_seconds_compact(value: Any) -> str:
+    """Seconds in a narrow terminal column: '12us' (whole microseconds below 1 ms), '4.56ms', '1.23s'."""
+    number = finite(value)
+    if number is None:
+        return "-"
+    if number < 1e-3:
+        return f"{number * 1e6:.0f}us"
+    if number < 1:
+        return f"{number * 1e3:.3g}ms"
+    return f"{number:.3g}s"
+
+
+def format_bytes(value: Any) -> str:
+    """Bytes in binary units: '512 B', '3 KiB', '1.5 MiB', '2 GiB' (three significant digits)."""
+    number = finite(value)
+    if number is None:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(number) >= size:
+            return f"{number / size:.3g} {unit}"
+    return f"{number:.0f} B"
+
+
+def format_n(n: Any) -> str:
+    """A sequence length: '4K' for 4096 (whole multiples of 1024), '256', '1.5' for a non-integer axis tick."""
+    x = float(n)
+    if x >= 1024 and x % 1024 == 0:
+        return f"{int(x) // 1024}K"
+    return f"{int(x)}" if x == int(x) else f"{x:g}"
+
+
+def format_lengths(lengths: list[int]) -> str:
+    """Sorted lengths as a table names them: 'N=4K-8K' for several (first to last), 'N=1K' for one."""
+    if len(lengths) > 1:
+        return f"N={format_n(lengths[0])}-{format_n(lengths[-1])}"
+    return f"N={format_n(lengths[0])}"
+
+
+def format_ratio(value: Any, digits: int = 2) -> str:
+    """A ratio to a baseline: '1.23x'; '-' when missing or not finite."""
+    return format_number(value, f".{digits}f", "x")
+
+
+def format_times(value: Any) -> str:
+    """A speed-up without its 'x', short for a table cell: '3.1', '0.95', '12.8', '256' (two significant digits
+    below 10, three from there, whole numbers from 100)."""
+    number = finite(value)
+    if number is None:
+        return "-"
+    if abs(number) >= 100:
+        return f"{number:.0f}"
+    return f"{number:.3g}" if abs(number) >= 10 else f"{number:.2g}"
+
+
+def format_error(value: Any, digits: int = 1) -> str:
+    """An error in scientific notation: '1.2e-03' (digits after the point); '-' when missing or not finite."""
+    return format_number(value, f".{digits}e")
+
+
+def format_text(value: Any) -> str:
+    """A value as recorded, '-' for None or an empty string."""
+    return "-" if value is None or value == "" else str(value)
+
+
+def short_reason(reason: Any, width: int = REASON_WIDTH, *, missing: str = NO_REASON) -> str:
+    """A failure reason on one line, cut to `width` characters with '...'; `missing` when None or NaN ('' stays '')."""
+    if reason is None or (isinstance(reason, float) and math.isnan(reason)):
+        return missing
+    text = " ".join(str(reason).split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+# ---- the page model ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Heading:
+    level: int  # 1 = the page title, 2 = a section, 3 = a subsection
+    text: str
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    text: str  # may hold **bold** and `code`
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: list[str]
+    rows: list[list[str]]  # already formatted (the format_* functions above), one list per line
+
+
+@dataclass(frozen=True)
+class Image:
+    file: str  # a PNG beside the page (linked from Markdown, embedded in HTML)
+    caption: str
+
+
+@dataclass(frozen=True)
+class Code:
+    text: str
+    language: str = "toml"
+
+
+Block = Union[Heading, Paragraph, Table, Image, Code]
+
+
+# ---- Markdown and HTML -------------------------------------------------------------------------------
 STYLE = (
     "body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
     "table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"

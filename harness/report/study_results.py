@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.entries import config_label
-from harness.report.formatting import format_number, short_reason
-from harness.report.page import Block, Heading, Image, Paragraph, Table
+from harness.report.render import Block, Heading, Image, Paragraph, Table, format_number, short_reason
 
 MODEL_EVAL = "model_eval"  # the file stem harness.studies.model_eval writes
 LM_EVAL = "lm_eval"  # the file stem harness.studies.lm_eval writes (model-eval --model on a causal LM)
@@ -164,7 +163,7 @@ def equal_to_dense_notes(rows: list[dict[str, Any]]) -> list[str]:
     An exact variant whose quality knob stops mattering at the key length (a window) and is at least the longest N
     studied covers every key: its row repeats dense's and says nothing about the variant.
     """
-    from variants import get_variant
+    from variants import get_variant  # torch: loaded only where a study's rows are shown
 
     notes, longest = [], max((r["seq_len"] for r in rows), default=0)
     for variant in dict.fromkeys(r["variant"] for r in rows):

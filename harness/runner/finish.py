@@ -8,14 +8,16 @@ from pathlib import Path
 
 def finish_run(run_dir: Path, *, plugins: tuple[str, ...] = ()) -> None:
     """rows.csv/Parquet, the report (a failure there is a warning); on stdout the table, the report's path, its answer
-    at the largest N (harness.report.summary) and the folder. rows.jsonl is read once, here.
+    at the largest N (harness.report.findings) and the folder. rows.jsonl is read once, here.
 
     `plugins`: the run's plugin targets, which the report's maps child imports too.
     """
     import warnings
 
     from harness.report.analysed import analyse
-    from harness.report.summary import answer_lines, outcome_line, summary_table
+    from harness.report.findings import answer_lines
+    from harness.report.overview import outcome_line
+    from harness.report.tables import summary_table
     from harness.store import load_run, write_tables
 
     with warnings.catch_warnings():

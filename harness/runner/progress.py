@@ -73,7 +73,7 @@ class Progress:
 
     def finish(self, cell: Cell, row: dict[str, Any], *, measured: bool = True) -> None:
         """Count a cell whose row arrived; a skipped cell (not measured) leaves the ETA's total."""
-        from harness.report.formatting import format_seconds_compact
+        from harness.report.render import format_seconds_compact
 
         self.done += 1
         cost = self._costs.get(cell.cell_id, 0.0)

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from harness.models import hf_model
 from harness.measure.calibration import fit, fit_summary
 from harness.measure.timer import Stopwatch
-from harness.report.page import Block, Paragraph
+from harness.report.render import Block, Paragraph
 from harness.report.study_results import LM_EVAL, budget_note, lm_eval_note, lm_eval_table
 from harness.studies import budget_search
 from harness.studies.plots import plot_lm_eval

@@ -23,7 +23,7 @@ from torch import Tensor
 from harness.models import minilm
 from harness.measure.calibration import fit, fit_summary
 from harness.measure.timer import Stopwatch
-from harness.report.page import Block, Paragraph
+from harness.report.render import Block, Paragraph
 from harness.report.study_results import MODEL_EVAL, budget_note, model_eval_note, model_eval_table
 from harness.studies import budget_search
 from harness.studies.plots import plot_model_eval

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from harness.errors import UsageError
-from harness.report.page import Block
-from harness.report.render import render_markdown
+from harness.report.render import Block, render_markdown
 
 
 def output_dir(kind: str, *, run: str | None = None, out: str | None = None) -> Path:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.report.page import Block, Paragraph
+from harness.report.render import Block, Paragraph
 from harness.report.study_results import TASKS, tasks_note, tasks_table
 from harness.studies.plots import plot_tasks
 from harness.studies.results_io import write_results

@@ -257,7 +257,7 @@ def test_python_m_harness_alone_prints_a_short_usage(capsys):
 # ---- 7. text out is inert ----------------------------------------------------------------------------------------
 def test_report_markdown_keeps_data_on_one_inert_line():
     from harness.report.overview import environment
-    from harness.report.page import Code, Paragraph
+    from harness.report.render import Code, Paragraph
     from harness.report.render import render_markdown
     from harness.store import rows_dataframe
 

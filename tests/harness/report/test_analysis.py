@@ -8,15 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.report.analysis import (
-    crossover_length,
-    crossovers,
-    fit_exponent,
-    pareto_front,
-    scaling_exponents,
-    with_dense_ratios,
-)
-from harness.report.max_length import memory_limits
+from harness.report.analysis import pareto_front, with_dense_ratios
+from harness.report.lengths import memory_limits
+from harness.report.scaling import crossover_length, crossovers, fit_exponent, scaling_exponents
 from harness.store import rows_frame
 from tests.helpers.synthetic_run import make_rows
 
@@ -132,7 +126,7 @@ def test_a_fit_stops_at_a_series_first_failure_and_a_crossover_names_its_longest
 
 
 def test_an_exact_variant_slower_than_dense_with_a_rounding_error_below_it_is_not_on_the_front():
-    from harness.report.pareto_plot import rounding_floor
+    from harness.report.tradeoffs import rounding_floor
 
     points = pd.DataFrame(
         {

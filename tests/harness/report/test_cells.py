@@ -1,9 +1,9 @@
-"""harness.report.cells: every cell's line, failures with their reason, both errors side by side."""
+"""harness.report.tables (the cell tables): every cell's line, failures with their reason, both errors side by side."""
 
 from __future__ import annotations
 
-from harness.report.cells import cell_tables
 from harness.report.render import render_markdown
+from harness.report.tables import cell_tables
 from tests.helpers.synthetic_run import analysed_rows, make_rows
 
 

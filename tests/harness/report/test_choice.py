@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.report.choice import NONE_RAN, answer_lines
+from harness.report.choice import NONE_RAN
+from harness.report.findings import table_answers
 from tests.helpers.synthetic_run import BUDGET_SPEC, analysed_rows, make_budget_rows, make_rows
 
 
@@ -113,7 +114,7 @@ def test_runs_without_budgets_use_the_defaults_and_the_budgets_argument_wins():
 
 
 def test_answer_lines_give_the_largest_n_per_input_distribution():
-    lines = answer_lines(list(analysed_rows(make_budget_rows(inputs=("gaussian", "local")), BUDGET_SPEC).tables))
+    lines = table_answers(list(analysed_rows(make_budget_rows(inputs=("gaussian", "local")), BUDGET_SPEC).tables))
     assert lines == [
         f"answer at N=8192 ({d}): rel_l2<=0.05: sliding_window(window=512) 8.4x [7.6-9.2]; "
         "rel_l2<=0.1: linformer(k=256) 25.6x [12.8-38.4] (error 0.105; tie: sliding_window(window=256))"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness.report.choice import answer_lines
 from harness.report.clock import contended_count, on_clock, refusal, run_clock
+from harness.report.findings import table_answers
 from tests.helpers.synthetic_run import analysed_rows, make_rows
 
 REFUSAL = "no verdict; rerun on a quiet machine, or pass --clock cpu to compare CPU time"
@@ -29,12 +29,12 @@ def _rows(contended: int | None = None, load: float = 14.2):
 
 
 def test_a_setting_measured_mostly_contended_gets_no_verdict_on_the_wall_clock():
-    (line,) = answer_lines(list(analysed_rows(_rows(), clock="wall").tables))
+    (line,) = table_answers(list(analysed_rows(_rows(), clock="wall").tables))
     assert line == (
         "answer at N=8192 (gaussian): measured under load 14 per CPU (every timed cell contended): " + REFUSAL
     )
     some = _rows(contended=5)  # 5 of 18 timed cells: the cells say so, the answer stands
-    (line,) = answer_lines(list(analysed_rows(some, clock="wall").tables))
+    (line,) = table_answers(list(analysed_rows(some, clock="wall").tables))
     assert REFUSAL not in line and "rel_l2<=0.01: dense" in line
     assert refusal(pd.DataFrame(_rows(contended=10)), "wall") is not None  # 10 of 18: most
 
@@ -42,11 +42,11 @@ def test_a_setting_measured_mostly_contended_gets_no_verdict_on_the_wall_clock()
 def test_clock_cpu_answers_from_cpu_time_and_says_so():
     wall = analysed_rows(_rows(contended=0), clock="wall")
     cpu = analysed_rows(_rows(contended=0), clock="cpu")
-    assert "rel_l2<=0.01: dense" in answer_lines(list(wall.tables))[0]  # 0.5x on wall: dense wins
-    assert "sliding_window(window=128) 3x [2.8-3.2]" in answer_lines(list(cpu.tables))[0]
+    assert "rel_l2<=0.01: dense" in table_answers(list(wall.tables))[0]  # 0.5x on wall: dense wins
+    assert "sliding_window(window=128) 3x [2.8-3.2]" in table_answers(list(cpu.tables))[0]
     assert cpu.clock == "cpu" and wall.clock == "wall"
     loaded = analysed_rows(_rows(), clock="cpu")  # contended, but CPU time is what it compares: a verdict
-    assert "sliding_window(window=128) 3x" in answer_lines(list(loaded.tables))[0]
+    assert "sliding_window(window=128) 3x" in table_answers(list(loaded.tables))[0]
     # the spec's clock (sweep --clock cpu) is the run's; report --clock overrides it
     assert analysed_rows(_rows(contended=0), spec_text='clock = "cpu"\n').clock == "cpu"
     assert analysed_rows(_rows(contended=0), spec_text='clock = "cpu"\n', clock="wall").clock == "wall"
@@ -102,7 +102,7 @@ def test_none_within_budget_says_why(dense_fate):
             r.update(status=status, latency_s=None, reason="past the 60 s limit")
             if dense_fate == "not run" or r["variant"] == "chunked":
                 r["reason"] = "not run: timeout at N=4096 for the same variant, config and setting"
-    (line,) = answer_lines(list(analysed_rows(rows, clock="wall").tables))
+    (line,) = table_answers(list(analysed_rows(rows, clock="wall").tables))
     dense = "dense timed out" if dense_fate == "timeout" else "dense not run (timed out at a shorter N)"
     assert line.endswith(f"none within budget ran ({dense}; 1 not run)")
 

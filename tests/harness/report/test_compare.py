@@ -202,7 +202,7 @@ def test_latency_verdict_without_quantiles_is_the_threshold_alone_in_the_right_d
     """Rows without p20/p80 (older runs): B/A above 1 + threshold is a regression, below 1/(1 + threshold) an improvement."""
     import pandas as pd
 
-    from harness.report.compare import judge
+    from harness.report.verdicts import judge
 
     nan = float("nan")
     row = pd.Series(

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.report.page import Code, Heading, Image, Paragraph, Table
-from harness.report.render import render_html, render_markdown
+from harness.report.render import Code, Heading, Image, Paragraph, Table, render_html, render_markdown
 
 HOSTILE = '<script>alert("x")</script> & \x1b[31m\n# injected heading\n| a | cell |'
 FIGURE = 'fig <b> "q" (1).png'  # a file name with markup, quotes and parentheses

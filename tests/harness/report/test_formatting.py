@@ -1,4 +1,4 @@
-"""harness.report.formatting: the one formatter of seconds, bytes, lengths, ratios, errors and reasons."""
+"""harness.report.render: the one formatter of seconds, bytes, lengths, ratios, errors and reasons."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.report.formatting import (
+from harness.report.render import (
     format_bytes,
     format_error,
     format_n,
@@ -80,7 +80,7 @@ def test_reasons_are_one_line_and_cut():
 
 def test_importing_the_report_package_does_no_heavy_import():
     code = (
-        "import sys, harness.report, harness.report.formatting; "
+        "import sys, harness.report, harness.report.render; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pandas', 'matplotlib', 'torch')))"
     )
     repo = Path(__file__).resolve().parents[3]

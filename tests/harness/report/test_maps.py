@@ -69,7 +69,7 @@ def test_probe_uses_the_registered_distribution_and_its_knobs():
 
 
 def test_maps_draw_each_config_a_run_really_ran_once_and_an_out_of_budget_search_labelled():
-    from harness.report.figures import _map_series
+    from harness.report.heatmaps import map_series
     from harness.store import rows_frame
     from tests.helpers.synthetic_run import make_budget_rows
 
@@ -79,10 +79,10 @@ def test_maps_draw_each_config_a_run_really_ran_once_and_an_out_of_budget_search
         for r in rows
         if r["variant"] == "sliding_window" and r["matched_budget"] == 0.05
     ]  # 512 found for 0.1 too
-    series = _map_series(rows_frame(rows), "local")
+    series = map_series(rows_frame(rows), "local")
     labels = [label for label, _, _ in series]
     assert labels.count("sliding_window(window=512)") == 1 and "sliding_window(window=256)" in labels
     assert "linformer(k=256)" in labels  # ran ok for 0.1: drawn with the k it ran
     unreachable_only = [dict(r, status="unreachable") if r["variant"] == "linformer" else r for r in make_budget_rows()]
-    labels = [label for label, _, _ in _map_series(rows_frame(unreachable_only), "local")]
+    labels = [label for label, _, _ in map_series(rows_frame(unreachable_only), "local")]
     assert "linformer(k=1024) (out of budget)" in labels  # the top of the range its search tried

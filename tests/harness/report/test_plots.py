@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.report import figures, maps_plot, max_length, pareto_plot, plots, plotting
-from harness.report.analysis import with_dense_ratios
-from harness.report.budgets import with_budgets
+from harness.report import curves, figures, lengths, maps_plot, plotting, tradeoffs
+from harness.report.analysis import with_budgets, with_dense_ratios
+from harness.report.lengths import memory_limits
 from harness.report.maps import MapPanel, MapSet
-from harness.report.max_length import memory_limits
 from harness.report.plotting import series_styles, variant_colors
 from harness.store import rows_frame
 from tests.helpers.synthetic_run import SPREAD, analysed_rows, make_rows
@@ -53,10 +52,10 @@ def legend_labels(fig) -> list[str]:
 
 def test_the_out_of_memory_entry_only_where_a_cross_is_drawn(tmp_path, drawn):
     with_oom = frame_of(make_rows(inputs=("gaussian",)))
-    plots.plot_metric_vs_n(with_oom, "latency_s", tmp_path / "a.png", ylabel="t", title="t")
+    curves.plot_metric_vs_n(with_oom, "latency_s", tmp_path / "a.png", ylabel="t", title="t")
     assert "out of memory" in legend_labels(drawn["a.png"])
     without = frame_of(make_rows(inputs=("gaussian",), with_failures=False))
-    plots.plot_metric_vs_n(without, "latency_s", tmp_path / "b.png", ylabel="t", title="t")
+    curves.plot_metric_vs_n(without, "latency_s", tmp_path / "b.png", ylabel="t", title="t")
     assert "out of memory" not in legend_labels(drawn["b.png"]) and "dense" in legend_labels(drawn["b.png"])
 
 
@@ -64,18 +63,18 @@ def test_the_out_of_memory_entry_only_where_a_cross_is_drawn(tmp_path, drawn):
 def test_max_length_only_when_a_cell_ran_out_of_memory_or_timed_out(tmp_path):
     rows = make_rows(inputs=("gaussian",), with_failures=False)  # rows as read: a frame's NaN records are not rows
     clean = frame_of(rows)
-    assert max_length.plot_memory_limits(memory_limits(clean), clean, tmp_path / "m.png") is None
+    assert lengths.plot_memory_limits(memory_limits(clean), clean, tmp_path / "m.png") is None
     assert not (tmp_path / "m.png").exists()
     errored = frame_of([dict(r, status="error") if r["seq_len"] == 8192 else r for r in rows])
     assert (
-        max_length.plot_memory_limits(memory_limits(errored), errored, tmp_path / "m.png") is None
+        lengths.plot_memory_limits(memory_limits(errored), errored, tmp_path / "m.png") is None
     )  # an error is no limit
     for status in ("oom", "timeout"):
         hit = frame_of(
             [dict(r, status=status) if r["seq_len"] == 8192 and r["variant"] == "dense" else r for r in rows]
         )
         assert (
-            max_length.plot_memory_limits(memory_limits(hit), hit, tmp_path / f"{status}.png")
+            lengths.plot_memory_limits(memory_limits(hit), hit, tmp_path / f"{status}.png")
             == tmp_path / f"{status}.png"
         )
     paths, blocks = figures.figure_section(
@@ -92,7 +91,7 @@ def visible_axes(fig):
 def test_latency_bands_span_p20_to_p80_where_measured(tmp_path, drawn):
     rows = make_rows(inputs=("gaussian",), with_failures=False)
     rows = [dict(r, latency_p20_s=None, latency_p80_s=None) if r["variant"] == "chunked" else r for r in rows]
-    plots.plot_metric_vs_n(
+    curves.plot_metric_vs_n(
         frame_of(rows), "latency_s", tmp_path / "l.png", ylabel="t", title="t", band=("latency_p20_s", "latency_p80_s")
     )
     (ax,) = visible_axes(drawn["l.png"])
@@ -106,7 +105,7 @@ def test_latency_bands_span_p20_to_p80_where_measured(tmp_path, drawn):
 
 def test_a_series_outside_every_budget_is_faded_and_labelled_so(tmp_path, drawn):
     frame = frame_of(make_rows(inputs=("gaussian",)))  # sliding_window's error 0.3 is above the largest budget 0.1
-    plots.plot_metric_vs_n(frame, "dense_speedup", tmp_path / "s.png", ylabel="x", title="x")
+    curves.plot_metric_vs_n(frame, "dense_speedup", tmp_path / "s.png", ylabel="x", title="x")
     labels = legend_labels(drawn["s.png"])
     assert (
         [l for l in labels if l.endswith(plotting.OUTSIDE_LABEL)]
@@ -119,7 +118,7 @@ def test_a_series_outside_every_budget_is_faded_and_labelled_so(tmp_path, drawn)
         len(faded) == 1 and faded[0].get_alpha() == plotting.OUTSIDE_ALPHA and len(faded[0].get_xdata()) == 5
     )  # still drawn (no dense at 8K)
     wider = frame_of(make_rows(inputs=("gaussian",)), budgets=(0.5,))  # within a budget of 0.5: drawn as any other
-    plots.plot_metric_vs_n(wider, "dense_speedup", tmp_path / "w.png", ylabel="x", title="x")
+    curves.plot_metric_vs_n(wider, "dense_speedup", tmp_path / "w.png", ylabel="x", title="x")
     assert not any(l.endswith(plotting.OUTSIDE_LABEL) for l in legend_labels(drawn["w.png"]))
 
 
@@ -127,25 +126,25 @@ def test_a_series_outside_every_budget_is_faded_and_labelled_so(tmp_path, drawn)
 def test_pareto_one_panel_per_length_and_the_front_only_within_budget(tmp_path, drawn):
     # sliding_window is the fastest but outside the budget; linformer (0.05, within 0.1) is faster than dense from 1K
     frame = frame_of(make_rows(slow={"linformer": 2.5}))
-    pareto_plot.plot_pareto(frame, tmp_path / "p.png", budgets=(0.01, 0.1), metric="rel_l2")
+    tradeoffs.plot_pareto(frame, tmp_path / "p.png", budgets=(0.01, 0.1), metric="rel_l2")
     panels = visible_axes(drawn["p.png"])
     assert [ax.get_title(loc="center") or ax.get_title(loc="left").split("\n")[-1] for ax in panels] == [
         f"N = {n}" for n in ("256", "512", "1K", "2K", "4K", "8K")
     ]
     for ax in panels:
-        front = {c.get_label() for c in ax.collections if c.get_gid() == pareto_plot.FRONT_GID}
-        outside = {c.get_label() for c in ax.collections if c.get_gid() == pareto_plot.OUTSIDE_GID}
+        front = {c.get_label() for c in ax.collections if c.get_gid() == tradeoffs.FRONT_GID}
+        outside = {c.get_label() for c in ax.collections if c.get_gid() == tradeoffs.OUTSIDE_GID}
         assert outside and all(l.startswith("sliding_window") for l in outside)
         assert front and not any(l.startswith("sliding_window") for l in front)
-        on_front = sorted(c.get_offsets()[0][0] for c in ax.collections if c.get_gid() == pareto_plot.FRONT_GID)
-        joined = [line.get_xdata() for line in ax.get_lines() if line.get_gid() == pareto_plot.FRONT_GID]
+        on_front = sorted(c.get_offsets()[0][0] for c in ax.collections if c.get_gid() == tradeoffs.FRONT_GID)
+        joined = [line.get_xdata() for line in ax.get_lines() if line.get_gid() == tradeoffs.FRONT_GID]
         assert sorted(set(joined[0])) == on_front if joined else len(on_front) == 1  # the line joins those points only
         budgets = sorted(line.get_ydata()[0] for line in ax.get_lines() if line.get_gid() == plotting.BUDGET_GID)
         assert budgets == [0.01, 0.1]
     without = frame_of(make_rows(slow={"linformer": 2.5}), budgets=(0.5,))
-    pareto_plot.plot_pareto(without, tmp_path / "q.png", budgets=(0.5,), metric="rel_l2")
+    tradeoffs.plot_pareto(without, tmp_path / "q.png", budgets=(0.5,), metric="rel_l2")
     fronts = [
-        {c.get_label() for c in ax.collections if c.get_gid() == pareto_plot.FRONT_GID}
+        {c.get_label() for c in ax.collections if c.get_gid() == tradeoffs.FRONT_GID}
         for ax in visible_axes(drawn["q.png"])
     ]
     assert all(
@@ -155,7 +154,7 @@ def test_pareto_one_panel_per_length_and_the_front_only_within_budget(tmp_path, 
 
 def test_error_figure_draws_the_run_metric_and_its_budgets(tmp_path, drawn):
     frame = frame_of(make_rows(inputs=("gaussian",)), budgets=(1e-3, 0.2), metric="cosine")
-    plots.plot_error_vs_n(frame, tmp_path / "e.png", budgets=(1e-3, 0.2), metric="cosine")
+    curves.plot_error_vs_n(frame, tmp_path / "e.png", budgets=(1e-3, 0.2), metric="cosine")
     (ax,) = visible_axes(drawn["e.png"])
     assert ax.get_ylabel() == "1 - cosine similarity"
     assert sorted(line.get_ydata()[0] for line in ax.get_lines() if line.get_gid() == plotting.BUDGET_GID) == [
@@ -220,10 +219,10 @@ def test_max_length_stops_a_series_at_a_timeout_on_any_input_and_names_a_series_
     limits = memory_limits(frame[~frame["causal"]])
     by_series = limits.set_index("series")
     assert by_series.loc["chunked", "longest_ok"] == 4096 and by_series.loc["chunked", "failed_at"] == 8192
-    assert max_length.max_length_text(by_series.loc["chunked"]) == "timeout at 8K"
-    assert max_length.max_length_text(by_series.loc["linformer"]) == "never ran ok (unreachable at 256)"
-    assert max_length.max_length_text(by_series.loc["dense"]) == "ran every N tried (to 8K)"
-    left, right = max_length.max_length_axis(limits)
+    assert lengths.max_length_text(by_series.loc["chunked"]) == "timeout at 8K"
+    assert lengths.max_length_text(by_series.loc["linformer"]) == "never ran ok (unreachable at 256)"
+    assert lengths.max_length_text(by_series.loc["dense"]) == "ran every N tried (to 8K)"
+    left, right = lengths.max_length_axis(limits)
     assert left == 128 and right <= 1.5 * 8192  # the axis ends near the longest N tried
 
 
@@ -249,10 +248,10 @@ def _matched_rows():
 def test_a_matched_series_whose_knob_differs_per_n_is_points_with_the_knob_not_a_line(tmp_path, drawn):
     frame = frame_of(_matched_rows(), budgets=(0.05, 0.1))
     local = frame[(frame["inputs"] == "local") & (frame["status"] == "ok")]
-    knobs = plots.knob_labels(local[local["series"] == "sliding_window@0.1"])
+    knobs = curves.knob_labels(local[local["series"] == "sliding_window@0.1"])
     assert knobs == {1024: "window=16", 2048: "window=152", 4096: "window=431", 8192: "window=600"}
-    assert plots.knob_labels(local[local["series"] == "sliding_window@0.05"]) == {}  # one window: one line
-    plots.plot_metric_vs_n(frame, "latency_s", tmp_path / "l.png", ylabel="t", title="t")
+    assert curves.knob_labels(local[local["series"] == "sliding_window@0.05"]) == {}  # one window: one line
+    curves.plot_metric_vs_n(frame, "latency_s", tmp_path / "l.png", ylabel="t", title="t")
     (ax,) = visible_axes(drawn["l.png"])
     lines = {line.get_label(): line for line in ax.get_lines()}
     assert (
@@ -267,9 +266,9 @@ def test_a_matched_series_whose_knob_differs_per_n_is_points_with_the_knob_not_a
 def test_the_error_figure_draws_an_unreachable_series_at_its_search_best_and_chunked_apart_from_dense(tmp_path, drawn):
     frame = frame_of(_matched_rows(), budgets=(0.05, 0.1))
     gaussian = frame[frame["inputs"] == "gaussian"]
-    best = plots.search_best(gaussian[gaussian["series"] == "linformer@0.1"])
+    best = curves.search_best(gaussian[gaussian["series"] == "linformer@0.1"])
     assert list(best.index) == [1024, 2048, 4096, 8192] and best[1024] == pytest.approx(0.7 + 1024 / 2e4)
-    plots.plot_error_vs_n(frame, tmp_path / "e.png", budgets=(0.05, 0.1), metric="rel_l2")
+    curves.plot_error_vs_n(frame, tmp_path / "e.png", budgets=(0.05, 0.1), metric="rel_l2")
     panel = visible_axes(drawn["e.png"])[0]  # gaussian
     searched = {line.get_label().lstrip("_") for line in panel.get_lines() if line.get_gid() == plotting.SEARCH_GID}
     assert searched == {"linformer@0.05", "linformer@0.1", "sliding_window@0.05", "sliding_window@0.1"}

@@ -3,8 +3,8 @@ out-of-reach line and in the sweep's closing answer lines (harness.report.reach)
 
 from __future__ import annotations
 
-from harness.report import summary
-from harness.report.findings import _out_of_reach
+from harness.report import findings
+from harness.report.reach import out_of_reach
 from tests.helpers.synthetic_run import BUDGET_SPEC, analysed_rows, make_budget_rows
 
 
@@ -16,12 +16,12 @@ def _analysed():
 
 def test_the_terminal_answer_names_a_variant_no_better_than_uniform_as_the_report_does():
     analysed = _analysed()
-    gaussian, local = summary.answer_lines(analysed)
+    gaussian, local = findings.answer_lines(analysed)
     assert gaussian.endswith(
         "; out of reach: linformer for rel_l2<=0.05 no better than uniform attention (uniform 0.33)"
     )
     assert local.endswith("; out of reach: linformer for rel_l2<=0.05 (best 0.32)")  # 0.31 + N/1e6 at N=8192
-    report = {t.inputs: _out_of_reach(analysed.frame, t)[-1].text for t in analysed.tables}
+    report = {t.inputs: out_of_reach(analysed.frame, t)[-1].text for t in analysed.tables}
     assert (
         "linformer for rel_l2 ≤ 0.05 at N=1K-8K (best 0.31: k=1024 at N=1K): no better than uniform attention "
         "(uniform 0.33)" in report["gaussian"]

@@ -6,8 +6,7 @@ import base64
 
 import pytest
 
-from harness.report.page import Code, Heading, Image, Paragraph, Table
-from harness.report.render import render_html, render_markdown
+from harness.report.render import Code, Heading, Image, Paragraph, Table, render_html, render_markdown
 
 BLOCKS = [
     Heading(1, "Title"),

@@ -1,11 +1,11 @@
-"""harness.report.roofline_plot: ok rows placed by intensity and achieved FLOP/s under the measured ceilings."""
+"""harness.report.tradeoffs (the roofline): ok rows placed by intensity and achieved FLOP/s under the measured ceilings."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from harness.report.roofline_plot import has_roofline, plot_roofline, roofline_points
+from harness.report.tradeoffs import has_roofline, plot_roofline, roofline_points
 
 ENV = {"limits": {"dtypes": {"float32": {"peak_flops": 1e10, "bandwidth_bytes_per_s": 2e9}}}}
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from harness.report import analysis, overview, scopes
+from harness.report import analysis, overview, scaling
 from harness.report.figures import FIGURES, figure_section
-from harness.report.page import Image, Paragraph, Table
+from harness.report.render import Image, Paragraph, Table
 from harness.store import rows_frame
 from tests.helpers.synthetic_run import analysed_rows, blank_row
 
@@ -47,7 +47,7 @@ def test_layer_share_and_both_speedups_per_n():
             _row("sliding_window", n, window_attention),
             _row("sliding_window", n, window_layer, scope="layer"),
         ]
-    blocks = scopes.layer_share(_frame(rows))
+    blocks = scaling.layer_share(_frame(rows))
     table = next(b for b in blocks if isinstance(b, Table))
     assert table.headers[3] == "attention share"
     assert [r[3] for r in table.rows] == ["25%", "40%"]
@@ -55,7 +55,7 @@ def test_layer_share_and_both_speedups_per_n():
 
 
 def test_the_layer_table_shows_a_matched_series_layer_error_above_its_budget():
-    from harness.report.budgets import with_budgets
+    from harness.report.analysis import with_budgets
 
     matched = dict(matched_budget=0.05, error_metric="rel_l2")
     rows = [
@@ -64,7 +64,7 @@ def test_the_layer_table_shows_a_matched_series_layer_error_above_its_budget():
         _row("sliding_window", 1024, 0.5, rel_l2_error=0.04, **matched),
         _row("sliding_window", 1024, 3.5, scope="layer", rel_l2_error=0.16, **matched),
     ]
-    blocks = scopes.layer_share(with_budgets(_frame(rows), (0.05,), "rel_l2"))
+    blocks = scaling.layer_share(with_budgets(_frame(rows), (0.05,), "rel_l2"))
     table = next(b for b in blocks if isinstance(b, Table))
     assert table.headers[4] == "sliding_window@0.05 (attention / layer; layer error)"
     assert table.rows[0][4].endswith("; 0.16")
@@ -73,7 +73,7 @@ def test_the_layer_table_shows_a_matched_series_layer_error_above_its_budget():
 
 
 def test_no_layer_section_without_both_scopes():
-    assert scopes.layer_share(_frame([_row("dense", 64, 1.0), _row("sliding_window", 64, 0.5)])) == []
+    assert scaling.layer_share(_frame([_row("dense", 64, 1.0), _row("sliding_window", 64, 0.5)])) == []
 
 
 def test_decode_figures_only_with_decode_rows(tmp_path):

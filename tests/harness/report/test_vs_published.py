@@ -1,10 +1,10 @@
-"""harness.report.vs_published: a comparison table only where ours and the paper's both have a number, baselines named."""
+"""harness.report.published: a comparison table only where ours and the paper's both have a number, baselines named."""
 
 from __future__ import annotations
 
 from harness.report.analysis import with_dense_ratios
+from harness.report.published import published_comparison
 from harness.report.render import render_markdown
-from harness.report.vs_published import published_comparison
 from harness.store import rows_frame
 from tests.helpers.synthetic_run import make_rows
 

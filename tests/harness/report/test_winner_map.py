@@ -1,10 +1,10 @@
-"""harness.report.winner_map: what a cell and the legend say (the data, not the pixels)."""
+"""harness.report.heatmaps (the winner map): what a cell and the legend say (the data, not the pixels)."""
 
 from __future__ import annotations
 
 from matplotlib.patches import Patch
 
-from harness.report.winner_map import _cell_text, legend_handles
+from harness.report.heatmaps import _cell_text, legend_handles
 from tests.helpers.synthetic_run import BUDGET_SPEC, analysed_rows, make_budget_rows
 
 

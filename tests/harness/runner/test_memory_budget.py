@@ -8,7 +8,7 @@ import json
 from harness.plan import memory_verdict
 from harness.report.analysed import analyse
 from harness.report.document import write_report
-from harness.report.longest import cheapest_lines, plot_longest, table_rows
+from harness.report.lengths import cheapest_lines, plot_longest, table_rows
 from harness.runner import run_sweep, sweep_spec
 from harness.store import read_rows
 
@@ -72,7 +72,7 @@ def test_a_search_stopped_before_its_answer_says_where_the_answer_lies():
     import pandas as pd
 
     from harness.plan import MAX_SEARCHED_SEQ_LEN
-    from harness.report.longest import COLUMNS, OTHER_KEYS
+    from harness.report.lengths import COLUMNS, OTHER_KEYS
 
     setting = {k: "x" for k in OTHER_KEYS}
     cases = {  # series: (longest N that fits, shortest that does not)

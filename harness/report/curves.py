@@ -1,8 +1,8 @@
-"""The report's figures, one function per PNG (shared styles and axes in harness.report.plotting).
+"""The figures against N: a measured column per series (latency, memory, speed-up, the decode figures) and the error
+(harness.report.figures declares them; shared styles and axes in harness.report.plotting).
 
-Log-log axes where scaling matters; OOM (x) and timeouts (|) are marked at the top of the axes (plotting.mark_failures).
-Each function writes one PNG with a stable file name and returns its path, or None when there
-is nothing to draw.
+Log-log axes; OOM (x) and timeouts (|) are marked at the top of the axes (mark_failures). Each function writes one
+PNG and returns its path, or None when there is nothing to draw.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from harness.report.analysis import primary_inputs, select, setting_title
-from harness.report.budgets import METRIC_NAMES
+from harness.error_metrics import METRIC_NAMES
 from harness.report import plotting
+from harness.report.analysis import primary_inputs, select, setting_title
 
 MIN_ERROR = 1e-12  # errors are drawn on log axes: an exact 0 is drawn here
 
@@ -50,38 +50,9 @@ def plot_metric_vs_n(
         part = select(rows, setting)
         drawn = set()
         for label, group in part.groupby("series", sort=True):
-            ok_rows = group[(group["status"] == "ok") & group[metric].notna()]
-            ok = ok_rows.groupby("seq_len")[metric].median()
-            if len(ok):
+            if _series_vs_n(ax, group, metric, styles, label, band):
                 drawn.add(str(label))
-                knobs = knob_labels(ok_rows)
-                if knobs:  # a matched series whose knob differs per N is several configs: points with their knob
-                    styles[label] = dict(styles[label], linestyle="none")  # its legend entry too
-                ax.plot(ok.index, ok.values, **styles[label], linewidth=1.6, markersize=5 if knobs else 4)
-                for n, text in knobs.items():
-                    ax.annotate(
-                        text,
-                        (n, ok.loc[n]),
-                        xytext=(4, 3),
-                        textcoords="offset points",
-                        fontsize=6,
-                        color=styles[label]["color"],
-                    )
-                if band is not None and not knobs:  # no band joining different configs either
-                    _band(ax, ok_rows, band, styles[label])
-                noisy = group[(group["noisy"] == True) & group["seq_len"].isin(ok.index)]["seq_len"].unique()  # noqa: E712
-                if len(noisy):  # hollow markers: timed under load or noisily (docs/timing.md)
-                    ax.plot(
-                        noisy,
-                        ok.loc[noisy].values,
-                        linestyle="none",
-                        marker=styles[label].get("marker", "o"),
-                        markersize=8,
-                        markerfacecolor="white",
-                        markeredgecolor=styles[label].get("color"),
-                        zorder=3,
-                    )
-            plotting.mark_failures(ax, group, styles[label])
+            mark_failures(ax, group, styles[label])
         if hline is not None:
             ax.axhline(hline, color="gray", linewidth=0.8, linestyle="--")
         plotting.log_n_axis(ax, part)
@@ -93,12 +64,49 @@ def plot_metric_vs_n(
             plotting.ratio_axis(ax)
         if seconds_axis:
             plotting.seconds_axis(ax.yaxis)
-        note = plotting.missing_note(part, drawn)
+        note = missing_note(part, drawn)
         ax.set_title(setting_title(setting) + (f"\n{note}" if note else ""), fontsize=9 if not note else 8)
         ax.set_ylabel(ylabel)
         ax.grid(True, which="major", alpha=0.3)
     plotting.finish(plt, fig, axes, styles, f"{title} (inputs: {inputs})", path)
     return path
+
+
+def _series_vs_n(ax, group: pd.DataFrame, metric: str, styles: dict, label, band: tuple[str, str] | None) -> bool:
+    """One series' median `metric` per N on `ax` (its knob values beside the points where they differ, its band, hollow
+    markers where timed noisily); False when it has no ok value to draw."""
+    ok_rows = group[(group["status"] == "ok") & group[metric].notna()]
+    ok = ok_rows.groupby("seq_len")[metric].median()
+    if not len(ok):
+        return False
+    knobs = knob_labels(ok_rows)
+    if knobs:  # a matched series whose knob differs per N is several configs: points with their knob
+        styles[label] = dict(styles[label], linestyle="none")  # its legend entry too
+    ax.plot(ok.index, ok.values, **styles[label], linewidth=1.6, markersize=5 if knobs else 4)
+    for n, text in knobs.items():
+        ax.annotate(
+            text,
+            (n, ok.loc[n]),
+            xytext=(4, 3),
+            textcoords="offset points",
+            fontsize=6,
+            color=styles[label]["color"],
+        )
+    if band is not None and not knobs:  # no band joining different configs either
+        _band(ax, ok_rows, band, styles[label])
+    noisy = group[(group["noisy"] == True) & group["seq_len"].isin(ok.index)]["seq_len"].unique()  # noqa: E712
+    if len(noisy):  # hollow markers: timed under load or noisily (docs/timing.md)
+        ax.plot(
+            noisy,
+            ok.loc[noisy].values,
+            linestyle="none",
+            marker=styles[label].get("marker", "o"),
+            markersize=8,
+            markerfacecolor="white",
+            markeredgecolor=styles[label].get("color"),
+            zorder=3,
+        )
+    return True
 
 
 def _band(ax, ok_rows: pd.DataFrame, band: tuple[str, str], style: dict) -> None:
@@ -142,7 +150,7 @@ def search_best(group: pd.DataFrame) -> pd.Series:
 def plot_error_vs_n(
     frame: pd.DataFrame, path: Path, *, budgets: Sequence[float], metric: str, against: str = "exact float64 attention"
 ) -> Path | None:
-    """The error metric (frame's "error", harness.report.budgets) against N: a row of subplots per setting, one column
+    """The error metric (frame's "error", harness.report.analysis.with_budgets) against N: a row of subplots per setting, one column
     per input distribution; each error budget a dashed line. `against`: what the errors are measured against."""
     if not len(frame) or not frame["error"].notna().any():
         return None
@@ -173,7 +181,7 @@ def plot_error_vs_n(
                         label="_" + str(label) if len(ok) else styles[label]["label"],
                         gid=plotting.SEARCH_GID,
                     )
-                plotting.mark_failures(ax, group, styles[label])
+                mark_failures(ax, group, styles[label])
             if ax.has_data():
                 plotting.budget_lines(ax, budgets, metric)
             plotting.log_n_axis(ax, part)
@@ -183,3 +191,33 @@ def plot_error_vs_n(
             ax.grid(True, which="major", alpha=0.3)
     plotting.finish(plt, fig, axes, styles, f"Error against {against.split(' (')[0]} (dashed: the error budgets)", path)
     return path
+
+
+def mark_failures(ax, group: pd.DataFrame, style: dict) -> None:
+    """Marks at the top of the axes at each N where the series ran out of memory (x) or timed out (|)."""
+    for status, (gid, marker, _) in plotting.FAILURE_MARKS.items():
+        at = sorted(set(group[group["status"] == status]["seq_len"]))
+        if at:
+            ax.plot(
+                at,
+                [0.96] * len(at),
+                transform=ax.get_xaxis_transform(),
+                linestyle="none",
+                marker=marker,
+                color=style["color"],
+                markersize=8 if marker == "x" else 11,
+                markeredgewidth=2,
+                clip_on=False,
+                gid=gid,
+            )
+
+
+def missing_note(part: pd.DataFrame, drawn: set[str]) -> str:
+    """'no point: dense (timeout), linformer@0.1 (unsupported)': the series of a panel's rows with nothing drawn, and
+    the status of their rows, so a series absent from a panel says why ('' when every series is drawn)."""
+    missing = []
+    for label, group in part.groupby("series", sort=True):
+        if str(label) not in drawn:
+            statuses = sorted({str(v) for v in group["status"]})
+            missing.append(f"{label} ({', '.join(statuses)})")
+    return plotting.wrap("no point: " + "; ".join(missing), 70) if missing else ""

@@ -1,19 +1,20 @@
-"""The Pareto figure: error against latency at each N, the front among the series within the largest budget."""
+"""Where each series stands against the others and against the machine: the Pareto figure (error against latency
+at each N, the front among the series within the largest budget) and the roofline (every ok row's arithmetic intensity
+against the FLOP/s it achieved, under the machine's measured ceilings: env.json "limits", harness.measure.limits)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
+from harness.error_metrics import METRIC_NAMES
 from harness.report import plotting
-from harness.report.analysis import pareto_front, primary_inputs, select, setting_title, settings
-from harness.report.budgets import METRIC_NAMES
-from harness.report.formatting import format_n
-from harness.report.plots import MIN_ERROR
-from harness.schema import BASELINE
+from harness.report.analysis import is_baseline_series, pareto_front, primary_inputs, select, setting_title, settings
+from harness.report.curves import MIN_ERROR
+from harness.report.render import format_n
 
 PARETO_COLUMNS = 3  # panels (lengths) per line of the Pareto figure; a setting with more lengths takes several lines
 FRONT_GID, OUTSIDE_GID = "pareto-front", "outside-budget"  # gids of the Pareto points (the tests find them by these)
@@ -128,7 +129,7 @@ def _pareto_panel(ax, at_n: pd.DataFrame, styles: dict, budgets: tuple[float, ..
     plotting.seconds_axis(ax.xaxis)
     ax.tick_params(labelsize=7)
     ax.margins(x=0.15)  # room for the markers and the budget labels at the edges
-    plotting.few_log_ticks(ax.xaxis, ax.get_xlim())
+    few_log_ticks(ax.xaxis, ax.get_xlim())
     ax.grid(True, which="major", alpha=0.3)
 
 
@@ -138,7 +139,7 @@ ROUNDING_FACTOR = 4.0  # errors within this factor of dense's own (its rounding 
 def rounding_floor(points: pd.DataFrame) -> float:
     """The error at or below which a point counts as exact as dense: ROUNDING_FACTOR x dense's error at this N
     (0 where dense has no point: every difference then counts)."""
-    dense = points[points["series"].map(lambda s: s == BASELINE or str(s).startswith(BASELINE + "("))]["error"]
+    dense = points[points["series"].map(is_baseline_series)]["error"]
     return float(dense.min()) * ROUNDING_FACTOR if len(dense) and np.isfinite(dense.min()) else 0.0
 
 
@@ -148,3 +149,94 @@ def _share_y(axes, errors: pd.Series, budgets: tuple[float, ...]) -> None:
     for ax in axes:
         plotting.log_axis(ax.yaxis, ax.set_yscale)
         ax.set_ylim(min(values) / 3, max(values) * 3)
+
+
+def few_log_ticks(axis, limits: tuple[float, float], *, most: int = 6) -> None:
+    """Fixed labelled ticks on a log axis: 1, 2, 5 x 10^k, or on a narrow span 1, 1.5, 2, 3, 5, 7 x 10^k, at most
+    `most` of them (matplotlib's own locator falls back to crowded linear steps on spans under a decade)."""
+    from matplotlib.ticker import FixedLocator  # heavy: loaded on the first figure drawn
+
+    low, high = sorted(limits)
+    if low <= 0:
+        return
+    decades = range(int(np.floor(np.log10(low))), int(np.ceil(np.log10(high))) + 1)
+    for subs in ((1.0, 1.5, 2.0, 3.0, 5.0, 7.0), (1.0, 2.0, 5.0), (1.0,)):
+        ticks = [m * 10.0**d for d in decades for m in subs if low <= m * 10.0**d <= high]
+        if len(ticks) <= most:
+            break
+    axis.set_major_locator(FixedLocator(ticks))
+
+
+# ---- the roofline ------------------------------------------------------------------------------------
+PHASE_MARKERS = {"prefill": "o", "decode": "^"}  # decode hollow, prefill filled
+
+
+def roofline_points(frame: pd.DataFrame) -> pd.DataFrame:
+    """The ok rows with what the figure needs: intensity (FLOP/byte) and achieved executed FLOP/s."""
+    need = ("flops", "bytes_moved", "latency_s")
+    if not len(frame) or any(c not in frame for c in need):
+        return frame.iloc[0:0]
+    ok = frame[frame["status"] == "ok"].copy()
+    for c in need:
+        ok[c] = pd.to_numeric(ok[c], errors="coerce")
+    ok = ok[(ok["flops"] > 0) & (ok["bytes_moved"] > 0) & (ok["latency_s"] > 0)]
+    ok["intensity"] = ok["flops"] / ok["bytes_moved"]
+    ok["achieved"] = ok["flops"] / ok["latency_s"]
+    return ok
+
+
+def has_roofline(frame: pd.DataFrame, env: dict[str, Any]) -> bool:
+    """Whether the run has measured limits and an ok row to place under them."""
+    limits = (env or {}).get("limits")
+    return isinstance(limits, dict) and bool(limits.get("dtypes")) and bool(len(roofline_points(frame)))
+
+
+def plot_roofline(frame: pd.DataFrame, env: dict[str, Any], path: Path) -> Path | None:
+    """Log-log intensity vs achieved FLOP/s, one colour per variant, filled circles prefill, hollow triangles decode,
+    red crosses over rows flagged impossible; the measured ceilings min(peak, bandwidth * intensity) per dtype."""
+    points = roofline_points(frame)
+    limits = (env or {}).get("limits") or {}
+    if not len(points) or not limits.get("dtypes"):
+        return None
+    plt = plotting.pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    lo = min(points["intensity"].min(), 0.1) / 2
+    hi = max(points["intensity"].max(), 100.0) * 2
+    x = np.geomspace(lo, hi, 200)
+    bandwidth = None
+    for dtype, entry in sorted(limits["dtypes"].items()):
+        if dtype not in set(points["dtype"]) and dtype != "float32":
+            continue
+        peak, bandwidth = entry.get("ceiling_flops") or entry.get("peak_flops"), entry.get("bandwidth_bytes_per_s")
+        if peak and bandwidth:
+            ax.plot(x, np.minimum(peak, bandwidth * x), color="grey", lw=1.5, ls="-" if dtype == "float32" else "--")
+            ax.annotate(f"{dtype} peak {peak / 1e9:.3g} GFLOP/s", (hi, peak), ha="right", va="bottom", fontsize=8)
+    if bandwidth:
+        ax.annotate(f"bandwidth {bandwidth / 1e9:.3g} GB/s", (lo * 1.5, bandwidth * lo * 3), fontsize=8)
+    colors = plotting.variant_colors(list(points["variant"]))
+    for (variant, phase), part in points.groupby(["variant", "phase"], sort=True):
+        filled = phase != "decode"
+        ax.scatter(
+            part["intensity"],
+            part["achieved"],
+            marker=PHASE_MARKERS.get(phase, "s"),
+            facecolors=colors[variant] if filled else "none",
+            edgecolors=colors[variant],
+            label=f"{variant} {phase}",
+            s=36,
+        )
+    if "impossible" in points:
+        flagged = points[points["impossible"].notna()]
+        if len(flagged):
+            ax.scatter(flagged["intensity"], flagged["achieved"], marker="x", color="red", s=80, label="impossible")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (executed FLOPs per byte moved)")
+    ax.set_ylabel("achieved FLOP/s (executed)")
+    ax.set_title("Roofline: every ok row under the measured ceilings")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.set_dpi(plotting.DPI)
+    plotting.save(plt, fig, path)
+    return path
