@@ -18,7 +18,7 @@ from harness.errors import UsageError
 from harness.models import minilm
 from harness.measure.timer import Stopwatch
 from harness.plugins import load_plugins
-from harness.studies import lm_eval, model_eval
+from harness.studies import lm_eval, model_eval, passages
 from harness.studies.results_io import output_dir
 from harness.studies.selection import check_overrides, select_variants
 from variants.calibrate import DEFAULT_STEPS
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     check_overrides(overrides, variants, max(max_lens))
     for n in max_lens:
         try:
-            model_eval.split_passages(n, args.texts, args.calibration_texts)
+            passages.split_passages(n, args.texts, args.calibration_texts)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     folder = output_dir(model_eval.STEM, run=args.run, out=args.out)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -76,6 +77,84 @@ def calibrated_variants(
     return out, fit_summary(reports, steps) if learnable else None
 
 
+@dataclass
+class AtLength:
+    """What every variant at one length N shares: the model, its evaluation windows and how a variant is fitted; the
+    calibration windows and each layer's q, k, v on them are made on first use, once."""
+
+    model: nn.Module
+    own: str  # the model's own attention implementation, set back after each swap
+    stream: list[int]  # the text's token ids
+    N: int
+    windows: list[Tensor]  # the evaluation windows, (1, N) each
+    n_calibration: int
+    chosen: list[int]  # the layers a variant is swapped into
+    n_layers: int
+    steps: int
+    device: str
+    seed: int
+    cache: dict[str, Any] = field(default_factory=dict)
+
+    def calibration_windows(self) -> list[Tensor]:
+        """The calibration windows (the text's last quarter, never evaluated), (1, N) each."""
+        if "windows" not in self.cache:
+            found = hf_model.token_windows(self.stream, self.N, self.n_calibration, calibration=True)
+            self.cache["windows"] = [torch.tensor([w], device=self.device) for w in found]
+        return self.cache["windows"]
+
+    def batches(self) -> list[list[tuple[Tensor, Tensor, Tensor]]]:
+        """Each layer's (q, k, v) on the calibration windows."""
+        if "qkv" not in self.cache:  # captured once per length, only if a learnable variant asks
+            per_layer: list[list[tuple[Tensor, Tensor, Tensor]]] = [[] for _ in range(self.n_layers)]
+            for ids in self.calibration_windows():
+                for layer, qkv in zip(per_layer, hf_model.capture_qkv(self.model, lambda: _logits(self.model, ids))):
+                    layer.append(qkv)
+            self.cache["qkv"] = per_layer
+        return self.cache["qkv"]
+
+    def error_of(self, name: str, metric: str) -> Callable[[dict[str, Any]], float]:
+        """fields -> the budget's error (ERRORS[metric]) of `name` with them, on the calibration windows."""
+
+        def error(fields: dict[str, Any]) -> float:
+            per_layer, _ = calibrated_variants(
+                name, fields, self.batches, layers=self.chosen, steps=self.steps, device=self.device, seed=self.seed
+            )
+            totals = _totals(self.model, self.own, per_layer, self.chosen, self.calibration_windows())
+            self.model.set_attn_implementation(self.own)
+            return budget_error(totals, metric)
+
+        return error
+
+
+def rows_at(
+    at: AtLength,
+    variants: list[str],
+    *,
+    shape: dict[str, int],
+    overrides: dict[str, dict[str, Any]],
+    budgets: tuple[float, ...],
+    metric: str,
+    log: Callable[[str], None] | None,
+) -> list[dict[str, Any]]:
+    """The rows of every (variant, budget) at this length, each logged as it is made."""
+    rows = []
+    for name in variants:
+        fields = variant_fields(name, at.N, overrides.get(name))
+        cost_shape = (1, shape["H"], at.N, at.N, shape["D"], True)
+        searcher = budget_search.Searcher(
+            name, fields, cost_shape, shape["H_kv"], ERRORS[metric], at.error_of(name, metric)
+        )
+        for budget in budget_search.budgets_for(name, budgets, overrides.get(name)):
+            row = _evaluate(
+                at.model, at.own, name, fields, at.N, at.windows, at.batches, at.chosen, at.steps, at.device, at.seed,
+                budget, searcher,
+            )  # fmt: skip
+            rows.append(row)
+            if log:
+                log(f"N={at.N:<6d} {budget_search.label(row):15s} {_shown(row)}")
+    return rows
+
+
 def run_lm_eval(
     path: str,
     variants: list[str],
@@ -102,53 +181,15 @@ def run_lm_eval(
     chosen = list(range(shape["layers"])) if layers is None else layers
     stream, tokenizer = hf_model.token_ids(path, text, int(model.config.vocab_size))
     own = model.config._attn_implementation
+    shown_layers = "all" if layers is None else ",".join(map(str, layers))
     rows = []
     for N in seq_lens:
         windows = [
             torch.tensor([w], device=device) for w in hf_model.token_windows(stream, N, n_eval, calibration=False)
         ]
-        cache: dict[str, Any] = {}
-
-        def calibration_windows() -> list[Tensor]:
-            if "windows" not in cache:
-                found = hf_model.token_windows(stream, N, n_calibration, calibration=True)
-                cache["windows"] = [torch.tensor([w], device=device) for w in found]
-            return cache["windows"]
-
-        def batches() -> list[list[tuple[Tensor, Tensor, Tensor]]]:
-            if "qkv" not in cache:  # captured once per length, only if a learnable variant asks
-                per_layer: list[list[tuple[Tensor, Tensor, Tensor]]] = [[] for _ in range(shape["layers"])]
-                for ids in calibration_windows():
-                    for layer, qkv in zip(per_layer, hf_model.capture_qkv(model, lambda: _logits(model, ids))):
-                        layer.append(qkv)
-                cache["qkv"] = per_layer
-            return cache["qkv"]
-
-        def error_of(name: str) -> Callable[[dict[str, Any]], float]:
-            """fields -> the budget's error (ERRORS[metric]) of `name` with them, on the calibration windows."""
-
-            def error(fields: dict[str, Any]) -> float:
-                per_layer, _ = calibrated_variants(
-                    name, fields, batches, layers=chosen, steps=steps, device=device, seed=seed
-                )
-                totals = _totals(model, own, per_layer, chosen, calibration_windows())
-                model.set_attn_implementation(own)
-                return budget_error(totals, metric)
-
-            return error
-
-        for name in variants:
-            fields = variant_fields(name, N, (overrides or {}).get(name))
-            searcher = budget_search.Searcher(
-                name, fields, (1, shape["H"], N, N, shape["D"], True), shape["H_kv"], ERRORS[metric], error_of(name)
-            )
-            for budget in budget_search.budgets_for(name, budgets, (overrides or {}).get(name)):
-                row = _evaluate(
-                    model, own, name, fields, N, windows, batches, chosen, steps, device, seed, budget, searcher
-                )
-                rows.append({"model": path, "layers": "all" if layers is None else ",".join(map(str, layers)), **row})
-                if log:
-                    log(f"N={N:<6d} {budget_search.label(row):15s} {_shown(row)}")
+        at = AtLength(model, own, stream, N, windows, n_calibration, chosen, shape["layers"], steps, device, seed)
+        found = rows_at(at, variants, shape=shape, overrides=overrides or {}, budgets=budgets, metric=metric, log=log)
+        rows += [{"model": path, "layers": shown_layers, **row} for row in found]
         model.set_attn_implementation(own)
     meta = {"model": path, "kind": "causal-lm", **shape, "tokenizer": tokenizer, "text_tokens": len(stream)}
     meta.update(seq_lens=seq_lens, texts=n_eval, calibration_texts=n_calibration, calibration_steps=steps)

@@ -26,6 +26,7 @@ from harness.measure.timer import Stopwatch
 from harness.report.render import Block, Paragraph
 from harness.report.study_results import MODEL_EVAL, budget_note, model_eval_note, model_eval_table
 from harness.studies import budget_search
+from harness.studies.passages import AtLength, at_length, Encoded, LayerBatches, compare, embed_all
 from harness.studies.plots import plot_model_eval
 from harness.studies.results_io import write_results
 from harness.studies.selection import variant_fields
@@ -35,87 +36,13 @@ STEM = MODEL_EVAL  # model_eval.csv/.json/.md/.png
 DENSE_MIN_COSINE = 0.9999  # the dense swap must reproduce every embedding at least this closely
 
 
-def passages(max_len: int) -> list[str]:
-    """Corpus paragraphs joined in order into passages of at most max_len - 2 word pieces each."""
-    tokenizer = minilm.load_tokenizer()
-    out, current, length = [], [], 0
-    for text in minilm.corpus():
-        n = len(tokenizer.tokens(text))
-        if current and length + n > max_len - 2:
-            out.append(" ".join(current))
-            current, length = [], 0
-        current.append(text)
-        length += n
-    if current:
-        out.append(" ".join(current))
-    return out
-
-
-def split_passages(max_len: int, n_eval: int, n_calibration: int) -> tuple[list[str], list[str]]:
-    """Disjoint (evaluation, calibration) passages: every 4th calibrates, the others evaluate.
-
-    Raises ValueError when the corpus has fewer passages than asked for.
-    """
-    texts = passages(max_len)
-    calibration = [t for i, t in enumerate(texts) if i % 4 == 3]
-    evaluation = [t for i, t in enumerate(texts) if i % 4 != 3]
-    if n_eval > len(evaluation) or n_calibration > len(calibration):
-        raise ValueError(
-            f"at max_len={max_len} the corpus makes {len(evaluation)} evaluation and {len(calibration)} calibration "
-            f"passages; asked for {n_eval} and {n_calibration}: pass smaller --texts / --calibration-texts"
-        )
-    return evaluation[:n_eval], calibration[:n_calibration]
-
-
-def encode_each(
-    tokenizer: minilm.Tokenizer, texts: list[str], max_len: int, device: str
-) -> list[tuple[Tensor, Tensor]]:
-    """Each text alone as (ids (1, N), mask (1, N)): no padding, so every variant sees only real tokens."""
-    return [tokenizer.encode([t], max_len=max_len, device=device) for t in texts]
-
-
-@torch.no_grad()
-def embed_all(model: minilm.MiniLM, encoded: list[tuple[Tensor, Tensor]]) -> Tensor:
-    """Sentence embeddings (len(encoded), E), float32."""
-    return torch.cat([model.embed(ids, mask).float() for ids, mask in encoded])
-
-
-def compare(reference: Tensor, candidate: Tensor) -> dict[str, float]:
-    """Cosine of each embedding to its reference (mean, min) and top-1 retrieval agreement."""
-    cosine = (reference * candidate).sum(-1) / (reference.norm(dim=-1) * candidate.norm(dim=-1)).clamp_min(1e-12)
-    return {
-        "cosine_mean": float(cosine.mean()),
-        "cosine_min": float(cosine.min()),
-        "retrieval_agreement": float((nearest(reference) == nearest(candidate)).float().mean()),
-    }
-
-
-def nearest(embeddings: Tensor) -> Tensor:
-    """Index of each row's nearest other row by cosine, (n,)."""
-    unit = embeddings / embeddings.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-    sims = unit @ unit.T
-    sims.fill_diagonal_(float("-inf"))
-    return sims.argmax(-1)
-
-
-def layer_batches(
-    model: minilm.MiniLM, encoded: list[tuple[Tensor, Tensor]]
-) -> list[list[tuple[Tensor, Tensor, Tensor]]]:
-    """For each layer, the (q, k, v) of every calibration passage under the unmodified model."""
-    per_layer: list[list[tuple[Tensor, Tensor, Tensor]]] = [[] for _ in model.layers]
-    for ids, mask in encoded:
-        for layer, qkv in zip(per_layer, model.capture_qkv(ids, mask)):
-            layer.append(qkv)
-    return per_layer
-
-
 def swapped_model(
     name: str,
     fields: dict[str, Any],
     *,
     device: str,
     seed: int,
-    calibration: list[list[tuple[Tensor, Tensor, Tensor]]] | None,
+    calibration: LayerBatches | None,
     steps: int,
 ) -> tuple[minilm.MiniLM, dict[str, Any] | None]:
     """A fresh model with `name` in every layer; learnable variants calibrated per layer. Returns (model, calibration summary)."""
@@ -143,25 +70,12 @@ def swapped_model(
     return model, summary
 
 
-def evaluate_variant(
-    name: str,
-    max_len: int,
-    *,
-    reference: Tensor,
-    encoded: list[tuple[Tensor, Tensor]],
-    calibration: Callable[[], list[list[tuple[Tensor, Tensor, Tensor]]]],
-    steps: int,
-    device: str,
-    seed: int,
-    overrides: dict[str, Any] | None = None,
-    budget: float | None = None,
-    searcher: budget_search.Searcher | None = None,
+def _empty_row(
+    name: str, max_len: int, encoded: Encoded, *, budget: float | None, device: str, seed: int
 ) -> dict[str, Any]:
-    """One row: `name` swapped into the model at this length limit, compared to `reference` embeddings; with a
-    budget, at the config `searcher` finds for it (status unreachable when none is within it)."""
-    fields = variant_fields(name, max_len, overrides)
+    """A row of `name` at this length limit before anything is measured: status ok, every metric None."""
     lengths = [int(mask.sum()) for _, mask in encoded]
-    row: dict[str, Any] = {
+    return {
         "model": minilm.MODEL_NAME,
         "variant": name,
         "config": None,
@@ -183,6 +97,26 @@ def evaluate_variant(
         "tuning": None,
         "tuning_s": None,
     }
+
+
+def evaluate_variant(
+    name: str,
+    max_len: int,
+    *,
+    reference: Tensor,
+    encoded: list[tuple[Tensor, Tensor]],
+    calibration: Callable[[], LayerBatches],
+    steps: int,
+    device: str,
+    seed: int,
+    overrides: dict[str, Any] | None = None,
+    budget: float | None = None,
+    searcher: budget_search.Searcher | None = None,
+) -> dict[str, Any]:
+    """One row: `name` swapped into the model at this length limit, compared to `reference` embeddings; with a
+    budget, at the config `searcher` finds for it (status unreachable when none is within it)."""
+    fields = variant_fields(name, max_len, overrides)
+    row = _empty_row(name, max_len, encoded, budget=budget, device=device, seed=seed)
     try:
         fields, unreachable = budget_search.apply_match(row, name, fields, budget, searcher)
         if unreachable is not None:
@@ -204,6 +138,76 @@ def evaluate_variant(
     if not torch.isfinite(embeddings).all():
         return {**row, "status": "nonfinite", "reason": "an embedding has NaN or inf entries"}
     return {**row, **compare(reference, embeddings)}
+
+
+def dense_check(at: AtLength) -> dict[str, float]:
+    """The dense swap compared to the unmodified model; RuntimeError when it does not reproduce every embedding."""
+    swapped = minilm.swap_attention(minilm.load_model(device=at.device), lambda i: build_variant("dense").to(at.device))
+    check = compare(at.reference, embed_all(swapped, at.evaluation))
+    if check["cosine_min"] <= DENSE_MIN_COSINE:
+        raise RuntimeError(
+            f"the dense swap does not reproduce {minilm.MODEL_NAME} at max_len={at.max_len}: minimum cosine "
+            f"{check['cosine_min']:.6f} <= {DENSE_MIN_COSINE}; the swap or the weights are wrong"
+        )
+    return check
+
+
+def error_of(at: AtLength, name: str, *, steps: int, seed: int) -> Callable[[dict[str, Any]], float]:
+    """fields -> 1 - the mean embedding cosine of `name` with them, on the calibration passages."""
+
+    def error(fields: dict[str, Any]) -> float:
+        passages, reference = at.calibration_reference()
+        learnable = get_variant(name).capabilities.learnable
+        model, _ = swapped_model(
+            name,
+            fields,
+            device=at.device,
+            seed=seed,
+            calibration=at.calibration() if learnable else None,
+            steps=steps,
+        )
+        embeddings = embed_all(model, passages)
+        if not torch.isfinite(embeddings).all():
+            return float("inf")
+        return 1 - compare(reference, embeddings)["cosine_mean"]
+
+    return error
+
+
+def rows_at(
+    at: AtLength,
+    variants: list[str],
+    *,
+    steps: int,
+    seed: int,
+    overrides: dict[str, dict[str, Any]],
+    budgets: tuple[float, ...],
+    log: Callable[[str], None] | None,
+) -> list[dict[str, Any]]:
+    """The rows of every (variant, budget) at this length limit, each logged as it is made."""
+    rows = []
+    for name in variants:
+        fields = variant_fields(name, at.max_len, overrides.get(name))
+        shape = (1, minilm.BertConfig().num_heads, at.max_len, at.max_len, minilm.BertConfig().head_dim, False)
+        searcher = budget_search.Searcher(name, fields, shape, None, ERROR, error_of(at, name, steps=steps, seed=seed))
+        for budget in budget_search.budgets_for(name, budgets, overrides.get(name)):
+            row = evaluate_variant(
+                name,
+                at.max_len,
+                reference=at.reference,
+                encoded=at.evaluation,
+                calibration=at.calibration,
+                steps=steps,
+                device=at.device,
+                seed=seed,
+                overrides=overrides.get(name),
+                budget=budget,
+                searcher=searcher,
+            )
+            rows.append(row)
+            if log:
+                log(f"max_len={at.max_len:<4d} {budget_search.label(row):15s} {_shown(row)}")
+    return rows
 
 
 def run_model_eval(
@@ -228,72 +232,9 @@ def run_model_eval(
     tokenizer = minilm.load_tokenizer()
     rows, checks = [], {}
     for max_len in max_lens:
-        evaluation, calibration_texts = split_passages(max_len, n_eval, n_calibration)
-        encoded = encode_each(tokenizer, evaluation, max_len, device)
-        original = minilm.load_model(device=device)
-        reference = embed_all(original, encoded)
-        cache: dict[str, Any] = {}
-
-        def calibration() -> list[list[tuple[Tensor, Tensor, Tensor]]]:
-            if "batches" not in cache:  # captured once per length, only if a learnable variant asks
-                cache["batches"] = layer_batches(original, encode_each(tokenizer, calibration_texts, max_len, device))
-            return cache["batches"]
-
-        dense = embed_all(
-            minilm.swap_attention(minilm.load_model(device=device), lambda i: build_variant("dense").to(device)),
-            encoded,
-        )
-        checks[max_len] = compare(reference, dense)
-        if checks[max_len]["cosine_min"] <= DENSE_MIN_COSINE:
-            raise RuntimeError(
-                f"the dense swap does not reproduce {minilm.MODEL_NAME} at max_len={max_len}: minimum cosine "
-                f"{checks[max_len]['cosine_min']:.6f} <= {DENSE_MIN_COSINE}; the swap or the weights are wrong"
-            )
-
-        def error_of(name: str) -> Callable[[dict[str, Any]], float]:
-            """fields -> 1 - the mean embedding cosine of `name` with them, on the calibration passages."""
-
-            def error(fields: dict[str, Any]) -> float:
-                if "passages" not in cache:
-                    cache["passages"] = encode_each(tokenizer, calibration_texts, max_len, device)
-                    cache["reference"] = embed_all(original, cache["passages"])
-                learnable = get_variant(name).capabilities.learnable
-                model, _ = swapped_model(
-                    name,
-                    fields,
-                    device=device,
-                    seed=seed,
-                    calibration=calibration() if learnable else None,
-                    steps=steps,
-                )
-                embeddings = embed_all(model, cache["passages"])
-                if not torch.isfinite(embeddings).all():
-                    return float("inf")
-                return 1 - compare(cache["reference"], embeddings)["cosine_mean"]
-
-            return error
-
-        for name in variants:
-            fields = variant_fields(name, max_len, (overrides or {}).get(name))
-            shape = (1, minilm.BertConfig().num_heads, max_len, max_len, minilm.BertConfig().head_dim, False)
-            searcher = budget_search.Searcher(name, fields, shape, None, ERROR, error_of(name))
-            for budget in budget_search.budgets_for(name, budgets, (overrides or {}).get(name)):
-                row = evaluate_variant(
-                    name,
-                    max_len,
-                    reference=reference,
-                    encoded=encoded,
-                    calibration=calibration,
-                    steps=steps,
-                    device=device,
-                    seed=seed,
-                    overrides=(overrides or {}).get(name),
-                    budget=budget,
-                    searcher=searcher,
-                )
-                rows.append(row)
-                if log:
-                    log(f"max_len={max_len:<4d} {budget_search.label(row):15s} {_shown(row)}")
+        at = at_length(tokenizer, max_len, n_eval, n_calibration, device)
+        checks[max_len] = dense_check(at)
+        rows += rows_at(at, variants, steps=steps, seed=seed, overrides=overrides or {}, budgets=budgets, log=log)
     meta = {
         "model": minilm.MODEL_NAME,
         "corpus": "pydoc_data.topics (CPython's documentation), paragraphs joined into passages",

@@ -140,7 +140,33 @@ def train_and_test(
 ) -> dict[str, Any]:
     """Train a fresh TinyTransformer with `variant` on `setting` and measure test accuracy: one result row."""
     fields = variant_fields(variant, setting.seq_len, overrides)
-    row: dict[str, Any] = {
+    row = _empty_row(setting, variant, preset, seed=seed, device=device)
+    test = _to(setting.make(preset.test_size, 10**9 + seed), device)
+    row["majority"] = _majority(test.targets)
+    try:
+        model = _build_model(setting, variant, fields, preset, seed=seed)
+        row["config"] = model.blocks[0].attention.attention.config.to_dict()
+        model.to(device)
+        with torch.no_grad():  # the probe also creates lazily built variant parameters before the optimizer sees them
+            model(*_inputs(test, slice(0, 2)))
+    except NotSupportedError as exc:
+        return {**row, "status": "unsupported", "reason": "; ".join(exc.reasons)}
+    except (TypeError, ValueError) as exc:  # e.g. a config that does not fit this setting
+        return {**row, "status": "error", "reason": f"{type(exc).__name__}: {exc}"}
+    row["params"] = sum(p.numel() for p in model.parameters())
+    with Stopwatch(device) as training:
+        loss = _train(model, setting, preset, seed, device)
+    row["train_s"] = training.seconds
+    row["final_loss"] = loss
+    if not math.isfinite(loss):
+        return {**row, "status": "nonfinite", "reason": f"training loss became {loss}"}
+    row["accuracy"] = evaluate(model, test)
+    return row
+
+
+def _empty_row(setting: TaskSetting, variant: str, preset: TaskPreset, *, seed: int, device: str) -> dict[str, Any]:
+    """The row of `variant` on `setting` before it is built or trained: status ok, every result None."""
+    return {
         "task": setting.task,
         "variant": variant,
         "config": None,
@@ -165,39 +191,31 @@ def train_and_test(
         "test_size": preset.test_size,
         "task_details": setting.details,
     }
-    test = _to(setting.make(preset.test_size, 10**9 + seed), device)
-    row["majority"] = _majority(test.targets)
-    try:
-        torch.manual_seed(seed)  # the same initial weights outside the attention for every variant
-        model = TinyTransformer(
-            vocab=setting.vocab,
-            classes=setting.classes,
-            seq_len=setting.seq_len,
-            d_model=preset.d_model,
-            layers=preset.layers,
-            heads=preset.heads,
-            per_token=setting.per_token,
-            value_vocab=setting.value_vocab,
-        )
-        torch.manual_seed(seed + 1)
-        model.set_attention(lambda: build_variant(variant, **fields))
-        row["config"] = model.blocks[0].attention.attention.config.to_dict()
-        model.to(device)
-        with torch.no_grad():  # the probe also creates lazily built variant parameters before the optimizer sees them
-            model(*_inputs(test, slice(0, 2)))
-    except NotSupportedError as exc:
-        return {**row, "status": "unsupported", "reason": "; ".join(exc.reasons)}
-    except (TypeError, ValueError) as exc:  # e.g. a config that does not fit this setting
-        return {**row, "status": "error", "reason": f"{type(exc).__name__}: {exc}"}
-    row["params"] = sum(p.numel() for p in model.parameters())
-    with Stopwatch(device) as training:
-        loss = _train(model, setting, preset, seed, device)
-    row["train_s"] = training.seconds
-    row["final_loss"] = loss
-    if not math.isfinite(loss):
-        return {**row, "status": "nonfinite", "reason": f"training loss became {loss}"}
-    row["accuracy"] = evaluate(model, test)
-    return row
+
+
+def _build_model(
+    setting: TaskSetting,
+    variant: str,
+    fields: dict[str, Any],
+    preset: TaskPreset,
+    *,
+    seed: int,
+) -> TinyTransformer:
+    """A fresh TinyTransformer for `setting` with `variant` in every block, seeded so only the attention differs."""
+    torch.manual_seed(seed)  # the same initial weights outside the attention for every variant
+    model = TinyTransformer(
+        vocab=setting.vocab,
+        classes=setting.classes,
+        seq_len=setting.seq_len,
+        d_model=preset.d_model,
+        layers=preset.layers,
+        heads=preset.heads,
+        per_token=setting.per_token,
+        value_vocab=setting.value_vocab,
+    )
+    torch.manual_seed(seed + 1)
+    model.set_attention(lambda: build_variant(variant, **fields))
+    return model
 
 
 def _train(model: TinyTransformer, setting: TaskSetting, preset: TaskPreset, seed: int, device: str) -> float:

@@ -10,7 +10,7 @@ import torch
 
 from harness.commands import main
 from harness.models import minilm as realmodel
-from harness.studies import model_eval
+from harness.studies import model_eval, passages
 from variants import build_variant, get_variant
 
 needs_extra = pytest.mark.skipif(
@@ -20,11 +20,11 @@ needs_extra = pytest.mark.skipif(
 
 def test_nearest_and_compare_on_known_vectors():
     a = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
-    assert model_eval.nearest(a).tolist() == [1, 0, 3, 2]
-    same = model_eval.compare(a, a * 3)  # scale does not matter
+    assert passages.nearest(a).tolist() == [1, 0, 3, 2]
+    same = passages.compare(a, a * 3)  # scale does not matter
     assert same["cosine_mean"] == pytest.approx(1.0) and same["retrieval_agreement"] == 1.0
     swapped = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.9, 0.1], [0.1, 0.9]])
-    result = model_eval.compare(a, swapped)
+    result = passages.compare(a, swapped)
     assert result["cosine_min"] == pytest.approx(0.1 / (0.81 + 0.01) ** 0.5, abs=1e-5)  # row 1: (0.9, 0.1) vs (0, 1)
     # neighbours under `swapped`: 0->2, 1->3, 2->0, 3->1; none matches [1, 0, 3, 2]
     assert result["retrieval_agreement"] == 0.0
@@ -33,12 +33,12 @@ def test_nearest_and_compare_on_known_vectors():
 @needs_extra
 def test_passages_fit_the_limit_and_the_splits_are_disjoint():
     tokenizer = realmodel.load_tokenizer()
-    evaluation, calibration = model_eval.split_passages(128, 40, 10)
+    evaluation, calibration = passages.split_passages(128, 40, 10)
     assert len(evaluation) == 40 and len(calibration) == 10 and not set(evaluation) & set(calibration)
     long_ones = [len(tokenizer.tokens(t)) for t in evaluation]
     assert max(long_ones) > 64  # passages are joined paragraphs, not single short sentences
     with pytest.raises(ValueError, match=r"pass smaller --texts"):
-        model_eval.split_passages(512, 10**5, 1)
+        passages.split_passages(512, 10**5, 1)
 
 
 @needs_extra
@@ -139,11 +139,11 @@ def test_error_budgets_search_one_minus_cosine_on_calibration_passages():
     assert dense["budget"] is None and dense["tuning"] is None
     assert loose["status"] == "ok" and loose["config"]["window"] == 16 and loose["budget"] == 2.0
     # the searched error: 1 - mean cosine over the calibration passages (never the evaluated ones)
-    evaluation, calibration = model_eval.split_passages(128, 3, 2)
-    encoded = model_eval.encode_each(realmodel.load_tokenizer(), calibration, 128, "cpu")
-    reference = model_eval.embed_all(realmodel.load_model(), encoded)
+    evaluation, calibration = passages.split_passages(128, 3, 2)
+    encoded = passages.encode_each(realmodel.load_tokenizer(), calibration, 128, "cpu")
+    reference = passages.embed_all(realmodel.load_model(), encoded)
     swapped = realmodel.swap_attention(realmodel.load_model(), lambda i: build_variant("sliding_window", window=16))
-    expected = 1 - model_eval.compare(reference, model_eval.embed_all(swapped, encoded))["cosine_mean"]
+    expected = 1 - passages.compare(reference, passages.embed_all(swapped, encoded))["cosine_mean"]
     assert loose["tuning"]["tried"]["16"] == pytest.approx(expected, rel=1e-4) and expected > 1e-6
     top = impossible["tuning"]["high"]
     assert impossible["status"] == "unreachable" and impossible["cosine_mean"] is None
