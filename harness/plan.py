@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from harness.schema import SETTINGS, Cell, default_of
-from harness.spec.model import SweepSpec
+from harness.spec.sweep_spec import SweepSpec
 
 
 def plan(spec: SweepSpec) -> list[Cell]:
@@ -40,7 +40,7 @@ def plan(spec: SweepSpec) -> list[Cell]:
 def plan_header(spec: SweepSpec) -> str:
     """The dry run's first line: the spec's dimensions (harness.spec.describe) whose factors multiply to the cells
     planned: variants become series where error budgets multiply some, skipped combinations of settings are counted."""
-    from harness.spec.model import describe
+    from harness.spec.sweep_spec import describe
     from variants import get_variant
 
     line = describe(spec)

@@ -12,7 +12,7 @@ from harness.plugins import load_plugins
 from harness.report import write_report
 from harness.report.analysed import analyse
 from harness.report.analysis import DEFAULT_BUDGETS
-from harness.spec.model import CLOCKS
+from harness.spec.sweep_spec import CLOCKS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.spec.model import CLOCKS
+from harness.spec.sweep_spec import CLOCKS
 
 MOSTLY_CONTENDED = 0.5  # more than this share of a setting's timed cells contended: no verdict on wall time
 CPU_COLUMNS = {

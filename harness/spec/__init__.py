@@ -1,7 +1,7 @@
 """The sweep spec: what a sweep measures (SweepSpec), built from defaults < TOML < flags and written back as TOML."""
 
 from harness.spec.build import FLAGS, KEYS, build_spec, default_text
-from harness.spec.model import (
+from harness.spec.sweep_spec import (
     ACCURACY_REFERENCES,
     DTYPES,
     MODES,

@@ -20,7 +20,7 @@ from harness.errors import UsageError
 from harness.knobs import knobs
 from harness.plugins import load_plugins
 from harness.spec.convert import SpecError, as_list, choices
-from harness.spec.model import DTYPE_ALIASES, DTYPES, RENAMED_KEYS, VARIANT_CONFIG_KEY, SweepSpec
+from harness.spec.sweep_spec import DTYPE_ALIASES, DTYPES, RENAMED_KEYS, VARIANT_CONFIG_KEY, SweepSpec
 from harness.spec.toml_io import load_toml, toml_library
 from harness.spec.variants import expand_variants, variant_config_layers
 from variants._checks import did_you_mean

@@ -11,7 +11,7 @@ from harness.errors import UsageError
 from harness.knobs import knobs
 
 if TYPE_CHECKING:
-    from harness.spec.model import SweepSpec
+    from harness.spec.sweep_spec import SweepSpec
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
@@ -37,7 +37,7 @@ def stored_spec_values(text: str | None) -> tuple[dict[str, Any], str | None]:
     """A run folder's spec.toml text as values (renamed keys under their new names), and what was wrong with it
     (None when it read cleanly or there is none: an older run; {} and the problem when it is malformed): a report
     reads what it can."""
-    from harness.spec.model import RENAMED_KEYS
+    from harness.spec.sweep_spec import RENAMED_KEYS
 
     if text is None:
         return {}, None

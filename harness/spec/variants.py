@@ -7,7 +7,7 @@ from typing import Any
 
 from harness.entries import coerce, parse_entry, split_entries
 from harness.spec.convert import SpecError, as_list
-from harness.spec.model import VariantEntry
+from harness.spec.sweep_spec import VariantEntry
 from variants._checks import did_you_mean
 
 
