@@ -1,4 +1,4 @@
-"""What a Cell field is: its Setting, declared on the field (harness.schema.Cell) and read by everything derived from it.
+"""What a Cell field is (CellField): its role, axis, label and history, declared on the field (harness.schema.Cell).
 
 A leaf beside harness.schema: it imports nothing of ours.
 """
@@ -12,8 +12,8 @@ ROLES = ("variant", "length", "setting", "inputs", "seed", "budget")
 
 
 @dataclass(frozen=True)
-class Setting:
-    """What a Cell field is, declared on the field itself (``dataclasses.field(metadata={"setting": ...})``).
+class CellField:
+    """What a Cell field is, declared on the field itself (``dataclasses.field(metadata={"cell_field": ...})``).
 
     Planning, cell ids, the reader's fill-in of old rows, the report's setting keys, every label and compare's
     matching derive from these, so a new axis is one field of Cell (plus its list in SweepSpec).
@@ -34,11 +34,11 @@ class Setting:
     caches: tuple[str, ...] = ()
 
 
-def setting_field(default: Any = MISSING, *, role: str, compare: bool = True, **meta: Any) -> Any:
-    """A Cell field with its Setting."""
-    return field(default=default, compare=compare, metadata={"setting": Setting(role=role, **meta)})
+def cell_field(default: Any = MISSING, *, role: str, compare: bool = True, **meta: Any) -> Any:
+    """A dataclass field of Cell with its CellField in the metadata."""
+    return field(default=default, compare=compare, metadata={"cell_field": CellField(role=role, **meta)})
 
 
 def eq_text(short: str) -> Callable[[Any, Mapping[str, Any]], str]:
-    """A Setting.text of the form 'H=8' ('pad=0.25' for a float)."""
+    """A CellField.text of the form 'H=8' ('pad=0.25' for a float)."""
     return lambda v, _: f"{short}={v:g}" if isinstance(v, float) else f"{short}={v}"

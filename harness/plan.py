@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from harness.schema import SETTINGS, Cell, default_of
+from harness.schema import DECLARED, Cell, default_of
 from harness.spec.sweep_spec import SweepSpec
 
 
@@ -45,7 +45,7 @@ def plan_header(spec: SweepSpec) -> str:
 
     line = describe(spec)
     settings = {tuple(sorted(s.items())) for s in _settings(spec)}  # decode's causal settings collapse into one
-    full = math.prod(len(getattr(spec, s.axis) or (None,)) for s in SETTINGS.values() if s.axis)
+    full = math.prod(len(getattr(spec, s.axis) or (None,)) for s in DECLARED.values() if s.axis)
     budgeted = [
         e.name
         for e in spec.variants
@@ -117,10 +117,10 @@ def matched_budgets(budgets: tuple[float, ...], cls: Any, overrides: dict[str, A
 
 
 def _settings(spec: SweepSpec) -> Iterator[dict[str, Any]]:
-    """The product of the spec's lists of every Cell field that declares one (Setting.axis), in Cell field order (an
+    """The product of the spec's lists of every Cell field that declares one (CellField.axis), in Cell field order (an
     empty list: the field's default); decode is planned for forward and causal only."""
-    names = [name for name, setting in SETTINGS.items() if setting.axis]
-    lists = [getattr(spec, SETTINGS[name].axis) or (None,) for name in names]
+    names = [name for name, declared in DECLARED.items() if declared.axis]
+    lists = [getattr(spec, DECLARED[name].axis) or (None,) for name in names]
     for values in itertools.product(*lists):
         setting = {name: value for name, value in zip(names, values) if value is not None}
         if setting.get("phase") == "decode":

@@ -17,7 +17,7 @@ from dataclasses import MISSING, dataclass
 from typing import Any, Mapping, Sequence
 
 from harness.error_metrics import budget_label
-from harness.cell_fields import ROLES, Setting, eq_text, setting_field as _field  # noqa: F401 - ROLES, Setting re-exported
+from harness.cell_fields import ROLES, CellField, eq_text, cell_field as _field  # noqa: F401 - ROLES, CellField re-exported
 
 SCHEMA_VERSION = 1
 # unreachable: no knob value meets the budget; fit_timeout: the search or calibration ran past fit_timeout_s (no verdict)
@@ -40,7 +40,7 @@ NOT_RUN_PREFIX = "not run"  # reason of a cell skipped after an oom/timeout at a
 class Cell:
     """One measurement: a variant with its config on one shape, dtype, device, causal setting, mode, phase, scope and inputs.
 
-    Field order is the planning order (outermost first) and the column order of rows; each field's Setting
+    Field order is the planning order (outermost first) and the column order of rows; each field's CellField
     (its metadata) says what it is. Decode cells are always causal.
     """
 
@@ -132,7 +132,7 @@ class Cell:
     def cell_id(self) -> str:
         """A stable hash of every field: the same cell in any run, any order, gets the same id.
 
-        Fields added later (Setting.added) at their default are left out, so a cell that older versions could
+        Fields added later (CellField.added) at their default are left out, so a cell that older versions could
         describe keeps the id they gave it. A cell matched to an error budget leaves its quality knob out of its
         config: its row (with the config found) has its id.
         """
@@ -143,7 +143,7 @@ class Cell:
         return {name: getattr(self, name) for name in CELL_FIELDS}
 
     def cache_key(self, cache: str, **values: Any) -> tuple[tuple[str, Any], ...]:
-        """The cell's key in a per-process cache ("inputs", "fit", "baseline"): the fields that declare it (Setting.caches),
+        """The cell's key in a per-process cache ("inputs", "fit", "baseline"): the fields that declare it (CellField.caches),
         `values` in place of some (a decode cell's longer inputs, a fit's own length, the device with its index)."""
         return tuple((name, values.get(name, getattr(self, name))) for name in caches_of(cache))
 
@@ -194,28 +194,28 @@ class Cell:
 
 
 CELL_FIELDS = tuple(f.name for f in dataclasses.fields(Cell))
-SETTINGS: dict[str, Setting] = {f.name: f.metadata["setting"] for f in dataclasses.fields(Cell)}
+DECLARED: dict[str, CellField] = {f.name: f.metadata["cell_field"] for f in dataclasses.fields(Cell)}
 
 
 def fields_of(*roles: str) -> tuple[str, ...]:
     """Cell fields of the given roles, in field order: fields_of("setting") are the report's setting keys."""
-    return tuple(name for name, s in SETTINGS.items() if s.role in roles)
+    return tuple(name for name, s in DECLARED.items() if s.role in roles)
 
 
 def caches_of(cache: str) -> tuple[str, ...]:
-    """Cell fields whose values key the per-process cache `cache` (Setting.caches), in field order."""
-    return tuple(name for name, s in SETTINGS.items() if cache in s.caches)
+    """Cell fields whose values key the per-process cache `cache` (CellField.caches), in field order."""
+    return tuple(name for name, s in DECLARED.items() if cache in s.caches)
 
 
 def default_of(name: str, values: Mapping[str, Any]) -> Any:
     """A field's value when unset: the field it follows (kv_heads: heads), else its dataclass default (MISSING if none)."""
-    follows = SETTINGS[name].follows
+    follows = DECLARED[name].follows
     return values.get(follows) if follows else _FIELDS[name].default
 
 
 def legacy_value(name: str, values: Mapping[str, Any]) -> Any:
     """What a row that did not record `name` means (the reader's fill-in), None when nothing can be assumed."""
-    legacy = SETTINGS[name].legacy
+    legacy = DECLARED[name].legacy
     if legacy is not None:
         return copy.copy(legacy)
     default = default_of(name, values)
@@ -225,9 +225,9 @@ def legacy_value(name: str, values: Mapping[str, Any]) -> Any:
 def identity(values: Mapping[str, Any], *, matching: bool = False) -> dict[str, Any]:
     """The fields that identify a cell (a Cell's fields, or a row's), as they go into its id.
 
-    Fields added later (Setting.added) at their default are left out, so older ids hold; a matched cell's config
+    Fields added later (CellField.added) at their default are left out, so older ids hold; a matched cell's config
     leaves its quality knob out (the search chooses it: an outcome, not the cell). `matching`: compare's key, which
-    also leaves out what two runs may differ in on purpose (Setting.matched False: the seed, the device).
+    also leaves out what two runs may differ in on purpose (CellField.matched False: the seed, the device).
     """
     out = {name: json_safe(values.get(name)) for name in CELL_FIELDS}
     if out["matched_budget"] is not None and isinstance(out["config"], dict):  # json_safe: a frame's NaN is no budget
@@ -236,8 +236,8 @@ def identity(values: Mapping[str, Any], *, matching: bool = False) -> dict[str, 
         searched = searched_fields(str(values["variant"]))  # the knob, and what is searched with it (sinks)
         out["config"] = {k: v for k, v in out["config"].items() if k not in searched}
     for name in CELL_FIELDS:
-        setting = SETTINGS[name]
-        if (setting.added and out[name] == json_safe(default_of(name, values))) or (matching and not setting.matched):
+        declared = DECLARED[name]
+        if (declared.added and out[name] == json_safe(default_of(name, values))) or (matching and not declared.matched):
             del out[name]
     return out
 
@@ -253,10 +253,10 @@ def describe(values: Mapping[str, Any], names: Sequence[str], *, skip_defaults: 
     no budget). The one renderer of a cell's settings: labels, titles, captions and the terminal summary use it."""
     parts = []
     for name in names:
-        setting, value = SETTINGS[name], values.get(name)
-        if setting.text is None or (skip_defaults and _at_default(name, value, values)):
+        declared, value = DECLARED[name], values.get(name)
+        if declared.text is None or (skip_defaults and _at_default(name, value, values)):
             continue
-        parts.append(setting.text(value, values))
+        parts.append(declared.text(value, values))
     return parts
 
 

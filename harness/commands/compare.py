@@ -9,10 +9,10 @@ from harness.errors import UsageError
 from harness.report.analysed import analyse
 from harness.report.compare import compare_runs, summary_lines, write_outputs
 from harness.report.verdicts import DEFAULT_THRESHOLD
-from harness.schema import CELL_FIELDS, SETTINGS
+from harness.schema import CELL_FIELDS, DECLARED
 from harness.store import load_run
 
-MATCHED_FIELDS = [name for name in CELL_FIELDS if SETTINGS[name].matched]
+MATCHED_FIELDS = [name for name in CELL_FIELDS if DECLARED[name].matched]
 
 PRINT_LIMIT = 25  # flagged cells printed on the terminal (the files hold all)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from harness.entries import format_entry
 from harness.knobs import knob
-from harness.schema import SETTINGS
+from harness.schema import DECLARED
 from harness.error_metrics import ERROR_METRICS
 import harness.spec.convert as c
 
@@ -271,8 +271,8 @@ class SweepSpec:
 def describe(spec: SweepSpec) -> str:
     """One line: the sweep's dimensions, one factor per Cell axis (those added later only when they vary)."""
     factors = [f"{len(spec.variants)} variants", f"{len(spec.seq_lens)} lengths"]
-    for setting in SETTINGS.values():
-        values = getattr(spec, setting.axis) if setting.axis else None
-        if values is not None and (not setting.added or len(values) > 1):
-            factors.append(f"{len(values) or 1} {setting.axis.replace('_', ' ')}")
+    for declared in DECLARED.values():
+        values = getattr(spec, declared.axis) if declared.axis else None
+        if values is not None and (not declared.added or len(values) > 1):
+            factors.append(f"{len(values) or 1} {declared.axis.replace('_', ' ')}")
     return " x ".join(factors) + f" on {spec.device} (B={spec.batch}, H={spec.heads})"

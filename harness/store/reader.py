@@ -17,7 +17,7 @@ import pandas as pd
 
 from harness.errors import UsageError
 from harness.row import NUMERIC_FIELDS, ROW_FIELDS
-from harness.schema import CELL_FIELDS, canonical, SCHEMA_VERSION, SETTINGS, legacy_value
+from harness.schema import CELL_FIELDS, canonical, SCHEMA_VERSION, DECLARED, legacy_value
 from harness.store.row_lines import read_row_lines, regular_file, warn_note
 from harness.store.row_types import MAX_LINE_CHARS, row_problem, shown, too_deep
 from harness.store.run_dir import ENV_FILE, ROWS_FILE, SPEC_FILE
@@ -213,7 +213,7 @@ def _fill_defaults(frame: pd.DataFrame) -> None:
         return
     records = frame[list(CELL_FIELDS)].to_dict("records")
     for name in CELL_FIELDS:
-        cast = SETTINGS[name].cast or (lambda v: v)
+        cast = DECLARED[name].cast or (lambda v: v)
         filled = [
             legacy_value(name, r)
             if r[name] is None or (name == "config" and not isinstance(r[name], dict))

@@ -36,10 +36,10 @@ def declared_types() -> dict[str, frozenset[type]]:
 @lru_cache(maxsize=1)
 def size_fields() -> frozenset[str]:
     """The cell's integer fields that are sizes (every one but the seed): positive and at most MAX_SIZE."""
-    from harness.schema import CELL_FIELDS, SETTINGS
+    from harness.schema import CELL_FIELDS, DECLARED
 
     types = declared_types()
-    return frozenset(n for n in CELL_FIELDS if int in types[n] and SETTINGS[n].role != "seed")
+    return frozenset(n for n in CELL_FIELDS if int in types[n] and DECLARED[n].role != "seed")
 
 
 def row_problem(row: Mapping[str, Any]) -> str | None:

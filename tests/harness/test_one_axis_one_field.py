@@ -43,9 +43,9 @@ def schema(monkeypatch):
     import harness.plan
     import harness.store.reader as reader
 
-    monkeypatch.setattr(harness.plan, "SETTINGS", module.SETTINGS)
+    monkeypatch.setattr(harness.plan, "DECLARED", module.DECLARED)
     monkeypatch.setattr(harness.plan, "Cell", module.Cell)
-    for name in ("CELL_FIELDS", "ROW_FIELDS", "SETTINGS", "legacy_value"):
+    for name in ("CELL_FIELDS", "ROW_FIELDS", "DECLARED", "legacy_value"):
         monkeypatch.setattr(reader, name, getattr(module, name))
     yield module
     del sys.modules["schema_with_flavour"], sys.modules["row_with_flavour"]
@@ -133,6 +133,6 @@ def test_the_caches_key_on_what_changes_their_contents():
 
 def test_every_field_of_the_real_cell_declares_its_role():
     for f in dataclasses.fields(real.Cell):
-        setting = f.metadata["setting"]
-        assert setting.role in real.ROLES, f.name
-        assert setting.axis is None or setting.role in ("setting", "inputs"), f.name
+        declared = f.metadata["cell_field"]
+        assert declared.role in real.ROLES, f.name
+        assert declared.axis is None or declared.role in ("setting", "inputs"), f.name
