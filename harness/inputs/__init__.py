@@ -1,9 +1,9 @@
 """Seeded input distributions: q, k, v generators registered by name, like variants.
 
-Every generator is a function ``fn(B, H, N, M, D, *, generator, device, **knobs) -> (q, k, v)``
+Every generator is a function ``fn(B, H, N, M, D, *, generator, device, **params) -> (q, k, v)``
 returning float32 tensors (B, H, N, D), (B, H, M, D), (B, H, M, D) drawn only from `generator`,
-so a (name, knobs, shape, seed) always gives the same tensors: within a cell every variant sees
-the same q, k, v. Knobs are the generator's keyword-only parameters with defaults, given in
+so a (name, params, shape, seed) always gives the same tensors: within a cell every variant sees
+the same q, k, v. Its params are the generator's keyword-only parameters with defaults, given in
 an inputs string like ``"gaussian:scale=4"``.
 
 GQA: a generator with a keyword-only ``kv_heads`` parameter draws its structure (a head's direction, type, basis)

@@ -21,7 +21,7 @@ from harness.entries import coerce, parse_entry
 from variants._checks import did_you_mean
 
 QKV = tuple[Tensor, Tensor, Tensor]
-_NOT_KNOBS = ("generator", "device", "kv_heads")  # keyword-only parameters make_inputs passes itself
+_NOT_PARAMS = ("generator", "device", "kv_heads")  # keyword-only parameters make_inputs passes itself
 
 
 @dataclass(frozen=True)
@@ -36,10 +36,10 @@ class InputGenerator:
     shape_check: Callable[[int, int, int, int, int], list[str]] | None = None  # (B, H, N, M, D) -> reasons
 
     @property
-    def knobs(self) -> dict[str, Any]:
-        """Keyword-only parameters and their defaults (the knobs of ``"name:knob=value"``)."""
-        params = inspect.signature(self.fn).parameters.values()
-        return {p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY and p.name not in _NOT_KNOBS}
+    def params(self) -> dict[str, Any]:
+        """Keyword-only parameters and their defaults (the params of ``"name:param=value"``)."""
+        signature = inspect.signature(self.fn).parameters.values()
+        return {p.name: p.default for p in signature if p.kind is p.KEYWORD_ONLY and p.name not in _NOT_PARAMS}
 
     @property
     def draws_per_kv_head(self) -> bool:
@@ -117,7 +117,7 @@ def get_inputs(name: str) -> InputGenerator:
 
 def make_inputs(
     name: str,
-    knobs: dict[str, Any] | None = None,
+    params: dict[str, Any] | None = None,
     *,
     B: int,
     H: int,
@@ -134,18 +134,18 @@ def make_inputs(
     H_kv (default H) must divide H. A generator that takes kv_heads draws its structure per K/V head and shares it
     across the group's query heads (see the module doc); for one that does not, K/V head j keeps head j * (H // H_kv),
     so only the first query head of each group keeps the distribution's q-k structure. Raises ValueError for an unknown name or
-    knob, an H_kv that does not divide H, or when the generator cannot run (its reason).
+    parameter, an H_kv that does not divide H, or when the generator cannot run (its reason).
     """
     H_kv = H if H_kv is None else int(H_kv)
     if H_kv < 1 or H % H_kv:
         raise ValueError(f"H_kv={H_kv} key/value heads must divide H={H} query heads")
     spec = get_inputs(name)
-    knobs = dict(knobs or {})
-    unknown = [k for k in knobs if k not in spec.knobs]
+    params = dict(params or {})
+    unknown = [k for k in params if k not in spec.params]
     if unknown:
         raise ValueError(
-            f"inputs {name!r} has no knob {unknown[0]!r}; its knobs are: "
-            f"{', '.join(spec.knobs) or '(none)'}{did_you_mean(unknown[0], spec.knobs)}"
+            f"inputs {name!r} has no parameter {unknown[0]!r}; its parameters are: "
+            f"{', '.join(spec.params) or '(none)'}{did_you_mean(unknown[0], spec.params)}"
         )
     M = N if M is None else M
     reason = spec.unsupported_reason(N, M, B=B, H=H, D=D)
@@ -154,8 +154,8 @@ def make_inputs(
     device = torch.device(device)
     generator = torch.Generator(device=device).manual_seed(int(seed))
     if spec.draws_per_kv_head:
-        knobs["kv_heads"] = H_kv
-    q, k, v = spec.fn(B, H, N, M, D, generator=generator, device=device, **knobs)
+        params["kv_heads"] = H_kv
+    q, k, v = spec.fn(B, H, N, M, D, generator=generator, device=device, **params)
     if k.shape[1] != H_kv:
         k, v = k[:, :: H // H_kv], v[:, :: H // H_kv]  # (B, H_kv, M, D)
     return tuple(t.to(dtype).contiguous() for t in (q, k, v))  # type: ignore[return-value]
@@ -175,22 +175,22 @@ def _load_extras() -> None:
 
 
 def parse_inputs(label: str) -> tuple[str, dict[str, Any]]:
-    """``"gaussian:scale=4.0"`` -> ("gaussian", {"scale": 4.0}), knobs typed like their defaults.
+    """``"gaussian:scale=4.0"`` -> ("gaussian", {"scale": 4.0}), params typed like their defaults.
 
-    Raises ValueError for an unknown distribution, knob or value.
+    Raises ValueError for an unknown distribution, parameter or value.
     """
     name, raw = parse_entry(label)
     spec = get_inputs(name)
-    knobs: dict[str, Any] = {}
-    for knob, text in raw.items():
-        if knob not in spec.knobs:
+    params: dict[str, Any] = {}
+    for param, text in raw.items():
+        if param not in spec.params:
             raise ValueError(
-                f"inputs {name!r} has no knob {knob!r}; its knobs are: {', '.join(spec.knobs) or '(none)'}"
-                f"{did_you_mean(knob, spec.knobs)}"
+                f"inputs {name!r} has no parameter {param!r}; its parameters are: {', '.join(spec.params) or '(none)'}"
+                f"{did_you_mean(param, spec.params)}"
             )
-        default = spec.knobs[knob]
+        default = spec.params[param]
         try:
-            knobs[knob] = coerce(text, type(default), default)
+            params[param] = coerce(text, type(default), default)
         except ValueError as exc:
-            raise ValueError(f"inputs {name!r} knob {knob!r}: {exc}") from None
-    return name, knobs
+            raise ValueError(f"inputs {name!r} parameter {param!r}: {exc}") from None
+    return name, params

@@ -11,8 +11,8 @@ from variants import attention_weights
 N, D = 512, 32
 
 
-def _weights(name, **knobs):
-    q, k, _ = make_inputs(name, knobs, B=1, H=2, N=N, D=D, seed=3)
+def _weights(name, **params):
+    q, k, _ = make_inputs(name, params, B=1, H=2, N=N, D=D, seed=3)
     return attention_weights(q, k)[0]  # (H, N, M)
 
 
@@ -74,7 +74,7 @@ def test_parse_inputs_types_knobs_like_their_defaults():
 def test_unknown_name_and_knob():
     with pytest.raises(ValueError, match=r"Unknown inputs 'lowrnak'.*Did you mean 'lowrank'"):
         get_inputs("lowrnak")
-    with pytest.raises(ValueError, match=r"no knob 'rnk'.*Did you mean 'rank'"):
+    with pytest.raises(ValueError, match=r"no parameter 'rnk'.*Did you mean 'rank'"):
         make_inputs("lowrank", {"rnk": 2}, B=1, H=1, N=8, D=8)
 
 

@@ -13,10 +13,10 @@ from variants import attention_weights
 B, H, N, D = 1, 16, 512, 64
 
 
-def _profile(seed: int = 0, **knobs) -> dict[str, dict[str, float]]:
+def _profile(seed: int = 0, **params) -> dict[str, dict[str, float]]:
     """Per head type: mean sink mass, mass within 16 tokens, entropy and top weight over the second half's rows."""
-    q, k, _ = make_inputs("llm", knobs, B=B, H=H, N=N, D=D, seed=seed)
-    types = llm_head_types(B, H, generator=torch.Generator().manual_seed(seed), device="cpu", **knobs)[0]
+    q, k, _ = make_inputs("llm", params, B=B, H=H, N=N, D=D, seed=seed)
+    types = llm_head_types(B, H, generator=torch.Generator().manual_seed(seed), device="cpu", **params)[0]
     w = attention_weights(q, k, causal=True)[0, :, N // 2 :]  # (H, N/2, N)
     i = torch.arange(N // 2, N)[:, None]
     near = (i - torch.arange(N)[None, :]).abs() < 16
@@ -66,8 +66,8 @@ def test_seeds_vary_the_content_not_only_the_types():
 def test_gqa_query_heads_keep_their_kv_heads_structure(name, kv_heads):
     """Attention mass within |i - j| < 16 per query head: the same structure at every H_kv (issue 27: at H_kv = 2 the
     old inputs paired query heads with another head's keys, mass 0.03-0.36 on `local`)."""
-    knobs = {"sink": 0.0, "retrieval": 0.0, "diffuse": 0.0, "max_decay": 16.0} if name == "llm" else {}
-    q, k, _ = make_inputs(name, knobs, B=1, H=8, N=256, D=32, seed=5, H_kv=kv_heads)
+    params = {"sink": 0.0, "retrieval": 0.0, "diffuse": 0.0, "max_decay": 16.0} if name == "llm" else {}
+    q, k, _ = make_inputs(name, params, B=1, H=8, N=256, D=32, seed=5, H_kv=kv_heads)
     assert k.shape[1] == kv_heads
     w = attention_weights(q, k)[0]  # (H, N, M)
     i = torch.arange(256)

@@ -27,10 +27,10 @@ def llama(tmp_path_factory):
 
 def test_the_layers_own_qkv_seeded_and_post_rope(llama):
     entry = f"model:path={llama},layer=1"
-    name, knobs = inputs.parse_inputs(entry)
-    q, k, v = inputs.make_inputs(name, knobs, B=2, H=4, N=64, D=16, seed=3, H_kv=2)
+    name, params = inputs.parse_inputs(entry)
+    q, k, v = inputs.make_inputs(name, params, B=2, H=4, N=64, D=16, seed=3, H_kv=2)
     assert q.shape == (2, 4, 64, 16) and k.shape == v.shape == (2, 2, 64, 16)
-    again = inputs.make_inputs(name, knobs, B=2, H=4, N=64, D=16, seed=3, H_kv=2)
+    again = inputs.make_inputs(name, params, B=2, H=4, N=64, D=16, seed=3, H_kv=2)
     assert all(torch.equal(a, b) for a, b in zip((q, k, v), again))
     # the same as capturing layer 1 of the model on those tokens directly
     net = hf_model.load_pretrained(str(llama))
@@ -83,9 +83,9 @@ def test_sweep_rows_with_the_models_shape_and_a_resume_does_not_recapture(llama,
 def test_a_qwen2_style_model_gives_its_own_mqa_shape(tmp_path):
     """Qwen2-style (q/k/v biases, one key/value head): its H_kv=1 is what the inputs have and what a cell must ask."""
     folder = save_tiny(tmp_path / "qwen2", "qwen2")
-    name, knobs = inputs.parse_inputs(f"model:path={folder},layer=0")
-    q, k, v = inputs.make_inputs(name, knobs, B=1, H=4, N=32, D=16, seed=0, H_kv=1)
+    name, params = inputs.parse_inputs(f"model:path={folder},layer=0")
+    q, k, v = inputs.make_inputs(name, params, B=1, H=4, N=32, D=16, seed=0, H_kv=1)
     assert q.shape == (1, 4, 32, 16) and k.shape == v.shape == (1, 1, 32, 16)
     assert torch.isfinite(q).all() and k.abs().sum() > 0
     with pytest.raises(NotSupportedError, match=r"H_kv=1 key/value heads.*--kv-heads 1"):
-        inputs.make_inputs(name, knobs, B=1, H=4, N=32, D=16, seed=0, H_kv=2)
+        inputs.make_inputs(name, params, B=1, H=4, N=32, D=16, seed=0, H_kv=2)

@@ -62,7 +62,7 @@ def test_probe_uses_the_registered_distribution_and_its_knobs():
     assert used == "gaussian:scale=4" and q.shape == k.shape == (1, 1, 8, 8)
     torch.testing.assert_close(q, 4 * q1)  # the knob reached the generator
     torch.testing.assert_close(k, k1)
-    with pytest.raises(ValueError, match=r"inputs 'gaussian' has no knob 'rank'"):
+    with pytest.raises(ValueError, match=r"inputs 'gaussian' has no parameter 'rank'"):
         make_probe(8, "gaussian:rank=8")  # no silent fallback to other inputs
     with pytest.raises(ValueError, match=r"Unknown inputs 'gausian'.*Did you mean 'gaussian'"):
         make_probe(8, "gausian")

@@ -146,7 +146,7 @@ def test_cli_report(tmp_path, capsys):
     assert main(["report", str(run), "--maps-inputs", "gausian"]) == 2
     assert "--maps-inputs gausian: Unknown inputs 'gausian'. Available: " in capsys.readouterr().err
     assert main(["report", str(run), "--maps-inputs", "local:scal=4"]) == 2
-    assert "--maps-inputs local:scal=4: inputs 'local' has no knob 'scal'" in capsys.readouterr().err
+    assert "--maps-inputs local:scal=4: inputs 'local' has no parameter 'scal'" in capsys.readouterr().err
     assert main(["report", str(run), "--budget", "-1"]) == 2
     assert "error budgets must be > 0" in capsys.readouterr().err
 

@@ -112,8 +112,8 @@ def test_effective_spec_round_trips_through_toml(tmp_path):
         ({"modes": "fwd,backprop"}, r"--modes: unknown value 'backprop'"),
         ({"causal": "maybe"}, r"--causals: expected true, false or both"),
         ({"inputs": "gausian"}, r"--inputs: Unknown inputs 'gausian'.*Did you mean 'gaussian'"),
-        ({"inputs": "gaussian:scal=2"}, r"no knob 'scal'.*Did you mean 'scale'"),
-        ({"inputs": "gaussian:scale=big"}, r"knob 'scale': expected float"),
+        ({"inputs": "gaussian:scal=2"}, r"no parameter 'scal'.*Did you mean 'scale'"),
+        ({"inputs": "gaussian:scale=big"}, r"parameter 'scale': expected float"),
         ({"time_budget_s": "-1"}, r"--time-budget: must be > 0"),
         ({"device": "tpu"}, r"--device: device must be 'cpu', 'cuda'"),
         (
