@@ -1,4 +1,4 @@
-"""The tasks study's training: its presets, one task at one length (TaskSetting), and train_and_test for one variant.
+"""The tasks study's training: its presets, one task at one length (Problem), and train_and_test for one variant.
 
 Every variant gets the same model (same width, depth, heads, same initial weights outside the
 attention), the same seeded data stream and the same budget (steps x tokens per step); only the
@@ -32,7 +32,7 @@ class TaskPreset:
     d_model: int = 64  # model width E
     layers: int = 2  # transformer blocks
     heads: int = 4  # attention heads (head_dim = d_model / heads)
-    # N of each setting (one-hop MQAR at N=256 needs more steps than a CPU budget)
+    # N of each problem (one-hop MQAR at N=256 needs more steps than a CPU budget)
     seq_lens: tuple[int, ...] = (
         64,
         128,
@@ -69,8 +69,8 @@ PRESETS = {
 
 
 @dataclass(frozen=True)
-class TaskSetting:
-    """A task at one length: its batch maker, sizes and chance level."""
+class Problem:
+    """A task at one length (what every variant is trained and tested on): its batch maker, sizes and chance level."""
 
     task: str  # "mqar" | "listops"
     seq_len: int  # N
@@ -83,8 +83,8 @@ class TaskSetting:
     details: dict[str, Any]  # the generator's sizes, for the rows
 
 
-def task_setting(task: str, N: int, preset: TaskPreset) -> TaskSetting:
-    """The setting of `task` at length N under `preset`; ValueError for an unknown task or too short N."""
+def make_problem(task: str, N: int, preset: TaskPreset) -> Problem:
+    """`task` at length N under `preset`; ValueError for an unknown task or too short N."""
     if task == "mqar":
         pairs = max(2, int(N * preset.mqar_pairs_per_token))
         spec = MQARSpec(
@@ -96,7 +96,7 @@ def task_setting(task: str, N: int, preset: TaskPreset) -> TaskSetting:
         )
         make = lambda b, s: mqar_batch(spec, b, s)  # noqa: E731
         value_vocab = 1 + spec.num_values if spec.one_hop else 0
-        return TaskSetting(
+        return Problem(
             task,
             N,
             make,
@@ -110,7 +110,7 @@ def task_setting(task: str, N: int, preset: TaskPreset) -> TaskSetting:
     if task == "listops":
         lspec = ListOpsSpec(seq_len=N)
         make = lambda b, s: listops_batch(lspec, b, s)  # noqa: E731
-        return TaskSetting(
+        return Problem(
             task,
             N,
             make,
@@ -130,7 +130,7 @@ def unknown_task_message(task: str) -> str:
 
 
 def train_and_test(
-    setting: TaskSetting,
+    problem: Problem,
     variant: str,
     preset: TaskPreset,
     *,
@@ -138,24 +138,24 @@ def train_and_test(
     device: str = "cpu",
     overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Train a fresh TinyTransformer with `variant` on `setting` and measure test accuracy: one result row."""
-    fields = variant_fields(variant, setting.seq_len, overrides)
-    row = _empty_row(setting, variant, preset, seed=seed, device=device)
-    test = _to(setting.make(preset.test_size, 10**9 + seed), device)
+    """Train a fresh TinyTransformer with `variant` on `problem` and measure test accuracy: one result row."""
+    fields = variant_fields(variant, problem.seq_len, overrides)
+    row = _empty_row(problem, variant, preset, seed=seed, device=device)
+    test = _to(problem.make(preset.test_size, 10**9 + seed), device)
     row["majority"] = _majority(test.targets)
     try:
-        model = _build_model(setting, variant, fields, preset, seed=seed)
+        model = _build_model(problem, variant, fields, preset, seed=seed)
         row["config"] = model.blocks[0].attention.attention.config.to_dict()
         model.to(device)
         with torch.no_grad():  # the probe also creates lazily built variant parameters before the optimizer sees them
             model(*_inputs(test, slice(0, 2)))
     except NotSupportedError as exc:
         return {**row, "status": "unsupported", "reason": "; ".join(exc.reasons)}
-    except (TypeError, ValueError) as exc:  # e.g. a config that does not fit this setting
+    except (TypeError, ValueError) as exc:  # e.g. a config that does not fit this problem
         return {**row, "status": "error", "reason": f"{type(exc).__name__}: {exc}"}
     row["params"] = sum(p.numel() for p in model.parameters())
     with Stopwatch(device) as training:
-        loss = _train(model, setting, preset, seed, device)
+        loss = _train(model, problem, preset, seed, device)
     row["train_s"] = training.seconds
     row["final_loss"] = loss
     if not math.isfinite(loss):
@@ -164,22 +164,22 @@ def train_and_test(
     return row
 
 
-def _empty_row(setting: TaskSetting, variant: str, preset: TaskPreset, *, seed: int, device: str) -> dict[str, Any]:
-    """The row of `variant` on `setting` before it is built or trained: status ok, every result None."""
+def _empty_row(problem: Problem, variant: str, preset: TaskPreset, *, seed: int, device: str) -> dict[str, Any]:
+    """The row of `variant` on `problem` before it is built or trained: status ok, every result None."""
     return {
-        "task": setting.task,
+        "task": problem.task,
         "variant": variant,
         "config": None,
-        "seq_len": setting.seq_len,
+        "seq_len": problem.seq_len,
         "status": "ok",
         "reason": None,
         "accuracy": None,
-        "chance": setting.chance,
+        "chance": problem.chance,
         "majority": None,
         "delta_to_dense": None,
         "final_loss": None,
         "steps": preset.steps,
-        "batch": preset.batch_size(setting.seq_len),
+        "batch": preset.batch_size(problem.seq_len),
         "d_model": preset.d_model,
         "layers": preset.layers,
         "heads": preset.heads,
@@ -189,36 +189,36 @@ def _empty_row(setting: TaskSetting, variant: str, preset: TaskPreset, *, seed: 
         "seed": seed,
         "device": device,
         "test_size": preset.test_size,
-        "task_details": setting.details,
+        "task_details": problem.details,
     }
 
 
 def _build_model(
-    setting: TaskSetting,
+    problem: Problem,
     variant: str,
     fields: dict[str, Any],
     preset: TaskPreset,
     *,
     seed: int,
 ) -> TinyTransformer:
-    """A fresh TinyTransformer for `setting` with `variant` in every block, seeded so only the attention differs."""
+    """A fresh TinyTransformer for `problem` with `variant` in every block, seeded so only the attention differs."""
     torch.manual_seed(seed)  # the same initial weights outside the attention for every variant
     model = TinyTransformer(
-        vocab=setting.vocab,
-        classes=setting.classes,
-        seq_len=setting.seq_len,
+        vocab=problem.vocab,
+        classes=problem.classes,
+        seq_len=problem.seq_len,
         d_model=preset.d_model,
         layers=preset.layers,
         heads=preset.heads,
-        per_token=setting.per_token,
-        value_vocab=setting.value_vocab,
+        per_token=problem.per_token,
+        value_vocab=problem.value_vocab,
     )
     torch.manual_seed(seed + 1)
     model.set_attention(lambda: build_variant(variant, **fields))
     return model
 
 
-def _train(model: TinyTransformer, setting: TaskSetting, preset: TaskPreset, seed: int, device: str) -> float:
+def _train(model: TinyTransformer, problem: Problem, preset: TaskPreset, seed: int, device: str) -> float:
     """AdamW with warm-up and cosine decay; returns the mean loss of the last 10% of steps."""
     opt = torch.optim.AdamW(model.parameters(), lr=preset.lr, betas=(0.9, 0.98), weight_decay=0.01)
     warmup = max(1, preset.steps // 10)
@@ -227,7 +227,7 @@ def _train(model: TinyTransformer, setting: TaskSetting, preset: TaskPreset, see
     tail: list[float] = []
     model.train()
     for step in range(preset.steps):
-        batch = _to(setting.make(preset.batch_size(setting.seq_len), seed * 10**6 + step), device)
+        batch = _to(problem.make(preset.batch_size(problem.seq_len), seed * 10**6 + step), device)
         loss = _loss(model(*_inputs(batch)), batch.targets)
         if not torch.isfinite(loss):
             return float(loss)

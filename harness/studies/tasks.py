@@ -1,7 +1,7 @@
 """The tasks study (`python -m harness tasks`): tiny transformers trained from scratch per variant on MQAR and ListOps.
 
 Each (task, N, variant) is one row (task_training.train_and_test); this module runs them all, adds
-each row's delta to dense and writes tasks.csv/.json/.md/.png. A variant that cannot run a setting
+each row's delta to dense and writes tasks.csv/.json/.md/.png. A variant that cannot run a problem
 is an `unsupported` row with its reason. The model is in task_model, the data in task_data.
 """
 
@@ -14,7 +14,7 @@ from harness.report.render import Block, Paragraph
 from harness.report.study_results import TASKS, tasks_note, tasks_table
 from harness.studies.plots import plot_tasks
 from harness.studies.results_io import write_results
-from harness.studies.task_training import TaskPreset, task_setting, train_and_test
+from harness.studies.task_training import TaskPreset, make_problem, train_and_test
 
 STEM = TASKS  # tasks.csv/.json/.md/.png
 
@@ -33,10 +33,10 @@ def run_tasks(
     rows = []
     for task in tasks:
         for N in preset.seq_lens:
-            setting = task_setting(task, N, preset)
+            problem = make_problem(task, N, preset)
             for variant in variants:
                 row = train_and_test(
-                    setting, variant, preset, seed=seed, device=device, overrides=(overrides or {}).get(variant)
+                    problem, variant, preset, seed=seed, device=device, overrides=(overrides or {}).get(variant)
                 )
                 rows.append(row)
                 if log:

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from harness.commands import main
-from harness.studies.task_training import PRESETS, TaskPreset, task_setting, train_and_test
+from harness.studies.task_training import PRESETS, TaskPreset, make_problem, train_and_test
 
 
 def test_an_unknown_task_names_the_nearest():
     with pytest.raises(ValueError, match=r"Unknown task 'mqr'.*Did you mean 'mqar'"):
-        task_setting("mqr", 64, PRESETS["cpu"])
+        make_problem("mqr", 64, PRESETS["cpu"])
 
 
 @pytest.mark.slow
@@ -32,7 +32,7 @@ def test_short_dense_mqar_run_beats_chance_clearly():
         mqar_pairs_per_token=1 / 8,
         mqar_values=16,
     )
-    row = train_and_test(task_setting("mqar", 32, preset), "dense", preset, seed=0)
+    row = train_and_test(make_problem("mqar", 32, preset), "dense", preset, seed=0)
     assert row["status"] == "ok", row["reason"]
     assert row["chance"] == pytest.approx(1 / 16)
     # 4 pairs per sequence: guessing among the values present gives 1/4, so recall must beat that too.
@@ -43,7 +43,7 @@ def test_a_variant_that_cannot_run_is_an_unsupported_row():
     if torch.cuda.is_available():
         pytest.skip("xformers may run here")
     preset = dataclasses.replace(PRESETS["cpu"], steps=1, tokens_per_step=64, test_size=8)
-    row = train_and_test(task_setting("mqar", 32, preset), "dense", preset, overrides={"backend": "xformers"})
+    row = train_and_test(make_problem("mqar", 32, preset), "dense", preset, overrides={"backend": "xformers"})
     assert row["status"] == "unsupported" and "CUDA" in row["reason"] and row["accuracy"] is None
 
 
