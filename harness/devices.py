@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
+import os
+
+import torch
+
 from harness.errors import UsageError
 
 
 def default_device() -> str:
     """ "cuda" when a CUDA device is present, else "cpu"."""
-    import torch
-
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def device_problem(device: str, *, present: bool = True) -> str | None:
     """Why `device` is not 'cpu', 'cuda' or 'cuda:<index>' (and, if `present`, a CUDA device this machine has), or None."""
-    import torch
-
     kind, _, index = device.partition(":")
     if kind not in ("cpu", "cuda") or (index and (kind == "cpu" or not index.isdigit())):
         return f"device must be 'cpu', 'cuda' or 'cuda:<index>', got {device!r}"
@@ -38,8 +38,6 @@ def check_device(device: str, flag: str = "--device") -> str:
 
 def dtype_reason(dtype: str, device: str) -> str | None:
     """Why `dtype` cannot be swept on `device` here, or None."""
-    import torch
-
     if device.startswith("cuda"):
         if dtype == "bfloat16" and torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
             return "this GPU has no bfloat16 support (compute capability 8.0+); use float16 or float32"
@@ -51,10 +49,6 @@ def dtype_reason(dtype: str, device: str) -> str | None:
 
 def device_memory_bytes(device: str) -> int:
     """The memory of `device`: a CUDA device's total, a CPU machine's physical RAM (a memory budget of 'device')."""
-    import os
-
-    import torch
-
     if device.startswith("cuda"):
         return int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))

@@ -18,7 +18,8 @@ from functools import partial
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from harness.schema import DECLARED, Cell, default_of
-from harness.spec.sweep_spec import SweepSpec
+from harness.spec.sweep_spec import SweepSpec, describe
+from variants import get_variant
 
 
 def plan(spec: SweepSpec) -> list[Cell]:
@@ -40,9 +41,6 @@ def plan(spec: SweepSpec) -> list[Cell]:
 def plan_header(spec: SweepSpec) -> str:
     """The dry run's first line: the spec's dimensions (harness.spec.describe) whose factors multiply to the cells
     planned: variants become series where error budgets multiply some, skipped combinations of settings are counted."""
-    from harness.spec.sweep_spec import describe
-    from variants import get_variant
-
     line = describe(spec)
     settings = {tuple(sorted(s.items())) for s in _settings(spec)}  # decode's causal settings collapse into one
     full = math.prod(len(getattr(spec, s.axis) or (None,)) for s in DECLARED.values() if s.axis)
@@ -79,8 +77,6 @@ def length_series(spec: SweepSpec) -> list[Callable[[int], Cell]]:
 
 def _series(spec: SweepSpec) -> Iterator[list[Callable[[int], Cell]]]:
     """Per setting (the axes' product), the series of every variant entry and budget: N -> the cell at N."""
-    from variants import get_variant
-
     classes = {entry.name: get_variant(entry.name).cls for entry in spec.variants}
     for setting in _settings(spec):
         series = []

@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from harness.error_metrics import budget_label
 from harness.cell_fields import ROLES, CellField, eq_text, cell_field as _field  # noqa: F401 - ROLES, CellField re-exported
+from harness.entries import config_label, length_fields, searched_fields
 
 SCHEMA_VERSION = 1
 # unreachable: no knob value meets the budget; fit_timeout: the search or calibration ran past fit_timeout_s (no verdict)
@@ -150,8 +151,6 @@ class Cell:
     @property
     def series_key(self) -> str:
         """Everything but the lengths: cells of one series differ only in N (and M, and the config's length fields)."""
-        from harness.entries import length_fields
-
         data = {k: v for k, v in identity(self.fields()).items() if k not in fields_of("length")}
         data["config"] = {k: v for k, v in data["config"].items() if k not in length_fields(self.variant)}
         return canonical(data)
@@ -160,8 +159,6 @@ class Cell:
     def label(self) -> str:
         """A short human label: 'dense N=4096 forward float32 D=64 causal decode H_kv=2 rel_l2<=0.05 gaussian' (causal
         and every other field named only where it differs from its default)."""
-        from harness.entries import config_label
-
         values = self.fields()
         named = (
             "variant",
@@ -231,8 +228,6 @@ def identity(values: Mapping[str, Any], *, matching: bool = False) -> dict[str, 
     """
     out = {name: json_safe(values.get(name)) for name in CELL_FIELDS}
     if out["matched_budget"] is not None and isinstance(out["config"], dict):  # json_safe: a frame's NaN is no budget
-        from harness.entries import searched_fields
-
         searched = searched_fields(str(values["variant"]))  # the knob, and what is searched with it (sinks)
         out["config"] = {k: v for k, v in out["config"].items() if k not in searched}
     for name in CELL_FIELDS:

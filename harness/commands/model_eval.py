@@ -15,9 +15,11 @@ import torch
 from harness.commands._study_args import add_study_arguments, parse_ints, parse_overrides
 from harness.devices import check_device
 from harness.errors import UsageError
-from harness.models import minilm
+from harness.models import hf_adapter, hf_model, minilm
 from harness.measure.timer import Stopwatch
 from harness.plugins import load_plugins
+from harness.spec.convert import SpecError, lengths
+from harness.spec.convert import budgets as parse_budgets  # its own name: `budgets` is the parsed value below
 from harness.studies import lm_eval, model_eval, passages
 from harness.studies.results_io import output_dir
 from harness.studies.selection import check_overrides, select_variants
@@ -128,8 +130,6 @@ def run(args: argparse.Namespace) -> int:
 
 def run_model(args: argparse.Namespace) -> int:
     """model-eval --model PATH: a causal LM; every refusal is one line and exit 2."""
-    from harness.models import hf_adapter  # only a --model run needs the transformers side
-
     reason = hf_adapter.missing_transformers_reason()
     if reason:
         raise UsageError(reason)
@@ -172,8 +172,6 @@ def run_model(args: argparse.Namespace) -> int:
 
 def _lm_sizes(args: argparse.Namespace) -> tuple[list[int], list[int] | None, int, int]:
     """--seq-lens, --layers, --texts and --calibration-texts of a --model run, parsed (UsageError for a bad one)."""
-    from harness.spec.convert import lengths  # as in _budgets: the spec package loads only when a value is parsed
-
     try:
         seq_lens = [n for item in args.seq_lens.split(",") for n in lengths(item, "--seq-lens")]  # 1k, 4k, 256..8192
     except ValueError as exc:
@@ -191,8 +189,6 @@ def _lm_sizes(args: argparse.Namespace) -> tuple[list[int], list[int] | None, in
 
 def _check_lm(args: argparse.Namespace, seq_lens: list[int], layers: list[int] | None) -> None:
     """UsageError unless --model is a causal LM that has the --seq-lens (its max_position_embeddings) and --layers."""
-    from harness.models import hf_model  # only a --model run needs the transformers side
-
     try:
         config = hf_model.load_config(args.model)
     except ValueError as exc:
@@ -214,10 +210,8 @@ def _check_lm(args: argparse.Namespace, seq_lens: list[int], layers: list[int] |
 def _budgets(args: argparse.Namespace, metrics: dict[str, str], n_calibration: int) -> tuple[float, ...]:
     """--error-budgets as the sweep reads them (in (0, 2], ascending); UsageError for a bad value, a metric this model
     has not (`metrics`: the ones it has -> their names, the first the default) or no calibration texts to search on."""
-    from harness.spec.convert import SpecError, budgets
-
     try:
-        found = budgets(args.error_budgets, "--error-budgets", bounds=" or ".join(metrics.values()))
+        found = parse_budgets(args.error_budgets, "--error-budgets", bounds=" or ".join(metrics.values()))
     except SpecError as exc:
         raise UsageError(str(exc)) from None
     if args.error_metric is not None and args.error_metric not in metrics:

@@ -7,12 +7,18 @@ executor's options; adding a setting is one field there. Library: harness.runner
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any, Iterable
 
 from harness.errors import UsageError
+from harness.executors import option_knobs
 from harness.knobs import Knob, knobs
+from harness.runner import check_resume, plan_lines, resume_spec, run_sweep, sweep_spec, where_keys
+from harness.spec import SweepSpec
+from harness.spec.build import default_text
+from harness.spec.toml_io import parse_toml
 
 GROUPS = {
     "what": "what to measure (override --config, which overrides the embedded default)",
@@ -23,9 +29,6 @@ GROUPS = {
 
 def _setting_knobs() -> list[Knob]:
     """Every setting with a flag: the spec's, then each executor option once."""
-    from harness.executors import option_knobs
-    from harness.spec import SweepSpec
-
     return [k for k in knobs(SweepSpec) if k.flag] + [k for k, _ in option_knobs().values() if k.flag]
 
 
@@ -91,21 +94,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _embedded_defaults() -> dict[str, dict[str, Any]]:
     """The embedded default spec per device type (harness/spec/cpu.toml, gpu.toml): what an unset flag means."""
-    import tomllib
-
-    from harness.spec.build import default_text
-
-    return {device: tomllib.loads(default_text(device)) for device in ("cpu", "cuda")}
+    return {device: parse_toml(default_text(device)) for device in ("cpu", "cuda")}
 
 
 def _default_help(k: Knob, defaults: dict[str, dict[str, Any]]) -> str:
     """' (default: cpu 256,...,8192; cuda 1024,...)' for a flag whose help names no default; '' for one without."""
     if "default" in k.help:
         return ""
-    import dataclasses
-
-    from harness.spec import SweepSpec
-
     field = next((f for f in dataclasses.fields(SweepSpec) if f.name == k.key), None)
     fallback = field.default if field is not None else dataclasses.MISSING  # a key the device's file leaves out
     values = {device: spec.get(k.key, fallback) for device, spec in defaults.items()}
@@ -126,8 +121,6 @@ def _toml_text(value: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.runner import check_resume, plan_lines, resume_spec, run_sweep, sweep_spec, where_keys
-
     settings = _setting_knobs()
     cli = {k.key: _flag_value(getattr(args, k.key)) for k in settings}
     if args.isolate:

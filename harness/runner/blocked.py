@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from harness.schema import NOT_RUN_PREFIX
+
 # Statuses at N that spare a series its longer N: out of memory, the time limit, and an error budget no value of the
 # knob met (skipped only where the knob's range is the one searched: harness.measure.tuning.unreachable_carries_over).
 BLOCKING = ("oom", "timeout", "unreachable")
@@ -9,8 +11,6 @@ BLOCKING = ("oom", "timeout", "unreachable")
 
 def blocked_series(rows: list[dict], cells: list) -> dict[tuple[str, str], tuple[str, int]]:
     """Series (a cell minus its length) that hit OOM, the time limit or an unreachable budget in earlier rows, and at which N."""
-    from harness.schema import NOT_RUN_PREFIX
-
     by_id = {cell.cell_id: cell for cell in cells}
     blocked: dict[tuple[str, str], tuple[str, int]] = {}
     for row in rows:

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
+
+from harness.report.analysed import analyse
+from harness.report.findings import answer_lines
+from harness.report.overview import outcome_line
+from harness.report.tables import summary_table
+from harness.store import load_run, write_tables
 
 
 def finish_run(run_dir: Path, *, plugins: tuple[str, ...] = ()) -> None:
@@ -12,14 +19,6 @@ def finish_run(run_dir: Path, *, plugins: tuple[str, ...] = ()) -> None:
 
     `plugins`: the run's plugin targets, which the report's maps child imports too.
     """
-    import warnings
-
-    from harness.report.analysed import analyse
-    from harness.report.findings import answer_lines
-    from harness.report.overview import outcome_line
-    from harness.report.tables import summary_table
-    from harness.store import load_run, write_tables
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # what the reader skipped is in the run's notes, which the report lists
         run = load_run(run_dir)

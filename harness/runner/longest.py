@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Mapping
 
+from harness.devices import device_memory_bytes
 from harness.plan import length_series, memory_verdict, search_longest
 from harness.schema import Cell
 from harness.spec import SweepSpec
@@ -19,8 +20,6 @@ from harness.spec import SweepSpec
 
 def budget_bytes(spec: SweepSpec) -> int | None:
     """The spec's memory budget in bytes ('device': the device's memory), None without one."""
-    from harness.devices import device_memory_bytes
-
     if spec.memory_budget == "device":
         return device_memory_bytes(spec.device)
     return spec.memory_budget

@@ -14,6 +14,9 @@ import time
 from collections import Counter
 from typing import Any, Callable, Iterable, TextIO
 
+from tqdm import tqdm
+
+from harness.report.render import format_seconds_compact
 from harness.schema import Cell
 
 PLAIN_EVERY_S = 30.0  # seconds between plain progress lines when stderr is not a terminal
@@ -38,8 +41,6 @@ class Progress:
         stream: TextIO | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
-        from tqdm import tqdm
-
         cells = list(cells)
         self.stream = stream or sys.stderr
         terminal = hasattr(self.stream, "isatty") and self.stream.isatty()
@@ -73,8 +74,6 @@ class Progress:
 
     def finish(self, cell: Cell, row: dict[str, Any], *, measured: bool = True) -> None:
         """Count a cell whose row arrived; a skipped cell (not measured) leaves the ETA's total."""
-        from harness.report.render import format_seconds_compact
-
         self.done += 1
         cost = self._costs.get(cell.cell_id, 0.0)
         if measured:

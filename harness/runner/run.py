@@ -13,8 +13,23 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import RunFailed, UsageError
+from harness.executors import guarded_keys, option_knobs, resolve_spec
+from harness.inputs.model import run_folder
+from harness.plan import plan, plan_header
 from harness.runner.finish import finish_run, resume_command  # noqa: F401 - finish_run re-exported (harness.runner)
-from harness.spec import SweepSpec, build_spec, describe
+from harness.runner.signals import sigterm_stops
+from harness.runner.sweep_into import sweep_into
+from harness.spec import RESUMED_SPEC_DEFAULTS, SweepSpec, build_spec, describe, load_toml
+from harness.store import (
+    check_run_folder,
+    check_run_id,
+    completed_cell_ids,
+    create_run_dir,
+    lock_run_dir,
+    new_run_id,
+    read_rows,
+)
+from harness.store.run_dir import WRITTEN_FILES, WRITTEN_FOLDERS
 
 
 def sweep_spec(
@@ -29,8 +44,6 @@ def sweep_spec(
 
     A spec file's plugins and the settings that run or connect to something (harness.executors.guarded_keys) are
     taken from it only with `trust_config` or when the command line gives them too."""
-    from harness.executors import guarded_keys, option_knobs, resolve_spec
-
     flags = {key: k.flag or key for key, (k, _) in option_knobs().items()}
     spec = build_spec(
         toml_path=toml_path,
@@ -48,8 +61,6 @@ def sweep_spec(
 
 def _check_plans_cells(spec: SweepSpec) -> None:
     """UsageError when the spec's axes leave no cell to measure (each combination is skipped by the planner)."""
-    from harness.plan import plan
-
     if not plan(spec):
         raise UsageError(
             f"the spec plans 0 cells ({describe(spec)}): every combination of its settings is skipped "
@@ -59,16 +70,11 @@ def _check_plans_cells(spec: SweepSpec) -> None:
 
 def where_keys() -> set[str]:
     """The keys that say where cells run, not what they measure: the only ones a resumed run takes from the command line."""
-    from harness.executors import option_knobs
-
     return {"executor", "plugins", *option_knobs()}
 
 
 def check_resume(resume: str | Path, *, run_id: str | None = None, out: str | Path | None = None) -> Path:
     """The folder a resumed run continues; UsageError when it is not a run folder or a new name or place is given too."""
-    from harness.store import check_run_folder, check_run_id
-    from harness.store.run_dir import WRITTEN_FILES, WRITTEN_FOLDERS
-
     if run_id is not None:
         check_run_id(run_id)
         raise UsageError(f"--resume {resume} continues that folder under its own name; drop --run-id {run_id}")
@@ -86,8 +92,6 @@ def resume_spec(
 ) -> SweepSpec:
     """The spec a resumed run replays: its spec.toml, keys it predates at what they meant then (RESUMED_SPEC_DEFAULTS),
     and from `overrides` only where cells run (WHERE_KEYS); another executor drops the stored executor settings."""
-    from harness.spec import RESUMED_SPEC_DEFAULTS, load_toml
-
     if not (run_dir / "spec.toml").is_file():
         rows = run_dir / "rows.jsonl"
         if not rows.is_file() or rows.stat().st_size == 0:  # a sweep killed before it wrote its spec: nothing to keep
@@ -110,9 +114,6 @@ def resume_spec(
 
 def plan_lines(spec: SweepSpec, resume: Path | None = None) -> list[str]:
     """The cells a sweep would run, one line each with its id ("done" when a resumed run has its row), and a total."""
-    from harness.plan import plan, plan_header
-    from harness.store import completed_cell_ids, read_rows
-
     cells = plan(spec)
     done = completed_cell_ids(read_rows(resume)) if resume else set()
     lines = [plan_header(spec)]
@@ -142,12 +143,6 @@ def run_sweep(
         quiet: no progress bar (it is also silent when stderr is not a terminal).
         remeasure_limits: measure the machine's limits again rather than take them from the day's cache.
     """
-    from harness.executors import resolve_spec
-    from harness.inputs.model import run_folder
-    from harness.runner.signals import sigterm_stops
-    from harness.runner.sweep_into import sweep_into  # the measuring stages load only when a sweep runs
-    from harness.store import create_run_dir, lock_run_dir, new_run_id
-
     spec = resolve_spec(spec)
     if resume is not None:
         run_dir = check_resume(resume, run_id=run_id)

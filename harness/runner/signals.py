@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import signal
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,9 +14,6 @@ from harness.errors import Terminated
 @contextlib.contextmanager
 def sigterm_stops() -> Iterator[None]:
     """For the block, SIGTERM raises harness.errors.Terminated (a KeyboardInterrupt) in this, the main, thread."""
-    import signal
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -17,11 +17,12 @@ from typing import Any, Callable, Mapping
 from harness.devices import default_device, device_problem, dtype_reason
 from harness.entries import format_entry, split_entries
 from harness.errors import UsageError
+from harness.inputs import parse_inputs
 from harness.knobs import knobs
 from harness.plugins import load_plugins
 from harness.spec.convert import SpecError, as_list, choices
 from harness.spec.sweep_spec import DTYPE_ALIASES, DTYPES, RENAMED_KEYS, VARIANT_CONFIG_KEY, SweepSpec
-from harness.spec.toml_io import load_toml, toml_library
+from harness.spec.toml_io import load_toml, parse_toml
 from harness.spec.variants import expand_variants, variant_config_layers
 from variants._checks import did_you_mean
 
@@ -64,7 +65,7 @@ def build_spec(
     if not trust_config:
         _check_file_trust(source, file_values, cli, guarded or {})
     device, was_auto = _raw_device(cli, file_values, source)
-    defaults = toml_library().loads(default_text(device))
+    defaults = parse_toml(default_text(device))
     merged, origin = _merged(defaults, file_values, cli, source, {**FLAGS, **executor_flags})
     merged["device"] = device
 
@@ -251,8 +252,6 @@ def _dtypes(value: Any, device: str, where: str) -> tuple[str, ...]:
 
 
 def _inputs(value: Any, where: str) -> tuple[str, ...]:
-    from harness.inputs import parse_inputs
-
     try:
         entries = split_entries(value) if isinstance(value, str) else [str(v) for v in as_list(value, where)]
     except ValueError as exc:  # an empty item

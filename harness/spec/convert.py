@@ -188,8 +188,6 @@ BYTE_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2*
 def memory_budget(value: Any, where: str) -> int | str | None:
     """A memory size in bytes ('2GiB', '80GiB', '512MiB', '16GB', 2147483648), 'device' (the device's memory: a GPU's
     total, a CPU machine's RAM; resolved when the sweep runs), or None ('none', '', 0: no search)."""
-    import re
-
     text = str(value).strip().lower().replace(" ", "")
     if value is None or text in ("", "none", "0"):
         return None

@@ -5,18 +5,20 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10: the tomli backport, a dependency only there
+    import tomli as tomllib
 
 from harness.errors import UsageError
 from harness.knobs import knobs
-
-if TYPE_CHECKING:
-    from harness.spec.sweep_spec import SweepSpec
+from harness.spec.sweep_spec import RENAMED_KEYS, SweepSpec
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
     """Read a TOML file; a syntax error becomes UsageError with the file, line and column."""
-    tomllib = toml_library()
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -37,11 +39,8 @@ def stored_spec_values(text: str | None) -> tuple[dict[str, Any], str | None]:
     """A run folder's spec.toml text as values (renamed keys under their new names), and what was wrong with it
     (None when it read cleanly or there is none: an older run; {} and the problem when it is malformed): a report
     reads what it can."""
-    from harness.spec.sweep_spec import RENAMED_KEYS
-
     if text is None:
         return {}, None
-    tomllib = toml_library()
     try:
         values = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -86,9 +85,6 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"cannot write {value!r} as TOML")
 
 
-def toml_library():
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        import tomli as tomllib
-    return tomllib
+def parse_toml(text: str) -> dict[str, Any]:
+    """TOML text as values (tomllib, or tomli on Python 3.10); tomllib.TOMLDecodeError for bad text."""
+    return tomllib.loads(text)

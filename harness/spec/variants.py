@@ -8,13 +8,12 @@ from typing import Any
 from harness.entries import coerce, parse_entry, split_entries
 from harness.spec.convert import SpecError, as_list
 from harness.spec.sweep_spec import VariantEntry
+from variants import build_config, get_variant, list_variants
 from variants._checks import did_you_mean
 
 
 def variant_config_layers(defaults: dict, given: Any, where) -> dict[str, dict[str, Any]]:
     """Per-variant config overrides: the embedded defaults' (for registered variants), then the user's."""
-    from variants import list_variants
-
     if not isinstance(given, dict):
         raise SpecError(f"{where('variant_config')}: expected a table of variant -> {{field = value}}, got {given!r}")
     registered = set(list_variants())
@@ -32,8 +31,6 @@ def variant_config_layers(defaults: dict, given: Any, where) -> dict[str, dict[s
 
 def expand_variants(value: Any, variant_config: dict[str, dict[str, Any]], where: str) -> tuple[VariantEntry, ...]:
     """Expand names and globs, apply variant_config then the entry's own fields, build each config."""
-    from variants import get_variant, list_variants
-
     try:
         if isinstance(value, str):
             items: list[Any] = split_entries(value)
@@ -88,8 +85,6 @@ def expand_variants(value: Any, variant_config: dict[str, dict[str, Any]], where
 
 
 def _entry(name: str, overrides: dict[str, Any], where: str) -> VariantEntry:
-    from variants import build_config
-
     try:
         config = build_config(name, **overrides)
     except (TypeError, ValueError) as exc:

@@ -23,7 +23,7 @@ LOCK_FILE = ".lock"
 def lock_run_dir(run_dir: str | Path) -> Iterator[None]:
     """Hold the run folder's write lock for the block; UsageError naming the holder's pid when another process has it."""
     try:
-        import fcntl
+        import fcntl  # POSIX only: elsewhere there is no flock
     except ImportError:  # no flock here: one writer is then the user's to ensure
         yield
         return

@@ -16,6 +16,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from harness.errors import UsageError
+from harness.entries import length_fields, searched_fields
 from harness.row import NUMERIC_FIELDS, ROW_FIELDS
 from harness.schema import CELL_FIELDS, canonical, SCHEMA_VERSION, DECLARED, legacy_value
 from harness.store.row_lines import read_row_lines, regular_file, warn_note
@@ -172,8 +173,6 @@ def series_labels(frame: pd.DataFrame) -> list[str]:
     varies with N; the row's config says which), "sliding_window@cos0.05" for a cosine budget, and
     "sliding_window(sinks=4)@0.05" when another field varies among the variant's matched rows.
     """
-    from harness.entries import length_fields, searched_fields
-
     if not len(frame):
         return []
     keys = [config_key(c) for c in frame["config"]]

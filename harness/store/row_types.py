@@ -6,9 +6,13 @@ status, bounded nesting. A row that fails is skipped by the reader with one line
 from __future__ import annotations
 
 import math
+import types
 import typing
 from functools import lru_cache
 from typing import Any, Mapping
+
+from harness.row import NUMERIC_FIELDS, ROW_FIELDS, Row
+from harness.schema import CELL_FIELDS, DECLARED, STATUSES, Cell
 
 MAX_SIZE = 2**40  # a cell's size (N, M, B, H, H_kv, D): beyond what any machine holds
 MAX_INT = 2**63  # any other integer (seed, repeats, flops, bytes): beyond int64 a DataFrame cannot hold it
@@ -21,9 +25,6 @@ _WORDS = {int: "an integer", float: "a finite number", bool: "true or false", st
 @lru_cache(maxsize=1)
 def declared_types() -> dict[str, frozenset[type]]:
     """Row field -> the types its annotation allows (None is always allowed: a field an older writer left out)."""
-    from harness.row import ROW_FIELDS, Row
-    from harness.schema import Cell
-
     hints = {**typing.get_type_hints(Cell), **typing.get_type_hints(Row)}
     out = {}
     for name in ROW_FIELDS:
@@ -36,8 +37,6 @@ def declared_types() -> dict[str, frozenset[type]]:
 @lru_cache(maxsize=1)
 def size_fields() -> frozenset[str]:
     """The cell's integer fields that are sizes (every one but the seed): positive and at most MAX_SIZE."""
-    from harness.schema import CELL_FIELDS, DECLARED
-
     types = declared_types()
     return frozenset(n for n in CELL_FIELDS if int in types[n] and DECLARED[n].role != "seed")
 
@@ -55,7 +54,6 @@ def row_problem(row: Mapping[str, Any]) -> str | None:
         expected = _expected(name, value, kinds)
         if expected is not None:
             return f"field {name} is {shown(value)}, expected {expected}"
-    from harness.schema import STATUSES
 
     status = row.get("status")
     if status is not None and status not in STATUSES:
@@ -82,8 +80,6 @@ def _expected(name: str, value: Any, kinds: frozenset[type]) -> str | None:
 
 @lru_cache(maxsize=1)
 def _measured() -> frozenset[str]:
-    from harness.row import NUMERIC_FIELDS
-
     return frozenset(NUMERIC_FIELDS)
 
 
@@ -112,6 +108,4 @@ def too_deep(value: Any, limit: int) -> bool:
 
 
 def _union() -> Any:
-    import types
-
     return types.UnionType

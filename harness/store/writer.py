@@ -8,11 +8,15 @@ repairs it (repair_tail) before counting and appending, so every line stays one 
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
+from pandas.api.types import is_numeric_dtype
 
 from harness.row import ROW_FIELDS, Row, row_record
 from harness.store.reader import Run, read_rows, warn_note
@@ -105,8 +109,6 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 def inert_csv_frame(frame):
     """The frame with every text cell that a spreadsheet would run as a formula prefixed with "'" (numbers such as
     -1.5 stay numbers: only strings are touched, and a string that reads as a number is left alone)."""
-    from pandas.api.types import is_numeric_dtype
-
     return frame.apply(lambda column: column if is_numeric_dtype(column) else column.map(_inert))
 
 
@@ -122,16 +124,12 @@ def _inert(value: Any) -> Any:
 
 def rows_dataframe(rows: list[dict[str, Any]]):
     """Rows as a pandas DataFrame with every schema column; dict fields kept as dicts."""
-    import pandas as pd
-
     return pd.DataFrame(rows, columns=list(ROW_FIELDS))
 
 
 def write_tables(run: "str | Path | Run") -> list[Path]:
     """rows.csv (dict fields as JSON text) and rows.parquet when pyarrow is installed, from a run folder (read here) or
     a Run already loaded (its rows as written); returns the paths."""
-    import importlib.util
-
     if isinstance(run, Run):
         run_dir, rows = run.path, run.records
     else:

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import pandas as pd
+
 from harness.errors import UsageError
 from harness.report.render import Block, render_markdown
 
@@ -51,8 +53,6 @@ def write_results(
 
 def write_table(folder: Path, stem: str, rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[Path]:
     """Write <stem>.csv and <stem>.json (rows plus meta); returns the paths."""
-    import pandas as pd
-
     frame = pd.DataFrame(rows)
     for column in frame.columns:  # dicts (configs, calibration reports) as JSON text in the CSV
         if frame[column].map(lambda x: isinstance(x, (dict, list))).any():
