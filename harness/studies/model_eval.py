@@ -104,7 +104,7 @@ def evaluate_variant(
     max_len: int,
     *,
     reference: Tensor,
-    encoded: list[tuple[Tensor, Tensor]],
+    encoded: Encoded,
     calibration: Callable[[], LayerBatches],
     steps: int,
     device: str,

@@ -1,4 +1,4 @@
-"""model-eval's data: the corpus cut into passages, each encoded alone and embedded, compared; what one length shares.
+"""model-eval's passages: the corpus cut at a length limit, each passage encoded alone, embedded and compared (AtLength).
 
 The passages are CPython's documentation paragraphs (harness.models.minilm.corpus) joined in order up to a
 length limit; every 4th calibrates, the others evaluate. Embeddings are compared by cosine and by top-1
