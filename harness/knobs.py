@@ -1,4 +1,4 @@
-"""Settings declared once: a dataclass field's metadata names its TOML key, its command-line flag and its help.
+"""Spec and executor options declared once: a dataclass field's metadata names its TOML key, flag and help.
 
 ``knob(...)`` marks a field of SweepSpec or of an executor's options dataclass; ``knobs(cls)``
 lists them, so the TOML keys, the flags and their help are derived from the dataclass, never retyped.
@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 @dataclasses.dataclass(frozen=True)
 class Knob:
-    """How one setting is given: TOML key (the field name), flag, help, and how the flag's text is parsed."""
+    """How one option is given: TOML key (the field name), flag, help, and how the flag's text is parsed."""
 
     key: str  # the field name = the TOML key
     flag: str | None  # "--seq-lens"; None: TOML only
@@ -37,7 +37,7 @@ def knob(
     default_factory: Any = MISSING,
     old_flags: tuple[str, ...] = (),
 ) -> Any:
-    """A dataclass field that is also a setting (see Knob); `flag=None` keeps it TOML-only."""
+    """A dataclass field that is also an option (see Knob); `flag=None` keeps it TOML-only."""
     meta = {
         "knob": dict(
             flag=flag, help=help, metavar=metavar, group=group, repeatable=repeatable, parse=parse, old_flags=old_flags
@@ -49,5 +49,5 @@ def knob(
 
 
 def knobs(cls: type) -> tuple[Knob, ...]:
-    """The settings a dataclass declares, in field order."""
+    """The options a dataclass declares, in field order."""
     return tuple(Knob(key=f.name, **f.metadata["knob"]) for f in dataclasses.fields(cls) if "knob" in f.metadata)
