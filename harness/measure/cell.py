@@ -53,9 +53,8 @@ from harness.measure.roofline import compute_dtype, roofline_fields
 from harness.measure.settings import DTYPES, MeasureSettings, RunInfo
 from harness.measure.timer import Stopwatch
 from harness.measure.tuning import tune
-from harness.plan import tricks_reason
 from harness.row import Row
-from harness.schema import Cell
+from harness.schema import Cell, tricks_reason
 from variants import build_variant
 
 

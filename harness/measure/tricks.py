@@ -9,7 +9,7 @@ device, over float32 inputs and parameters, and the backward outside it (as torc
 are float32, ready for the optimizer. fp16 training also needs a GradScaler: its step (scaling the loss, unscaling
 and checking the gradients) is excluded from the timed call, which is forward + backward only.
 FLOPs stay the model's (harness.measure.flops): a recompute's extra forward is not counted, so its cost shows as a
-lower TFLOP/s. Which combinations are measured at all is harness.plan.tricks_reason, for planning and refusal alike.
+lower TFLOP/s. Which combinations are measured at all is harness.schema.tricks_reason, for planning and refusal alike.
 """
 
 from __future__ import annotations
