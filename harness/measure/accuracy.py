@@ -64,7 +64,7 @@ def check_accuracy(
     """One call of `attn` scored against float64 on sampled rows; `reference` "pattern" scores against its own pattern.
 
     kv_mask (B, M) goes to the call and the reference; only sampled rows that are real tokens are scored. `wrap` puts
-    the call under the cell's memory tricks (harness.measure.tricks.tricked), so autocast's error is in the scores.
+    the call under the cell's memory tricks (harness.measure.prefill.tricked), so autocast's error is in the scores.
     `weights`: also score the variant's attention weights on those rows (topk_recall, harness.measure.reference).
     """
 

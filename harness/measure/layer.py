@@ -25,7 +25,7 @@ from harness.measure.phase import Checked, Phase, TimedStep
 from harness.measure.reference import nonfinite
 from harness.measure.settings import MeasureSettings
 from harness.measure.timer import Stopwatch
-from harness.measure.tricks import autocast, recomputed
+from harness.measure.prefill import autocast, recomputed
 from harness.schema import Cell
 
 MLP_RATIO = 2.7  # SwiGLU hidden width / model width (LLaMA's 8/3, rounded up)
@@ -39,7 +39,7 @@ def mlp_width(E: int) -> int:
 class Block(nn.Module):
     """A pre-norm transformer block (RMSNorm, GQA projections, the variant, SwiGLU MLP, residuals).
 
-    recompute (Cell.recompute, harness.measure.tricks): "attention" checkpoints the variant's call, "layer" the whole
+    recompute (Cell.recompute, harness.measure.prefill): "attention" checkpoints the variant's call, "layer" the whole
     block, so the backward recomputes their forward instead of keeping its activations.
     """
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.measure.noise import HIGH_LOAD_PER_CPU
-from harness.measure.tricks import AUTOCAST_DTYPES
+from harness.measure.prefill import AUTOCAST_DTYPES
 from harness.schema import Cell
 
 # Tolerance above 100%: the limits are the best of a short measurement on a machine that may be shared.
