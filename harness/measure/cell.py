@@ -32,7 +32,7 @@ from harness.measure.calibration import calibrated
 from harness.measure.context import MeasureContext, changed_reason
 from harness.measure.decode import DecodePhase, decode_inputs_extra
 from harness.measure.layer import LayerPhase
-from harness.measure.noise import larger, load_per_cpu, noise_fields
+from harness.measure.noise import larger, load_per_cpu
 from harness.measure.outcome import (
     Deadline,
     StageFailed,
@@ -49,7 +49,7 @@ from harness.measure.outcome import (
 from harness.measure.phase import Phase, run_phase
 from harness.measure.prefill import PrefillPhase
 from harness.measure.reference import baseline_errors
-from harness.measure.roofline import compute_dtype, roofline_fields
+from harness.measure.roofline import judged
 from harness.measure.settings import DTYPES, MeasureSettings, RunInfo
 from harness.measure.timer import Stopwatch
 from harness.measure.tuning import tune
@@ -85,11 +85,9 @@ def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: M
     if written:
         ended = f" (the cell had ended {row.status}: {row.reason})" if row.status != "ok" else ""
         row.update(status="error", reason=changed_reason(written) + ended)
-    if row.status == "ok":  # held against the machine's measured limits
-        row.update(**roofline_fields(cell, row.to_dict(), run.limits, precision_dtype=compute_dtype(cell)))
-    row.wall_s = watch.seconds
-    row.load_per_cpu = larger(load_at_start, load_per_cpu())
-    row.update(**noise_fields(row.to_dict(), row.load_per_cpu))
+    load = larger(load_at_start, load_per_cpu())
+    row.update(wall_s=watch.seconds, load_per_cpu=load)
+    row.update(**judged(cell, row.to_dict(), run.limits, load))  # the machine's limits, the timing's noise
     if row.status != "ok":
         release_memory(settings.device)
     return row
