@@ -31,8 +31,8 @@ from torch.utils.checkpoint import checkpoint
 
 from harness.measure.accuracy import Accuracy, check_accuracy, check_output, score_output
 from harness.measure.context import MeasureContext
-from harness.measure.flops import attention_flops, flops_fields
-from harness.measure.phase import Checked, Phase, TimedStep
+from harness.measure.flops import Flops, attention_flops, flops_fields
+from harness.measure.kind import Checked, Phase, Prepared, TimedStep
 from harness.measure.reference import nonfinite
 from harness.measure.settings import MeasureSettings
 from harness.measure.speedup import baseline_for
@@ -41,7 +41,7 @@ from harness.schema import Cell
 
 
 class PrefillPhase(Phase):
-    """The prefill cell's part of the measurement path (harness.measure.phase)."""
+    """The prefill cell's part of the measurement path (harness.measure.kind)."""
 
     def __init__(
         self,
@@ -61,8 +61,8 @@ class PrefillPhase(Phase):
         self.accuracy: Accuracy | None = None
         self._step: Callable[[], Any] | None = None
 
-    def prepare(self) -> dict[str, Any]:
-        return {"setup_s": _prepare(self.attn, self.q, self.k, self.v, self.cell, self.training, self.kv_mask)}
+    def prepare(self) -> Prepared:
+        return Prepared(setup_s=_prepare(self.attn, self.q, self.k, self.v, self.cell, self.training, self.kv_mask))
 
     def check(self) -> Checked:
         self.accuracy = check_accuracy(
@@ -98,7 +98,7 @@ class PrefillPhase(Phase):
         bad = nonfinite(output)
         return ({}, bad) if bad else (score_output(self.accuracy, output), None)
 
-    def flops(self, latency_s: float) -> dict[str, Any]:
+    def flops(self, latency_s: float) -> Flops:
         backend = self.attn.resolve_backend(self.q, training=self.training)
         executed, useful = attention_flops(self.attn, self.cell, backend=backend)
         return flops_fields(executed, latency_s, training=self.training, useful_attention_flops=useful)

@@ -19,6 +19,7 @@ attention_weights declines (None: the AttentionVariant default, a plugin's) gets
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -73,9 +74,18 @@ def reference_rows(
     return torch.cat(parts, dim=2)
 
 
+@dataclass(frozen=True)
+class TrivialErrors:
+    """The errors of two trivial answers on a cell's sampled rows (row fields): uniform attention and a zero output."""
+
+    uniform_rel_l2_error: float
+    uniform_cosine: float
+    zero_rel_l2_error: float
+
+
 def baseline_errors(
     q: Tensor, k: Tensor, v: Tensor, *, causal: bool, error_rows: int, seed: int, kv_mask: Tensor | None = None
-) -> dict[str, Any]:
+) -> TrivialErrors:
     """The errors two trivial answers score against exact attention on the rows check_accuracy samples (same seed):
     uniform attention (the mean of v over the keys each row sees, causality and padding respected: exact attention with
     q = 0) and a zero output. A variant not clearly below the uniform error has learnt nothing about q."""
@@ -84,11 +94,8 @@ def baseline_errors(
         reference_rows(x, k, v, rows, chunk, causal, kv_mask, None) for x in (q, torch.zeros_like(q))
     )  # (B, H, R, D) each
     scored = output_errors(uniform, ref, valid)
-    return {
-        "uniform_rel_l2_error": scored["rel_l2_error"],
-        "uniform_cosine": scored["cosine"],
-        "zero_rel_l2_error": output_errors(torch.zeros_like(ref), ref, valid)["rel_l2_error"],
-    }
+    zero = output_errors(torch.zeros_like(ref), ref, valid)["rel_l2_error"]
+    return TrivialErrors(scored["rel_l2_error"], scored["cosine"], zero)
 
 
 def reference_with_grads(

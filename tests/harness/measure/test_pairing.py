@@ -133,18 +133,18 @@ def test_timed_fields_pairs_and_keeps_a_failing_baseline_out_of_the_row():
         timer=clock.timer,
     )
     assert (
-        fields["speedup"] == pytest.approx(2.0)
-        and fields["repeats"] >= 3
-        and fields["baseline_latency_s"] == pytest.approx(0.002)
+        fields.speedup == pytest.approx(2.0)
+        and fields.repeats >= 3
+        and fields.baseline_latency_s == pytest.approx(0.002)
     )
 
     def broken():
         raise RuntimeError("baseline exploded")
 
     fields = timed_fields(lambda: None, Baseline(broken), settings, torch.device("cpu"), first_call_s=1e-6)
-    assert fields.get("speedup") is None and fields.get("speedup_low") is None
-    assert "baseline dense error" in fields["noise_reason"] and "exploded" in fields["noise_reason"]
-    assert fields["latency_s"] is not None
+    assert fields.speedup is None and fields.speedup_low is None
+    assert "baseline dense error" in fields.noise_reason and "exploded" in fields.noise_reason
+    assert fields.latency_s is not None
 
 
 def test_load_per_cpu_counts_other_processes_running_now(monkeypatch):
@@ -197,9 +197,9 @@ def test_blocks_that_disagree_badly_are_timed_once_more():
     fields = timed_fields(
         clock.step(0.001), Baseline(clock.step(0.002)), settings, torch.device("cpu"), first_call_s=0.001, timer=timer
     )
-    assert fields["noise_reason"] == "re-timed once: the first blocks disagreed"
-    assert len(calls) == 42 and fields["speedup"] == pytest.approx(2.0)
-    assert fields["latency_p80_s"] == pytest.approx(fields["latency_p20_s"])  # the quiet second timing was kept
+    assert fields.noise_reason == "re-timed once: the first blocks disagreed"
+    assert len(calls) == 42 and fields.speedup == pytest.approx(2.0)
+    assert fields.latency_p80_s == pytest.approx(fields.latency_p20_s)  # the quiet second timing was kept
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/loadavg"), reason="needs Linux /proc")
