@@ -16,11 +16,17 @@ SERIES = "series"  # the reader's label of a row's (variant, config): harness.st
 
 
 class Columns:
-    """Column names as read-only attributes, each its own name; iterating gives them in column order."""
+    """Column names as read-only attributes, each its own name plus `suffix` (a merged frame's side, "_a");
+    iterating gives them in column order."""
 
-    def __init__(self, names: tuple[str, ...]):
-        self.__dict__.update({name: name for name in names})
+    def __init__(self, names: tuple[str, ...], suffix: str = ""):
+        self.__dict__.update({name: name + suffix for name in names})
         self.__dict__["_names"] = names
+        self.__dict__["_suffix"] = suffix
+
+    def suffixed(self, suffix: str) -> "Columns":
+        """The same columns with `suffix` appended to each name: one side of a merge (pandas' suffixes)."""
+        return Columns(self._names, self._suffix + suffix)
 
     def __getattr__(self, name: str) -> Any:  # only reached for a name that is not a column
         close = get_close_matches(name, self._names, n=1)
@@ -31,7 +37,7 @@ class Columns:
         raise AttributeError(f"column names are declared by Row's fields; {name!r} cannot be set")
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._names)
+        return iter(name + self._suffix for name in self._names)
 
 
 COL = Columns(ROW_FIELDS + (SERIES,))

@@ -17,9 +17,9 @@ import pandas as pd
 
 from harness.errors import UsageError
 from harness.row import NUMERIC_FIELDS, ROW_FIELDS, Row
-from harness.schema import CELL_FIELDS, canonical, SCHEMA_VERSION, SETTINGS, legacy_value
-from harness.store.row_lines import read_row_lines, regular_file, warn_note
+from harness.schema import CELL_FIELDS, SCHEMA_VERSION, SETTINGS, canonical, legacy_value
 from harness.store.columns import COL, SERIES
+from harness.store.row_lines import read_row_lines, regular_file, warn_note
 from harness.store.row_types import MAX_LINE_CHARS, row_problem, shown, too_deep
 from harness.store.run_dir import ENV_FILE, ROWS_FILE, SPEC_FILE
 
