@@ -150,11 +150,11 @@ class Longest:
     next: int | None = None
 
 
-def memory_verdict(row: Mapping[str, Any], budget: int) -> str | None:
-    """None when the row's train step fits the budget (ok, peak memory measured and within it), else why not."""
-    if row.get("status") != "ok":
-        return str(row.get("status"))
-    peak = row.get("peak_memory_bytes")
+def memory_verdict(status: str | None, peak_memory_bytes: float | None, budget: int) -> str | None:
+    """None when a row's train step fits the budget (ok, peak memory measured and within it), else why not."""
+    if status != "ok":
+        return str(status)
+    peak = peak_memory_bytes
     if peak is None or peak != peak:  # NaN in a frame
         return "no peak memory"
     return None if peak <= budget else "over budget"

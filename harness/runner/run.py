@@ -111,10 +111,10 @@ def resume_spec(
 def plan_lines(spec: SweepSpec, resume: Path | None = None) -> list[str]:
     """The cells a sweep would run, one line each with its id ("done" when a resumed run has its row), and a total."""
     from harness.plan import plan, plan_header
-    from harness.store import completed_cell_ids, read_rows
+    from harness.store import completed_cell_ids, load_rows
 
     cells = plan(spec)
-    done = completed_cell_ids(read_rows(resume)) if resume else set()
+    done = completed_cell_ids(load_rows(resume)) if resume else set()
     lines = [plan_header(spec)]
     for cell in cells:
         mark = "done " if cell.cell_id in done else ""
