@@ -114,7 +114,7 @@ def _import_before_any_deadline() -> None:
     checkpointing, autocast or an optimizer, so in the first cell; under load that import takes longer than a short
     deadline, and a deadline firing inside it leaves sympy half-initialised: every later cell of the process then fails
     with "module 'sympy.core' has no attribute 'symbol'". Once per process (Python keeps the module)."""
-    import torch._dynamo  # noqa: F401
+    import torch._dynamo  # noqa: F401 - heavy (sympy): imported in the process that measures, not by this module
 
 
 def _worker_identity(run: dict[str, Any], device: str) -> dict[str, Any]:
