@@ -28,6 +28,7 @@ LAYERS = (
         "harness.devices",
         "harness.plugins",
         "harness.env",
+        "harness.child",
     ),
     ("harness.models",),
     ("harness.inputs",),

@@ -155,7 +155,7 @@ class MapOptions:
     draw: bool = True  # False: no maps (they run each variant once)
     n: int = 64  # N = M = D of the maps
     inputs: str | None = None  # None: the first of MAPS_INPUTS_PREFERENCE the run measured
-    calibrate: bool = True  # fit learnable variants at n first
+    fitted: bool = True  # learnable variants in the fitted state the sweep stored (RUN_DIR/fitted/); False: as built
     plugins: Sequence[str] = ()  # what the maps' child process imports (the run's plugin variants)
 
 
@@ -199,15 +199,17 @@ def draw_maps(a: "AnalysedRun", path: Path, options: MapOptions) -> Drawn | None
         inputs = next((names[p] for p in MAPS_INPUTS_PREFERENCE if p in names), measured[0] if measured else "gaussian")
     causal = bool(len(frame)) and not (~frame[COL.causal].astype(bool)).any()
     series = map_series(frame, inputs)
-    kwargs = dict(n=n, causal=causal, calibrate=options.calibrate, timeout_s=a.cell_timeout_s, plugins=options.plugins)
+    run_dir = a.path if options.fitted else None
+    kwargs = dict(n=n, causal=causal, run_dir=run_dir, timeout_s=a.cell_timeout_s, plugins=options.plugins)
     try:
         found = isolated_maps(series, inputs=inputs, **kwargs)
     except ValueError:  # e.g. a plugin input distribution not registered here: draw on gaussian inputs
         found = isolated_maps(series, inputs="gaussian", **kwargs)
     path = plot_attention_maps(found, path, colors=variant_colors(list(frame[COL.variant])))
     how = (
-        "Learnable variants are fitted at this N with the calibration defaults (other seeds of the same distribution)."
-        if options.calibrate
+        "Learnable variants are drawn in the fitted state the sweep measured (RUN_DIR/fitted/, head 0's "
+        "attention_weights); one without a stored fit says so and is not fitted again."
+        if options.fitted
         else "Learnable variants are drawn as built (seeded, uncalibrated), not in the fitted state the sweep measured "
         "(RUN_DIR/fitted/): their maps show the untrained starting point."
     )
