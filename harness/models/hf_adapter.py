@@ -6,14 +6,16 @@
 transformers calls ``fn(module, query (B, H, N, D), key (B, H_kv, M, D), value, attention_mask, scaling=,
 dropout=, **kwargs)`` and wants ``(out (B, N, H, D), None)``. The mapping onto the variant contract:
 - causality: the call's ``is_causal`` if given, else ``module.is_causal`` (True for decoders, False for BERT);
+- a KV cache (``generate``, ``past_key_values``): the N new queries over the M cached keys are the contract's causal
+  query offset (the last N positions, bottom-right), run by every variant that declares ``causal_offset``;
 - padding: the registered mask function hands over the 2-D key padding mask (B, M) as ``kv_mask``, or None;
 - GQA: k, v keep their H_kv heads (repeated only for a variant that declares ``gqa=False``);
 - scaling: a ``scaling`` other than 1/sqrt(D) multiplies q by scaling * sqrt(D) first, so softmax(q' k^T / sqrt(D))
   is the model's softmax(q k^T * scaling): exact for every variant whose scores are q . k (all built-ins); a
   variant that fits features of q is calibrated on the same pre-scaled q (``capture_qkv`` records it).
 Refused with ``NotSupportedError`` naming the model feature (never computed differently): logit softcapping, a
-sliding window narrower than the keys, a query offset into a KV cache (decoding with past_key_values), attention
-dropout while training, sinks or a position bias, a prepared 4-D mask, any mask pattern other than causal or
+sliding window narrower than the keys, a cache whose keys do not end at the last query (a static cache's unwritten
+slots, a sliding-window cache's dropped ones), attention dropout while training, sinks or a position bias, a prepared 4-D mask, any mask pattern other than causal or
 bidirectional plus padding (packed sequences, chunked layers, overlays), and everything the variant itself refuses.
 
 Per-layer variants (fitted per layer) and recording q, k, v go through attributes of each attention module,
@@ -113,7 +115,7 @@ def model_feature_reasons(
 ) -> list[str]:
     """Every feature of this transformers call the variant contract cannot express ([] if none)."""
     reasons = []
-    N, M = query.shape[2], key.shape[2]
+    M = key.shape[2]
     if kwargs.get("softcap") is not None:
         reasons.append(f"the model's attention logit softcapping (softcap={kwargs['softcap']}) is not in the contract")
     window = kwargs.get("sliding_window")
@@ -121,11 +123,6 @@ def model_feature_reasons(
         reasons.append(
             f"the model's own sliding-window layer (sliding_window={window} < {M} keys) would be replaced by "
             "full attention; evaluate at seq_len <= the model's window, or a model without sliding layers"
-        )
-    if N != M:
-        reasons.append(
-            f"a query offset into a KV cache ({N} queries over {M} keys: decoding with past_key_values); "
-            "run full sequences with use_cache=False"
         )
     if dropout and module.training:
         reasons.append(f"attention dropout while training (dropout={dropout}); call model.eval() or set it to 0")
@@ -191,11 +188,13 @@ def _mask_function(variant_name: str):
         device: Any = "cpu",
         **kwargs: Any,
     ) -> Tensor | None:
-        if int(q_offset) or int(kv_offset):
+        q_offset, kv_offset = int(q_offset), int(kv_offset)
+        if kv_offset or q_offset + q_length != kv_length:
             raise NotSupportedError(
                 variant_name,
-                f"a query offset into a KV cache (q_offset={int(q_offset)}, kv_offset={int(kv_offset)}: decoding "
-                "with past_key_values); run full sequences with use_cache=False",
+                f"a cache whose {kv_length} keys (from position {kv_offset}) do not end at the last of the {q_length} "
+                f"queries (from position {q_offset}): a static cache's unwritten slots or a sliding-window cache's "
+                "dropped keys; use transformers' DynamicCache (generate's default) or use_cache=False",
             )
         if mask_function is not None and not _standard_pattern(mask_function, batch_size, q_length, kv_length, device):
             raise NotSupportedError(
@@ -212,13 +211,14 @@ def _mask_function(variant_name: str):
 
 
 def _standard_pattern(mask_function: Any, batch_size: int, q_length: int, kv_length: int, device: Any) -> bool:
-    """Whether mask_function is the plain causal or bidirectional pattern on this (q_length, kv_length)."""
+    """Whether mask_function is the plain causal or bidirectional pattern on this (q_length, kv_length), evaluated at
+    the queries' positions: the last q_length of the kv_length (after a KV cache's past tokens)."""
     from transformers.masking_utils import bidirectional_mask_function, causal_mask_function
 
     if mask_function in (causal_mask_function, bidirectional_mask_function):
         return True
     b_idx = torch.arange(batch_size, device=device)[:, None, None]  # (B, 1, 1)
-    q_idx = torch.arange(q_length, device=device)[None, :, None]  # (1, N, 1)
+    q_idx = torch.arange(q_length, device=device)[None, :, None] + kv_length - q_length  # (1, N, 1): positions
     kv_idx = torch.arange(kv_length, device=device)[None, None, :]  # (1, 1, M)
     head = torch.zeros((), dtype=torch.long, device=device)
     pattern = torch.as_tensor(mask_function(b_idx, head, q_idx, kv_idx), device=device)
