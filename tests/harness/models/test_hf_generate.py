@@ -68,6 +68,20 @@ def test_exact_variants_generate_sdpas_greedy_tokens_with_a_kv_cache(llama, name
         torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=2e-5, msg=f"logits of step {step}")
 
 
+@pytest.mark.parametrize("kind", ["qwen2", "mistral", "gemma2"])  # MQA and q/k/v biases; a wide window; scaling 1/8
+def test_dense_generates_the_stock_tokens_on_the_other_tiny_families(kind):
+    """Against each model's own eager attention (Gemma2 has no SDPA path in transformers)."""
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(tiny_config(kind), attn_implementation="eager").eval()
+    stock = _generate(model, "eager")
+    ours = _generate(model, hf_adapter.register_with_transformers("dense"))
+    assert torch.equal(ours.sequences, stock.sequences)
+    for step, (mine, theirs) in enumerate(zip(ours.logits, stock.logits)):
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=2e-5, msg=f"logits of step {step}")
+
+
 @pytest.mark.parametrize("name", OFFSET_CAPABLE)
 def test_every_offset_capable_variant_generates_with_the_cache_what_it_gives_without(llama, name):
     """The cache changes where a query sits, never what it sees: with it, each step runs N = 1 query over the cached
