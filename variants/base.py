@@ -160,6 +160,12 @@ class AttentionVariant(DecodeContract, nn.Module):
 
     # ---- decoding: decode_reasons, check_decode, init_state, step, state_bytes (variants/_decode_contract.py) ----
 
+    def windowed(self, window: int) -> "AttentionVariant | None":
+        """This variant restricted to a model's own causal sliding window (key j visible to query i when
+        i - window < j <= i: Mistral's, Qwen2's sliding layers), as a variant computing it exactly; None (the default)
+        when it cannot, and the transformers adapter refuses such a layer naming the window."""
+        return None
+
     # ---- the pattern the variant is exact to --------------------------------------------
     def pattern(self, query_idx: Tensor, key_idx: Tensor) -> Tensor | None:
         """Which keys each query may see under this variant's sparsity pattern.

@@ -22,6 +22,7 @@ from variants._gqa import from_xformers_layout, group, sdpa, ungroup, xformers_l
 from variants._registry import register_variant
 from variants.base import dense_flops, AttentionVariant, Capabilities, VariantConfig, softmax_scale
 from variants.reference import PatternWeights, visibility
+from variants.sliding_window import SlidingWindowAttention, SlidingWindowConfig
 
 DENSE_BACKENDS = ("sdpa", "xformers", "reference")  # fastest first: "auto" takes the first that works
 
@@ -77,6 +78,10 @@ class DenseAttention(PatternWeights, KVCacheDecoding, AttentionVariant):
         if backend == "xformers":
             return _xformers(q, k, v, causal=causal, kv_mask=kv_mask)
         return _textbook(q, k, v, causal=causal, kv_mask=kv_mask)
+
+    def windowed(self, window: int) -> AttentionVariant:
+        """Dense attention within a causal window is sliding_window's band, computed exactly (its auto backend)."""
+        return SlidingWindowAttention(SlidingWindowConfig(window=window))
 
     # ---- decoding: a KV cache (init_state, step: KVCacheDecoding) -------------------------
     def extra_decode_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None) -> list[str]:

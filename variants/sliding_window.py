@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import importlib.util
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -130,6 +130,11 @@ class SlidingWindowAttention(PatternWeights, AttentionVariant):
         if q.dtype == torch.float32 and causal and training:
             reasons.append("(xformers) has no float32 backward for causal local attention (cutlass lacks it)")
         return reasons
+
+    def windowed(self, window: int) -> "SlidingWindowAttention":
+        """Within a model's own causal window: the narrower of the two bands (sinks and backend kept)."""
+        narrower = min(window, self.config.window)
+        return self if narrower == self.config.window else type(self)(replace(self.config, window=narrower))
 
     def pattern(self, query_idx: Tensor, key_idx: Tensor) -> Tensor:
         """The non-causal band and sinks as bool (R, M); the reference's visibility adds j <= i when causal."""

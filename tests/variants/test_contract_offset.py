@@ -13,6 +13,7 @@ import torch
 
 from tests.variants.test_contract import TOLERANCE, _build, _cases, _rel_l2
 from variants import AttentionVariant, Capabilities, NotSupportedError, reference_attention
+from variants._band import band
 
 B, H, M, D = 2, 4, 37, 16  # M not a power of two: ragged blocks and chunks
 QUERIES = [1, 4, M // 2]  # a decode step, a speculative block, a chunk of the prefill
@@ -134,6 +135,29 @@ def test_cuda_offset_matches_the_reference(name, backend, dtype):
             earlier = torch.randn(B, H, M - 4, D, device=q.device, dtype=dtype)  # the rows before the 4 queries
             want = attn(torch.cat([earlier, q], dim=2), k, v, causal=True)[:, :, -4:]
     assert _rel_l2(out, want) < {torch.float32: 1e-3, torch.bfloat16: 2e-2}[dtype]
+
+
+@pytest.mark.parametrize("name,backend", _cases())
+@pytest.mark.parametrize("n", [1, M // 2], ids=lambda n: f"n{n}")
+def test_windowed_is_the_variant_within_a_models_causal_window(name, backend, n):
+    """variant.windowed(w) (what the transformers adapter runs in a model's sliding layer) is exact attention under
+    the variant's own pattern and the band i - w < j <= i, with a query offset; None refuses the model's window."""
+    attn, window = _build(name, backend), 5
+    windowed = attn.windowed(window)
+    if windowed is None:
+        pytest.skip(f"{name} does not honour a model's sliding window (windowed gives None)")
+    q, k, v = _inputs(9, n, H // 2)
+    _runnable_or_skip(windowed, q, k, v, training=False)
+    own = attn.pattern
+
+    def within(query_idx, key_idx):
+        inside = band(query_idx[:, None], key_idx[None, :], window=window, causal=True)
+        mine = None if own is None else own(query_idx, key_idx)
+        return inside if mine is None else inside & mine
+
+    with torch.no_grad():
+        out = windowed(q, k, v, causal=True)
+    assert _rel_l2(out, reference_attention(q, k, v, causal=True, pattern=within)) < TOLERANCE[torch.float32]
 
 
 class TopLeftCausal(AttentionVariant):
