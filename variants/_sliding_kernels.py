@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from variants._band import band_limits, in_band
-from variants._checks import softmax_scale
+from variants._checks import query_offset, softmax_scale
 from variants._gqa import from_xformers_layout, xformers_layout
 
 FLEX_BLOCK = 128  # flex: sparse block size (flex_attention's default tile)
@@ -117,9 +117,8 @@ def flex_block_mask(N: int, M: int, window: int, causal: bool, device: torch.dev
         return _FLEX_BLOCK_MASKS[key]
     from torch.nn.attention.flex_attention import BlockMask
 
-    bounds = torch.tensor(
-        band_limits(window, causal, sinks), device=device
-    )  # a tensor, not Python ints: no recompile per band
+    # on flex's row indices (causal: row r sits at position r + M - N); a tensor, not Python ints: no recompile per band
+    bounds = torch.tensor(band_limits(window, causal, sinks, query_offset(N, M, causal)), device=device)
 
     def mask_mod(b, h, q_idx, kv_idx):
         return in_band(q_idx, kv_idx, bounds)
@@ -137,8 +136,8 @@ def flex_blocks(N: int, M: int, window: int, causal: bool, device: torch.device,
     """(partial, full): bool (QB, KB) of the FLEX_BLOCK-square blocks flex computes, masked or whole.
 
     From block corners: a block's offsets j - i run over [k0 - q1, k1 - q0], and the window and the visible sinks are
-    each one run of offsets, so its extremes decide."""
-    lo, hi, _, sink_hi = band_limits(window, causal, sinks)
+    each one run of offsets, so its extremes decide. Offsets of key index from query row: causal rows sit at M - N + r."""
+    lo, hi, _, sink_hi = band_limits(window, causal, sinks, query_offset(N, M, causal))
     S = FLEX_BLOCK
     q0 = torch.arange(0, N, S, device=device)[:, None]  # first row of each query block, (QB, 1)
     k0 = torch.arange(0, M, S, device=device)[None, :]  # first key of each key block, (1, KB)
@@ -160,7 +159,8 @@ def _ordered(dense: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def xformers(q: Tensor, k: Tensor, v: Tensor, window: int, *, causal: bool) -> Tensor:
-    """xformers' memory_efficient_attention with its local bias (N == M, no padding, no sinks: see extra_reasons)."""
+    """xformers' memory_efficient_attention with its local bias, aligned bottom-right (causal N < M is the contract's;
+    non-causal needs N == M), no padding, no sinks: see extra_reasons."""
     from xformers.ops import fmha  # lazy: importing xformers on a CPU-only build prints warnings
 
     if causal:  # keys j with i - window < j <= i
