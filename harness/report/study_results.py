@@ -1,6 +1,6 @@
 """How the studies' results are shown, in their own .md and in a run's report (read from <stem>.json, never from the .md).
 
-`python -m harness model-eval --run RUN_DIR` and `tasks --run RUN_DIR` (harness.studies) leave
+`python -m harness model-eval --run RUN_DIR`, `tasks --run RUN_DIR` and `deploy --run RUN_DIR` (harness.studies) leave
 <stem>.csv/.json/.md/.png in a run folder; <stem>.json is {"meta": {...}, "rows": [...]}. The
 tables here are the ones the studies write into their .md, so the report and the .md agree.
 """
@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from harness.entries import config_label
 from harness.report.render import Block, Heading, Image, Paragraph, Table, format_number, short_reason
+from harness.studies.deploy_table import DEPLOY, WHAT as DEPLOY_WHAT, deployable_table
 
 MODEL_EVAL = "model_eval"  # the file stem harness.studies.model_eval writes
 LM_EVAL = "lm_eval"  # the file stem harness.studies.lm_eval writes (model-eval --model on a causal LM)
@@ -214,6 +215,7 @@ STUDIES: dict[str, tuple[str, str, Callable[[list[dict[str, Any]]], Table]]] = {
         "ListOps; test accuracy, and in brackets the change against dense.",
         tasks_table,
     ),
+    DEPLOY: ("Deployable? (deploy)", DEPLOY_WHAT, deployable_table),
 }
 
 

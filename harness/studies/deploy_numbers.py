@@ -58,5 +58,5 @@ def first_line(exc: BaseException) -> str:
     head = head.split(" For more information, run with")[0]
     detail = next((line[2:] for line in lines[1:] if line.startswith("- ")), None)
     if detail and head.startswith("Constraints violated"):
-        head = f"{head} {detail.split(' If you')[0]}"
+        head = f"Constraints violated: {detail.split(' If you')[0]}"
     return f"{type(exc).__name__}: {head}"

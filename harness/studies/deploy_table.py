@@ -30,7 +30,8 @@ def deployable_table(rows: list[dict[str, Any]]) -> Table:
         mine = [r for r in rows if str(r.get("variant")) == variant]
         backend = next((r["backend"] for r in mine if r.get("backend")), None)
         label = f"{variant} ({backend})" if backend and backend != "default" else variant
-        body.append([label] + [target_cell([r for r in mine if r.get("target") == t]) for t in present])
+        cells = [target_cell([r for r in mine if r.get("target") == t]) for t in present]
+        body.append([label] + [_shared_failure(cells, i) for i in range(len(cells))])
     return Table(["variant", *present], body)
 
 
@@ -75,6 +76,13 @@ def deploy_note(meta: dict[str, Any]) -> str:
         f"D={shape.get('head_dim')}, causal={shape.get('causal')}, at N = {lengths} (exported at the first). ONNX "
         f"opset {meta.get('opset')}; {', '.join(meta.get('runtimes', []))}; torch threads {meta.get('torch_threads')}."
     )
+
+
+def _shared_failure(cells: list[str], i: int) -> str:
+    """cells[i], or 'same as <the column to its left>' when it repeats that column's failure (a step both share)."""
+    if i and cells[i] == cells[i - 1] and not cells[i].startswith("ok"):
+        return "same as the column to its left"
+    return cells[i]
 
 
 def _lengths(rows: list[dict[str, Any]]) -> str:
