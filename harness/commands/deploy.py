@@ -54,13 +54,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.device != "cpu":
+        raise UsageError(f"--device {args.device!r}: deploy runs on CPU (onnxruntime's CPU provider, WebAssembly)")
+    seq_lens, shape, wanted = _checked(args)
     reason = deploy_targets.missing_extra_reason()
     if reason:
         raise UsageError(reason)
-    if args.device != "cpu":
-        raise UsageError(f"--device {args.device!r}: deploy runs on CPU (onnxruntime's CPU provider, WebAssembly)")
     load_plugins(args.plugin)
-    seq_lens, shape, wanted = _checked(args)
     variants = select_variants(args.variants)
     overrides = parse_overrides(args.set)
     check_overrides(overrides, variants, max(seq_lens))
