@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from harness.entries import config_label
 from harness.report.render import Block, Heading, Image, Paragraph, Table, format_number, short_reason
-from harness.studies.deploy_table import DEPLOY, WHAT as DEPLOY_WHAT, deployable_table
+from harness.studies.deploy_table import DEPLOY, WHAT as DEPLOY_WHAT, deploy_caveat, deployable_table
 
 MODEL_EVAL = "model_eval"  # the file stem harness.studies.model_eval writes
 LM_EVAL = "lm_eval"  # the file stem harness.studies.lm_eval writes (model-eval --model on a causal LM)
@@ -246,7 +246,7 @@ def study_sections(folder: Path) -> list[Block]:
 
 
 def study_caveats(folder: Path) -> list[str]:
-    """Sentences for the recommendation from the model-eval and tasks results in the run folder (if any)."""
+    """Sentences for the recommendation from the model-eval, tasks and deploy results in the run folder (if any)."""
     out = []
     losses: dict[str, list[str]] = {}
     for r in study_rows(folder, TASKS) or []:
@@ -273,4 +273,5 @@ def study_caveats(folder: Path) -> list[str]:
             f"**Inside a pretrained model:** swapped in without retraining, these move sentence embeddings "
             f"below cosine {MODEL_COSINE_FLAG}: {', '.join(weak)}."
         )
-    return out
+    deployable = deploy_caveat(study_rows(folder, DEPLOY) or [])
+    return out + ([deployable] if deployable else [])

@@ -13,7 +13,7 @@ from harness.report.render import Table, format_bytes, format_error, format_n, f
 
 DEPLOY = "deploy"  # the file stem harness.studies.deploy writes
 TARGETS = ("torch.export", "onnxruntime", "onnxruntime-web")  # in the order they are tried (each needs the one before)
-REASON_WIDTH = 110  # characters of a refusal kept in a cell
+REASON_WIDTH = 130  # characters of a refusal kept in a cell
 WHAT = (
     "Each variant exported with a dynamic sequence length by torch.export, then as one ONNX graph (weights inline) "
     "run by onnxruntime on CPU and by onnxruntime-web's WebAssembly backend under Node (`python -m harness deploy`). "
@@ -65,6 +65,25 @@ def ok_summary(rows: list[dict[str, Any]]) -> str:
     worst_l2 = max((r["rel_l2_error"] for r in rows if r.get("rel_l2_error") is not None), default=None)
     size = format_bytes(rows[0].get("file_bytes"))
     return f"ok {speed}, err {format_error(worst_abs)}, L2 {format_error(worst_l2)}, {size}"
+
+
+def deploy_caveat(rows: list[dict[str, Any]]) -> str | None:
+    """The recommendation's sentence: the variants some target refuses (at every length), with the step; else None."""
+    refused: dict[str, dict[str, str]] = {}  # variant -> {target: the step that failed}
+    for variant in dict.fromkeys(str(r.get("variant")) for r in rows):
+        for target in TARGETS:
+            mine = [r for r in rows if str(r.get("variant")) == variant and r.get("target") == target]
+            if mine and all(r.get("status") != "ok" for r in mine):
+                refused.setdefault(variant, {})[target] = str(mine[0].get("step") or mine[0].get("status"))
+    if not refused:
+        return None
+    parts = "; ".join(
+        f"{v} ({', '.join(steps)}: fails at {' / '.join(dict.fromkeys(steps.values()))})"
+        for v, steps in refused.items()
+    )
+    return (
+        f"**Deployable?** Refused at every length by some target (deploy): {parts}; reasons in the Deployable? table."
+    )
 
 
 def deploy_note(meta: dict[str, Any]) -> str:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from harness.studies.deploy_numbers import MATCH_TOLERANCE, first_line, latency_ratio, target_scores, timed_fields
-from harness.studies.deploy_table import deployable_table, ok_summary
+from harness.studies.deploy_table import deploy_caveat, deployable_table, ok_summary
 
 
 def test_errors_are_max_abs_against_the_call_and_rel_l2_against_float64():
@@ -60,3 +60,16 @@ def test_the_table_cells_give_the_ratio_range_worst_errors_and_size():
     assert table.headers == ["variant", "onnxruntime", "onnxruntime-web"]
     assert table.rows[0][0] == "dense (sdpa)"
     assert table.rows[0][2] == "ok 2.00x, err -, L2 -, 10 B at N=64; unsupported (run) at N=128: Error: no kernel"
+
+
+def test_the_recommendation_names_variants_a_target_refuses_at_every_length():
+    ok = _row("onnxruntime", 64, latency_ratio=1.0, max_abs_error=0.0, rel_l2_error=0.0, file_bytes=1)
+    refused = {"variant": "chunked", "status": "unsupported", "step": "torch.export", "reason": "constant (64)"}
+    partly = {**refused, "variant": "linformer", "target": "torch.export", "step": "run", "seq_len": 128}
+    rows = [ok, {**refused, "target": "torch.export"}, {**refused, "target": "onnxruntime"}, partly]
+    rows.append({**ok, "variant": "linformer", "target": "torch.export"})  # ok at one length: not refused everywhere
+    assert deploy_caveat(rows) == (
+        "**Deployable?** Refused at every length by some target (deploy): chunked (torch.export, onnxruntime: fails "
+        "at torch.export); reasons in the Deployable? table."
+    )
+    assert deploy_caveat([ok]) is None
