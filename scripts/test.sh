@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
-EXTRAS=${EXTRAS:-test,real,hf,ray,slurm}  # the optional extras too, so their tests run
+EXTRAS=${EXTRAS:-test,real,hf,ray,slurm,deploy}  # the optional extras too, so their tests run
 PYTHON=${PYTHON:-python3}
 
 say() { echo "[test.sh] $*" >&2; }

@@ -216,24 +216,22 @@ class DistilledAttention(AttentionVariant):
 
     def _add_keys(self, sums: dict[str, Tensor], k5: Tensor, v5: Tensor, kv_mask: Tensor | None) -> None:
         """sums["kv"] += phi(k)^T v and sums["z"] += sum phi(k) for k5, v5 (B, H_kv, 1, L, D), in _BLOCK slices."""
-        for s in range(0, k5.shape[3], _BLOCK):
-            mask = None if kv_mask is None else kv_mask[:, s : s + _BLOCK]
-            fk = self._phi(k5[:, :, :, s : s + _BLOCK], mask)  # (B, H_kv, 1, L, 2F)
-            sums["kv"] = sums["kv"] + fk.transpose(-1, -2) @ v5[:, :, :, s : s + _BLOCK]
+        for part in _spans(k5.shape[3]):
+            fk = self._phi(k5[:, :, :, part], None if kv_mask is None else kv_mask[:, part])  # (B, H_kv, 1, L, 2F)
+            sums["kv"] = sums["kv"] + fk.transpose(-1, -2) @ v5[:, :, :, part]
             sums["z"] = sums["z"] + fk.sum(-2).unsqueeze(-1)
 
     def _full(self, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None) -> Tensor:
         """Non-causal: kv = sum_j phi(k_j) v_j^T and z = sum_j phi(k_j), then phi(q_i) kv / phi(q_i).z.
 
-        Both passes go over _BLOCK tokens at a time, so the float32 features never exist for the
-        whole sequence at once (a working set that stays in cache, and O(_BLOCK*F) extra memory).
-        """
+        Both passes go over _BLOCK tokens at a time (_spans), so the float32 features never exist for the whole
+        sequence at once (a working set that stays in cache, and O(_BLOCK*F) extra memory)."""
         B, Hkv, _, _, D = v.shape
         sums = self._sums_over(k, v, kv_mask)  # per K/V head
         out = v.new_empty(B, Hkv, q.shape[2], q.shape[3], D)  # slices written in place: no final concatenation
-        for s in range(0, q.shape[3], _BLOCK):
-            fq = self._phi(q[:, :, :, s : s + _BLOCK])  # (B, H_kv, G, L, 2F)
-            out[:, :, :, s : s + _BLOCK] = (fq @ sums["kv"]) / (fq @ sums["z"]).clamp_min(_EPS)  # (B, H_kv, G, L, D)
+        for part in _spans(q.shape[3]):
+            fq = self._phi(q[:, :, :, part])  # (B, H_kv, G, L, 2F)
+            out[:, :, :, part] = (fq @ sums["kv"]) / (fq @ sums["z"]).clamp_min(_EPS)  # (B, H_kv, G, L, D)
         return out
 
     def _causal(self, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None) -> Tensor:
@@ -273,16 +271,16 @@ class DistilledAttention(AttentionVariant):
         proj = x.float() @ weight + bias  # (B, H_kv, G, L, F)
         phi = torch.cat([proj.softmax(-1), (-proj).softmax(-1)], dim=-1)  # (B, H_kv, G, L, 2F), each in [0, 1]
         if kv_mask is not None:
-            # where, not multiply: an inf/nan padded key must not leak through 0 * nan.
-            # padded keys: phi = 0
+            # padded keys: phi = 0, by where, not multiply: an inf/nan padded key must not leak through 0 * nan
             phi = torch.where(kv_mask[:, None, None, :, None], phi, torch.zeros((), device=phi.device))
         return phi
 
     def _float_map(self) -> tuple[Tensor, Tensor]:
         """The feature map's weight and bias in float32, shaped for _phi: cast once per parameter version when no
-        gradient flows (decode, inference), fresh under autograd (a cached cast would hold an old graph)."""
+        gradient flows (decode, inference), fresh under autograd (a cached cast holds an old graph) or tracing (fake
+        tensors have no data_ptr)."""
         weight, bias = self.weight, self.bias
-        if torch.is_grad_enabled() and (weight.requires_grad or bias.requires_grad):
+        if torch.compiler.is_compiling() or (torch.is_grad_enabled() and (weight.requires_grad or bias.requires_grad)):
             return weight.float()[:, None], bias.float()[:, None]
         key = (weight.data_ptr(), weight._version, bias.data_ptr(), bias._version, weight.dtype, weight.device)
         cached = self.__dict__.get("_float_cache")
@@ -290,6 +288,13 @@ class DistilledAttention(AttentionVariant):
             cached = (key, weight.detach().float()[:, None], bias.detach().float()[:, None])
             self.__dict__["_float_cache"] = cached  # not a buffer: never saved, never moved by .to()
         return cached[1], cached[2]
+
+
+def _spans(length: int) -> list[slice]:
+    """A non-causal pass's _BLOCK-token slices; one of all tokens under torch.export (a loop would fix N)."""
+    if torch.compiler.is_exporting():
+        return [slice(None)]
+    return [slice(s, s + _BLOCK) for s in range(0, length, _BLOCK)]
 
 
 @dataclass
