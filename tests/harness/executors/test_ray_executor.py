@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.xdist_group("ray")  # under xdist one worker runs them all: one Ray instance for the module
 
 from harness.commands import main  # noqa: E402
 from harness.executors.ray_executor import LOCAL_RAY_SYSTEM_CONFIG  # noqa: E402
