@@ -238,6 +238,8 @@ def test_killed_driver_resumes_with_only_the_missing_cells(tmp_path, ray_cluster
         "1",
         "--error-rows",
         "8",
+        "--inputs",
+        "gaussian",  # one distribution: 12 cells, enough to kill the sweep after 3 and resume the rest
         "--quiet",
         "--out",
         str(tmp_path),
