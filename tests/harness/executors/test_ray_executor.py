@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.xdist_group("ray")  # under xdist one worker runs them all: one Ray instance for the module
 
 from harness.commands import main  # noqa: E402
 from harness.executors.ray_executor import LOCAL_RAY_SYSTEM_CONFIG  # noqa: E402
@@ -237,6 +238,8 @@ def test_killed_driver_resumes_with_only_the_missing_cells(tmp_path, ray_cluster
         "1",
         "--error-rows",
         "8",
+        "--inputs",
+        "gaussian",  # one distribution: 12 cells, enough to kill the sweep after 3 and resume the rest
         "--quiet",
         "--out",
         str(tmp_path),

@@ -91,6 +91,7 @@ def test_a_paired_cell_gets_contention_and_a_cpu_time_speed_up():
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux CPU affinity")
+@pytest.mark.serial  # its spinners would slow another worker's test, which is measuring too
 def test_real_contention_made_here_is_contended():
     """Three busy processes pinned to this test's one CPU: the kernel shares it, so the timing thread gets at most about
     a quarter of it (other jobs only lower that). Bounded: the competitors stop themselves after 20 s and are killed."""
