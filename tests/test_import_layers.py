@@ -28,6 +28,7 @@ LAYERS = (
         "harness.devices",
         "harness.plugins",
         "harness.env",
+        "harness.text_files",
     ),
     ("harness.models",),
     ("harness.inputs",),
