@@ -29,6 +29,7 @@ LAYERS = (
         "harness.plugins",
         "harness.env",
         "harness.child",
+        "harness.text_files",
     ),
     ("harness.models",),
     ("harness.inputs",),
