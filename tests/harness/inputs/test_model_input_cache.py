@@ -107,6 +107,7 @@ def test_a_generator_of_another_module_cannot_take_a_built_in_name():
     def gaussian(B, H, N, M, D, *, generator, device):  # a plugin's function, named like the built-in
         raise AssertionError("never called")
 
+    gaussian.__module__, gaussian.__qualname__ = "a_plugin", "gaussian"  # as a plugin module's top-level function
     with pytest.raises(ValueError, match=r"'gaussian' is already registered by harness\.inputs\.gaussian"):
         inputs.register_inputs("gaussian")(gaussian)
     assert registry._INPUTS["gaussian"].fn.__module__ == "harness.inputs"
