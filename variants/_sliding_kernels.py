@@ -23,7 +23,10 @@ _FLEX_BLOCK_MASKS: dict[tuple, object] = {}  # (N, M, window, causal, sinks, dev
 # On CUDA every length is its own family, compiled static (dynamic=False): flex's Triton kernel drops its boundary
 # masks only for lengths known to be multiples of 128 (IS_DIVISIBLE), and no automatic-dynamic graph serves later
 # lengths with other kernels than the first's. On CPU, where flex is forward-only and checked rather than timed
-# (banded is CPU's auto backend), one dynamic graph serves every length of a family, keeping compilations few.
+# (banded is CPU's auto backend), one dynamic graph serves every square length (N == M) of a family, keeping
+# compilations few; a query offset (N < M: decoding, chunked prefill) compiles static, as torch 2.13's inductor
+# emits C++ for a dynamic N != M graph that does not compile once the family has been specialised on other sizes
+# ("'cur_kvSplitSize8' was not declared", tests/variants/test_contract_offset.py after test_contract.py).
 _FLEX_FAMILIES: dict[tuple, object] = {}
 # Cache entries one family may hold; past it dynamo raises (fail_on_recompile_limit_hit) instead of running eager
 # flex. Static: one expected, one spare for a guard the family key does not name (strides, q, k, v aliasing one
@@ -57,15 +60,16 @@ def flex_family(q: Tensor, k: Tensor, v: Tensor) -> tuple:
     Not the band: window, causal and sinks live in the BlockMask's tensors (and in its mask_mod's captured bounds
     tensor, one code for every band), so every band of a shape runs the same graph.
     """
-    static = compiles_static(q.device)
+    static = compiles_static(q, k)
     sizes = (q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2]) if static else ()  # B, H, H_kv, N, M
     grads = (torch.is_grad_enabled(), q.requires_grad, k.requires_grad, v.requires_grad)
     return (str(q.device), static, q.dtype, q.shape[1] != k.shape[1], q.shape[3], v.shape[3], grads, sizes)
 
 
-def compiles_static(device: torch.device) -> bool:
-    """Whether flex compiles each length of a family static (CUDA) or one dynamic graph for all (CPU): see above."""
-    return device.type == "cuda"
+def compiles_static(q: Tensor, k: Tensor) -> bool:
+    """Whether flex compiles this length static (CUDA; a query offset on CPU) or in one dynamic graph for all
+    square lengths (CPU): see above."""
+    return q.device.type == "cuda" or q.shape[2] != k.shape[2]
 
 
 def _compiled_for(family: tuple):
