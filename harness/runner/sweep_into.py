@@ -209,6 +209,7 @@ def _run_cells(run_dir: Path, spec: SweepSpec, job: CellJob, cells: _Cells, budg
                 run_cells(executor, found, skip=cells.skip, on_row=on_row, on_start=cells.progress.start)
 
             search_memory_budget(spec, budget, cells.rows, measure)
+    clean_cell_temp(run_dir)  # every child has exited with the executor: a finished run folder holds no .cells
 
 
 def _say_how_to_continue(exc: KeyboardInterrupt, run_dir: Path, job: CellJob) -> None:
