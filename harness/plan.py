@@ -4,7 +4,7 @@ Order: for each value of the Cell fields that are axes (harness.schema: inputs, 
 phase, scope, kv heads, padding, recompute, precision, outermost first), lengths ascending, and at each length every
 variant. Decode cells are planned for mode forward only (decoding is inference) and are always causal (one per causal
 setting collapses into one cell); the memory tricks (recompute, precision) are planned for train cells only
-(tricks_reason). So consecutive cells share their q, k, v (generated once),
+(harness.schema.tricks_reason). So consecutive cells share their q, k, v (generated once),
 and a variant meets its lengths in ascending order (an OOM at N marks longer N as OOM untried).
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from harness.schema import DECLARED, Cell, default_of
+from harness.schema import DECLARED, Cell, tricks_reason
 from harness.spec.sweep_spec import SweepSpec, describe
 from variants import get_variant
 
@@ -128,28 +128,6 @@ def _settings(spec: SweepSpec) -> Iterator[dict[str, Any]]:
         yield setting
 
 
-def tricks_reason(values: Mapping[str, Any]) -> str | None:
-    """Why a cell's recompute and precision are not worth measuring (planning skips it, measuring refuses it), or None.
-
-    The tricks trade memory of the backward pass (recompute) and of training activations and weights (autocast), so a
-    forward cell keeps the defaults (Cell's); checkpointing a block, or a stack of them, needs a block; autocast runs
-    float32 inputs and weights.
-    """
-    plain = {name: default_of(name, values) for name in ("recompute", "precision", "layer_depth")}  # Cell's defaults
-    recompute, precision = (values.get(name) or plain[name] for name in ("recompute", "precision"))
-    if (values.get("layer_depth") or plain["layer_depth"]) != plain["layer_depth"] and values.get("scope") != "layer":
-        return f"a stack of layer_depth {values.get('layer_depth')} blocks needs --scopes layer"
-    if values.get("mode") != "train" and (recompute, precision) != (plain["recompute"], plain["precision"]):
-        return f"recompute {recompute} and precision {precision} are measured for train cells only (--modes train)"
-    if recompute == "layer" and values.get("scope") != "layer":
-        return "recompute layer checkpoints a transformer block: it needs --scopes layer (at the attention scope: recompute attention)"
-    if precision != "fp32" and values.get("dtype") != "float32":
-        return (
-            f"precision {precision} autocasts float32 inputs and weights; dtype {values.get('dtype')} is cast already"
-        )
-    return None
-
-
 # The memory budget search (SweepSpec.memory_budget): per train series, the longest N whose peak memory fits, by
 # doubling N from the planned lengths, then bisection between the longest N that fits and the shortest that does not,
 # to within an eighth (on multiples of 64). Pure: it walks the rows measured so far and names the next N to measure.
@@ -168,11 +146,11 @@ class Longest:
     next: int | None = None
 
 
-def memory_verdict(row: Mapping[str, Any], budget: int) -> str | None:
-    """None when the row's train step fits the budget (ok, peak memory measured and within it), else why not."""
-    if row.get("status") != "ok":
-        return str(row.get("status"))
-    peak = row.get("peak_memory_bytes")
+def memory_verdict(status: str | None, peak_memory_bytes: float | None, budget: int) -> str | None:
+    """None when a row's train step fits the budget (ok, peak memory measured and within it), else why not."""
+    if status != "ok":
+        return str(status)
+    peak = peak_memory_bytes
     if peak is None or peak != peak:  # NaN in a frame
         return "no peak memory"
     return None if peak <= budget else "over budget"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from difflib import get_close_matches
 from typing import Any, Mapping
 
 from harness.schema import CELL_FIELDS, SCHEMA_VERSION, Cell, json_safe
@@ -108,7 +109,9 @@ class Row:
     def __getattr__(self, name: str) -> Any:  # only for names that are not the row's own: the cell's fields
         if name in CELL_FIELDS and "cell" in self.__dict__:
             return getattr(self.cell, name)
-        raise AttributeError(f"{type(self).__name__} has no field {name!r}")
+        close = [] if name.startswith("_") else get_close_matches(name, ROW_FIELDS, n=1)  # copy, pickle probe dunders
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise AttributeError(f"{type(self).__name__} has no field {name!r}{hint}")
 
     @classmethod
     def for_cell(cls, cell: Cell, **fields: Any) -> "Row":

@@ -160,20 +160,8 @@ class Cell:
         """A short human label: 'dense N=4096 forward float32 D=64 causal decode H_kv=2 rel_l2<=0.05 gaussian' (causal
         and every other field named only where it differs from its default)."""
         values = self.fields()
-        named = (
-            "variant",
-            "config",
-            "seq_len",
-            "mode",
-            "dtype",
-            "head_dim",
-            "causal",
-            "device",
-            "batch",
-            "heads",
-            "inputs",
-            "seed",
-        )
+        named = ("variant", "config", "seq_len", "mode", "dtype", "head_dim", "causal", "device", "batch", "heads")
+        named += ("inputs", "seed")
         return " ".join(
             [
                 config_label(self.variant, self.config),
@@ -208,6 +196,24 @@ def default_of(name: str, values: Mapping[str, Any]) -> Any:
     """A field's value when unset: the field it follows (kv_heads: heads), else its dataclass default (MISSING if none)."""
     follows = DECLARED[name].follows
     return values.get(follows) if follows else _FIELDS[name].default
+
+
+def tricks_reason(values: Mapping[str, Any]) -> str | None:
+    """Why a cell's recompute, precision and layer_depth are not worth measuring (planning skips it, measuring refuses
+    it), or None. The tricks trade memory of the backward pass (recompute) and of training activations and weights
+    (autocast), so a forward cell keeps Cell's defaults; checkpointing a block, or a stack of them, needs a block;
+    autocast runs float32 inputs and weights."""
+    plain = {name: default_of(name, values) for name in ("recompute", "precision", "layer_depth")}  # Cell's defaults
+    recompute, precision = (values.get(name) or plain[name] for name in ("recompute", "precision"))
+    if (values.get("layer_depth") or plain["layer_depth"]) != plain["layer_depth"] and values.get("scope") != "layer":
+        return f"a stack of layer_depth {values.get('layer_depth')} blocks needs --scopes layer"
+    if values.get("mode") != "train" and (recompute, precision) != (plain["recompute"], plain["precision"]):
+        return f"recompute {recompute} and precision {precision} are measured for train cells only (--modes train)"
+    if recompute == "layer" and values.get("scope") != "layer":
+        return "recompute layer checkpoints a transformer block: it needs --scopes layer (at the attention scope: recompute attention)"
+    if precision != "fp32" and (dtype := values.get("dtype")) != "float32":
+        return f"precision {precision} autocasts float32 inputs and weights; dtype {dtype} is cast already"
+    return None
 
 
 def legacy_value(name: str, values: Mapping[str, Any]) -> Any:

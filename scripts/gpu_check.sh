@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole GPU check in one call, about 8 minutes on an H200 (docs/gpu.md): the cuda-marked tests, then a trimmed
 # sweep (scripts/gpu_check.toml; every registered variant with its CUDA backends, scripts/gpu_check_variants.py)
-# under a wall-time guard that stops it cleanly, keeping every row already written.
+# under a wall-time guard that stops it cleanly, keeping every row already written. The causal query offset (N < M
+# keys, a KV-cache step: tests/variants/test_contract_offset.py) is no sweep axis (cells plan M = N), so its CUDA
+# path is checked by the cuda-marked tests, on every variant's CUDA backends.
 #
 #   OUT=/some/folder bash scripts/gpu_check.sh          # on the GPU machine, from anywhere
 #   bash scripts/gpu_check.sh --dry-run                 # anywhere: the planned cells and the time limits, nothing run

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
-EXTRAS=${EXTRAS:-test,real,hf,ray,slurm}  # the optional extras too, so their tests run
+EXTRAS=${EXTRAS:-test,real,hf,ray,slurm,deploy}  # the optional extras too, so their tests run
 PYTHON=${PYTHON:-python3}
 
 say() { echo "[test.sh] $*" >&2; }
@@ -22,6 +22,9 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
 fi
 say "installing attnsuite with the extras [$EXTRAS] (1-2 minutes the first time, seconds after)"
 pip_install -e ".[$EXTRAS]"
-say "running every test, the slow ones too (about 11 minutes on 2 cores; CUDA-only tests are skipped with the reason)"
-# -m "": the slow tests too (pyproject's addopts deselects them for a plain `pytest`); a -m of yours comes later and wins
-exec "$VENV/bin/python" -m pytest -q -m "" "$@"
+WORKERS=${WORKERS:-2}  # pytest-xdist workers, one per core of the 2-core machine CI runs on; WORKERS=0 runs in one process
+say "running every test, the slow ones too, on $WORKERS workers (about 6 minutes on a quiet 2-core machine; CUDA-only tests are skipped with the reason)"
+# -m "": the slow tests too (pyproject's addopts deselects them for a plain `pytest`); a -m of yours comes later and wins.
+# loadgroup: a module marked xdist_group runs on one worker (one Ray instance), the groups first; a test marked serial
+# runs while no other test does (tests/conftest.py)
+exec "$VENV/bin/python" -m pytest -q -m "" -n "$WORKERS" --dist loadgroup "$@"

@@ -1,11 +1,17 @@
-"""Shared test set-up: the cuda marker's skip (the --variant-plugin option lives in the root conftest.py)."""
+"""Shared test set-up: the cuda marker's skip, serial tests alone under xdist (--variant-plugin: the root conftest.py)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
+
+from tests.helpers.serial import LOCKS_ENV, holding
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -24,3 +30,25 @@ def pytest_configure(config):
     but the inherited SIG_IGN. A Python handler here also gives every child process the default disposition back."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if _is_xdist_controller(config):  # the workers start after this and inherit the folder of their shared lock
+        os.environ[LOCKS_ENV] = tempfile.mkdtemp(prefix="attnsuite-test-locks-")
+
+
+def pytest_unconfigure(config):
+    if _is_xdist_controller(config):
+        shutil.rmtree(os.environ.pop(LOCKS_ENV), ignore_errors=True)
+
+
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Under xdist a `serial` test (set-up and tear-down included) runs while no other worker runs one; a pytest that
+    a test starts inherits the folder but is no xdist worker, so it takes no lock its parent test could be waiting on."""
+    if not hasattr(item.config, "workerinput") or LOCKS_ENV not in os.environ:
+        yield
+        return
+    with holding(Path(os.environ[LOCKS_ENV]), alone=item.get_closest_marker("serial") is not None):
+        yield

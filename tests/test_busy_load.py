@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.serial  # its spinners load every CPU: under xdist nothing else runs beside them
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "busy_load.py"
 

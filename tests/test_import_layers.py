@@ -28,6 +28,8 @@ LAYERS = (
         "harness.devices",
         "harness.plugins",
         "harness.env",
+        "harness.child",
+        "harness.text_files",
     ),
     ("harness.models",),
     ("harness.inputs",),

@@ -3,6 +3,7 @@
 - causal:     i - window < j <= i (itself and the window - 1 keys before it);
 - non-causal: |i - j| < window (2 * window - 1 keys in the interior);
 - sinks:      the first `sinks` keys as well, for every query (still j <= i when causal).
+i and j are positions: under causal the N queries sit at the last N of the M key positions (bottom-right).
 
 `band` is the predicate in attention-gym's mask_mod shape (index tensors in, a broadcast bool tensor
 out): sliding_window's pattern, its masked backend, the banded backend's block masks and flex's
@@ -18,6 +19,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from variants._checks import query_offset
+
 
 class BandLimits(NamedTuple):
     """The band as bounds on the key offset j - i; `torch.tensor(limits)` gives flex its (4,) tensor."""
@@ -28,10 +31,15 @@ class BandLimits(NamedTuple):
     sink_hi: int
 
 
-def band_limits(window: int, causal: bool, sinks: int = 0) -> BandLimits:
-    """The bounds `in_band` compares against; causality is a bound (j - i < 1), not a second mask."""
+def band_limits(window: int, causal: bool, sinks: int = 0, offset: int = 0) -> BandLimits:
+    """The bounds `in_band` compares against; causality is a bound (j - i < 1), not a second mask.
+
+    `offset`: the position of query row 0 (variants._checks.query_offset: M - N under causal), for bounds on row
+    indices rather than positions (flex's q_idx is a row): row r at position r + offset.
+    """
     # Non-causal sinks need no offset bound: j < sinks and i >= 0 already give j - i < sinks.
-    return BandLimits(lo=-window, hi=1 if causal else window, sinks=sinks, sink_hi=1 if causal else sinks)
+    limits = BandLimits(lo=-window, hi=1 if causal else window, sinks=sinks, sink_hi=1 if causal else sinks)
+    return limits._replace(lo=limits.lo + offset, hi=limits.hi + offset, sink_hi=limits.sink_hi + offset)
 
 
 def in_band(q_idx: Tensor, kv_idx: Tensor, limits: BandLimits | Tensor) -> Tensor:
@@ -55,10 +63,11 @@ def band(q_idx: Tensor, kv_idx: Tensor, *, window: int, causal: bool, sinks: int
 def band_pairs(N: int, M: int, window: int, causal: bool, *, sinks: int = 0) -> int:
     """Number of visible (query, key) pairs of the band plus sinks (before padding): the work an exact band needs.
 
-    In closed form, O(N): for each query the window is one run of keys and the sinks a prefix.
+    In closed form, O(N): for each query the window is one run of keys and the sinks a prefix. Causal queries are
+    the last N of the M positions (bottom-right).
     """
     lo, hi, S, sink_hi = band_limits(window, causal, sinks)
-    i = torch.arange(N, dtype=torch.int64)
+    i = torch.arange(N, dtype=torch.int64) + query_offset(N, M, causal)  # query positions
     first, end = (i + lo + 1).clamp(min=0), (i + hi).clamp(max=M)  # window keys [first, end)
     sink_end = (i + sink_hi).clamp(min=0, max=min(S, M))  # visible sinks [0, sink_end)
     overlap = (torch.minimum(end, sink_end) - first).clamp(min=0)  # sinks inside the window, counted once

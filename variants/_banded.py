@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from variants._band import band
-from variants._checks import softmax_scale
+from variants._checks import query_offset, softmax_scale
 
 _BLOCK = 64  # banded: query rows per block; smaller blocks waste fewer keys but add per-block overhead
 _BLOCK_CHOICES = (32, 64, 128)  # banded: the sizes prepare() times on the cell's inputs, per device
@@ -73,6 +73,7 @@ def _banded(
     GQA: the G query heads of a K/V head are stacked as the G*b rows of a block, so K/V are not repeated. q is a view
     when N is a multiple of b and G = 1; K/V are padded once per call (one copy each); without padding the block
     mask is cached per shape (_cached_masks). b: `block`, else the size prepare() measured fastest, else _BLOCK.
+    Causal with N < M: query row i sits at position i + M - N (bottom-right), and keys behind every window are skipped.
     """
     B, H, N, D = q.shape
     Hkv, M = k.shape[1], k.shape[2]
@@ -81,10 +82,11 @@ def _banded(
     nb = -(-N // b)
     P = window - 1  # keys before a query that it may see
     L = b + P + (0 if causal else P)  # keys a block of b queries may see
-    Mp = (nb - 1) * b + L  # padded key length: key position j sits at index j + P
+    Mp = (nb - 1) * b + L  # padded key length: key position j sits at index j + P - shift (_key_layout)
+    shift = query_offset(N, M, causal)  # causal: query row i sits at position i + shift
     qp = q if nb * b == N else F.pad(q, (0, 0, 0, nb * b - N))
     qb = qp.view(B, Hkv, G, nb, b, D).transpose(2, 3).reshape(B, Hkv, nb, G * b, D)  # a view when G = 1
-    kw, vw = (_windows(t, P, Mp, L, b) for t in (k, v))  # (B, H_kv, nb, L, D) overlapping views
+    kw, vw = (_windows(t, P, Mp, L, b, shift) for t in (k, v))  # (B, H_kv, nb, L, D) overlapping views
     S = min(sinks, M)
     if S:  # sink keys go in front of every block's window: (B, H_kv, nb, S + L, D), a copy
         kw, vw = (torch.cat([t[:, :, None, :S].expand(-1, -1, nb, -1, -1), w], dim=3) for t, w in ((k, kw), (v, vw)))
@@ -132,6 +134,7 @@ def _band_keep(
     nb, P = -(-N // b), window - 1
     L = b + P + (0 if causal else P)
     Mp = (nb - 1) * b + L
+    shift = query_offset(N, M, causal)
     # Block n's query r sits at padded index r + P of its L keys; the window depends only on j - i, so block 0's
     # (b, L) picture holds for every block.
     window_seen = band(
@@ -141,11 +144,12 @@ def _band_keep(
         causal=causal,
     )  # (b, L)
     real = torch.zeros(Mp, dtype=torch.bool, device=device)
-    n_real = min(M, Mp - P)
-    real[P : P + n_real] = True if real_keys is None else real_keys[:n_real]
+    start, front = _key_layout(P, shift)
+    n_real = min(M - start, Mp - front)
+    real[front : front + n_real] = True if real_keys is None else real_keys[start : start + n_real]
     keep = window_seen[None] & real.unfold(0, L, b)[:, None, :]  # (nb, b, L)
     if S:
-        i = torch.arange(nb * b, device=device).view(nb, b, 1)  # query positions
+        i = torch.arange(nb * b, device=device).view(nb, b, 1) + shift  # query positions
         j = torch.arange(S, device=device)
         in_window = band(i, j, window=window, causal=causal)  # (nb, b, S): shown by the window part already
         sink_seen = band(i, j, window=window, causal=causal, sinks=S) & ~in_window  # so no key counts twice
@@ -153,8 +157,16 @@ def _band_keep(
     return keep.repeat(1, G, 1)[None]  # (1, nb, G*b, S + L): 4-D keeps SDPA's fused CPU kernel
 
 
-def _windows(t: Tensor, P: int, Mp: int, L: int, b: int) -> Tensor:
+def _key_layout(P: int, shift: int) -> tuple[int, int]:
+    """(start, front): the padded keys are keys start.. after `front` padding slots, so key position j sits at padded
+    index j + P - shift; keys before start = shift - P are behind every query's window (a decode step's old keys)."""
+    start = max(0, shift - P)
+    return start, P - shift + start
+
+
+def _windows(t: Tensor, P: int, Mp: int, L: int, b: int, shift: int) -> Tensor:
     """(B, H, M, D) -> (B, H, nb, L, D): block n's L keys start at padded index n*b (the one copy is the padding)."""
-    M = t.shape[2]
-    padded = F.pad(t, (0, 0, P, max(0, Mp - P - M)))[:, :, :Mp]  # (B, H, Mp, D)
+    start, front = _key_layout(P, shift)
+    used = t[:, :, start:]
+    padded = F.pad(used, (0, 0, front, max(0, Mp - front - used.shape[2])))[:, :, :Mp]  # (B, H, Mp, D)
     return padded.unfold(2, L, b).transpose(-1, -2)

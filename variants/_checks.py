@@ -42,8 +42,11 @@ def check_qkv(q: Any, k: Any, v: Any, *, causal: bool = False, kv_mask: Any = No
         raise ValueError(f"sequence lengths and head dim must be >= 1, got q {tuple(q.shape)}, k {tuple(k.shape)}")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {causal!r}")
-    if causal and N != M:
-        raise ValueError(f"causal=True needs as many queries as keys (aligned at the start), got N={N}, M={M}")
+    if causal and N > M:
+        raise ValueError(
+            f"causal=True needs N <= M (the N queries are the last N of the M key positions, bottom-right), got "
+            f"N={N}, M={M}; pass the keys of every query position, or causal=False"
+        )
     if kv_mask is not None:
         if not isinstance(kv_mask, Tensor):
             raise TypeError(f"kv_mask must be a bool tensor of shape (B, M) or None, got {type(kv_mask).__name__}")
@@ -56,6 +59,12 @@ def check_qkv(q: Any, k: Any, v: Any, *, causal: bool = False, kv_mask: Any = No
             raise ValueError(f"kv_mask must have shape (B, M) = ({B}, {M}), got {tuple(kv_mask.shape)}")
         if kv_mask.device != q.device:
             raise ValueError(f"kv_mask must be on q's device {q.device}, got {kv_mask.device}")
+
+
+def query_offset(N: int, M: int, causal: bool) -> int:
+    """The position of query row 0 among the M key positions: M - N under causal=True (the queries are the last N,
+    bottom-right, as FlashAttention >= 2.1 and torch's causal_lower_right align them), else 0 (aligned at the start)."""
+    return M - N if causal else 0
 
 
 def check_kv_heads(H: int, H_kv: int, *, what: str = "") -> int:

@@ -53,6 +53,9 @@ class Capabilities:
 
     exact: bool = False  # equals softmax attention (under its own sparsity pattern) up to rounding
     causal: bool = True  # supports causal=True
+    # supports causal=True with fewer queries than keys (N < M), the queries being the last N positions (bottom-right:
+    # decoding against a KV cache, chunked prefill); False (the default: a plain causal mask aligns top-left) refuses it
+    causal_offset: bool = False
     kv_mask: bool = True  # supports a key padding mask
     backward: bool = True  # gradients flow to q, k, v (and parameters)
     learnable: bool = False  # has parameters fitted against the exact teacher

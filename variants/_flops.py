@@ -17,9 +17,10 @@ BACKWARD_FLOPS_FACTOR = 2.5
 
 
 def dense_flops(B: int, H: int, N: int, M: int, D: int, causal: bool) -> int:
-    """FLOPs of exact attention's two matmuls: 2*N*M*D each, halved when causal (N == M)."""
+    """FLOPs of exact attention's two matmuls: 2*N*M*D each; causal (bottom-right, M >= N) leaves out half of the last
+    N x N block, N * (M - N/2) pairs: half of N x M when N == M."""
     total = 4 * B * H * N * M * D
-    return total // 2 if causal else total
+    return total - 2 * B * H * N * N * D if causal else total
 
 
 def train_flops(forward_flops: int) -> int:

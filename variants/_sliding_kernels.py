@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from variants._band import band_limits, in_band
-from variants._checks import softmax_scale
+from variants._checks import query_offset, softmax_scale
 from variants._gqa import from_xformers_layout, xformers_layout
 
 FLEX_BLOCK = 128  # flex: sparse block size (flex_attention's default tile)
@@ -23,7 +23,10 @@ _FLEX_BLOCK_MASKS: dict[tuple, object] = {}  # (N, M, window, causal, sinks, dev
 # On CUDA every length is its own family, compiled static (dynamic=False): flex's Triton kernel drops its boundary
 # masks only for lengths known to be multiples of 128 (IS_DIVISIBLE), and no automatic-dynamic graph serves later
 # lengths with other kernels than the first's. On CPU, where flex is forward-only and checked rather than timed
-# (banded is CPU's auto backend), one dynamic graph serves every length of a family, keeping compilations few.
+# (banded is CPU's auto backend), one dynamic graph serves every square length (N == M) of a family, keeping
+# compilations few; a query offset (N < M: decoding, chunked prefill) compiles static, as torch 2.13's inductor
+# emits C++ for a dynamic N != M graph that does not compile once the family has been specialised on other sizes
+# ("'cur_kvSplitSize8' was not declared", tests/variants/test_contract_offset.py after test_contract.py).
 _FLEX_FAMILIES: dict[tuple, object] = {}
 # Cache entries one family may hold; past it dynamo raises (fail_on_recompile_limit_hit) instead of running eager
 # flex. Static: one expected, one spare for a guard the family key does not name (strides, q, k, v aliasing one
@@ -57,15 +60,16 @@ def flex_family(q: Tensor, k: Tensor, v: Tensor) -> tuple:
     Not the band: window, causal and sinks live in the BlockMask's tensors (and in its mask_mod's captured bounds
     tensor, one code for every band), so every band of a shape runs the same graph.
     """
-    static = compiles_static(q.device)
+    static = compiles_static(q, k)
     sizes = (q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2]) if static else ()  # B, H, H_kv, N, M
     grads = (torch.is_grad_enabled(), q.requires_grad, k.requires_grad, v.requires_grad)
     return (str(q.device), static, q.dtype, q.shape[1] != k.shape[1], q.shape[3], v.shape[3], grads, sizes)
 
 
-def compiles_static(device: torch.device) -> bool:
-    """Whether flex compiles each length of a family static (CUDA) or one dynamic graph for all (CPU): see above."""
-    return device.type == "cuda"
+def compiles_static(q: Tensor, k: Tensor) -> bool:
+    """Whether flex compiles this length static (CUDA; a query offset on CPU) or in one dynamic graph for all
+    square lengths (CPU): see above."""
+    return q.device.type == "cuda" or q.shape[2] != k.shape[2]
 
 
 def _compiled_for(family: tuple):
@@ -117,9 +121,8 @@ def flex_block_mask(N: int, M: int, window: int, causal: bool, device: torch.dev
         return _FLEX_BLOCK_MASKS[key]
     from torch.nn.attention.flex_attention import BlockMask
 
-    bounds = torch.tensor(
-        band_limits(window, causal, sinks), device=device
-    )  # a tensor, not Python ints: no recompile per band
+    # on flex's row indices (causal: row r sits at position r + M - N); a tensor, not Python ints: no recompile per band
+    bounds = torch.tensor(band_limits(window, causal, sinks, query_offset(N, M, causal)), device=device)
 
     def mask_mod(b, h, q_idx, kv_idx):
         return in_band(q_idx, kv_idx, bounds)
@@ -137,8 +140,8 @@ def flex_blocks(N: int, M: int, window: int, causal: bool, device: torch.device,
     """(partial, full): bool (QB, KB) of the FLEX_BLOCK-square blocks flex computes, masked or whole.
 
     From block corners: a block's offsets j - i run over [k0 - q1, k1 - q0], and the window and the visible sinks are
-    each one run of offsets, so its extremes decide."""
-    lo, hi, _, sink_hi = band_limits(window, causal, sinks)
+    each one run of offsets, so its extremes decide. Offsets of key index from query row: causal rows sit at M - N + r."""
+    lo, hi, _, sink_hi = band_limits(window, causal, sinks, query_offset(N, M, causal))
     S = FLEX_BLOCK
     q0 = torch.arange(0, N, S, device=device)[:, None]  # first row of each query block, (QB, 1)
     k0 = torch.arange(0, M, S, device=device)[None, :]  # first key of each key block, (1, KB)
@@ -160,7 +163,8 @@ def _ordered(dense: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def xformers(q: Tensor, k: Tensor, v: Tensor, window: int, *, causal: bool) -> Tensor:
-    """xformers' memory_efficient_attention with its local bias (N == M, no padding, no sinks: see extra_reasons)."""
+    """xformers' memory_efficient_attention with its local bias, aligned bottom-right (causal N < M is the contract's;
+    non-causal needs N == M), no padding, no sinks: see extra_reasons."""
     from xformers.ops import fmha  # lazy: importing xformers on a CPU-only build prints warnings
 
     if causal:  # keys j with i - window < j <= i

@@ -3,7 +3,8 @@
 A variant is an ``nn.Module`` whose ``forward(q, k, v, *, causal=False, kv_mask=None)`` takes
 q of shape (B, H, N, D), k and v of shape (B, H_kv, M, D) with H % H_kv == 0 (grouped-query
 attention: query head h reads K/V head h // (H // H_kv); H_kv = H is plain multi-head) and
-returns (B, H, N, D) in q's dtype. Everything except ``forward`` has a default, so a user's
+returns (B, H, N, D) in q's dtype. ``causal=True`` needs M >= N: the queries are the last N of the M positions
+(bottom-right, query i sees keys j <= i + M - N); a variant serving M > N declares ``Capabilities.causal_offset``. Everything except ``forward`` has a default, so a user's
 variant can be a config dataclass and a class with one method.
 
 Decoding (optional, ``Capabilities.decode``): ``init_state(k, v, *, kv_mask=None)`` builds the
@@ -135,6 +136,11 @@ class AttentionVariant(DecodeContract, nn.Module):
             reasons.append(f"runs on {'/'.join(caps.devices)} only, got device {q.device.type!r}")
         if causal and not caps.causal:
             reasons.append("does not support causal=True")
+        elif causal and q.shape[2] < k.shape[2] and not caps.causal_offset:
+            reasons.append(
+                f"does not support causal=True with a query offset ({q.shape[2]} queries over {k.shape[2]} keys, the "
+                "last N positions: decoding against a KV cache, chunked prefill); Capabilities.causal_offset is False"
+            )
         if kv_mask is not None and not caps.kv_mask:
             reasons.append("does not support a key padding mask (kv_mask)")
         if training and not caps.backward:
@@ -153,6 +159,12 @@ class AttentionVariant(DecodeContract, nn.Module):
         return []
 
     # ---- decoding: decode_reasons, check_decode, init_state, step, state_bytes (variants/_decode_contract.py) ----
+
+    def windowed(self, window: int) -> "AttentionVariant | None":
+        """This variant restricted to a model's own causal sliding window (key j visible to query i when
+        i - window < j <= i: Mistral's, Qwen2's sliding layers), as a variant computing it exactly; None (the default)
+        when it cannot, and the transformers adapter refuses such a layer naming the window."""
+        return None
 
     # ---- the pattern the variant is exact to --------------------------------------------
     def pattern(self, query_idx: Tensor, key_idx: Tensor) -> Tensor | None:

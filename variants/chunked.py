@@ -3,7 +3,8 @@
 The forward keeps, per query row, a running max and sum of exponentials (Rabe & Staats 2021;
 FlashAttention), so each step holds one (query_chunk x key_chunk) tile. The backward is a custom
 autograd Function that recomputes each tile from q, k, v and the saved log-sum-exp, so training
-stores O(N * D), not the N x M probabilities. Causal calls skip key chunks wholly above the diagonal.
+stores O(N * D), not the N x M probabilities. Causal calls skip key chunks wholly above the diagonal; with fewer
+queries than keys (N < M) the queries are the last N positions (bottom-right), the diagonal shifted by M - N.
 
 GQA: the G query heads of a K/V head are stacked as the rows of one tile, (B, H_kv, G*cq, D), so
 K/V are never repeated; the causal mask uses each row's own position (rows repeat per head).
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from variants._checks import check_int
+from variants._checks import check_int, query_offset
 from variants._decode import KVCacheDecoding
 from variants._gqa import group
 from variants._registry import register_variant
@@ -42,7 +43,7 @@ class ChunkedConfig(VariantConfig):
 class ChunkedAttention(PatternWeights, KVCacheDecoding, AttentionVariant):
     """Exact softmax attention in query x key chunks with an online softmax: O(N*c) memory, forward and backward."""
 
-    capabilities = Capabilities(exact=True, gqa=True, decode=True)
+    capabilities = Capabilities(exact=True, gqa=True, decode=True, causal_offset=True)
     small_config = {"query_chunk": 8, "key_chunk": 16}
     flops_tolerance = 0.0  # executed_flops counts the tiles the loop computes
 
@@ -60,7 +61,8 @@ class ChunkedAttention(PatternWeights, KVCacheDecoding, AttentionVariant):
     ) -> int:
         """4*D per score of every tile computed: causal stops each query chunk's keys at its last row, so the
         tiles that cross the diagonal are computed whole (the convention's flops() counts half of N x M)."""
-        keys = sum((qe - qs) * (min(M, qe) if causal else M) for qs, qe in _spans(N, self.config.query_chunk))
+        offset = query_offset(N, M, causal)
+        keys = sum((qe - qs) * (min(M, qe + offset) if causal else M) for qs, qe in _spans(N, self.config.query_chunk))
         return 4 * B * H * D * keys
 
     def forward(
@@ -108,9 +110,10 @@ def _ungrouped(x: Tensor, heads: int) -> Tensor:
 
 
 def _mask_tile_(s: Tensor, qs: int, cq: int, ks: int, kv_mask: Tensor | None, causal: bool) -> Tensor:
-    """Set invisible scores of the tile s (B, H_kv, G*cq, ck) at rows qs.., keys ks.. to -inf, in place.
+    """Set invisible scores of the tile s (B, H_kv, G*cq, ck) at query positions qs.., keys ks.. to -inf, in place.
 
-    Row r of the tile is query position qs + r % cq: the G query heads of a K/V head are stacked.
+    Row r of the tile is query position qs + r % cq: the G query heads of a K/V head are stacked. A position, not a
+    row index: under causal, query row i sits at i + M - N.
     """
     ck = s.shape[-1]
     if kv_mask is not None:
@@ -128,7 +131,7 @@ def _chunked_forward(
     """Output (B, H, N, D) and log-sum-exp (B, H, N) (-inf for a row that sees no key)."""
     B, H, N, D = q.shape
     Hkv, M = k.shape[1], k.shape[2]
-    scale = softmax_scale(D)
+    scale, offset = softmax_scale(D), query_offset(N, M, causal)
     out = torch.empty_like(q)
     lse = torch.empty(B, H, N, dtype=q.dtype, device=q.device)
     for qs, qe in _spans(N, query_chunk):
@@ -136,9 +139,10 @@ def _chunked_forward(
         row_max = torch.full(qc.shape[:3], NEG_INF, dtype=q.dtype, device=q.device)  # (B, H_kv, G*cq)
         row_sum = torch.zeros_like(row_max)
         acc = torch.zeros_like(qc)
-        for ks, ke in _spans(min(M, qe) if causal else M, key_chunk):  # causal: no key chunk above the diagonal
+        last = min(M, qe + offset) if causal else M  # causal: no key chunk above the diagonal
+        for ks, ke in _spans(last, key_chunk):
             # (B, H_kv, G*cq, ck)
-            s = _mask_tile_(qc @ k[:, :, ks:ke].transpose(-1, -2), qs, qe - qs, ks, kv_mask, causal)
+            s = _mask_tile_(qc @ k[:, :, ks:ke].transpose(-1, -2), qs + offset, qe - qs, ks, kv_mask, causal)
             new_max = torch.maximum(row_max, s.amax(-1))
             shift = new_max.masked_fill(new_max == NEG_INF, 0.0)  # a row that sees nothing yet: exp(-inf) = 0
             p = s.sub_(shift[..., None]).exp_()
@@ -170,18 +174,18 @@ def _chunked_backward(
     """
     H, N, D = q.shape[1], q.shape[2], q.shape[3]
     Hkv, M = k.shape[1], k.shape[2]
-    scale = softmax_scale(D)
+    scale, offset = softmax_scale(D), query_offset(N, M, causal)
     delta = (grad_out * out).sum(-1)  # (B, H, N): rowsum(dO * O) = rowsum(dP * P)
     lse = lse.masked_fill(lse == NEG_INF, float("inf"))  # rows that saw no key: P = exp(s - inf) = 0
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     for ks, ke in _spans(M, key_chunk):
         kc, vc = k[:, :, ks:ke], v[:, :, ks:ke]  # (B, H_kv, ck, D)
         for qs, qe in _spans(N, query_chunk):
-            if causal and qe - 1 < ks:  # every query of this chunk is before every key
+            if causal and qe - 1 + offset < ks:  # every query of this chunk is before every key
                 continue
             qc, doc = _grouped(q[:, :, qs:qe], Hkv), _grouped(grad_out[:, :, qs:qe], Hkv)  # (B, H_kv, G*cq, D)
             # (B, H_kv, G*cq, ck)
-            s = _mask_tile_((qc * scale) @ kc.transpose(-1, -2), qs, qe - qs, ks, kv_mask, causal)
+            s = _mask_tile_((qc * scale) @ kc.transpose(-1, -2), qs + offset, qe - qs, ks, kv_mask, causal)
             p = s.sub_(_grouped(lse[:, :, qs:qe, None], Hkv)).exp_()
             dv[:, :, ks:ke] += p.transpose(-1, -2) @ doc
             # dS = P * (dP - delta)

@@ -2,6 +2,8 @@
 
 GQA (k, v with H_kv heads): sdpa passes enable_gqa, reference groups the query heads onto their
 K/V head, xformers takes its 5-D BMGHK layout with K/V expanded at stride 0; none copies K/V.
+Causal with fewer queries than keys (N < M, the last N positions: bottom-right) runs on every backend: sdpa through
+a bool mask (its is_causal aligns top-left), xformers' bottom-right causal bias, the textbook's offset triangle.
 Decoding keeps a KV cache (preallocated, doubling; variants._decode.KVCache) and runs each new
 query through the configured backend over the cached keys.
 """
@@ -14,12 +16,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from variants._checks import check_choice
+from variants._checks import check_choice, query_offset
 from variants._decode import KVCacheDecoding
 from variants._gqa import from_xformers_layout, group, sdpa, ungroup, xformers_layout
 from variants._registry import register_variant
 from variants.base import dense_flops, AttentionVariant, Capabilities, VariantConfig, softmax_scale
 from variants.reference import PatternWeights, visibility
+from variants.sliding_window import SlidingWindowAttention, SlidingWindowConfig
 
 DENSE_BACKENDS = ("sdpa", "xformers", "reference")  # fastest first: "auto" takes the first that works
 
@@ -36,7 +39,7 @@ class DenseConfig(VariantConfig):
 class DenseAttention(PatternWeights, KVCacheDecoding, AttentionVariant):
     """Exact softmax attention, O(N*M) memory for the scores (the fused backends avoid storing them)."""
 
-    capabilities = Capabilities(exact=True, gqa=True, decode=True)
+    capabilities = Capabilities(exact=True, gqa=True, decode=True, causal_offset=True)
     backends = DENSE_BACKENDS
     flops_tolerance = 0.0  # the CPU count is exact: fused SDPA's two matmuls, or the textbook's two
 
@@ -53,9 +56,10 @@ class DenseAttention(PatternWeights, KVCacheDecoding, AttentionVariant):
         backend: str | None = None,
     ) -> int:
         """The fused backends skip the tiles above the diagonal (the convention's half); the textbook backend
-        computes all N x M scores and masks them."""
+        computes all N x M scores and masks them, as sdpa does under a query offset (N < M: a bool mask)."""
         backend = backend or self.config.backend
-        return dense_flops(B, H, N, M, D, causal and backend != "reference")
+        skips = backend == "xformers" or (backend != "reference" and N == M)
+        return dense_flops(B, H, N, M, D, causal and skips)
 
     def backend_reasons(self, backend: str, q: Tensor, *, training: bool) -> list[str]:
         if backend == "xformers":
@@ -74,6 +78,10 @@ class DenseAttention(PatternWeights, KVCacheDecoding, AttentionVariant):
         if backend == "xformers":
             return _xformers(q, k, v, causal=causal, kv_mask=kv_mask)
         return _textbook(q, k, v, causal=causal, kv_mask=kv_mask)
+
+    def windowed(self, window: int) -> AttentionVariant:
+        """Dense attention within a causal window is sliding_window's band, computed exactly (its auto backend)."""
+        return SlidingWindowAttention(SlidingWindowConfig(window=window))
 
     # ---- decoding: a KV cache (init_state, step: KVCacheDecoding) -------------------------
     def extra_decode_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None) -> list[str]:
@@ -94,11 +102,11 @@ def _textbook(q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor 
     Hkv, M = k.shape[1], k.shape[2]
     qg = group(q * softmax_scale(D), Hkv).flatten(2, 3)  # (B, H_kv, G*N, D)
     scores = torch.matmul(qg, k.transpose(-2, -1)).view(B, H, N, M)  # (B, H, N, M)
-    bias = _additive_mask(N, M, causal=causal, kv_mask=kv_mask, dtype=scores.dtype, device=q.device)
+    bias = _additive_mask(N, M, causal=causal, kv_mask=kv_mask, dtype=scores.dtype, device=q.device)  # (B|1, 1, N|1, M)
     if bias is not None:
         scores += bias  # -inf, not -1e20: -1e20 overflows float16
     blind = None  # rows that see no key: softmax over nothing is NaN, forward and backward
-    if _some_row_sees_nothing(causal, kv_mask):
+    if _some_row_sees_nothing(query_offset(N, M, causal) if causal else None, kv_mask):
         blind = torch.isneginf(bias).all(-1, keepdim=True)  # (B or 1, 1, N or 1, 1)
         scores = scores.masked_fill(blind, 0.0)  # finite there, and no gradient flows back through them
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32)
@@ -111,10 +119,12 @@ def _textbook(q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor 
 def _additive_mask(
     N: int, M: int, *, causal: bool, kv_mask: Tensor | None, dtype: torch.dtype, device: torch.device
 ) -> Tensor | None:
-    """0 where a key is visible, -inf where not: (B or 1, 1, N or 1, M), built in one pass; None when all are visible."""
+    """0 where a key is visible, -inf where not: (B or 1, 1, N or 1, M), built in one pass; None when all are visible.
+    Causal: row i sees keys j <= i + M - N (bottom-right)."""
     bias = None
     if causal:
-        bias = torch.full((N, M), float("-inf"), dtype=dtype, device=device).triu_(1)[None, None]  # (1, 1, N, M)
+        above = 1 + query_offset(N, M, causal)  # the first diagonal row 0 may not see
+        bias = torch.full((N, M), float("-inf"), dtype=dtype, device=device).triu_(above)[None, None]  # (1, 1, N, M)
     if kv_mask is not None:
         padding = torch.zeros(kv_mask.shape, dtype=dtype, device=device).masked_fill_(~kv_mask, float("-inf"))
         padding = padding[:, None, None, :]  # (B, 1, 1, M)
@@ -122,17 +132,22 @@ def _additive_mask(
     return bias
 
 
-def _some_row_sees_nothing(causal: bool, kv_mask: Tensor | None) -> bool:
-    """Whether a query row has no visible key: causal row 0 sees key 0 only, so a padded first key; else an all-padded row."""
+def _some_row_sees_nothing(causal_offset: int | None, kv_mask: Tensor | None) -> bool:
+    """Whether a query row has no visible key. causal_offset (None: not causal): causal row 0 sees keys 0..offset only,
+    so a batch row whose first offset + 1 keys are padded; not causal: an all-padded batch row."""
     if kv_mask is None:
         return False
-    return not bool(kv_mask[:, 0].all() if causal else kv_mask.any(dim=1).all())
+    seen_by_row_0 = kv_mask if causal_offset is None else kv_mask[:, : causal_offset + 1]
+    return not bool(seen_by_row_0.any(dim=1).all())
 
 
 def _sdpa(q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor | None) -> Tensor:
-    if kv_mask is None:
+    N, M = q.shape[2], k.shape[2]
+    causal = causal and N > 1  # one query is the last position: it sees every key (a decode step)
+    if kv_mask is None and (not causal or N == M):
         return sdpa(q, k, v, is_causal=causal)
-    # SDPA cannot take is_causal and attn_mask together: fold causality into the bool mask.
+    # SDPA cannot take is_causal and attn_mask together, and its is_causal aligns top-left (N < M would hide the keys
+    # of the last M - N positions): fold causality, bottom-right, into the bool mask.
     keep = _keep_mask(q, k, causal=causal, kv_mask=kv_mask)
     return sdpa(q, k, v, attn_mask=keep)
 
@@ -143,8 +158,12 @@ def _xformers(q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor 
     bias = None
     if kv_mask is not None:
         bias = _additive_bias(q, k, causal=causal, kv_mask=kv_mask)
-    elif causal:
-        bias = xops.LowerTriangularMask()
+    elif causal:  # N < M: bottom-right, the last N positions
+        bias = (
+            xops.LowerTriangularMask()
+            if q.shape[2] == k.shape[2]
+            else xops.fmha.attn_bias.LowerTriangularFromBottomRightMask()
+        )
     # xformers wants (B, N, H, D), or (B, N, H_kv, G, D) for GQA.
     out = xops.memory_efficient_attention(*xformers_layout(q, k, v), attn_bias=bias)
     return from_xformers_layout(out)
@@ -152,7 +171,9 @@ def _xformers(q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor 
 
 def _keep_mask(q: Tensor, k: Tensor, *, causal: bool, kv_mask: Tensor | None) -> Tensor | None:
     """The reference's visibility for all N query rows: bool (B or 1, 1, N or 1, M), or None when all keys are visible."""
-    return visibility(torch.arange(q.shape[2], device=q.device), k.shape[2], causal=causal, kv_mask=kv_mask)
+    N, M = q.shape[2], k.shape[2]
+    positions = torch.arange(N, device=q.device) + query_offset(N, M, causal)  # causal: the last N positions
+    return visibility(positions, M, causal=causal, kv_mask=kv_mask)
 
 
 def _additive_bias(q: Tensor, k: Tensor, *, causal: bool, kv_mask: Tensor) -> Tensor:

@@ -19,7 +19,8 @@ smooth function of q.k. No N x M matrix: O(N*F*D) time and memory.
   (and the causal prefix sums) accumulate in float32; the normaliser is >= 0 and clamped away
   from 0, and only the final output is cast back to q's dtype.
 - causal: chunked prefix sums. Keys before a chunk enter through a running (2F, D) state; keys
-  inside the chunk through a (C x C) lower-triangular block. Extra memory beyond the output:
+  inside the chunk through a (C x C) lower-triangular block. With N < M queries (the last N positions,
+  bottom-right) the first M - N keys enter the state before the first chunk. Extra memory beyond the output:
   O(C*(F + C)) per chunk without autograd; with autograd the saved per-chunk states, O(N*F*D / C).
 - kv_mask: padded keys get phi(k) = 0 and v = 0, so they contribute to neither sum.
 """
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from variants._checks import check_int
+from variants._checks import check_int, query_offset
 from variants._decode import check_context, check_state, check_step, checked_once
 from variants._gqa import group, ungroup
 from variants._registry import register_variant
@@ -65,6 +66,7 @@ class DistilledAttention(AttentionVariant):
         learnable=True,
         gqa=True,
         decode=True,
+        causal_offset=True,
         approximates="softmax attention by linear attention phi(q).phi(k) with a learned softmax feature map (Hedgehog)",
     )
     small_config = {"features": 16, "chunk": 8}
@@ -156,8 +158,9 @@ class DistilledAttention(AttentionVariant):
             self._phi(k[:, :, None], kv_mask),
         )
         scores = ungroup(fq @ fk.transpose(-1, -2))  # (B, H, R, M), >= 0
-        if causal:
-            scores = scores * (torch.arange(k.shape[2], device=q.device)[None, :] <= rows[:, None])
+        if causal:  # the queries are the last N positions
+            positions = rows + query_offset(q.shape[2], k.shape[2], causal)
+            scores = scores * (torch.arange(k.shape[2], device=q.device)[None, :] <= positions[:, None])
         return scores / scores.sum(-1, keepdim=True).clamp_min(_EPS)
 
     # ---- forward ------------------------------------------------------------------------
@@ -183,16 +186,8 @@ class DistilledAttention(AttentionVariant):
         check_context(k, v, kv_mask)
         self.check_decode(k, k, v, kv_mask=kv_mask)
         self.materialize(k.shape[1], k.shape[3], k.device)
-        B, Hkv, N, D = k.shape
-        F2 = 2 * self.config.features
-        state = {
-            "kv": k.new_zeros(B, Hkv, 1, F2, D, dtype=torch.float32),
-            "z": k.new_zeros(B, Hkv, 1, F2, 1, dtype=torch.float32),
-        }
-        if N:
-            v32 = v.float() if kv_mask is None else torch.where(kv_mask[:, None, :, None], v.float(), 0.0)
-            self._add_keys(state, k[:, :, None], v32[:, :, None], kv_mask)
-        return DistilledState(**state)
+        v32 = v.float() if kv_mask is None else torch.where(kv_mask[:, None, :, None], v.float(), 0.0)
+        return DistilledState(**self._sums_over(k[:, :, None], v32[:, :, None], kv_mask))
 
     def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: "DistilledState") -> tuple[Tensor, "DistilledState"]:
         """Add phi(k_t) v_t^T and phi(k_t) to the sums, then out_t = phi(q_t) kv / phi(q_t).z."""
@@ -211,46 +206,54 @@ class DistilledAttention(AttentionVariant):
         out = (fq @ state.kv) / (fq @ state.z).clamp_min(_EPS)  # (B, H_kv, G, 1, D)
         return ungroup(out).to(q_t.dtype), state
 
+    def _sums_over(self, k5: Tensor, v5: Tensor, kv_mask: Tensor | None) -> dict[str, Tensor]:
+        """{"kv": sum_j phi(k_j) v_j^T, "z": sum_j phi(k_j)}, (B, H_kv, 1, 2F, D or 1), over k5, v5 (B, H_kv, 1, L, D)."""
+        B, Hkv, _, _, D = v5.shape
+        F2 = 2 * self.config.features
+        sums = {"kv": v5.new_zeros(B, Hkv, 1, F2, D), "z": v5.new_zeros(B, Hkv, 1, F2, 1)}
+        self._add_keys(sums, k5, v5, kv_mask)
+        return sums
+
     def _add_keys(self, sums: dict[str, Tensor], k5: Tensor, v5: Tensor, kv_mask: Tensor | None) -> None:
         """sums["kv"] += phi(k)^T v and sums["z"] += sum phi(k) for k5, v5 (B, H_kv, 1, L, D), in _BLOCK slices."""
-        for s in range(0, k5.shape[3], _BLOCK):
-            mask = None if kv_mask is None else kv_mask[:, s : s + _BLOCK]
-            fk = self._phi(k5[:, :, :, s : s + _BLOCK], mask)  # (B, H_kv, 1, L, 2F)
-            sums["kv"] = sums["kv"] + fk.transpose(-1, -2) @ v5[:, :, :, s : s + _BLOCK]
+        for part in _spans(k5.shape[3]):
+            fk = self._phi(k5[:, :, :, part], None if kv_mask is None else kv_mask[:, part])  # (B, H_kv, 1, L, 2F)
+            sums["kv"] = sums["kv"] + fk.transpose(-1, -2) @ v5[:, :, :, part]
             sums["z"] = sums["z"] + fk.sum(-2).unsqueeze(-1)
 
     def _full(self, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None) -> Tensor:
         """Non-causal: kv = sum_j phi(k_j) v_j^T and z = sum_j phi(k_j), then phi(q_i) kv / phi(q_i).z.
 
-        Both passes go over _BLOCK tokens at a time, so the float32 features never exist for the
-        whole sequence at once (a working set that stays in cache, and O(_BLOCK*F) extra memory).
-        """
+        Both passes go over _BLOCK tokens at a time (_spans), so the float32 features never exist for the whole
+        sequence at once (a working set that stays in cache, and O(_BLOCK*F) extra memory)."""
         B, Hkv, _, _, D = v.shape
-        F2 = 2 * self.config.features
-        sums = {"kv": v.new_zeros(B, Hkv, 1, F2, D), "z": v.new_zeros(B, Hkv, 1, F2, 1)}  # per K/V head
-        self._add_keys(sums, k, v, kv_mask)
+        sums = self._sums_over(k, v, kv_mask)  # per K/V head
         out = v.new_empty(B, Hkv, q.shape[2], q.shape[3], D)  # slices written in place: no final concatenation
-        for s in range(0, q.shape[3], _BLOCK):
-            fq = self._phi(q[:, :, :, s : s + _BLOCK])  # (B, H_kv, G, L, 2F)
-            out[:, :, :, s : s + _BLOCK] = (fq @ sums["kv"]) / (fq @ sums["z"]).clamp_min(_EPS)  # (B, H_kv, G, L, D)
+        for part in _spans(q.shape[3]):
+            fq = self._phi(q[:, :, :, part])  # (B, H_kv, G, L, 2F)
+            out[:, :, :, part] = (fq @ sums["kv"]) / (fq @ sums["z"]).clamp_min(_EPS)  # (B, H_kv, G, L, D)
         return out
 
     def _causal(self, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None) -> Tensor:
         """Causal, chunk by chunk: a running (2F, D) state for earlier chunks, a C x C block within.
 
         A loop over chunks rather than a cumsum over all of them: the cumsum's (N/C, 2F, D)
-        tensor runs out of cache at long N, which made the time grow faster than N.
+        tensor runs out of cache at long N, which made the time grow faster than N. With N < M queries (the last N
+        positions) the M - N keys before them start the state.
         """
-        B, Hkv, _, N, D = v.shape
-        C = self.config.chunk
-        state = v.new_zeros(B, Hkv, 1, 2 * self.config.features, D)  # sum of phi(k_j) v_j^T over earlier chunks
-        z = v.new_zeros(B, Hkv, 1, 2 * self.config.features, 1)  # sum of phi(k_j) over earlier chunks
+        B, Hkv, _, M, D = v.shape
+        N, C = q.shape[3], self.config.chunk
+        offset = M - N  # the position of query row 0
+        before = None if kv_mask is None else kv_mask[:, :offset]
+        sums = self._sums_over(k[:, :, :, :offset], v[:, :, :, :offset], before)
+        state, z = sums["kv"], sums["z"]  # sums of phi(k_j) v_j^T and phi(k_j) over the keys before the chunk
         out = v.new_empty(B, Hkv, q.shape[2], N, D)
         for s in range(0, N, C):
-            mask = None if kv_mask is None else kv_mask[:, s : s + C]
+            t = s + offset  # the chunk's first position
+            mask = None if kv_mask is None else kv_mask[:, t : t + C]
             fq = self._phi(q[:, :, :, s : s + C])  # (B, H_kv, G, C, 2F)
-            fk = self._phi(k[:, :, :, s : s + C], mask)  # (B, H_kv, 1, C, 2F)
-            vc = v[:, :, :, s : s + C]  # (B, H_kv, 1, C, D)
+            fk = self._phi(k[:, :, :, t : t + C], mask)  # (B, H_kv, 1, C, 2F)
+            vc = v[:, :, :, t : t + C]  # (B, H_kv, 1, C, D)
             block = (fq @ fk.transpose(-1, -2)).tril()  # (B, H_kv, G, C, C): keys j <= i inside the chunk
             num = fq @ state + block @ vc  # (B, H_kv, G, C, D)
             den = fq @ z + block.sum(-1, keepdim=True)  # (B, H_kv, G, C, 1)
@@ -268,16 +271,16 @@ class DistilledAttention(AttentionVariant):
         proj = x.float() @ weight + bias  # (B, H_kv, G, L, F)
         phi = torch.cat([proj.softmax(-1), (-proj).softmax(-1)], dim=-1)  # (B, H_kv, G, L, 2F), each in [0, 1]
         if kv_mask is not None:
-            # where, not multiply: an inf/nan padded key must not leak through 0 * nan.
-            # padded keys: phi = 0
+            # padded keys: phi = 0, by where, not multiply: an inf/nan padded key must not leak through 0 * nan
             phi = torch.where(kv_mask[:, None, None, :, None], phi, torch.zeros((), device=phi.device))
         return phi
 
     def _float_map(self) -> tuple[Tensor, Tensor]:
         """The feature map's weight and bias in float32, shaped for _phi: cast once per parameter version when no
-        gradient flows (decode, inference), fresh under autograd (a cached cast would hold an old graph)."""
+        gradient flows (decode, inference), fresh under autograd (a cached cast holds an old graph) or tracing (fake
+        tensors have no data_ptr)."""
         weight, bias = self.weight, self.bias
-        if torch.is_grad_enabled() and (weight.requires_grad or bias.requires_grad):
+        if torch.compiler.is_compiling() or (torch.is_grad_enabled() and (weight.requires_grad or bias.requires_grad)):
             return weight.float()[:, None], bias.float()[:, None]
         key = (weight.data_ptr(), weight._version, bias.data_ptr(), bias._version, weight.dtype, weight.device)
         cached = self.__dict__.get("_float_cache")
@@ -285,6 +288,13 @@ class DistilledAttention(AttentionVariant):
             cached = (key, weight.detach().float()[:, None], bias.detach().float()[:, None])
             self.__dict__["_float_cache"] = cached  # not a buffer: never saved, never moved by .to()
         return cached[1], cached[2]
+
+
+def _spans(length: int) -> list[slice]:
+    """A non-causal pass's _BLOCK-token slices; one of all tokens under torch.export (a loop would fix N)."""
+    if torch.compiler.is_exporting():
+        return [slice(None)]
+    return [slice(s, s + _BLOCK) for s in range(0, length, _BLOCK)]
 
 
 @dataclass

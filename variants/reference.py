@@ -1,5 +1,7 @@
 """Exact softmax attention in any dtype (float64 by default): the gold every variant is scored against.
 
+Causal queries are the last N of the M key positions (bottom-right: query row i sits at position M - N + i, as
+FlashAttention >= 2.1 and torch's causal_lower_right align them); N == M is the plain case.
 `rows=` computes only a subset of query rows, so the harness gets a float64 answer at large N
 without an N x M float64 matrix; `pattern=` applies a variant's sparsity pattern (e.g. a band).
 k and v may have H_kv heads dividing q's H (GQA/MQA): query heads are grouped onto their K/V head,
@@ -13,7 +15,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from variants._checks import check_qkv, softmax_scale
+from variants._checks import check_qkv, query_offset, softmax_scale
 
 # (query_idx (R,), key_idx (M,)) -> bool (R, M): which keys each query may see; None = all.
 PatternFn = Callable[[Tensor, Tensor], "Tensor | None"]
@@ -29,6 +31,7 @@ def visibility(
 ) -> Tensor | None:
     """Bool mask of visible keys, broadcastable to (B, 1, R, M), or None when every key is visible.
 
+    query_idx: the queries' positions among the M keys (under causal, row r of N sits at r + query_offset(N, M, causal)).
     Combines causality (key j <= query i), padding (kv_mask (B, M), True = real) and a pattern.
     """
     key_idx = torch.arange(M, device=query_idx.device)
@@ -62,7 +65,7 @@ def reference_attention(
 
     Args:
         q: (B, H, N, D); k, v: (B, H_kv, M, D), H % H_kv == 0 (head h reads K/V head h // (H // H_kv)).
-        causal: query i sees keys j <= i.
+        causal: query row i sees keys j <= i + M - N (the queries are the last N positions; M >= N).
         kv_mask: bool (B, M), True = real key.
         pattern: extra visibility, e.g. ``variant.pattern``.
         rows: optional (R,) query indices; only those rows are computed.
@@ -79,7 +82,8 @@ def reference_attention(
         if rows.dim() != 1 or (rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= N)):
             raise ValueError(f"rows must be 1-D query indices in [0, {N}), got {rows.tolist()[:8]}...")
     dtype = dtype or q.dtype
-    weights = _weights(q[:, :, rows].to(dtype), k.to(dtype), rows, causal=causal, kv_mask=kv_mask, pattern=pattern)
+    positions = rows + query_offset(N, k.shape[2], causal)
+    weights = _weights(q[:, :, rows].to(dtype), k.to(dtype), positions, causal=causal, kv_mask=kv_mask, pattern=pattern)
     B, H, R, M = weights.shape
     Hkv = k.shape[1]
     grouped = weights.view(B, Hkv, H // Hkv, R, M)  # (B, H_kv, G, R, M)
@@ -87,14 +91,14 @@ def reference_attention(
 
 
 def _weights(
-    qr: Tensor, k: Tensor, rows: Tensor, *, causal: bool, kv_mask: Tensor | None, pattern: PatternFn | None
+    qr: Tensor, k: Tensor, positions: Tensor, *, causal: bool, kv_mask: Tensor | None, pattern: PatternFn | None
 ) -> Tensor:
-    """softmax over visible keys for query rows qr (B, H, R, D) at positions rows: (B, H, R, M)."""
+    """softmax over visible keys for query rows qr (B, H, R, D) at `positions` (R,) among the keys: (B, H, R, M)."""
     B, H, R, D = qr.shape
     Hkv, M = k.shape[1], k.shape[2]
     grouped = qr.reshape(B, Hkv, H // Hkv, R, D)  # (B, H_kv, G, R, D): head h = kv * G + g
     scores = torch.einsum("bkgrd,bkmd->bkgrm", grouped, k).reshape(B, H, R, M) * softmax_scale(D)  # (B, H, R, M)
-    mask = visibility(rows, M, causal=causal, kv_mask=kv_mask, pattern=pattern)
+    mask = visibility(positions, M, causal=causal, kv_mask=kv_mask, pattern=pattern)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     # Softmax in at least float32 so float16/bfloat16 references stay meaningful.
@@ -122,7 +126,8 @@ def attention_weights(
     N = q.shape[2]
     check_qkv(q, k, k, causal=causal, kv_mask=kv_mask)
     rows = torch.arange(N, device=q.device) if rows is None else rows.to(q.device)
-    return _weights(q[:, :, rows].to(dtype), k.to(dtype), rows, causal=causal, kv_mask=kv_mask, pattern=pattern)
+    positions = rows + query_offset(N, k.shape[2], causal)
+    return _weights(q[:, :, rows].to(dtype), k.to(dtype), positions, causal=causal, kv_mask=kv_mask, pattern=pattern)
 
 
 class PatternWeights:

@@ -5,6 +5,8 @@ Convention (positions aligned at the start, as in the reference):
 - non-causal: query i sees keys j with |i - j| < window (2 * window - 1 keys in the interior);
 - sinks:      the first `sinks` keys are visible to every query as well (StreamingLLM's attention
               sinks), still subject to causality (j <= i) and padding.
+i is a query's position: under causal with fewer queries than keys (N < M) the queries are the last N of the M
+positions (bottom-right: row r sits at M - N + r), so the window ends at each query's own key, as in a decode step.
 
 The band is declared once, in variants._band (`band`, the predicate every backend but xformers calls).
 Backends compute the same band exactly; they differ in how much of N x M they touch:
@@ -23,14 +25,14 @@ from __future__ import annotations
 
 import importlib.util
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
 
 from variants._band import band, band_pairs
 from variants._banded import _BLOCK_CHOICES, _FASTEST_BLOCK, _banded, _block_key, _choose_block, banded_block  # noqa: F401 - tests import them here
-from variants._checks import check_choice, check_int
+from variants._checks import check_choice, check_int, query_offset
 from variants._decode import check_context, check_state, check_step, checked_once
 from variants._gqa import sdpa
 from variants._registry import register_variant
@@ -67,7 +69,7 @@ class SlidingWindowConfig(VariantConfig):
 class SlidingWindowAttention(PatternWeights, AttentionVariant):
     """Exact softmax attention restricted to a band of `window` keys around each query (Longformer, Mistral)."""
 
-    capabilities = Capabilities(exact=True, gqa=True, decode=True)
+    capabilities = Capabilities(exact=True, gqa=True, decode=True, causal_offset=True)
     backends = SLIDING_BACKENDS
     small_config = {"window": 8}
     # more is more accurate and slower; searched with and without 4 sinks (StreamingLLM's count): on heads that park
@@ -116,9 +118,10 @@ class SlidingWindowAttention(PatternWeights, AttentionVariant):
             reasons.append(
                 "(xformers) takes no key padding mask with a local-attention bias; use backend 'flex' or 'banded'"
             )
-        if q.shape[2] != k.shape[2]:
+        if q.shape[2] != k.shape[2] and not causal:
             reasons.append(
-                "(xformers) aligns local attention at the bottom right, so it needs N == M; use 'flex' or 'banded'"
+                "(xformers) aligns local attention at the bottom right, so a non-causal call needs N == M (the contract "
+                "aligns a non-causal band at the start); use 'flex' or 'banded'"
             )
         if q.dtype == torch.float32 and not causal:
             reasons.append(
@@ -127,6 +130,11 @@ class SlidingWindowAttention(PatternWeights, AttentionVariant):
         if q.dtype == torch.float32 and causal and training:
             reasons.append("(xformers) has no float32 backward for causal local attention (cutlass lacks it)")
         return reasons
+
+    def windowed(self, window: int) -> "SlidingWindowAttention":
+        """Within a model's own causal window: the narrower of the two bands (sinks and backend kept)."""
+        narrower = min(window, self.config.window)
+        return self if narrower == self.config.window else type(self)(replace(self.config, window=narrower))
 
     def pattern(self, query_idx: Tensor, key_idx: Tensor) -> Tensor:
         """The non-causal band and sinks as bool (R, M); the reference's visibility adds j <= i when causal."""
@@ -237,8 +245,8 @@ class SlidingWindowAttention(PatternWeights, AttentionVariant):
 def _masked(q: Tensor, k: Tensor, v: Tensor, pattern: PatternFn, *, causal: bool, kv_mask: Tensor | None) -> Tensor:
     """Dense SDPA over exactly what the reference sees (pattern, causality, padding) as a bool mask: O(N * M)."""
     N, M = q.shape[2], k.shape[2]
-    # (B|1, 1, N, M)
-    keep = visibility(torch.arange(N, device=q.device), M, causal=causal, kv_mask=kv_mask, pattern=pattern)
+    positions = torch.arange(N, device=q.device) + query_offset(N, M, causal)  # causal: the last N positions
+    keep = visibility(positions, M, causal=causal, kv_mask=kv_mask, pattern=pattern)  # (B|1, 1, N, M)
     out = sdpa(q, k, v, attn_mask=keep, scale=softmax_scale(q.shape[-1]))
     if kv_mask is not None or N > M:
         out = out.masked_fill(~keep.any(-1)[..., None], 0.0)

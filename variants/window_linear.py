@@ -1,7 +1,7 @@
 """Softmax in a sliding window, a learned linear attention outside it, one shared normaliser (LoLCATs, Based).
 
 For query i with window keys W(i) (causal: i - window < j <= i; else |i - j| < window) and the other
-visible keys O(i):
+visible keys O(i) (i a position: causal queries are the last N of the M positions, bottom-right):
 
     out_i = (sum_W e^(s_ij - m_i) v_j + g_i sum_O phi(q_i).phi(k_j) v_j)
             / (sum_W e^(s_ij - m_i) + g_i sum_O phi(q_i).phi(k_j)),   g_i = e^(log_gamma - m_i),
@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from variants._band import band, band_pairs
-from variants._checks import check_int
+from variants._checks import check_int, query_offset
 from variants._decode import check_context, check_state, check_step
 from variants._gqa import group, ungroup
 from variants._registry import register_variant
@@ -66,6 +66,7 @@ class WindowLinearAttention(AttentionVariant):
         learnable=True,
         gqa=True,
         decode=True,
+        causal_offset=True,
         approximates="softmax attention outside a sliding window by linear attention with a learned feature map",
     )
     small_config = {"window": 4, "features": 8, "chunk": 8}
@@ -148,11 +149,11 @@ class WindowLinearAttention(AttentionVariant):
         F, W, C = self.config.features, self.config.window, self.config.chunk
         total = 2 * B * (H_kv * M + H * N) * D * F  # phi(k), phi(q)
         total += 2 * B * H_kv * 2 * F * M * D  # the sums over every key
-        done = 0
+        done, offset = 0, query_offset(N, M, causal)
         for s in range(0, N, C):
             e = min(s + C, N)
-            b = min(M, e if causal else e + W - 1)
-            a = min(max(0, s - W + 1), b)
+            b = min(M, e + offset if causal else e + W - 1)
+            a = min(max(0, s + offset - W + 1), b)
             c, L = e - s, b - a
             total += 2 * B * H_kv * 2 * F * ((a - done) if causal else L) * D  # the prefix grows, or the span's sums
             done = a if causal else done
@@ -172,18 +173,19 @@ class WindowLinearAttention(AttentionVariant):
         fk = self._phi(k5, real)  # (B, H_kv, 1, M, 2F)
         total = _sums(fk, v5)  # ((B, H_kv, 1, 2F, D), (B, H_kv, 1, 2F, 1)) over every key
         prefix, done = _sums(fk[..., :0, :], v5[..., :0, :]), 0  # causal: the sums over keys [0, done)
+        offset = query_offset(N, M, causal)  # causal: query row i sits at position i + offset
         out = v5.new_empty(q5.shape)
         for s in range(0, N, C):
             e = min(s + C, N)
-            b = min(M, e if causal else e + W - 1)
-            a = min(max(0, s - W + 1), b)  # keys [a, b) may be in a window of the chunk; the others are far
+            b = min(M, e + offset if causal else e + W - 1)
+            a = min(max(0, s + offset - W + 1), b)  # keys [a, b) may be in a window of the chunk; the others are far
             if causal:
                 prefix, done = _add(prefix, _sums(fk[..., done:a, :], v5[..., done:a, :])), a
                 far = prefix
             else:
                 span = _sums(fk[..., a:b, :], v5[..., a:b, :])
                 far = (total[0] - span[0], (total[1] - span[1]).clamp_min(0))
-            i, j = torch.arange(s, e, device=q.device)[:, None], torch.arange(a, b, device=q.device)[None, :]
+            i, j = torch.arange(s, e, device=q.device)[:, None] + offset, torch.arange(a, b, device=q.device)[None, :]
             out[..., s:e, :] = self._combine(q5[..., s:e, :], k5[..., a:b, :], v5[..., a:b, :], fk[..., a:b, :], i, j,
                                              real[..., a:b], far, causal)  # fmt: skip
         return ungroup(out).to(q.dtype)  # (B, H, N, D)
@@ -218,7 +220,7 @@ class WindowLinearAttention(AttentionVariant):
         rows = torch.arange(N, device=q.device) if rows is None else rows.to(q.device)
         q5, (k5, _, real) = group(q[:, :, rows].float(), k.shape[1]), _keys(k, k, kv_mask)
         fq, fk = self._phi(q5), self._phi(k5, real)
-        i, j = rows[:, None], torch.arange(M, device=q.device)[None, :]
+        i, j = rows[:, None] + query_offset(N, M, causal), torch.arange(M, device=q.device)[None, :]  # positions
         in_window = band(i, j, window=self.config.window, causal=causal) & real
         outside = ((j <= i) if causal else torch.ones_like(i == j)) & ~in_window & real
         scores = (q5 @ k5.transpose(-1, -2) * softmax_scale(q.shape[-1])).masked_fill(~in_window, -math.inf)

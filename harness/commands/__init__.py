@@ -39,6 +39,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "harness.commands.tasks",
         "train tiny transformers per variant on MQAR and ListOps: test accuracy and delta to dense",
     ),
+    "deploy": (
+        "harness.commands.deploy",
+        "export each variant (torch.export, ONNX) and run it in onnxruntime on CPU and WebAssembly: Deployable?",
+    ),
 }
 
 

@@ -1,4 +1,4 @@
-"""Flags the study commands (model-eval, tasks) share: which variants, overrides, plugins, device, seed, where to write."""
+"""Flags the study commands (model-eval, tasks, deploy) share: variants, overrides, plugins, device, seed, where to write."""
 
 from __future__ import annotations
 

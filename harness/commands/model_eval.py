@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 
@@ -16,6 +15,7 @@ from harness.commands._study_args import add_study_arguments, parse_ints, parse_
 from harness.devices import check_device
 from harness.errors import UsageError
 from harness.models import hf_adapter, hf_model, minilm
+from harness.text_files import read_user_text
 from harness.measure.timer import Stopwatch
 from harness.plugins import load_plugins
 from harness.spec.convert import SpecError, lengths
@@ -225,12 +225,7 @@ def _budgets(args: argparse.Namespace, metrics: dict[str, str], n_calibration: i
 
 
 def _read_text(path: str | None) -> str:
-    """The evaluation text: the file given, else Python's documentation (the MiniLM corpus) joined."""
+    """The evaluation text: the file given (a regular file, bounded: harness.text_files), else Python's documentation."""
     if path is None:
         return "\n\n".join(minilm.corpus())
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(
-            f"--text {path!r} cannot be read as UTF-8 text ({type(exc).__name__}); pass a text file"
-        ) from None
+    return read_user_text(path, what="--text")

@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--maps-uncalibrated",
         action="store_true",
-        help="draw learnable variants as built instead of fitting them at the maps' N first (faster, less telling)",
+        help="draw learnable variants as built instead of in the fitted state the sweep stored (RUN_DIR/fitted/)",
     )
     parser.add_argument(
         "--budget",

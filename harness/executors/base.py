@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harness.devices import device_problem
 from harness.executors.worker import CellJob
 from harness.knobs import knob
 from harness.spec import convert as c
@@ -58,8 +59,6 @@ class Executor:
     @classmethod
     def check(cls, spec: Any, options: Any, *, plan_only: bool) -> None:
         """Refuse (SpecError naming the setting) what this executor cannot do with this spec; default: the device must be here."""
-        from harness.devices import device_problem
-
         # an index names a device of this machine: checked even when only planning ('cuda' plans for any machine)
         problem = device_problem(spec.device, present=not plan_only or ":" in spec.device)
         if problem:
@@ -133,8 +132,6 @@ class SequentialExecutor(Executor):
 
 def check_remote_device(spec: Any, executor: str) -> None:
     """A remote executor gives each cell its own GPU: a device index would mean nothing there."""
-    from harness.devices import device_problem
-
     if spec.device.partition(":")[2]:
         raise c.SpecError(
             f"{spec.where('device')}: {spec.device!r} with --executor {executor}: {executor} gives each cell "

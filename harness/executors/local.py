@@ -14,6 +14,8 @@ from typing import Any
 from harness.executors.base import SequentialExecutor
 from harness.executors.plugin_worker import PluginWorker
 from harness.executors.worker import CellJob, run_cell
+from harness.measure import MeasureContext
+from variants import get_variant, load_plugin
 
 
 class LocalExecutor(SequentialExecutor):
@@ -23,9 +25,6 @@ class LocalExecutor(SequentialExecutor):
     name = "local"
 
     def __init__(self, job: CellJob):
-        from harness.measure import MeasureContext
-        from variants import load_plugin
-
         super().__init__(job)
         self.context = MeasureContext()
         self.plugin_modules = {load_plugin(target) for target in job.plugins}  # imported already: names only
@@ -41,8 +40,6 @@ class LocalExecutor(SequentialExecutor):
 
     def from_plugin(self, variant: str) -> bool:
         """True when `variant` was registered by one of the run's plugins."""
-        from variants import get_variant
-
         try:
             return get_variant(variant).module in self.plugin_modules
         except ValueError:  # not registered: run_cell makes its error row

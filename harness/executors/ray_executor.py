@@ -10,14 +10,16 @@ cancelled with ``ray.cancel(force=True)`` and becomes a ``timeout`` row.
 
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from harness.errors import UsageError
 from harness.executors.base import Executor, ParallelOptions, check_remote_device, hard_limit_s
-from harness.executors.worker import CellJob
+from harness.executors.worker import CellJob, run_cell
 from harness.knobs import knob
+from harness.measure import RunInfo, outcome_row
 from harness.spec import convert as c
 
 
@@ -44,9 +46,7 @@ LOCAL_RAY_SYSTEM_CONFIG = {"worker_niceness": 0}
 
 def _ray_task(cell: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
     """Runs in a Ray worker: the GPU is the one Ray assigned (CUDA_VISIBLE_DEVICES holds only it, so it is cuda:0)."""
-    import ray
-
-    from harness.executors.worker import run_cell
+    import ray  # optional dependency (the ray extra): imported where a cell runs in a Ray worker
 
     if job["settings"]["device"].startswith("cuda") and not ray.get_gpu_ids():
         raise RuntimeError("Ray assigned no GPU to this task; the sweep asks for num_gpus=1 per CUDA cell")
@@ -72,7 +72,7 @@ class RayExecutor(Executor):
         cell_timeout_s: float | None = None,
         fit_timeout_s: float | None = None,
     ):
-        import ray
+        import ray  # optional dependency (the ray extra): only a Ray sweep needs it
 
         self._ray = ray
         self.job = job
@@ -172,7 +172,7 @@ class RayExecutor(Executor):
         return out
 
     def _row(self, ref: Any, cell: Any) -> dict[str, Any]:
-        from ray import exceptions as rx
+        from ray import exceptions as rx  # optional dependency (the ray extra), imported in __init__ already
 
         try:
             return self._ray.get(ref)
@@ -194,8 +194,6 @@ class RayExecutor(Executor):
             return self._outcome(cell, "error", f"Ray lost this cell: {type(exc).__name__}: {_short(exc)}")
 
     def _outcome(self, cell: Any, status: str, reason: str) -> dict[str, Any]:
-        from harness.measure import RunInfo, outcome_row
-
         return outcome_row(cell, RunInfo(**self.job.run), status, reason)
 
     def close(self) -> None:
@@ -209,8 +207,6 @@ class RayExecutor(Executor):
 
 def _check_reachable(address: str | None, timeout_s: float = 5.0) -> None:
     """Refuse a host:port nothing listens on (ray.init would retry it for minutes); 'auto' and None are Ray's to resolve."""
-    import socket
-
     if not address or address == "auto":
         return
     host, _, port = address.split("://", 1)[-1].rpartition(":")

@@ -24,6 +24,7 @@ from typing import Any
 from harness.executors.base import Executor, ParallelOptions, check_remote_device, hard_limit_s
 from harness.executors.worker import CellJob, run_cell
 from harness.knobs import knob
+from harness.measure import RunInfo, outcome_row
 from harness.spec import convert as c
 
 CLUSTERS = ("slurm", "local")  # submitit executors: a real cluster, or local processes to try the setup
@@ -108,7 +109,7 @@ class SlurmExecutor(Executor):
         cell_timeout_s: float | None = None,
         fit_timeout_s: float | None = None,
     ):
-        import submitit
+        import submitit  # optional dependency (the slurm extra): only a Slurm sweep needs it
 
         self.job = job
         self.cluster = cluster
@@ -246,8 +247,6 @@ class SlurmExecutor(Executor):
         return dropped
 
     def _outcome(self, cell: Any, status: str, reason: str) -> dict[str, Any]:
-        from harness.measure import RunInfo, outcome_row
-
         return outcome_row(cell, RunInfo(**self.job.run), status, reason)
 
     def close(self) -> None:

@@ -18,7 +18,15 @@ import tempfile
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+
+import torch
+
+from harness.env import cpu_name
+from harness.measure import MeasureContext, MeasureSettings, RunInfo, calibration_key, measure_cell
+from harness.schema import Cell, json_safe
+from variants import build_variant, get_variant, load_plugin
+from variants.checkpoint import load_variant, save_variant
 
 FITTED_DIR = "fitted"  # RUN_DIR/fitted/<key hash>.pt (+ .json): calibrated variants shared by all workers
 
@@ -52,20 +60,13 @@ def run_cell(cell: Any, job: CellJob | dict[str, Any], context: Any = None) -> d
     `context` (a MeasureContext) carries inputs and fits between cells of one process; by default
     one per process is kept, so a reused worker behaves like the local executor.
     """
-    from harness.measure import MeasureContext, MeasureSettings, RunInfo, measure_cell
-    from harness.schema import Cell
-
     job = job if isinstance(job, CellJob) else CellJob.from_dict(job)
     cell = cell if isinstance(cell, Cell) else Cell.from_dict(cell)
     _load_plugins(job.plugins)
     _import_before_any_deadline()
     if job.threads:
-        import torch
-
         torch.set_num_threads(job.threads)
     settings = MeasureSettings(**job.settings)
-    import torch
-
     # the threads this cell runs with (a plugin may have called torch.set_num_threads since the run began)
     identity = _worker_identity(job.run, settings.device) if job.remote else job.run
     run = RunInfo(**{**identity, "threads": torch.get_num_threads()})
@@ -93,9 +94,17 @@ def run_cell(cell: Any, job: CellJob | dict[str, Any], context: Any = None) -> d
     return row.to_dict()
 
 
-def _load_plugins(plugins: tuple[str, ...]) -> None:
-    from variants import load_plugin
+CELL_SERVER = "harness.executors.worker:serve_cells"  # the child-process entry (harness.child) of run_cell
 
+
+def serve_cells(job: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """In a child process (harness.child): the job's plugins imported, then run_cell for each cell sent."""
+    cell_job = CellJob.from_dict(job)
+    _load_plugins(cell_job.plugins)
+    return lambda cell: run_cell(cell, cell_job)
+
+
+def _load_plugins(plugins: tuple[str, ...]) -> None:
     for target in plugins:
         load_plugin(target)  # idempotent: a reused worker imports each plugin once
 
@@ -105,15 +114,11 @@ def _import_before_any_deadline() -> None:
     checkpointing, autocast or an optimizer, so in the first cell; under load that import takes longer than a short
     deadline, and a deadline firing inside it leaves sympy half-initialised: every later cell of the process then fails
     with "module 'sympy.core' has no attribute 'symbol'". Once per process (Python keeps the module)."""
-    import torch._dynamo  # noqa: F401
+    import torch._dynamo  # noqa: F401 - heavy (sympy): imported in the process that measures, not by this module
 
 
 def _worker_identity(run: dict[str, Any], device: str) -> dict[str, Any]:
     """The driver's run fields with this worker's host, device name and thread count."""
-    import torch
-
-    from harness.env import cpu_name
-
     name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else cpu_name()
     return {**run, "host": socket.gethostname(), "device_name": name, "threads": torch.get_num_threads()}
 
@@ -126,9 +131,6 @@ def fitted_path(run_dir: Path, key: str) -> Path:
 
 def preload_fitted(context: Any, cell: Any, settings: Any, run_dir: Path) -> bool:
     """Put a fit stored by another cell into `context` (True when one was loaded)."""
-    from harness.measure import calibration_key
-    from variants import get_variant
-
     try:
         if not get_variant(cell.variant).capabilities.learnable:
             return False
@@ -141,11 +143,6 @@ def preload_fitted(context: Any, cell: Any, settings: Any, run_dir: Path) -> boo
     meta_path = path.with_suffix(".json")
     if not (path.is_file() and meta_path.is_file()):
         return False
-    import torch
-
-    from variants import build_variant
-    from variants.checkpoint import load_variant
-
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     if meta.get("key") != key:  # a hash collision or a hand-edited folder: fit again
         return False
@@ -156,9 +153,6 @@ def preload_fitted(context: Any, cell: Any, settings: Any, run_dir: Path) -> boo
 
 def store_fitted(run_dir: Path, key: str, entry: tuple[Any, float, dict]) -> Path:
     """Write a fit (module, seconds, report) under RUN_DIR/fitted/, atomically (state first, then its .json)."""
-    from harness.schema import json_safe
-    from variants.checkpoint import save_variant
-
     module, seconds, report = entry
     path = fitted_path(run_dir, key)
     path.parent.mkdir(parents=True, exist_ok=True)

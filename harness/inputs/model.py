@@ -23,7 +23,9 @@ from typing import Iterator
 import torch
 
 from harness.inputs import QKV, register_inputs
+from harness.errors import UsageError
 from harness.models import hf_adapter, hf_model
+from harness.text_files import read_user_text
 from variants import NotSupportedError
 
 RUN_DIR_ENV = "ATTNSUITE_RUN_DIR"  # set while a sweep runs: the folder the captures are cached in
@@ -90,6 +92,11 @@ def model(
 ) -> QKV:
     """q, k, v a transformers model's layer receives on real text (path=DIR, layer=i): its own H, H_kv, D; extra [hf]."""
     reasons = model_shape_reasons(path, layer, H=H, N=N, M=M, D=D, H_kv=kv_heads)
+    if text:
+        try:
+            _text_fingerprint(text)
+        except UsageError as exc:
+            reasons.append(str(exc))
     if reasons:
         raise NotSupportedError("inputs 'model'", reasons)
     starts = torch.randint(0, 2**62, (B,), generator=generator, device=generator.device).tolist()
@@ -100,17 +107,23 @@ def model(
 
 
 def captured(path: str, layer: int, text: str, N: int, starts: list[int]) -> QKV:
-    """The layer's (q, k, v), float32 on the CPU, for windows at `starts`: from the run folder's cache, or the model."""
-    from safetensors.torch import load_file, save_file
+    """The layer's (q, k, v), float32 on the CPU, for windows at `starts`: from the run folder's cache, or the model.
+
+    A cached file is used only when its recorded key (model and text fingerprints, layer, N, window starts) is this
+    call's and its tensors have this call's shape and dtype; any other file is captured again and replaced.
+    """
+    from safetensors import safe_open  # the [hf] extra: imported where a capture is asked for
+    from safetensors.torch import save_file
 
     folder = os.environ.get(RUN_DIR_ENV)
-    key = json.dumps([str(Path(path).resolve()), layer, text, N, starts])
+    key = capture_key(path, layer, text, N, starts)
     file = (
         Path(folder) / CACHE_FOLDER / f"{hashlib.sha1(key.encode()).hexdigest()[:16]}.safetensors" if folder else None
     )
     if file is not None and file.is_file():
-        tensors = load_file(str(file))
-        return tensors["q"], tensors["k"], tensors["v"]
+        cached = _cached_capture(safe_open, file, key, B=len(starts), N=N)
+        if cached is not None:
+            return cached
     stream = _stream(path, text)
     split = len(stream) * 3 // 4  # the first three quarters: model-eval calibrates on the last
     if split < N + 1:
@@ -126,6 +139,45 @@ def captured(path: str, layer: int, text: str, N: int, starts: list[int]) -> QKV
     return q, k, v
 
 
+def capture_key(path: str, layer: int, text: str, N: int, starts: list[int]) -> str:
+    """What a capture depends on: the model's files and the text (fingerprints, not names), the layer, N, the starts."""
+    return json.dumps([_model_fingerprint(path), layer, _text_fingerprint(text), N, starts])
+
+
+def _cached_capture(safe_open, file: Path, key: str, *, B: int, N: int) -> QKV | None:
+    """The cached (q, k, v) when `file` records `key` and holds float32 (B, *, N, D) tensors; None otherwise."""
+    try:
+        with safe_open(str(file), framework="pt") as handle:
+            if (handle.metadata() or {}).get("key") != key or set(handle.keys()) != {"q", "k", "v"}:
+                return None
+            q, k, v = (handle.get_tensor(name) for name in ("q", "k", "v"))
+    except Exception:  # a truncated or foreign file (safetensors raises its own error types): captured again
+        return None
+    shapes_fit = all(t.dim() == 4 and t.shape[0] == B and t.shape[2] == N for t in (q, k, v))
+    heads_fit = k.shape == v.shape and q.shape[3] == k.shape[3] and q.shape[1] % max(k.shape[1], 1) == 0
+    if not shapes_fit or not heads_fit or any(t.dtype != torch.float32 for t in (q, k, v)):
+        return None
+    return q, k, v
+
+
+def _model_fingerprint(path: str) -> str:
+    """The model folder's config and weight files, by content (config) and size and mtime (weights)."""
+    folder = Path(path).resolve()
+    digest = hashlib.sha1(str(folder).encode())
+    for file in sorted(folder.glob("*")):
+        if file.name == "config.json":
+            digest.update(file.read_bytes())
+        elif file.suffix in (".safetensors", ".bin", ".json", ".model"):
+            info = file.stat()
+            digest.update(f"{file.name}:{info.st_size}:{info.st_mtime_ns}".encode())
+    return digest.hexdigest()
+
+
+def _text_fingerprint(text: str) -> str:
+    """The text file's content hash ('' for the default text, Python's documentation)."""
+    return hashlib.sha1(read_user_text(text, what="inputs 'model' text=").encode()).hexdigest() if text else ""
+
+
 @functools.lru_cache(maxsize=2)
 def _model(path: str) -> torch.nn.Module:
     return hf_model.load_pretrained(path)
@@ -135,5 +187,5 @@ def _model(path: str) -> torch.nn.Module:
 def _stream(path: str, text: str) -> tuple[int, ...]:
     from harness.models.minilm import corpus
 
-    body = Path(text).read_text(encoding="utf-8") if text else "\n\n".join(corpus())
+    body = read_user_text(text, what="inputs 'model' text=") if text else "\n\n".join(corpus())
     return tuple(hf_model.token_ids(path, body, int(hf_model.load_config(path).vocab_size))[0])

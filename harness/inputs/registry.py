@@ -89,13 +89,21 @@ def register_inputs(
 
     def decorate(fn: Callable[..., QKV]) -> Callable[..., QKV]:
         existing = _INPUTS.get(name)
-        if existing is not None and existing.fn.__qualname__ != fn.__qualname__:
-            raise ValueError(f"inputs name {name!r} is already registered by {existing.fn.__qualname__}")
+        if existing is not None and _origin(existing.fn) != _origin(fn):  # the same function again (a reload) is fine
+            raise ValueError(
+                f"inputs name {name!r} is already registered by {_origin(existing.fn)}; register {_origin(fn)} "
+                "under a name of its own"
+            )
         doc = (fn.__doc__ or "").strip().splitlines()
         _INPUTS[name] = InputGenerator(name, fn, doc[0] if doc else "", max_seq_len, availability, shape_check)
         return fn
 
     return decorate
+
+
+def _origin(fn: Callable[..., QKV]) -> str:
+    """Where a generator was defined: its module and qualified name (a plugin's `model` is not the built-in's)."""
+    return f"{fn.__module__}.{fn.__qualname__}"
 
 
 def list_inputs() -> list[str]:

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from harness.measure.reference import nonfinite, output_errors, reference_rows, reference_with_grads, rel_l2, sampled
 from harness.measure.timer import Stopwatch
-from harness.measure.weights import topk_recall
+from harness.measure.reference import topk_recall
 from variants._gqa import weighted_values
 
 
@@ -64,8 +64,8 @@ def check_accuracy(
     """One call of `attn` scored against float64 on sampled rows; `reference` "pattern" scores against its own pattern.
 
     kv_mask (B, M) goes to the call and the reference; only sampled rows that are real tokens are scored. `wrap` puts
-    the call under the cell's memory tricks (harness.measure.tricks.tricked), so autocast's error is in the scores.
-    `weights`: also score the variant's attention weights on those rows (topk_recall, harness.measure.weights).
+    the call under the cell's memory tricks (harness.measure.prefill.tricked), so autocast's error is in the scores.
+    `weights`: also score the variant's attention weights on those rows (topk_recall, harness.measure.reference).
     """
 
     def call(q: Tensor, k: Tensor, v: Tensor) -> Tensor:

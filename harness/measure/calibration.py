@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import importlib
 import json
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -21,6 +22,16 @@ HELDOUT_BATCHES = 4  # held-out calibration batches: early stopping and the row'
 # the protocol's module, its `calibrate` looked up per call (the package's `variants.calibrate` is the function), so a
 # test can wrap it
 _PROTOCOL = importlib.import_module("variants.calibrate")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The calibration stage's row fields: the fit's seconds, its report and its errors."""
+
+    calibration_s: float  # seconds of the fit (the cached one's, for a cell that reuses it)
+    calibration: dict[str, Any]  # the protocol's report (variants.calibrate), with its seeds
+    calibration_train_error: float | None  # the fitted variant's output error on its calibration batches
+    calibration_heldout_error: float | None  # and on held-out calibration seeds: the gap says whether it generalises
 
 
 def fit(
@@ -93,9 +104,8 @@ def calibrated(
     settings: MeasureSettings,
     context: MeasureContext,
     device: torch.device,
-) -> tuple[Any, dict[str, Any]]:
-    """(a copy of the variant fitted with the fixed budget, early-stopped on heldout_seeds; the row fields calibration_s,
-    calibration, calibration_train_error and calibration_heldout_error).
+) -> tuple[Any, Calibration]:
+    """(a copy of the variant fitted with the fixed budget, early-stopped on heldout_seeds; its Calibration fields).
 
     `inputs` is the cell's parsed input distribution (name, knobs). The fit is cached in `context`
     across modes and longer N (see calibration_key).
@@ -120,16 +130,13 @@ def calibrated(
             )
 
         batches, heldout = [batch(s) for s in seeds], [batch(s) for s in held]
+        steps, target = settings.calibration_steps, fit_target(cell, settings)
         with Stopwatch(device) as watch:
-            steps, target = settings.calibration_steps, fit_target(cell, settings)
             report_dict = fit(attn, batches, steps=steps, causal=cell.causal, heldout=heldout, target=target)
         seconds = watch.seconds
         del batches, heldout
         report_dict["seeds"], report_dict["heldout_seeds"] = seeds, held
         context.calibrated[key] = (copy.deepcopy(attn), seconds, report_dict)
     fitted, seconds, report_dict = context.calibrated[key]
-    errors = {
-        "calibration_train_error": report_dict.get("train_error"),
-        "calibration_heldout_error": report_dict.get("heldout_error"),
-    }
-    return copy.deepcopy(fitted), {"calibration_s": seconds, "calibration": dict(report_dict), **errors}
+    train, heldout_error = report_dict.get("train_error"), report_dict.get("heldout_error")
+    return copy.deepcopy(fitted), Calibration(seconds, dict(report_dict), train, heldout_error)

@@ -15,15 +15,16 @@ arithmetic does.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
-from harness.inputs import QKV, make_inputs, parse_inputs
-from harness.measure.settings import DTYPES
+from harness.inputs import QKV, get_inputs, make_inputs, parse_inputs
+from harness.inputs.padding import padding_mask
+from harness.measure.settings import DTYPES, MeasureSettings
 from harness.schema import BASELINE, Cell
-from variants import build_variant
+from variants import NotSupportedError, build_variant
 
 _CHUNK = 1 << 22  # elements summed at a time: bounds the int64 temporaries (32 MiB) on any device
 _BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -77,6 +78,23 @@ def changed_reason(names: list[str]) -> str:
     )
 
 
+class CellInputs(NamedTuple):
+    """A cell's evaluation inputs, made once (MeasureContext.cell_inputs) and read by every later stage."""
+
+    parsed: tuple[
+        str, dict[str, Any]
+    ]  # the input distribution (name, params): calibration inputs are drawn from it too
+    q: Tensor  # (B, H, N + extra, D); extra: a decode cell's generated tokens
+    k: Tensor  # (B, H_kv, M + extra, D)
+    v: Tensor
+    kv_mask: Tensor | None  # (B, M), None without padding
+
+
+def decode_inputs_extra(cell: Cell, settings: MeasureSettings) -> int:
+    """Positions a cell's inputs need beyond N: the generated tokens of a decode cell, else none."""
+    return settings.decode_steps if cell.phase == "decode" else 0
+
+
 @dataclass
 class MeasureContext:
     """Inputs of the last cell (made once, reused by the next cell with the same shape), calibrated variants by key and
@@ -100,18 +118,31 @@ class MeasureContext:
             self.baselines[key] = build_variant(BASELINE).to(device=device, dtype=DTYPES[dtype]).eval()
         return self.baselines[key]
 
+    def cell_inputs(self, cell: Cell, settings: MeasureSettings, device: torch.device) -> CellInputs:
+        """The inputs stage: the cell's inputs (get_inputs, a decode cell's generated tokens included) and its padding
+        mask; NotSupportedError where its input distribution cannot make them at the cell's shape."""
+        parsed = parse_inputs(cell.inputs)  # once per cell: evaluation and calibration inputs share it
+        extra = decode_inputs_extra(cell, settings)
+        N, M = cell.seq_len + extra, cell.kv_len + extra
+        reason = get_inputs(parsed[0]).unsupported_reason(N, M, B=cell.batch, H=cell.heads, D=cell.head_dim)
+        if reason:
+            raise NotSupportedError(reason)
+        q, k, v = self.get_inputs(cell, device, parsed, extra=extra)
+        mask = padding_mask(cell.batch, cell.kv_len, cell.padding, seed=cell.seed, device=device)
+        return CellInputs(parsed, q, k, v, mask)
+
     def get_inputs(
         self, cell: Cell, device: torch.device, parsed: tuple[str, dict[str, Any]] | None = None, *, extra: int = 0
     ) -> QKV:
-        """The cell's evaluation q, k, v (k, v with cell.kv_heads heads); `parsed` is cell.inputs as (name, knobs)
+        """The cell's evaluation q, k, v (k, v with cell.kv_heads heads); `parsed` is cell.inputs as (name, params)
         when the caller has parsed it already; `extra` positions beyond N and M (a decode cell's generated tokens)."""
-        name, knobs = parsed if parsed is not None else parse_inputs(cell.inputs)
+        name, params = parsed if parsed is not None else parse_inputs(cell.inputs)
         key = cell.cache_key("inputs", seq_len=cell.seq_len + extra, kv_len=cell.kv_len + extra, device=str(device))
         if key != self.inputs_key:
             self.inputs = self.inputs_key = None  # free the old ones before making the new ones
             self.inputs = make_inputs(
                 name,
-                knobs,
+                params,
                 B=cell.batch,
                 H=cell.heads,
                 N=cell.seq_len + extra,

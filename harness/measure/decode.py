@@ -8,7 +8,7 @@ context (variants.state_bytes). Accuracy: the S outputs of the first (untimed) g
 exact causal attention over the whole prefix (rows N .. N+S-1; the variant's own pattern with
 accuracy_reference "pattern"), and the last timed generation's against the same reference (a state that
 decays between generations is an error row). Decoding is inference: forward only, under no_grad, always causal.
-The stages are harness.measure.phase's; this module supplies the decode cell's part of them.
+The stages are harness.measure.phase's; this module supplies the decode cell's part of them (harness.measure.kind).
 """
 
 from __future__ import annotations
@@ -18,18 +18,13 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from harness.measure.flops import attention_flops, flops_fields
-from harness.measure.phase import Checked, Phase, TimedStep
+from harness.measure.flops import Flops, attention_flops, flops_fields
+from harness.measure.kind import Checked, Phase, Prepared, TimedStep
 from harness.measure.reference import nonfinite, output_errors
 from harness.measure.settings import MeasureSettings
 from harness.measure.timer import Stopwatch
 from harness.schema import Cell
 from variants import live_state_bytes, reference_attention
-
-
-def decode_inputs_extra(cell: Cell, settings: MeasureSettings) -> int:
-    """Positions a cell's inputs need beyond N: the generated tokens of a decode cell, else none."""
-    return settings.decode_steps if cell.phase == "decode" else 0
 
 
 def full_mask(kv_mask: Tensor | None, steps: int) -> Tensor | None:
@@ -40,7 +35,7 @@ def full_mask(kv_mask: Tensor | None, steps: int) -> Tensor | None:
 
 
 class DecodePhase(Phase):
-    """The decode cell's part of the measurement path (harness.measure.phase). q: (B, H, N + S, D); k, v:
+    """The decode cell's part of the measurement path (harness.measure.kind). q: (B, H, N + S, D); k, v:
     (B, H_kv, N + S, D); the first N positions are the context."""
 
     prepare_stage = "init_state"
@@ -79,14 +74,10 @@ class DecodePhase(Phase):
                 outs.append(out_t)
         return outs
 
-    def prepare(self) -> dict[str, Any]:
+    def prepare(self) -> Prepared:
         with Stopwatch(self.device) as watch:
             state = self._prepared = self.fresh_state()
-        return {
-            "setup_s": watch.seconds,
-            "state_bytes": int(self.attn.state_bytes(state)),
-            "state_live_bytes": int(live_state_bytes(state)),
-        }
+        return Prepared(watch.seconds, int(self.attn.state_bytes(state)), int(live_state_bytes(state)))
 
     def check(self) -> Checked:
         state, self._prepared = self._prepared, None
@@ -112,7 +103,7 @@ class DecodePhase(Phase):
         bad = nonfinite(out)
         return ({}, bad) if bad else (output_errors(out.double(), self.reference), None)
 
-    def flops(self, latency_s: float) -> dict[str, Any]:
+    def flops(self, latency_s: float) -> Flops:
         """Per generated token: step t attends to the context and the t + 1 tokens generated so far."""
         N, S = self.N, self.S
         per_step = [

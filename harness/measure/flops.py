@@ -8,9 +8,19 @@ and the algorithm's useful work (`useful_flops`; a band's visible pairs, where a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from variants import count_flops, train_flops
+
+
+@dataclass(frozen=True)
+class Flops:
+    """The FLOPs of one timed call and its TFLOP/s (row fields)."""
+
+    flops: int  # what the backend executes (masked work it does not skip included)
+    useful_flops: int  # the algorithm's useful work
+    tflops: float | None  # flops / latency / 1e12; None when the latency is not positive
 
 
 def attention_flops(
@@ -39,7 +49,7 @@ def flops_fields(
     training: bool,
     linear_flops: int = 0,
     useful_attention_flops: int | None = None,
-) -> dict[str, Any]:
+) -> Flops:
     """flops, useful_flops and tflops of one timed call of `latency_s` seconds.
 
     Args: attention_flops, the variant's executed forward FLOPs for the call; useful_attention_flops, its useful ones
@@ -54,4 +64,4 @@ def flops_fields(
 
     flops = total(attention_flops)
     useful = total(attention_flops if useful_attention_flops is None else useful_attention_flops)
-    return {"flops": flops, "useful_flops": useful, "tflops": flops / latency_s / 1e12 if latency_s > 0 else None}
+    return Flops(flops, useful, flops / latency_s / 1e12 if latency_s > 0 else None)

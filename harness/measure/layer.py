@@ -19,13 +19,13 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from harness.measure.accuracy import check_output
-from harness.measure.flops import attention_flops, flops_fields
+from harness.measure.flops import Flops, attention_flops, flops_fields
 from harness.measure.layer_accuracy import layer_accuracy
-from harness.measure.phase import Checked, Phase, TimedStep
+from harness.measure.kind import Checked, Phase, Prepared, TimedStep
 from harness.measure.reference import nonfinite
 from harness.measure.settings import MeasureSettings
 from harness.measure.timer import Stopwatch
-from harness.measure.tricks import autocast, recomputed
+from harness.measure.prefill import autocast, recomputed
 from harness.schema import Cell
 
 MLP_RATIO = 2.7  # SwiGLU hidden width / model width (LLaMA's 8/3, rounded up)
@@ -39,7 +39,7 @@ def mlp_width(E: int) -> int:
 class Block(nn.Module):
     """A pre-norm transformer block (RMSNorm, GQA projections, the variant, SwiGLU MLP, residuals).
 
-    recompute (Cell.recompute, harness.measure.tricks): "attention" checkpoints the variant's call, "layer" the whole
+    recompute (Cell.recompute, harness.measure.prefill): "attention" checkpoints the variant's call, "layer" the whole
     block, so the backward recomputes their forward instead of keeping its activations.
     """
 
@@ -136,7 +136,7 @@ def build_stack(attn: nn.Module, cell: Cell, dtype: torch.dtype, device: torch.d
 
 
 class LayerPhase(Phase):
-    """The layer cell's part of the measurement path (harness.measure.phase); x is q (B, H, N, D) as (B, N, H * D).
+    """The layer cell's part of the measurement path (harness.measure.kind); x is q (B, H, N, D) as (B, N, H * D).
     A timed call's output is not scored again (the stack's float64 reference is the costly part of its check)."""
 
     prepare_stage = "build"
@@ -157,9 +157,9 @@ class LayerPhase(Phase):
         self.stack: Stack | None = None
         self._step: Callable[[], Any] | None = None
 
-    def prepare(self) -> dict[str, Any]:
+    def prepare(self) -> Prepared:
         self.stack = build_stack(self.attn, self.cell, self.q.dtype, self.device).train(self.training)
-        return {}
+        return Prepared()
 
     def check(self) -> Checked:
         cell, x = self.cell, self.x
@@ -180,7 +180,7 @@ class LayerPhase(Phase):
     def timed_step(self) -> TimedStep:
         return TimedStep(self.ready())
 
-    def flops(self, latency_s: float) -> dict[str, Any]:
+    def flops(self, latency_s: float) -> Flops:
         cell, attn = self.cell, self.attn
         attention, useful = attention_flops(attn, cell, backend=attn.resolve_backend(self.q, training=self.training))
         return flops_fields(

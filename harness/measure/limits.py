@@ -23,7 +23,7 @@ from harness.env import cpu_name
 from harness.measure.noise import HIGH_LOAD_PER_CPU, larger, load_per_cpu
 from harness.measure.settings import DTYPES
 from harness.measure.timer import StepTimer, Stopwatch
-from harness.measure.tricks import AUTOCAST_DTYPES
+from harness.measure.prefill import AUTOCAST_DTYPES
 
 CACHE_FILE = "limits.json"
 CACHE_MAX_AGE_S = 24 * 3600

@@ -36,6 +36,16 @@ class PeakMemory:
     op_names: frozenset[str] | None = None  # the ops the call ran, where a profiler counted the memory (CPU)
 
 
+@dataclass(frozen=True)
+class Memory:
+    """The memory stage's row fields: one call's peak memory and the kernels it ran."""
+
+    peak_memory_bytes: int  # beyond what was allocated before the call
+    memory_method: str  # PeakMemory.method
+    sdpa_kernel: str | None  # flash, efficient, cudnn or math; None when no SDPA op ran
+    xformers_op: str | None  # the operator xformers' dispatch ran; None when it ran none
+
+
 def measure_peak_memory(fn: Callable[[], Any], device: torch.device | str) -> PeakMemory:
     """Run fn() once and return its peak allocation beyond the memory live before the call."""
     device = torch.device(device)
@@ -129,18 +139,18 @@ def xformers_op(op_names: Iterable[str]) -> str | None:
     return "+".join(found) if found else None
 
 
-def memory_and_kernel(ready: Callable[[], Callable[[], Any]], device: torch.device) -> dict[str, Any]:
-    """peak_memory_bytes, memory_method, sdpa_kernel and xformers_op of one call of the step `ready()` returns.
+def memory_and_kernel(ready: Callable[[], Callable[[], Any]], device: torch.device) -> Memory:
+    """The peak memory and the kernels of one call of the step `ready()` returns.
 
     `ready` makes the step ready to call once, untimed and before the memory is counted (a decode cell
     builds a fresh state in it); it is called again when the memory measurement saw no op names (CUDA)
     and the kernel needs a profiled call of its own.
     """
     peak = measure_peak_memory(ready(), device)
-    fields, ops = {"peak_memory_bytes": peak.bytes, "memory_method": peak.method}, peak.op_names
+    peak_bytes, method, ops = peak.bytes, peak.method, peak.op_names
     del peak  # its result (the call's output) is freed before another call
     ops = ops if ops is not None else profiled_ops(ready())
-    return {**fields, "sdpa_kernel": sdpa_kernel(ops), "xformers_op": xformers_op(ops)}
+    return Memory(peak_bytes, method, sdpa_kernel(ops), xformers_op(ops))
 
 
 def profiled_ops(step: Callable[[], Any]) -> set[str]:

@@ -1,16 +1,14 @@
-"""Load and noise: the machine's load per usable CPU around a cell, and whether its timing can be trusted."""
+"""Load: the machine's load per usable CPU around a cell, and the thresholds from which its timing follows the
+machine, not the code (the noisy flag a row gets from them: harness.measure.roofline.noise_fields)."""
 
 from __future__ import annotations
 
 import os
 import time
-from typing import Any
 
 import torch
 
 HIGH_LOAD_PER_CPU = 0.6  # other processes' load per usable CPU from which timings follow the machine, not the code
-WIDE_INTERVAL = 1.3  # speedup_high / speedup_low beyond this: the pairs disagree
-WIDE_SPREAD = 1.3  # p80 / p20 of the variant's timed blocks beyond this: the repeated blocks disagree
 NOISY_SHARE = 0.1  # a run with at least this share of noisy rows is called noisy as a whole (fewer: only those cells)
 RETIME_SPREAD = 1.6  # blocks disagreeing this badly are timed once more (the second timing is kept)
 
@@ -75,25 +73,3 @@ def larger(a: float | None, b: float | None) -> float | None:
     """The larger of two loads, ignoring a missing one."""
     known = [x for x in (a, b) if x is not None]
     return max(known) if known else None
-
-
-def noise_fields(fields: dict[str, Any], load: float | None) -> dict[str, Any]:
-    """noisy and noise_reason for a timed row's fields (latency_p20_s/p80_s, speedup_low/high) and its load.
-
-    A row that was not timed (no latency_s) gets noisy None; a note already in noise_reason (e.g. why
-    there is no paired speed-up) is kept after the reasons.
-    """
-    if fields.get("latency_s") is None:
-        return {"noisy": None}
-    reasons = []
-    if load is not None and load >= HIGH_LOAD_PER_CPU:
-        reasons.append(f"load {load:.2f} per CPU >= {HIGH_LOAD_PER_CPU}")
-    low, high = fields.get("speedup_low"), fields.get("speedup_high")
-    if low and high and high / low > WIDE_INTERVAL:
-        reasons.append(f"speed-up interval wide ({low:.3g}-{high:.3g})")
-    p20, p80 = fields.get("latency_p20_s"), fields.get("latency_p80_s")
-    if p20 and p80 and p80 / p20 > WIDE_SPREAD:
-        reasons.append(f"timed blocks spread p80/p20 {p80 / p20:.2f}")
-    note = fields.get("noise_reason")
-    text = "; ".join(reasons + ([note] if note else []))
-    return {"noisy": bool(reasons), "noise_reason": text or None}

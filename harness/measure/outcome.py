@@ -1,13 +1,5 @@
-"""What becomes of a cell: its named stages and the fields of those that finished, the status and reason of an
-exception, the per-cell deadline, clean-up.
-
-Stages: Named stages of a cell, and the fields of the ones that finished.
-
-stage(name) runs a block as a named stage: an exception inside it is re-raised as StageFailed, so the
-row's reason says during which stage the cell failed. Each stage returns its row fields (a dict, or an
-object holding one); the cell's orchestration hands them to a StageRecorder as each stage finishes, so a
-cell that fails later still reports what its earlier stages measured (backend, errors, memory). Nothing
-is written into a caller's dict and nothing is hung on an exception.
+"""What becomes of a failure: the status and reason of an exception a cell raised, the per-cell deadline (and the fit's
+limit within it), clean-up after a failure. The speed-up's baseline is judged by the same rules (harness.measure.speedup).
 """
 
 from __future__ import annotations
@@ -16,15 +8,11 @@ import contextlib
 import gc
 import signal
 import threading
-from datetime import datetime, timezone
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator
 
 import torch
 
-from harness.measure.settings import RunInfo
 from harness.measure.timer import Stopwatch
-from harness.row import Row
-from harness.schema import Cell
 from variants import NotSupportedError
 
 
@@ -34,28 +22,6 @@ class CellTimeout(Exception):
 
 class FitTimeout(Exception):
     """A cell's error-budget search or calibration ran past its own limit (fit_timeout_s): no verdict on the variant."""
-
-
-def now() -> str:
-    """The current time as ISO text (UTC, seconds): a row's started_at."""
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def base_row(cell: Cell, run: RunInfo) -> Row:
-    """A row with the cell's and the run's identity filled in and every measurement None."""
-    return Row.for_cell(
-        cell,
-        run_id=run.run_id,
-        device_name=run.device_name,
-        host=run.host,
-        threads=run.threads,
-        accuracy_reference=run.accuracy_reference,
-    )
-
-
-def outcome_row(cell: Cell, run: RunInfo, status: str, reason: str | None) -> dict[str, Any]:
-    """The row (as a dict) of a cell that was not measured, e.g. OOM at a shorter N: status and reason only."""
-    return base_row(cell, run).update(status=status, reason=reason, started_at=now(), wall_s=0.0).to_dict()
 
 
 def classify_exception(exc: BaseException, timeout_s: float | None = None) -> tuple[str, str]:
@@ -162,72 +128,3 @@ def deadline(seconds: float | None, fit_seconds: float | None = None) -> Iterato
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-
-
-_SIGINT = {"installed": False, "pressed": False}  # whether this process's Ctrl-C is being watched, and was pressed
-
-
-@contextlib.contextmanager
-def user_interrupts() -> Iterator[None]:
-    """Watch for the user's Ctrl-C (SIGINT) while a cell runs, so a KeyboardInterrupt a variant raises itself can be
-    told apart (harness.measure.outcome.by_user) and become an error row. Main thread only; elsewhere every
-    KeyboardInterrupt counts as the user's."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        yield
-        return
-
-    def pressed(signum: int, frame: Any) -> None:
-        _SIGINT["pressed"] = True
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGINT, pressed)
-    _SIGINT.update(installed=True, pressed=False)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        _SIGINT["installed"] = False
-
-
-def by_user(exc: BaseException) -> bool:
-    """True for a KeyboardInterrupt that comes from the user's Ctrl-C (or cannot be told apart: no watch installed)."""
-    return isinstance(exc, KeyboardInterrupt) and (_SIGINT["pressed"] or not _SIGINT["installed"])
-
-
-class StageFailed(Exception):
-    """An exception raised inside a named stage of a cell (the stage goes into the reason)."""
-
-    def __init__(self, stage: str, error: BaseException):
-        super().__init__(stage)
-        self.stage, self.error = stage, error
-
-
-@contextlib.contextmanager
-def stage(name: str) -> Iterator[None]:
-    """Run a block as stage `name`: any failure but the user's Ctrl-C is re-raised as StageFailed(name, error)."""
-    try:
-        yield
-    except BaseException as exc:  # noqa: BLE001 - every failure becomes a row
-        if by_user(exc):  # Ctrl-C stops the sweep; a SystemExit or KeyboardInterrupt raised by a variant is a row
-            raise
-        raise StageFailed(name, exc) from exc
-
-
-class StageRecorder:
-    """The row fields a cell's stages returned, kept as each finishes: what its row has whether or not a later stage fails."""
-
-    def __init__(self) -> None:
-        self._fields: dict[str, Any] = {}
-
-    def record(self, fields: Mapping[str, Any]) -> None:
-        """Keep a stage's fields (a field a later stage returns again takes the later value)."""
-        self._fields.update(fields)
-
-    @property
-    def fields(self) -> dict[str, Any]:
-        """A copy of every field recorded so far."""
-        return dict(self._fields)
-
-    def outcome(self, status: str, reason: str | None = None, **fields: Any) -> dict[str, Any]:
-        """The cell's measured fields: those recorded, then the last stage's `fields`, its status and reason."""
-        return {**self._fields, **fields, "status": status, "reason": reason}

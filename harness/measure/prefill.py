@@ -1,34 +1,47 @@
-"""A prefill cell at the attention scope: one call of the variant on N queries against M keys, timed paired with dense.
+"""A prefill cell: one call of the variant on N queries against M keys, timed paired with dense; and the memory tricks
+of a prefill train cell, at the attention scope (here) or around a layer cell's blocks (harness.measure.layer).
 
 The checked call scores sampled rows against the float64 reference (gradients of q, k, v in train mode) and is the
 timer's first estimate; the timed step is built on AttentionVariant.prepare_call, so the variant's checks and its
-backend resolution run before timing, never inside a timed call; the memory tricks wrap it (harness.measure.tricks);
-the baseline (dense, backend auto) gets the same inputs, padding mask and tricks (harness.measure.speedup); the last
-timed call's output is scored against the checked call's reference.
+backend resolution run before timing, never inside a timed call; the memory tricks wrap it; the baseline (dense,
+backend auto) gets the same inputs, padding mask and tricks (harness.measure.speedup); the last timed call's output is
+scored against the checked call's reference.
+
+The tricks (train cells only: harness.schema.tricks_reason, for planning and refusal alike). recompute (Cell.recompute):
+"attention" runs the attention call under torch.utils.checkpoint (non-reentrant), so its backward recomputes the
+call's forward instead of keeping what it saved; "layer" does so for the whole transformer block
+(harness.measure.layer.Block). A variant that already recomputes inside its own backward (chunked) is checkpointed
+like any other: the trick is around the call, never inside it, so nothing is counted twice. precision
+(Cell.precision): "autocast-bf16" / "autocast-fp16" run the forward under torch.autocast on the cell's device, over
+float32 inputs and parameters, and the backward outside it (as torch's AMP recipe does); the gradients are float32,
+ready for the optimizer. fp16 training also needs a GradScaler: its step (scaling the loss, unscaling and checking the
+gradients) is excluded from the timed call, which is forward + backward only. FLOPs stay the model's
+(harness.measure.flops): a recompute's extra forward is not counted, so its cost shows as a lower TFLOP/s.
 """
 
 from __future__ import annotations
 
+import contextlib
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from harness.measure.accuracy import Accuracy, check_accuracy, check_output, score_output
 from harness.measure.context import MeasureContext
-from harness.measure.flops import attention_flops, flops_fields
-from harness.measure.phase import Checked, Phase, TimedStep
+from harness.measure.flops import Flops, attention_flops, flops_fields
+from harness.measure.kind import Checked, Phase, Prepared, TimedStep
 from harness.measure.reference import nonfinite
 from harness.measure.settings import MeasureSettings
 from harness.measure.speedup import baseline_for
 from harness.measure.timer import Stopwatch
-from harness.measure.tricks import tricked
 from harness.schema import Cell
 
 
 class PrefillPhase(Phase):
-    """The prefill cell's part of the measurement path (harness.measure.phase)."""
+    """The prefill cell's part of the measurement path (harness.measure.kind)."""
 
     def __init__(
         self,
@@ -48,8 +61,8 @@ class PrefillPhase(Phase):
         self.accuracy: Accuracy | None = None
         self._step: Callable[[], Any] | None = None
 
-    def prepare(self) -> dict[str, Any]:
-        return {"setup_s": _prepare(self.attn, self.q, self.k, self.v, self.cell, self.training, self.kv_mask)}
+    def prepare(self) -> Prepared:
+        return Prepared(setup_s=_prepare(self.attn, self.q, self.k, self.v, self.cell, self.training, self.kv_mask))
 
     def check(self) -> Checked:
         self.accuracy = check_accuracy(
@@ -85,7 +98,7 @@ class PrefillPhase(Phase):
         bad = nonfinite(output)
         return ({}, bad) if bad else (score_output(self.accuracy, output), None)
 
-    def flops(self, latency_s: float) -> dict[str, Any]:
+    def flops(self, latency_s: float) -> Flops:
         backend = self.attn.resolve_backend(self.q, training=self.training)
         executed, useful = attention_flops(self.attn, self.cell, backend=backend)
         return flops_fields(executed, latency_s, training=self.training, useful_attention_flops=useful)
@@ -104,7 +117,7 @@ def timed_call(
 ) -> Callable[[], Any]:
     """The timed call: forward under no_grad (returns the output), or forward + backward w.r.t. q, k, v and parameters
     (returns the output and the gradients); `wrap` puts the call under the cell's memory tricks
-    (harness.measure.tricks.tricked).
+    (tricked).
 
     The variant's checks and its backend resolution run here, once (AttentionVariant.prepare_call; a refusal raises
     NotSupportedError), never inside the timed call.
@@ -141,3 +154,47 @@ def _prepare(
     with Stopwatch(q.device) as watch:
         spent = prepare(q, k, v, causal=cell.causal, kv_mask=kv_mask, training=training)
     return float(spent) if spent is not None else watch.seconds
+
+
+Call = Callable[[Tensor, Tensor, Tensor], Tensor]
+AUTOCAST_DTYPES = {"autocast-bf16": torch.bfloat16, "autocast-fp16": torch.float16}  # Cell.precision -> autocast dtype
+
+
+def autocast(cell: Cell, device: torch.device) -> Callable[[], ContextManager[Any]]:
+    """A factory of the cell's precision context: torch.autocast to its dtype on `device`, or nothing for fp32."""
+    dtype = AUTOCAST_DTYPES.get(cell.precision)
+    if dtype is None:
+        return contextlib.nullcontext
+    return lambda: torch.autocast(device.type, dtype=dtype)
+
+
+def recomputed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """fn, its activations recomputed in the backward pass (non-reentrant checkpoint) where autograd records it."""
+
+    def call(*args: Any) -> Tensor:
+        if not torch.is_grad_enabled():  # nothing would be kept for a backward: nothing to recompute
+            return fn(*args)
+        return checkpoint(fn, *args, use_reentrant=False)
+
+    return call
+
+
+def tricked(cell: Cell, device: torch.device) -> Callable[[Call], Call]:
+    """call(q, k, v) -> the same call under the cell's precision and attention recompute (the attention scope).
+
+    Under autocast the output comes back in the inputs' dtype (float32), as the variant contract and the float32
+    gradient the cell feeds it expect; that cast is one pass over the output, inside the timed call.
+    """
+    precision = autocast(cell, device)
+    plain = cell.precision not in AUTOCAST_DTYPES
+
+    def wrap(call: Call) -> Call:
+        def autocast_call(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+            with precision():
+                out = call(q, k, v)
+            return out.to(q.dtype)
+
+        inner = call if plain else autocast_call
+        return recomputed(inner) if cell.recompute == "attention" else inner
+
+    return wrap

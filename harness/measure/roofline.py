@@ -1,12 +1,16 @@
-"""A row held against the machine's measured limits (harness.measure.limits): % of compute peak, % of bandwidth, and
-the `impossible` flag of a number above either.
+"""A finished row judged (`judged`): held against the machine's measured limits (harness.measure.limits), and its timing
+against its noise.
 
+The limits (an ok row): % of compute peak, % of bandwidth, and the `impossible` flag of a number above either.
 pct_of_compute_peak: the FLOPs the backend executes (AttentionVariant.executed_flops, train and layer factors as for
 `flops`) per second over the measured matmul peak. pct_of_bandwidth: the bytes the call must move at least (inputs,
 output and, for decode, the state read once per token; train also reads the output gradient and writes the input
 gradients) per second over the measured copy bandwidth. A lower bound on the work is what makes `impossible` sound:
 above IMPOSSIBLE_ABOVE_PCT of either limit no correct kernel runs. Bandwidth is only held to the limit when the
 bytes do not fit in the last-level cache (a cached working set legitimately moves faster than DRAM copies).
+
+The noise (a timed row): `noisy` with its reason when the machine was loaded around the cell (harness.measure.noise),
+the paired speed-up's interval is wide or the repeated blocks disagree.
 """
 
 from __future__ import annotations
@@ -14,13 +18,24 @@ from __future__ import annotations
 from typing import Any
 
 from harness.measure.noise import HIGH_LOAD_PER_CPU
-from harness.measure.tricks import AUTOCAST_DTYPES
+from harness.measure.prefill import AUTOCAST_DTYPES
 from harness.schema import Cell
 
 # Tolerance above 100%: the limits are the best of a short measurement on a machine that may be shared.
 IMPOSSIBLE_ABOVE_PCT = 110.0
 
+WIDE_INTERVAL = 1.3  # speedup_high / speedup_low beyond this: the pairs disagree
+WIDE_SPREAD = 1.3  # p80 / p20 of the variant's timed blocks beyond this: the repeated blocks disagree
+
 _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def judged(cell: Cell, row: dict[str, Any], limits: dict[str, Any] | None, load: float | None) -> dict[str, Any]:
+    """The fields a finished row (`row`, as Row.to_dict gives it) gets from being judged: an ok row's against the
+    machine's `limits` (roofline_fields), every row's noisy and noise_reason for its `load` (noise_fields)."""
+    ok = row["status"] == "ok"
+    roofline = roofline_fields(cell, row, limits, precision_dtype=compute_dtype(cell)) if ok else {}
+    return {**roofline, **noise_fields(row, load)}
 
 
 def compute_dtype(cell: Cell) -> str:
@@ -85,3 +100,25 @@ def roofline_fields(
             "timer error; if the machine was busy when its limits were measured, rerun with --remeasure-limits"
         )
     return fields
+
+
+def noise_fields(fields: dict[str, Any], load: float | None) -> dict[str, Any]:
+    """noisy and noise_reason for a timed row's fields (latency_p20_s/p80_s, speedup_low/high) and its load.
+
+    A row that was not timed (no latency_s) gets noisy None; a note already in noise_reason (e.g. why
+    there is no paired speed-up) is kept after the reasons.
+    """
+    if fields.get("latency_s") is None:
+        return {"noisy": None}
+    reasons = []
+    if load is not None and load >= HIGH_LOAD_PER_CPU:
+        reasons.append(f"load {load:.2f} per CPU >= {HIGH_LOAD_PER_CPU}")
+    low, high = fields.get("speedup_low"), fields.get("speedup_high")
+    if low and high and high / low > WIDE_INTERVAL:
+        reasons.append(f"speed-up interval wide ({low:.3g}-{high:.3g})")
+    p20, p80 = fields.get("latency_p20_s"), fields.get("latency_p80_s")
+    if p20 and p80 and p80 / p20 > WIDE_SPREAD:
+        reasons.append(f"timed blocks spread p80/p20 {p80 / p20:.2f}")
+    note = fields.get("noise_reason")
+    text = "; ".join(reasons + ([note] if note else []))
+    return {"noisy": bool(reasons), "noise_reason": text or None}

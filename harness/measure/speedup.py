@@ -54,6 +54,27 @@ class Baseline:
     known_call_s: dict[tuple, float] = dataclasses.field(default_factory=dict)
 
 
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """The timing stage's row fields (None where not measured: a speed-up without a baseline, CPU time on CUDA)."""
+
+    latency_s: float  # median seconds per call (per generated token for decode)
+    latency_p20_s: float
+    latency_p80_s: float
+    repeats: int
+    speedup: float | None = None  # median over the pairs of baseline / variant seconds
+    speedup_low: float | None = None  # its 95% bootstrap interval
+    speedup_high: float | None = None
+    baseline_latency_s: float | None = None
+    noise_reason: str | None = None  # why no paired speed-up, or that the blocks were re-timed
+    cpu_latency_s: float | None = None  # the second clock (CPU time of the timing thread), on CPU
+    cpu_speedup: float | None = None
+    cpu_speedup_low: float | None = None
+    cpu_speedup_high: float | None = None
+    cpu_share: float | None = None
+    contended: bool | None = None
+
+
 def baseline_for(
     cell: Cell,
     q: torch.Tensor,
@@ -110,7 +131,7 @@ def timed_fields(
     timer: BlockTimer | None = None,
     setup: Callable[[], Any] | None = None,
     per: int = 1,
-) -> dict[str, Any]:
+) -> Timing:
     """latency_s/p20/p80, repeats and (paired) speedup, speedup_low/high, baseline_latency_s, noise_reason of one cell;
     on CPU also the second clock's cpu_latency_s, cpu_speedup (low, high), cpu_share and contended
     (harness.measure.contention).
@@ -125,7 +146,7 @@ def timed_fields(
     clock = StepTimer(device)
     if baseline.step is not None:
         try:
-            return _paired(step, baseline, settings, timer or clock.block, first_call_s=first_call_s)
+            return Timing(**_paired(step, baseline, settings, timer or clock.block, first_call_s=first_call_s))
         except BaselineFailed as exc:
             status, reason = classify_exception(exc.__cause__ or exc, settings.cell_timeout_s)
             note = f"no paired speed-up: baseline {BASELINE} {status}: {reason}"
@@ -139,7 +160,7 @@ def timed_fields(
         baseline.step is None and baseline.note is None and baseline.cache_key
     ):  # the baseline's own cell: its warm call time
         baseline.known_call_s[baseline.cache_key] = fields["latency_s"]
-    return fields
+    return Timing(**fields)
 
 
 def _paired(

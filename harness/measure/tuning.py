@@ -226,7 +226,10 @@ def score_value(
     if attn.capabilities.learnable:
         attn, fitted = calibrated(attn, candidate, inputs, settings, context, device)
         if fits is not None:
-            fits[value] = {k: fitted[k] for k in ("calibration_train_error", "calibration_heldout_error")}
+            fits[value] = {
+                "calibration_train_error": fitted.calibration_train_error,
+                "calibration_heldout_error": fitted.calibration_heldout_error,
+            }
     attn = attn.to(dtype=DTYPES[cell.dtype]).eval()
     worst = 0.0
     for q, k, v, kv_mask, seed in batches:

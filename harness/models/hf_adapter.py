@@ -6,14 +6,19 @@
 transformers calls ``fn(module, query (B, H, N, D), key (B, H_kv, M, D), value, attention_mask, scaling=,
 dropout=, **kwargs)`` and wants ``(out (B, N, H, D), None)``. The mapping onto the variant contract:
 - causality: the call's ``is_causal`` if given, else ``module.is_causal`` (True for decoders, False for BERT);
+- a KV cache (``generate``, ``past_key_values``): the N new queries over the M cached keys are the contract's causal
+  query offset (the last N positions, bottom-right), run by every variant that declares ``causal_offset``;
 - padding: the registered mask function hands over the 2-D key padding mask (B, M) as ``kv_mask``, or None;
+- the model's own sliding window (a layer's ``sliding_window`` narrower than its keys: Mistral, Qwen2's sliding
+  layers): the layer runs ``variant.windowed(window)``, the variant restricted to that causal window exactly (dense:
+  sliding_window's band; sliding_window: the narrower band), over transformers' sliding-window cache as well;
 - GQA: k, v keep their H_kv heads (repeated only for a variant that declares ``gqa=False``);
 - scaling: a ``scaling`` other than 1/sqrt(D) multiplies q by scaling * sqrt(D) first, so softmax(q' k^T / sqrt(D))
   is the model's softmax(q k^T * scaling): exact for every variant whose scores are q . k (all built-ins); a
   variant that fits features of q is calibrated on the same pre-scaled q (``capture_qkv`` records it).
 Refused with ``NotSupportedError`` naming the model feature (never computed differently): logit softcapping, a
-sliding window narrower than the keys, a query offset into a KV cache (decoding with past_key_values), attention
-dropout while training, sinks or a position bias, a prepared 4-D mask, any mask pattern other than causal or
+sliding window narrower than the keys for a variant whose ``windowed`` gives None, a cache whose keys do not end at the last query (a static cache's unwritten
+slots, a sliding-window cache's dropped ones), attention dropout while training, sinks or a position bias, a prepared 4-D mask, any mask pattern other than causal or
 bidirectional plus padding (packed sequences, chunked layers, overlays), and everything the variant itself refuses.
 
 Per-layer variants (fitted per layer) and recording q, k, v go through attributes of each attention module,
@@ -37,6 +42,7 @@ PREFIX = "attnsuite_"  # every implementation name this module registers starts 
 INSTALL_HINT = "pip install 'attnsuite[hf]'"
 LAYER_VARIANT = "_attnsuite_variant"  # attribute of an attention module: the variant of that layer
 LAYER_RECORD = "_attnsuite_record"  # attribute of an attention module: a list that receives (q, k, v)
+LAYER_WINDOWED = "_attnsuite_windowed"  # attribute of an attention module: (variant, window, its windowed variant)
 _SHARED: dict[str, AttentionVariant] = {}  # implementation name -> the variant used where a layer sets none
 
 
@@ -113,20 +119,8 @@ def model_feature_reasons(
 ) -> list[str]:
     """Every feature of this transformers call the variant contract cannot express ([] if none)."""
     reasons = []
-    N, M = query.shape[2], key.shape[2]
     if kwargs.get("softcap") is not None:
         reasons.append(f"the model's attention logit softcapping (softcap={kwargs['softcap']}) is not in the contract")
-    window = kwargs.get("sliding_window")
-    if window is not None and int(window) < M:
-        reasons.append(
-            f"the model's own sliding-window layer (sliding_window={window} < {M} keys) would be replaced by "
-            "full attention; evaluate at seq_len <= the model's window, or a model without sliding layers"
-        )
-    if N != M:
-        reasons.append(
-            f"a query offset into a KV cache ({N} queries over {M} keys: decoding with past_key_values); "
-            "run full sequences with use_cache=False"
-        )
     if dropout and module.training:
         reasons.append(f"attention dropout while training (dropout={dropout}); call model.eval() or set it to 0")
     for name, feature in (("s_aux", "attention sinks"), ("position_bias", "an additive position bias")):
@@ -158,6 +152,8 @@ def _attention_function(name: str):
         variant = module.__dict__.get(LAYER_VARIANT)
         variant = _SHARED[name] if variant is None else variant
         reasons = model_feature_reasons(module, query, key, value, attention_mask, dropout=dropout, kwargs=kwargs)
+        variant, window_reasons = _windowed_variant(module, variant, kwargs.get("sliding_window"), key.shape[2])
+        reasons += window_reasons
         if reasons:
             raise NotSupportedError(variant.name, reasons)
         causal = bool(is_causal) if is_causal is not None else bool(getattr(module, "is_causal", True))
@@ -177,6 +173,27 @@ def _attention_function(name: str):
     return attnsuite_attention
 
 
+def _windowed_variant(module: nn.Module, variant: AttentionVariant, window: Any, M: int):
+    """(the variant a layer runs under the model's sliding window, [] or the reason it cannot): the variant itself when
+    the window covers the M keys, else ``variant.windowed(window)``, built once per module, variant and window."""
+    if window is None or int(window) >= M:
+        return variant, []
+    window = int(window)
+    cached = module.__dict__.get(LAYER_WINDOWED)
+    if cached is not None and cached[0] is variant and cached[1] == window:
+        return cached[2], []
+    windowed = variant.windowed(window)
+    if windowed is None:
+        reason = (
+            f"the model's own sliding-window layer (sliding_window={window} < {M} keys): {variant.name} cannot "
+            "restrict itself to it exactly (its windowed() gives None; dense and sliding_window can); evaluate at "
+            "seq_len <= the model's window"
+        )
+        return variant, [reason]
+    module.__dict__[LAYER_WINDOWED] = (variant, window, windowed)  # not a submodule: the state_dict stays the model's
+    return windowed, []
+
+
 def _mask_function(variant_name: str):
     """The mask function: the 2-D key padding mask (B, M), True = real token, or None; other patterns refused."""
 
@@ -191,17 +208,21 @@ def _mask_function(variant_name: str):
         device: Any = "cpu",
         **kwargs: Any,
     ) -> Tensor | None:
-        if int(q_offset) or int(kv_offset):
+        q_offset, kv_offset, window = int(q_offset), int(kv_offset), kwargs.get("local_size")
+        # keys dropped in front (kv_offset) only by a sliding-window layer's cache: outside every query's window
+        if q_offset + q_length != kv_offset + kv_length or (kv_offset and window is None):
             raise NotSupportedError(
                 variant_name,
-                f"a query offset into a KV cache (q_offset={int(q_offset)}, kv_offset={int(kv_offset)}: decoding "
-                "with past_key_values); run full sequences with use_cache=False",
+                f"a cache whose {kv_length} keys (from position {kv_offset}) do not end at the last of the {q_length} "
+                f"queries (from position {q_offset}): a static cache's unwritten slots or a sliding-window cache's "
+                "dropped keys; use transformers' DynamicCache (generate's default) or use_cache=False",
             )
-        if mask_function is not None and not _standard_pattern(mask_function, batch_size, q_length, kv_length, device):
+        lengths = (batch_size, q_length, kv_length, q_offset, kv_offset)
+        if mask_function is not None and not _standard_pattern(mask_function, *lengths, window, device):
             raise NotSupportedError(
                 variant_name,
-                "the model's own attention pattern (sliding-window or chunked layers narrower than the sequence, "
-                "packed sequences, or an overlay) is neither causal nor bidirectional",
+                "the model's own attention pattern (chunked layers, packed sequences, or an overlay) is neither "
+                "causal, causal within its sliding window, nor bidirectional",
             )
         if attention_mask is None:
             return None
@@ -211,16 +232,29 @@ def _mask_function(variant_name: str):
     return attnsuite_mask
 
 
-def _standard_pattern(mask_function: Any, batch_size: int, q_length: int, kv_length: int, device: Any) -> bool:
-    """Whether mask_function is the plain causal or bidirectional pattern on this (q_length, kv_length)."""
+def _standard_pattern(
+    mask_function: Any,
+    batch_size: int,
+    q_length: int,
+    kv_length: int,
+    q_offset: int,
+    kv_offset: int,
+    window: Any,
+    device: Any,
+) -> bool:
+    """Whether mask_function is the plain causal or bidirectional pattern, or causal within a sliding `window` (the
+    layer's, enforced by its windowed variant), evaluated at the queries' and keys' positions."""
     from transformers.masking_utils import bidirectional_mask_function, causal_mask_function
 
     if mask_function in (causal_mask_function, bidirectional_mask_function):
         return True
     b_idx = torch.arange(batch_size, device=device)[:, None, None]  # (B, 1, 1)
-    q_idx = torch.arange(q_length, device=device)[None, :, None]  # (1, N, 1)
-    kv_idx = torch.arange(kv_length, device=device)[None, None, :]  # (1, 1, M)
+    q_idx = torch.arange(q_length, device=device)[None, :, None] + q_offset  # (1, N, 1): positions
+    kv_idx = torch.arange(kv_length, device=device)[None, None, :] + kv_offset  # (1, 1, M)
     head = torch.zeros((), dtype=torch.long, device=device)
     pattern = torch.as_tensor(mask_function(b_idx, head, q_idx, kv_idx), device=device)
     pattern = pattern.expand(batch_size, q_length, kv_length)
-    return bool(pattern.all()) or bool((pattern == (kv_idx <= q_idx)).all())
+    causal = kv_idx <= q_idx
+    if window is not None:
+        causal = causal & (kv_idx > q_idx - int(window))
+    return bool(pattern.all()) or bool((pattern == causal).all())

@@ -14,7 +14,7 @@ from harness.report import analysis, choice
 from harness.report.clock import on_clock, run_clock
 from harness.report.lengths import longest_trainable
 from harness.spec import stored_spec_values
-from harness.store import Run, load_run
+from harness.store import COL, Run, load_run
 
 REFERENCES = {  # accuracy_reference -> what the errors are measured against, for captions
     "full": "exact float64 attention",
@@ -59,7 +59,7 @@ class AnalysedRun:
     @property
     def ok(self) -> bool:
         """Whether any cell ran: without one there is no answer, figure or fit."""
-        return bool(len(self.frame) and (self.frame["status"] == "ok").any())
+        return bool(len(self.frame) and (self.frame[COL.status] == "ok").any())
 
     @property
     def errors_against(self) -> str:
@@ -89,7 +89,7 @@ def analyse(run: Run | str | Path, *, budgets: Sequence[float] | None = None, cl
         longest = longest_trainable(frame, memory_budget)
         requested = spec.get("seq_lens")
         if isinstance(requested, list) and all(isinstance(n, int) for n in requested):
-            frame = frame[frame["seq_len"].isin(requested)].reset_index(drop=True)
+            frame = frame[frame[COL.seq_len].isin(requested)].reset_index(drop=True)
     timeout = spec.get("cell_timeout_s")
     return AnalysedRun(
         run=run,
@@ -119,8 +119,8 @@ def _memory_budget(env: dict[str, Any], spec: dict[str, Any]) -> int | None:
 def _reference(frame: pd.DataFrame, spec: dict[str, Any]) -> str:
     """The run's accuracy reference: its rows' (rows from before the field: the spec's, else "full"), filled into the frame."""
     stated = spec.get("accuracy_reference") if spec.get("accuracy_reference") in REFERENCES else "full"
-    if "accuracy_reference" not in frame:
-        frame["accuracy_reference"] = None
-    frame["accuracy_reference"] = [stated if v is None else v for v in frame["accuracy_reference"]]
-    found = sorted(set(frame["accuracy_reference"])) or [stated]
+    if COL.accuracy_reference not in frame:
+        frame[COL.accuracy_reference] = None
+    frame[COL.accuracy_reference] = [stated if v is None else v for v in frame[COL.accuracy_reference]]
+    found = sorted(set(frame[COL.accuracy_reference])) or [stated]
     return found[0] if len(found) == 1 else "pattern"  # a mix: the captions must not claim full attention for every row

@@ -34,6 +34,7 @@ import pandas as pd
 from harness.entries import searched_fields
 from harness.error_metrics import METRIC_NAMES, metric_error
 from harness.schema import BASELINE, NOT_RUN_PREFIX, describe, fields_of
+from harness.store import COL
 
 SETTING_KEYS = fields_of("setting")  # what variants compete in: the Cell fields of role "setting"
 CELL_KEYS = SETTING_KEYS + fields_of("inputs", "length")
@@ -51,7 +52,7 @@ def with_dense_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     for column in ("speedup", "speedup_low", "speedup_high", "noisy", "load_per_cpu"):
         if column not in out:
             out[column] = np.nan
-    paired = pd.to_numeric(out["speedup"], errors="coerce")
+    paired = pd.to_numeric(out[COL.speedup], errors="coerce")
     for column in (
         "dense_latency_s",
         "dense_peak_memory_bytes",
@@ -63,17 +64,17 @@ def with_dense_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     out["dense_status"] = None
     if not len(out):
         return out
-    dense = out[out["variant"] == BASELINE]
+    dense = out[out[COL.variant] == BASELINE]
     exact: dict[tuple, pd.Series] = {}
     loose: dict[tuple, pd.Series] = {}
     status: dict[tuple, str] = {}
     for key, group in dense.groupby(list(CELL_KEYS), dropna=False, sort=False):
-        ok = group[group["status"] == "ok"]
+        ok = group[group[COL.status] == "ok"]
         if len(ok):
             exact[group_key(key)] = _pick_baseline(ok)
         else:
-            status[group_key(key)] = str(group["status"].iloc[0])
-    for key, group in dense[dense["status"] == "ok"].groupby(
+            status[group_key(key)] = str(group[COL.status].iloc[0])
+    for key, group in dense[dense[COL.status] == "ok"].groupby(
         [k for k in CELL_KEYS if k != "inputs"], dropna=False, sort=False
     ):
         loose[group_key(key)] = _pick_baseline(group)
@@ -83,17 +84,17 @@ def with_dense_ratios(frame: pd.DataFrame) -> pd.DataFrame:
         base = exact.get(key)
         if base is None:
             base = loose.get(tuple(_norm(row[k]) for k in CELL_KEYS if k != "inputs"))
-        latencies.append(base["latency_s"] if base is not None else np.nan)
-        memories.append(base["peak_memory_bytes"] if base is not None else np.nan)
+        latencies.append(base[COL.latency_s] if base is not None else np.nan)
+        memories.append(base[COL.peak_memory_bytes] if base is not None else np.nan)
         statuses.append("ok" if base is not None else status.get(key))
     out["dense_latency_s"] = latencies
     out["dense_peak_memory_bytes"] = memories
     out["dense_status"] = statuses
-    ok = out["status"] == "ok"
-    out["dense_latency_ratio"] = np.where(ok, out["dense_latency_s"] / out["latency_s"], np.nan)
+    ok = out[COL.status] == "ok"
+    out["dense_latency_ratio"] = np.where(ok, out["dense_latency_s"] / out[COL.latency_s], np.nan)
     out["dense_speedup"] = np.where(ok & paired.notna(), paired, out["dense_latency_ratio"])
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = out["peak_memory_bytes"] / out["dense_peak_memory_bytes"].where(out["dense_peak_memory_bytes"] > 0)
+        ratio = out[COL.peak_memory_bytes] / out["dense_peak_memory_bytes"].where(out["dense_peak_memory_bytes"] > 0)
     out["memory_ratio"] = np.where(ok, ratio, np.nan)
     return out
 
@@ -101,12 +102,12 @@ def with_dense_ratios(frame: pd.DataFrame) -> pd.DataFrame:
 def _pick_baseline(ok: pd.DataFrame) -> pd.Series:
     auto = ok[auto_backend(ok)]
     pool = auto if len(auto) else ok
-    return pool.sort_values("latency_s", na_position="last").iloc[0]
+    return pool.sort_values(COL.latency_s, na_position="last").iloc[0]
 
 
 def auto_backend(rows: pd.DataFrame) -> np.ndarray:
     """Which rows' config asks for backend "auto" (what a user gets by default; the dense baseline among several)."""
-    return np.array([isinstance(c, dict) and c.get("backend", "auto") == "auto" for c in rows["config"]], dtype=bool)
+    return np.array([isinstance(c, dict) and c.get("backend", "auto") == "auto" for c in rows[COL.config]], dtype=bool)
 
 
 def is_baseline_series(label) -> bool:
@@ -146,9 +147,9 @@ def primary_inputs(frame: pd.DataFrame) -> str | None:
     error budgets, approximate variants often meet a budget on structured inputs only); ties: "gaussian", then by name."""
     if not len(frame):
         return None
-    names = sorted({str(v) for v in frame["inputs"]})
-    ok = frame[frame["status"] == "ok"]
-    counts = {name: ok.loc[ok["inputs"] == name, "series"].nunique() if "series" in ok else 0 for name in names}
+    names = sorted({str(v) for v in frame[COL.inputs]})
+    ok = frame[frame[COL.status] == "ok"]
+    counts = {name: ok.loc[ok[COL.inputs] == name, COL.series].nunique() if COL.series in ok else 0 for name in names}
     return max(names, key=lambda name: (counts[name], name == "gaussian", [-ord(c) for c in name]))
 
 
@@ -184,21 +185,21 @@ def axes_title(setting: dict) -> str:
 
 def searched_extras(r: pd.Series) -> list[str]:
     """The fields a variant's search tries beside its quality knob, where the row's config sets them: ['sinks=4']."""
-    config = r["config"] if isinstance(r["config"], dict) else {}
-    return [f"{f}={config[f]}" for f in searched_fields(str(r["variant"]))[1:] if config.get(f)]
+    config = r[COL.config] if isinstance(r[COL.config], dict) else {}
+    return [f"{f}={config[f]}" for f in searched_fields(str(r[COL.variant]))[1:] if config.get(f)]
 
 
 def not_run_rows(frame: pd.DataFrame) -> pd.Series:
     """Which rows are cells not run because a shorter N of their series failed (their reason says so)."""
-    return frame["reason"].fillna("").astype(str).str.startswith(NOT_RUN_PREFIX)
+    return frame[COL.reason].fillna("").astype(str).str.startswith(NOT_RUN_PREFIX)
 
 
 def possible(frame: pd.DataFrame) -> pd.Series:
     """Rows not flagged impossible (a number above the machine's measured limits: harness.measure.roofline); an
     impossible row is shown, never a winner."""
-    if "impossible" not in frame:
+    if COL.impossible not in frame:
         return pd.Series(True, index=frame.index)
-    return frame["impossible"].isna()
+    return frame[COL.impossible].isna()
 
 
 # ---- error budgets -----------------------------------------------------------------------------------
@@ -215,7 +216,7 @@ def run_budgets(spec: dict) -> tuple[tuple[float, ...], str]:
 def within(frame: pd.DataFrame, budget: float, metric: str) -> pd.Series:
     """True for the rows that are candidates at `budget` (see the module doc); False where the error is missing."""
     error = metric_error(frame, metric)
-    matched = pd.to_numeric(frame["matched_budget"], errors="coerce") if "matched_budget" in frame else np.nan
+    matched = pd.to_numeric(frame[COL.matched_budget], errors="coerce") if COL.matched_budget in frame else np.nan
     tuned_here = np.isclose(matched, budget) if not isinstance(matched, float) else False
     return (error <= budget) | (tuned_here & (error <= budget * (1 + GENERALISATION_MARGIN)))
 

@@ -29,6 +29,7 @@ from harness.report.clock import refusal
 from harness.report.render import finite, format_seconds, format_times
 from harness.schema import BASELINE
 from harness.schema import describe as describe_cell
+from harness.store import COL
 
 NONE_RAN = "none within budget ran"
 
@@ -96,20 +97,20 @@ def answer_tables(
     tables = []
     for setting in analysis.settings(frame):
         rows = analysis.select(frame, setting)
-        for inputs, part in rows.groupby("inputs", sort=True):
-            if not (part["status"] == "ok").any():
+        for inputs, part in rows.groupby(COL.inputs, sort=True):
+            if not (part[COL.status] == "ok").any():
                 continue
-            lengths = tuple(sorted(int(n) for n in set(part["seq_len"])))
-            ok = part[(part["status"] == "ok") & analysis.possible(part)]  # an impossible row is never a winner
+            lengths = tuple(sorted(int(n) for n in set(part[COL.seq_len])))
+            ok = part[(part[COL.status] == "ok") & analysis.possible(part)]  # an impossible row is never a winner
             picks = {}
             for n in lengths:
-                at_n = ok[ok["seq_len"] == n]
-                dense_status = _dense_status(part[part["seq_len"] == n])
+                at_n = ok[ok[COL.seq_len] == n]
+                dense_status = _dense_status(part[part[COL.seq_len] == n])
                 for budget in budgets:
                     candidates = _one_per_config(at_n[analysis.within(at_n, budget, metric)], budget)
                     chosen = _over_budget(pick(candidates, dense_status=dense_status), candidates, budget)
                     if chosen.label is None:
-                        chosen = dataclasses.replace(chosen, why=why_none(part[part["seq_len"] == n], len(at_n)))
+                        chosen = dataclasses.replace(chosen, why=why_none(part[part[COL.seq_len] == n], len(at_n)))
                     picks[(n, budget)] = chosen
             tables.append(
                 AnswerTable(setting, str(inputs), tuple(budgets), metric, lengths, picks, refusal(part, clock))
@@ -125,12 +126,12 @@ def pick(candidates: pd.DataFrame, *, dense_status: str | None = None) -> Pick:
     if any(_finite(r["dense_speedup"]) for r in rows):
         rows.sort(key=lambda r: -r["dense_speedup"] if _finite(r["dense_speedup"]) else math.inf)
     else:
-        rows.sort(key=lambda r: r["latency_s"] if _finite(r["latency_s"]) else math.inf)
+        rows.sort(key=lambda r: r[COL.latency_s] if _finite(r[COL.latency_s]) else math.inf)
         return _pick_of(
             rows[0], tie=rows[1] if len(rows) > 1 and _overlap(rows[0], rows[1]) else None, dense_status=dense_status
         )
-    dense = next((r for r in rows if r["variant"] == BASELINE and r["dense_speedup"] == 1), None)
-    dense = dense if dense is not None else next((r for r in rows if r["variant"] == BASELINE), None)
+    dense = next((r for r in rows if r[COL.variant] == BASELINE and r["dense_speedup"] == 1), None)
+    dense = dense if dense is not None else next((r for r in rows if r[COL.variant] == BASELINE), None)
     faster = [r for r in rows if r is not dense and _beats_dense(r, dense)]
     if faster:
         winner = faster[0]
@@ -145,7 +146,7 @@ def pick(candidates: pd.DataFrame, *, dense_status: str | None = None) -> Pick:
 
 def varying_keys(tables: list[AnswerTable]) -> list[str]:
     """The setting keys (and "inputs") whose value differs between the tables: all a caption needs to name."""
-    keys = list(SETTING_KEYS) + ["inputs"]
+    keys = list(SETTING_KEYS) + [COL.inputs]
     values = [{**t.setting, "inputs": t.inputs} for t in tables]
     return [k for k in keys if len({str(v.get(k)) for v in values}) > 1]
 
@@ -168,11 +169,11 @@ def describe(table: AnswerTable, keys: Sequence[str], *, skip_defaults: bool = F
 def _pick_of(r: pd.Series, *, tie: pd.Series | None = None, dense_status: str | None = None) -> Pick:
     return Pick(
         config_text(r),
-        str(r["variant"]),
+        str(r[COL.variant]),
         float(r["dense_speedup"]),
-        float(r["speedup_low"]),
-        float(r["speedup_high"]),
-        float(r["latency_s"]),
+        float(r[COL.speedup_low]),
+        float(r[COL.speedup_high]),
+        float(r[COL.latency_s]),
         config_text(tie) if tie is not None else None,
         dense_status,
     )
@@ -181,9 +182,9 @@ def _pick_of(r: pd.Series, *, tie: pd.Series | None = None, dense_status: str | 
 def config_text(r: pd.Series) -> str:
     """A row's variant and config as the answer names it, its quality knob named even at its default:
     'sliding_window(window=512)'."""
-    field = knob_field(str(r["variant"]))
+    field = knob_field(str(r[COL.variant]))
     return config_label(
-        str(r["variant"]), r["config"] if isinstance(r["config"], dict) else {}, show=(field,) if field else ()
+        str(r[COL.variant]), r[COL.config] if isinstance(r[COL.config], dict) else {}, show=(field,) if field else ()
     )
 
 
@@ -202,8 +203,8 @@ def _one_per_config(candidates: pd.DataFrame, budget: float) -> pd.DataFrame:
     if not len(candidates):
         return candidates
     matched_here = (
-        pd.to_numeric(candidates["matched_budget"], errors="coerce").eq(budget)
-        if "matched_budget" in candidates
+        pd.to_numeric(candidates[COL.matched_budget], errors="coerce").eq(budget)
+        if COL.matched_budget in candidates
         else False
     )
     order = candidates.assign(_here=matched_here).sort_values("_here", ascending=False, kind="stable")
@@ -217,13 +218,13 @@ def why_none(at_n: pd.DataFrame, ok_candidates: int) -> str | None:
     outside the budget'. None when there is nothing to say."""
     not_run = analysis.not_run_rows(at_n)
     parts = []
-    dense = at_n[at_n["variant"] == BASELINE]
-    if len(dense) and not (dense["status"] == "ok").any():
-        status = str(dense["status"].iloc[0])
+    dense = at_n[at_n[COL.variant] == BASELINE]
+    if len(dense) and not (dense[COL.status] == "ok").any():
+        status = str(dense[COL.status].iloc[0])
         fate = FATES.get(status, status)
         parts.append(f"dense not run ({fate} at a shorter N)" if not_run[dense.index[0]] else f"dense {fate}")
-    others = at_n["variant"] != BASELINE
-    statuses = at_n["status"].astype(str).where(~not_run, "not run")[others & (at_n["status"] != "ok")]
+    others = at_n[COL.variant] != BASELINE
+    statuses = at_n[COL.status].astype(str).where(~not_run, "not run")[others & (at_n[COL.status] != "ok")]
     if len(statuses):
         parts.append(", ".join(f"{int(k)} {s}" for s, k in statuses.value_counts().items()))
     if ok_candidates:
@@ -236,10 +237,10 @@ FATES = {"timeout": "timed out", "oom": "ran out of memory"}  # how a status rea
 
 def _dense_status(at_n: pd.DataFrame) -> str | None:
     """Dense's status at one N where it did not run ok (None when it ran, or was not in the run)."""
-    dense = at_n[at_n["variant"] == BASELINE]
-    if not len(dense) or (dense["status"] == "ok").any():
+    dense = at_n[at_n[COL.variant] == BASELINE]
+    if not len(dense) or (dense[COL.status] == "ok").any():
         return None
-    return str(dense["status"].iloc[0])
+    return str(dense[COL.status].iloc[0])
 
 
 def _finite(x) -> bool:
@@ -248,15 +249,15 @@ def _finite(x) -> bool:
 
 def _interval(r: pd.Series) -> tuple[float, float] | None:
     """A row's paired speed-up interval; the dense baseline's is exactly 1 (it is the reference)."""
-    if _finite(r["speedup_low"]) and _finite(r["speedup_high"]):
-        return float(r["speedup_low"]), float(r["speedup_high"])
-    if r["variant"] == BASELINE and r["dense_speedup"] == 1:
+    if _finite(r[COL.speedup_low]) and _finite(r[COL.speedup_high]):
+        return float(r[COL.speedup_low]), float(r[COL.speedup_high])
+    if r[COL.variant] == BASELINE and r["dense_speedup"] == 1:
         return 1.0, 1.0
     return None
 
 
 def _latency_range(r: pd.Series) -> tuple[float, float] | None:
-    low, high = r.get("latency_p20_s"), r.get("latency_p80_s")
+    low, high = r.get(COL.latency_p20_s), r.get(COL.latency_p80_s)
     return (float(low), float(high)) if _finite(low) and _finite(high) else None
 
 

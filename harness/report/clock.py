@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from harness.spec.sweep_spec import CLOCKS
+from harness.store import COL
 
 MOSTLY_CONTENDED = 0.5  # more than this share of a setting's timed cells contended: no verdict on wall time
 CPU_COLUMNS = {
@@ -37,10 +38,10 @@ def run_clock(spec: dict[str, Any], given: str | None = None) -> str:
 
 def on_clock(frame: pd.DataFrame, clock: str) -> pd.DataFrame:
     """The rows as the clock reads them (see the module doc): unchanged for "wall", a copy for "cpu"."""
-    if clock != "cpu" or "cpu_latency_s" not in frame or not len(frame):
+    if clock != "cpu" or COL.cpu_latency_s not in frame or not len(frame):
         return frame
     out = frame.copy()
-    has = pd.to_numeric(out["cpu_latency_s"], errors="coerce").notna()
+    has = pd.to_numeric(out[COL.cpu_latency_s], errors="coerce").notna()
     for wall, cpu in CPU_COLUMNS.items():
         values = pd.to_numeric(out[cpu], errors="coerce") if cpu in out else float("nan")
         out[wall] = pd.to_numeric(out[wall], errors="coerce").where(~has, values)
@@ -52,10 +53,10 @@ def on_clock(frame: pd.DataFrame, clock: str) -> pd.DataFrame:
 
 def contended_count(rows: pd.DataFrame) -> tuple[int, int]:
     """(contended cells, timed cells whose contention is known) among rows."""
-    if "contended" not in rows or not len(rows):
+    if COL.contended not in rows or not len(rows):
         return 0, 0
-    known = rows["contended"].map(lambda v: isinstance(v, (bool, np.bool_)))  # None / NaN: not timed, or older rows
-    return int(rows.loc[known, "contended"].astype(bool).sum()), int(known.sum())
+    known = rows[COL.contended].map(lambda v: isinstance(v, (bool, np.bool_)))  # None / NaN: not timed, or older rows
+    return int(rows.loc[known, COL.contended].astype(bool).sum()), int(known.sum())
 
 
 def mostly_contended(rows: pd.DataFrame) -> bool:
@@ -66,9 +67,9 @@ def mostly_contended(rows: pd.DataFrame) -> bool:
 
 def median_load(rows: pd.DataFrame) -> float | None:
     """The median load per CPU the rows were measured under (None when none recorded one)."""
-    if "load_per_cpu" not in rows:
+    if COL.load_per_cpu not in rows:
         return None
-    load = pd.to_numeric(rows["load_per_cpu"], errors="coerce").dropna()
+    load = pd.to_numeric(rows[COL.load_per_cpu], errors="coerce").dropna()
     return float(load.median()) if len(load) else None
 
 

@@ -22,25 +22,36 @@ from harness.errors import UsageError
 from harness.report.analysed import AnalysedRun
 from harness.report.render import inert_markdown, md_cell
 from harness.report.tables import COLUMNS
-from harness.report.verdicts import DEFAULT_THRESHOLD, floor_notes, judge, load_notes, noise_floor, under_load
+from harness.report.verdicts import (
+    DEFAULT_THRESHOLD,
+    SUFFIX_A,
+    SUFFIX_B,
+    A,
+    B,
+    floor_notes,
+    judge,
+    load_notes,
+    noise_floor,
+    under_load,
+)
 from harness.schema import CELL_FIELDS, canonical, describe, match_key
-from harness.store import inert_csv_frame, write_plain
+from harness.store import COL, inert_csv_frame, write_plain
 
 # What judge reads of each side, besides the report's compared columns (harness.report.tables), all in compare.csv.
 MEASURED = tuple(
     dict.fromkeys(
         [
             *(c.field for c in COLUMNS if c.compared),
-            "latency_p20_s",
-            "latency_p80_s",
-            "speedup",
-            "speedup_low",
-            "speedup_high",
-            "load_per_cpu",
-            "noisy",
-            "noise_reason",
-            "contended",
-            "cosine",
+            COL.latency_p20_s,
+            COL.latency_p80_s,
+            COL.speedup,
+            COL.speedup_low,
+            COL.speedup_high,
+            COL.load_per_cpu,
+            COL.noisy,
+            COL.noise_reason,
+            COL.contended,
+            COL.cosine,
             "dense_status",
         ]
     )
@@ -89,9 +100,9 @@ def compare_runs(a: AnalysedRun, b: AnalysedRun, *, threshold: float = DEFAULT_T
             )
     notes = [f"{run.name}: {n}" for run in (a, b) for n in run.run.notes] + load_notes(a) + load_notes(b)
     fa, fb = (_keyed(run, notes) for run in (a, b))
-    merged = fa.merge(fb, on="match_key", how="outer", suffixes=("_a", "_b"), indicator=True)
+    merged = fa.merge(fb, on="match_key", how="outer", suffixes=(SUFFIX_A, SUFFIX_B), indicator=True)
     for name in CELL_FIELDS:  # one column per cell field: A's value, B's where only B has the cell
-        merged[name] = merged[f"{name}_a"].where(merged["_merge"] != "right_only", merged[f"{name}_b"])
+        merged[name] = merged[name + SUFFIX_A].where(merged["_merge"] != "right_only", merged[name + SUFFIX_B])
     only_a = merged[merged["_merge"] == "left_only"]
     only_b = merged[merged["_merge"] == "right_only"]
     cells = merged[merged["_merge"] == "both"].copy()
@@ -108,25 +119,25 @@ def compare_runs(a: AnalysedRun, b: AnalysedRun, *, threshold: float = DEFAULT_T
         verdict, why = judge(row, threshold=threshold, floor=floor, errors=same_reference, loaded=loaded)
         verdicts.append(verdict)
         whys.append(why)
-    cells["latency_ratio"] = cells["latency_s_b"] / cells["latency_s_a"]
-    cells["memory_ratio"] = cells["peak_memory_bytes_b"] / cells["peak_memory_bytes_a"].where(
-        cells["peak_memory_bytes_a"] > 0
+    cells["latency_ratio"] = cells[B.latency_s] / cells[A.latency_s]
+    cells["memory_ratio"] = cells[B.peak_memory_bytes] / cells[A.peak_memory_bytes].where(
+        cells[A.peak_memory_bytes] > 0
     )
-    cells["error_change"] = cells["rel_l2_error_b"] - cells["rel_l2_error_a"]
+    cells["error_change"] = cells[B.rel_l2_error] - cells[A.rel_l2_error]
     cells["verdict"] = verdicts
     cells["why"] = whys
     # numbers, not strings: a cell only one run has turns the other's seed column to floats (0 vs 0.0)
-    if len(cells) and (pd.to_numeric(cells["seed_a"]) != pd.to_numeric(cells["seed_b"])).any():
+    if len(cells) and (pd.to_numeric(cells[A.seed]) != pd.to_numeric(cells[B.seed])).any():
         notes.append("some matched cells have different seeds: their errors come from different inputs")
-    if len(cells) and (cells["device_a"].map(str) != cells["device_b"].map(str)).any():
+    if len(cells) and (cells[A.device].map(str) != cells[B.device].map(str)).any():
         notes.append(  # harness.inputs draws on the cell's device: torch's CPU and CUDA generators differ
             "some matched cells ran on another device type: CPU and CUDA generators draw other inputs from the same "
             "seed, so their errors come from different inputs (compare error levels, not exact values)"
         )
-    changed = cells[cells["backend_a"].map(str) != cells["backend_b"].map(str)]  # map: astype(str) makes None NaN
+    changed = cells[cells[A.backend].map(str) != cells[B.backend].map(str)]  # map: astype(str) makes None NaN
     if len(changed):
         notes.append(
-            f"{len(changed)} matched cell(s) ran on another backend in B (e.g. {changed['backend_a'].iloc[0]} -> {changed['backend_b'].iloc[0]})"
+            f"{len(changed)} matched cell(s) ran on another backend in B (e.g. {changed[A.backend].iloc[0]} -> {changed[B.backend].iloc[0]})"
         )
     return Comparison(cells.reset_index(drop=True), only_a.reset_index(drop=True), only_b.reset_index(drop=True), notes)
 
@@ -134,7 +145,7 @@ def compare_runs(a: AnalysedRun, b: AnalysedRun, *, threshold: float = DEFAULT_T
 def _keyed(run: AnalysedRun, notes: list[str]) -> pd.DataFrame:
     """The run's rows with their match key, one per key (the last row of a cell measured twice)."""
     frame = run.frame.copy()
-    columns = ["match_key", *CELL_FIELDS, "series", "status", "reason", "backend", *MEASURED]
+    columns = ["match_key", *CELL_FIELDS, COL.series, COL.status, COL.reason, COL.backend, *MEASURED]
     if not len(frame):
         return pd.DataFrame(columns=columns)
     frame["match_key"] = [match_key(r) for r in frame[list(CELL_FIELDS)].to_dict("records")]
@@ -160,10 +171,10 @@ def summary_lines(comparison: Comparison, a: AnalysedRun, b: AnalysedRun, *, lim
         f"{len(comparison.only_a)} only in A, {len(comparison.only_b)} only in B",
     ]
     lines += [f"note: {n}" for n in comparison.notes]
-    ok = cells[(cells["status_a"] == "ok") & (cells["status_b"] == "ok")]
+    ok = cells[(cells[A.status] == "ok") & (cells[B.status] == "ok")]
     if len(ok):
         lines.append("geometric mean latency ratio B/A per series (ok in both):")
-        for series, group in ok.groupby("series_b", sort=True):
+        for series, group in ok.groupby(B.series, sort=True):
             ratios = group["latency_ratio"][np.isfinite(group["latency_ratio"]) & (group["latency_ratio"] > 0)]
             if len(ratios):
                 lines.append(f"  {series:<32} {float(np.exp(np.log(ratios).mean())):.2f}x over {len(ratios)} cells")
@@ -187,12 +198,12 @@ def write_outputs(comparison: Comparison, a: AnalysedRun, b: AnalysedRun, out: P
             f"--out {out}: cannot create that folder ({exc.strerror or exc}); pass a folder path"
         ) from None
     # each side's config: a searched knob may have found another value in each run
-    sides = [f"{name}_{side}" for name in ("config", "status", "backend", *MEASURED) for side in ("a", "b")]
+    sides = [name + side for name in (COL.config, COL.status, COL.backend, *MEASURED) for side in (SUFFIX_A, SUFFIX_B)]
     cell = [name for name in CELL_FIELDS if name != "config"]
-    columns = [*cell, "series_a", *sides, "latency_ratio", "memory_ratio", "error_change", "verdict", "why"]
+    columns = [*cell, A.series, *sides, "latency_ratio", "memory_ratio", "error_change", "verdict", "why"]
     csv_path = out / "compare.csv"
-    frame = comparison.cells[columns].rename(columns={"series_a": "series"})
-    for column in ("config_a", "config_b"):
+    frame = comparison.cells[columns].rename(columns={A.series: COL.series})
+    for column in (A.config, B.config):
         frame[column] = [canonical(c) if isinstance(c, dict) else c for c in frame[column]]
     text = io.StringIO()
     inert_csv_frame(frame).to_csv(text, index=False)  # no cell a spreadsheet would run as a formula
@@ -218,9 +229,12 @@ def _flagged_table(flagged: pd.DataFrame) -> list[str]:
         "|" + "---|" * (2 + len(shown)),
     ]
     for _, r in flagged.iterrows():
-        side = {x: pd.Series({k[:-2]: v for k, v in r.items() if k.endswith(f"_{x}")}) for x in ("a", "b")}
+        side = {x: pd.Series({k[: -len(x)]: v for k, v in r.items() if k.endswith(x)}) for x in (SUFFIX_A, SUFFIX_B)}
         texts = [
-            " -> ".join(c.text(side[x]) if side[x].get("status") == "ok" else str(side[x].get("status")) for x in "ab")
+            " -> ".join(
+                c.text(side[x]) if side[x].get(COL.status) == "ok" else str(side[x].get(COL.status))
+                for x in (SUFFIX_A, SUFFIX_B)
+            )
             for c in shown
         ]
         cells = [str(r["verdict"]), _cell_name(r), *texts]
@@ -242,4 +256,4 @@ def _cell_name(r: pd.Series) -> str:
     names = [
         k for k in CELL_FIELDS if k not in ("variant", "config", "device", "batch", "heads", "seed", "matched_budget")
     ]
-    return " ".join([str(r["series_a"]), *describe(r, names)])
+    return " ".join([str(r[A.series]), *describe(r, names)])

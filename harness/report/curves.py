@@ -16,6 +16,7 @@ import pandas as pd
 from harness.error_metrics import METRIC_NAMES
 from harness.report import plotting
 from harness.report.analysis import primary_inputs, select, setting_title
+from harness.store import COL
 
 MIN_ERROR = 1e-12  # errors are drawn on log axes: an exact 0 is drawn here
 
@@ -40,7 +41,7 @@ def plot_metric_vs_n(
     measured. A series outside every error budget (plotting.outside_budget) is drawn faded and labelled so.
     """
     inputs = primary_inputs(frame)
-    rows = frame[frame["inputs"] == inputs] if len(frame) else frame
+    rows = frame[frame[COL.inputs] == inputs] if len(frame) else frame
     if not len(rows) or not rows[metric].notna().any():
         return None
     found = plotting.with_data(rows, metric)
@@ -49,7 +50,7 @@ def plot_metric_vs_n(
     for ax, setting in zip(axes, found):
         part = select(rows, setting)
         drawn = set()
-        for label, group in part.groupby("series", sort=True):
+        for label, group in part.groupby(COL.series, sort=True):
             if _series_vs_n(ax, group, metric, styles, label, band):
                 drawn.add(str(label))
             mark_failures(ax, group, styles[label])
@@ -75,8 +76,8 @@ def plot_metric_vs_n(
 def _series_vs_n(ax, group: pd.DataFrame, metric: str, styles: dict, label, band: tuple[str, str] | None) -> bool:
     """One series' median `metric` per N on `ax` (its knob values beside the points where they differ, its band, hollow
     markers where timed noisily); False when it has no ok value to draw."""
-    ok_rows = group[(group["status"] == "ok") & group[metric].notna()]
-    ok = ok_rows.groupby("seq_len")[metric].median()
+    ok_rows = group[(group[COL.status] == "ok") & group[metric].notna()]
+    ok = ok_rows.groupby(COL.seq_len)[metric].median()
     if not len(ok):
         return False
     knobs = knob_labels(ok_rows)
@@ -94,7 +95,7 @@ def _series_vs_n(ax, group: pd.DataFrame, metric: str, styles: dict, label, band
         )
     if band is not None and not knobs:  # no band joining different configs either
         _band(ax, ok_rows, band, styles[label])
-    noisy = group[(group["noisy"] == True) & group["seq_len"].isin(ok.index)]["seq_len"].unique()  # noqa: E712
+    noisy = group[(group[COL.noisy] == True) & group[COL.seq_len].isin(ok.index)][COL.seq_len].unique()  # noqa: E712
     if len(noisy):  # hollow markers: timed under load or noisily (docs/timing.md)
         ax.plot(
             noisy,
@@ -111,7 +112,7 @@ def _series_vs_n(ax, group: pd.DataFrame, metric: str, styles: dict, label, band
 
 def _band(ax, ok_rows: pd.DataFrame, band: tuple[str, str], style: dict) -> None:
     """Shade between the `band` columns (medians per N) where both are measured."""
-    spread = ok_rows.dropna(subset=list(band)).groupby("seq_len")[list(band)].median()
+    spread = ok_rows.dropna(subset=list(band)).groupby(COL.seq_len)[list(band)].median()
     if len(spread):
         ax.fill_between(
             spread.index,
@@ -128,9 +129,9 @@ def knob_labels(ok_rows: pd.DataFrame) -> dict[int, str]:
     across N (so its points are different configs, never one line); {} otherwise."""
     values: dict[int, str] = {}
     for _, r in ok_rows.iterrows():
-        tuning, config = r.get("tuning"), r.get("config")
+        tuning, config = r.get(COL.tuning), r.get(COL.config)
         if isinstance(tuning, dict) and isinstance(config, dict) and tuning.get("knob") in config:
-            values[int(r["seq_len"])] = f"{tuning['knob']}={config[tuning['knob']]}"
+            values[int(r[COL.seq_len])] = f"{tuning['knob']}={config[tuning['knob']]}"
     return values if len(set(values.values())) > 1 else {}
 
 
@@ -138,12 +139,12 @@ def search_best(group: pd.DataFrame) -> pd.Series:
     """Per N, the lowest finite error the budget search of the series' unreachable rows scored (its `tuning.tried`,
     on the search's own seeds): what the error figure draws for a series that met no budget there."""
     best = {}
-    for _, r in group[group["status"] == "unreachable"].iterrows():
-        tuning = r.get("tuning")
+    for _, r in group[group[COL.status] == "unreachable"].iterrows():
+        tuning = r.get(COL.tuning)
         tried = tuning.get("tried") if isinstance(tuning, dict) else None
         errors = [float(e) for e in (tried or {}).values() if isinstance(e, (int, float)) and np.isfinite(e)]
         if errors:
-            best[int(r["seq_len"])] = min(errors + [best.get(int(r["seq_len"]), np.inf)])
+            best[int(r[COL.seq_len])] = min(errors + [best.get(int(r[COL.seq_len]), np.inf)])
     return pd.Series(best, dtype=float).sort_index()
 
 
@@ -155,16 +156,16 @@ def plot_error_vs_n(
     if not len(frame) or not frame["error"].notna().any():
         return None
     found = plotting.with_data(frame, "error")
-    dists = sorted({str(v) for v in frame["inputs"]})
+    dists = sorted({str(v) for v in frame[COL.inputs]})
     plt, fig, axes = plotting.grid(len(found) * len(dists), ncols=len(dists))
     styles = plotting.series_styles(frame, outside=plotting.outside_budget(frame))
     for i, setting in enumerate(found):
         part = select(frame, setting)
         for j, dist in enumerate(dists):
             ax = axes[i * len(dists) + j]
-            sub = part[part["inputs"] == dist]
-            for label, group in sub.groupby("series", sort=True):
-                ok = group[(group["status"] == "ok") & group["error"].notna()].groupby("seq_len")["error"].median()
+            sub = part[part[COL.inputs] == dist]
+            for label, group in sub.groupby(COL.series, sort=True):
+                ok = group[(group[COL.status] == "ok") & group["error"].notna()].groupby(COL.seq_len)["error"].median()
                 if len(ok):
                     ax.plot(ok.index, np.maximum(ok.values, MIN_ERROR), **styles[label], linewidth=1.6, markersize=4)
                 best = search_best(group)
@@ -196,7 +197,7 @@ def plot_error_vs_n(
 def mark_failures(ax, group: pd.DataFrame, style: dict) -> None:
     """Marks at the top of the axes at each N where the series ran out of memory (x) or timed out (|)."""
     for status, (gid, marker, _) in plotting.FAILURE_MARKS.items():
-        at = sorted(set(group[group["status"] == status]["seq_len"]))
+        at = sorted(set(group[group[COL.status] == status][COL.seq_len]))
         if at:
             ax.plot(
                 at,
@@ -216,8 +217,8 @@ def missing_note(part: pd.DataFrame, drawn: set[str]) -> str:
     """'no point: dense (timeout), linformer@0.1 (unsupported)': the series of a panel's rows with nothing drawn, and
     the status of their rows, so a series absent from a panel says why ('' when every series is drawn)."""
     missing = []
-    for label, group in part.groupby("series", sort=True):
+    for label, group in part.groupby(COL.series, sort=True):
         if str(label) not in drawn:
-            statuses = sorted({str(v) for v in group["status"]})
+            statuses = sorted({str(v) for v in group[COL.status]})
             missing.append(f"{label} ({', '.join(statuses)})")
     return plotting.wrap("no point: " + "; ".join(missing), 70) if missing else ""

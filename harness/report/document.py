@@ -47,8 +47,9 @@ def write_report(
         maps_n: N = M = D of the maps.
         maps_inputs: input distribution of the maps (default: the first of local, global, lowrank,
             gaussian that the run measured).
-        maps_calibrate: fit learnable variants at maps_n before drawing (a few seconds each); False draws
-            them as built, which shows an untrained starting point rather than what the sweep measured.
+        maps_calibrate: draw learnable variants in the fitted state the sweep stored (RUN_DIR/fitted/; one without
+            a stored fit is refused by name, never fitted again); False draws them as built, which shows an untrained
+            starting point rather than what the sweep measured.
         budgets: error budgets of the answer (in the run's metric); None: the run's own (its spec.toml's error_budgets,
             else harness.report.analysis.DEFAULT_BUDGETS). Only for a folder: an analysed run has its budgets.
         plugins: plugin modules or files the maps' child process imports (the run's variants).
@@ -57,7 +58,7 @@ def write_report(
     """
     analysed = run if isinstance(run, AnalysedRun) else analyse(run, budgets=budgets)
     frame, folder = analysed.frame, analysed.path
-    options = MapOptions(draw=maps, n=maps_n, inputs=maps_inputs, calibrate=maps_calibrate, plugins=plugins)
+    options = MapOptions(draw=maps, n=maps_n, inputs=maps_inputs, fitted=maps_calibrate, plugins=plugins)
     title = f"attnsuite report: {analysed.name}"
     written, blocks = _answer(analysed)
     blocks = [Heading(1, title)] + blocks

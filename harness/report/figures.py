@@ -18,6 +18,7 @@ from harness.report.analysis import budget_text
 from harness.report.heatmaps import MapOptions
 from harness.report.plotting import Drawn
 from harness.report.render import Block, Image
+from harness.store import COL
 
 if TYPE_CHECKING:
     from harness.report.analysed import AnalysedRun
@@ -71,12 +72,12 @@ def _budget_list(a: "AnalysedRun") -> str:
 
 
 def _decode(a: "AnalysedRun") -> pd.DataFrame:
-    return a.frame[a.frame["phase"] == "decode"] if len(a.frame) else a.frame
+    return a.frame[a.frame[COL.phase] == "decode"] if len(a.frame) else a.frame
 
 
 def _decoded(a: "AnalysedRun") -> bool:
     """Whether a decode cell ran: the decode figures are drawn only then."""
-    return bool((_decode(a)["status"] == "ok").any())
+    return bool((_decode(a)[COL.status] == "ok").any())
 
 
 def _winner_caption(a: "AnalysedRun") -> str:

@@ -17,6 +17,7 @@ from harness.report.clock import clock_note
 from harness.report.figures import figure_section
 from harness.report.lengths import cheapest_lines, table_rows
 from harness.report.render import Block, Heading, Paragraph, Table, format_bytes, format_lengths, format_n, format_text
+from harness.store import COL
 
 
 def recommendation(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], list[Block]]:
@@ -24,8 +25,8 @@ def recommendation(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], lis
     winner map (in `folder`) and the run's conditions."""
     frame, tables, metric = analysed.frame, list(analysed.tables), analysed.metric
     searched = (
-        bool(pd.to_numeric(frame["matched_budget"], errors="coerce").notna().any())
-        if "matched_budget" in frame
+        bool(pd.to_numeric(frame[COL.matched_budget], errors="coerce").notna().any())
+        if COL.matched_budget in frame
         else False
     )
     blocks: list[Block] = [
@@ -81,7 +82,7 @@ def _intro(
     if not tables:
         return text + " No setting has a row that ran."
     varying = choice.varying_keys(tables)
-    shared = [k for k in list(analysis.SETTING_KEYS) + ["inputs"] if k not in varying]
+    shared = [k for k in list(analysis.SETTING_KEYS) + [COL.inputs] if k not in varying]
     if len(tables) > 1 and set(varying) <= {"inputs"}:
         text += f" Setting: {analysis.setting_title(tables[0].setting)}; one table per input distribution."
     elif len(tables) > 1:
@@ -95,15 +96,15 @@ def _not_measured(frame: pd.DataFrame, table: choice.AnswerTable, timeout_s: flo
     """One line under a table: the cells of its setting and inputs that timed out or were not run, per variant and N
     ('Not measured: dense timed out at N=8K (past the 60 s limit); chunked not run at N=8K ...')."""
     rows = analysis.select(frame, table.setting)
-    rows = rows[rows["inputs"] == table.inputs]
+    rows = rows[rows[COL.inputs] == table.inputs]
     not_run = analysis.not_run_rows(rows)
     parts = []
-    for label, mask in (("timed out", (rows["status"] == "timeout") & ~not_run), ("not run", not_run)):
-        for variant, part in rows[mask].groupby("variant", sort=True):
-            parts.append(f"{variant} {label} at {format_lengths(sorted({int(n) for n in part['seq_len']}))}")
+    for label, mask in (("timed out", (rows[COL.status] == "timeout") & ~not_run), ("not run", not_run)):
+        for variant, part in rows[mask].groupby(COL.variant, sort=True):
+            parts.append(f"{variant} {label} at {format_lengths(sorted({int(n) for n in part[COL.seq_len]}))}")
     if not parts:
         return []
-    timed_out = bool(((rows["status"] == "timeout") & ~not_run).any())
+    timed_out = bool(((rows[COL.status] == "timeout") & ~not_run).any())
     limit = f" (past the {timeout_s:g} s limit per cell)" if timeout_s and timed_out else ""
     return [
         Paragraph(
@@ -115,12 +116,12 @@ def _not_measured(frame: pd.DataFrame, table: choice.AnswerTable, timeout_s: flo
 
 def conditions(env: dict[str, Any], frame: pd.DataFrame) -> str:
     """'Measured on <device>, float32; load per CPU 0.12 max, 0.05 median; torch 2 threads of 2 CPUs; torch 2.3.0.'"""
-    device = ", ".join(sorted({str(v) for v in frame["device_name"] if v is not None})) if len(frame) else ""
+    device = ", ".join(sorted({str(v) for v in frame[COL.device_name] if v is not None})) if len(frame) else ""
     device = device or env.get("gpu") or env.get("cpu") or "an unknown device"
-    dtypes = ", ".join(sorted({str(v) for v in frame["dtype"] if v is not None})) if len(frame) else "-"
+    dtypes = ", ".join(sorted({str(v) for v in frame[COL.dtype] if v is not None})) if len(frame) else "-"
     load = (
-        pd.to_numeric(frame["load_per_cpu"], errors="coerce").dropna()
-        if "load_per_cpu" in frame
+        pd.to_numeric(frame[COL.load_per_cpu], errors="coerce").dropna()
+        if COL.load_per_cpu in frame
         else pd.Series(dtype=float)
     )
     load_text = (

@@ -21,6 +21,7 @@ from harness.report.maps_plot import plot_attention_maps
 from harness.report.plotting import Drawn, ink, pyplot, save, variant_colors, wrap
 from harness.report.render import Table, format_n, format_number, format_seconds, format_times
 from harness.schema import BASELINE
+from harness.store import COL
 
 if TYPE_CHECKING:
     from harness.report.analysed import AnalysedRun
@@ -154,7 +155,7 @@ class MapOptions:
     draw: bool = True  # False: no maps (they run each variant once)
     n: int = 64  # N = M = D of the maps
     inputs: str | None = None  # None: the first of MAPS_INPUTS_PREFERENCE the run measured
-    calibrate: bool = True  # fit learnable variants at n first
+    fitted: bool = True  # learnable variants in the fitted state the sweep stored (RUN_DIR/fitted/); False: as built
     plugins: Sequence[str] = ()  # what the maps' child process imports (the run's plugin variants)
 
 
@@ -164,18 +165,20 @@ def map_series(frame: pd.DataFrame, inputs: str) -> list[tuple[str, str, dict]]:
     for several budgets are drawn once, labelled by their config. A series whose search met no budget is drawn at
     the top of the range it searched at its shortest N, labelled so: its map shows what the budget missed."""
     found: dict[str, tuple[str, str, dict]] = {}
-    for label, group in frame.groupby("series", sort=True):
-        ran = group[group["status"] == "ok"]
-        searched = group[(group["status"] == "unreachable") & group["tuning"].map(lambda t: isinstance(t, dict))]
+    for label, group in frame.groupby(COL.series, sort=True):
+        ran = group[group[COL.status] == "ok"]
+        searched = group[(group[COL.status] == "unreachable") & group[COL.tuning].map(lambda t: isinstance(t, dict))]
         pool, suffix = (ran, "") if len(ran) else (searched, " (out of budget)")
         if not len(pool):
             continue
-        on_inputs = pool[pool["inputs"] == inputs]
-        first = (on_inputs if len(on_inputs) else pool).sort_values("seq_len").iloc[0]
-        config = first["config"] if isinstance(first["config"], dict) else {}
-        matched = pd.notna(pd.to_numeric(first.get("matched_budget"), errors="coerce"))
-        key = json.dumps([first["variant"], config], sort_keys=True, default=str)
-        found.setdefault(key, ((config_text(first) if matched else str(label)) + suffix, str(first["variant"]), config))
+        on_inputs = pool[pool[COL.inputs] == inputs]
+        first = (on_inputs if len(on_inputs) else pool).sort_values(COL.seq_len).iloc[0]
+        config = first[COL.config] if isinstance(first[COL.config], dict) else {}
+        matched = pd.notna(pd.to_numeric(first.get(COL.matched_budget), errors="coerce"))
+        key = json.dumps([first[COL.variant], config], sort_keys=True, default=str)
+        found.setdefault(
+            key, ((config_text(first) if matched else str(label)) + suffix, str(first[COL.variant]), config)
+        )
     return sorted(found.values())
 
 
@@ -187,24 +190,26 @@ def draw_maps(a: "AnalysedRun", path: Path, options: MapOptions) -> Drawn | None
     if not options.draw:
         return None
     frame, n = a.frame, options.n
-    measured = sorted({str(v) for v in frame["inputs"]})
+    measured = sorted({str(v) for v in frame[COL.inputs]})
     inputs = options.inputs
     if inputs is None:
         names = {
             parse_entry(m)[0]: m for m in measured
         }  # the name only: a plugin's distribution may not be registered here
         inputs = next((names[p] for p in MAPS_INPUTS_PREFERENCE if p in names), measured[0] if measured else "gaussian")
-    causal = bool(len(frame)) and not (~frame["causal"].astype(bool)).any()
+    causal = bool(len(frame)) and not (~frame[COL.causal].astype(bool)).any()
     series = map_series(frame, inputs)
-    kwargs = dict(n=n, causal=causal, calibrate=options.calibrate, timeout_s=a.cell_timeout_s, plugins=options.plugins)
+    run_dir = a.path if options.fitted else None
+    kwargs = dict(n=n, causal=causal, run_dir=run_dir, timeout_s=a.cell_timeout_s, plugins=options.plugins)
     try:
         found = isolated_maps(series, inputs=inputs, **kwargs)
     except ValueError:  # e.g. a plugin input distribution not registered here: draw on gaussian inputs
         found = isolated_maps(series, inputs="gaussian", **kwargs)
-    path = plot_attention_maps(found, path, colors=variant_colors(list(frame["variant"])))
+    path = plot_attention_maps(found, path, colors=variant_colors(list(frame[COL.variant])))
     how = (
-        "Learnable variants are fitted at this N with the calibration defaults (other seeds of the same distribution)."
-        if options.calibrate
+        "Learnable variants are drawn in the fitted state the sweep measured (RUN_DIR/fitted/, head 0's "
+        "attention_weights); one without a stored fit says so and is not fitted again."
+        if options.fitted
         else "Learnable variants are drawn as built (seeded, uncalibrated), not in the fitted state the sweep measured "
         "(RUN_DIR/fitted/): their maps show the untrained starting point."
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -21,10 +22,11 @@ from harness.report import plotting
 from harness.report.analysis import SETTING_KEYS, group_key, select, setting_title
 from harness.report.render import format_bytes, format_n, format_seconds
 from harness.schema import BASELINE, describe
+from harness.store import COL
 
 TRICKS = ("recompute", "precision")  # the combination's axes, beside the variant and its knob
 # what a line of the answer is for: every setting but the tricks, and the inputs
-OTHER_KEYS = [k for k in SETTING_KEYS if k not in TRICKS] + ["inputs"]
+OTHER_KEYS = [k for k in SETTING_KEYS if k not in TRICKS] + [COL.inputs]
 COLUMNS = OTHER_KEYS + ["series", "variant", *TRICKS, "longest", "peak", "latency_s", "per_token_s", "fails", "why"]
 
 
@@ -32,20 +34,20 @@ def longest_trainable(frame: pd.DataFrame, budget: int) -> pd.DataFrame:
     """One line per train series: the longest N that fits (None: none measured does), its peak memory, seconds per
     call and per token there, and the shortest N above it that does not fit, with why."""
     records = []
-    train = frame[frame["mode"] == "train"] if len(frame) else frame
-    for key, group in train.groupby(OTHER_KEYS + ["series", *TRICKS], dropna=False, sort=True):
-        by_n = {int(r["seq_len"]): r for r in group.to_dict("records")}
-        found = longest_within({n: memory_verdict(r, budget) for n, r in by_n.items()})
+    train = frame[frame[COL.mode] == "train"] if len(frame) else frame
+    for key, group in train.groupby(OTHER_KEYS + [COL.series, *TRICKS], dropna=False, sort=True):
+        by_n = {int(r[COL.seq_len]): r for r in group.to_dict("records")}
+        found = longest_within({n: _fits(r, budget) for n, r in by_n.items()})
         at = by_n.get(found.fits) if found.fits is not None else None
-        fields = dict(zip(OTHER_KEYS + ["series", *TRICKS], key))
+        fields = dict(zip(OTHER_KEYS + [COL.series, *TRICKS], key))
         records.append(
             dict(
                 fields,
-                variant=group["variant"].iloc[0],
+                variant=group[COL.variant].iloc[0],
                 longest=found.fits,
-                peak=at["peak_memory_bytes"] if at else None,
-                latency_s=at["latency_s"] if at else None,
-                per_token_s=at["latency_s"] / (at["batch"] * found.fits) if at else None,
+                peak=at[COL.peak_memory_bytes] if at else None,
+                latency_s=at[COL.latency_s] if at else None,
+                per_token_s=at[COL.latency_s] / (at[COL.batch] * found.fits) if at else None,
                 fails=found.fails,
                 why=found.why,
             )
@@ -60,7 +62,7 @@ def table_rows(longest: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     headers += ["time per token", "first N that does not fit"]
     rows = []
     for r in longest.to_dict("records"):
-        setting = [", ".join(describe(r, [k for k in varying if k != "inputs"]) + [str(r["inputs"])])] * bool(varying)
+        setting = [", ".join(describe(r, [k for k in varying if k != "inputs"]) + [str(r[COL.inputs])])] * bool(varying)
         if pd.notna(r["fails"]):
             fails = f"{format_n(r['fails'])} ({r['why']})"
         else:
@@ -70,7 +72,7 @@ def table_rows(longest: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
             longest_n += " (search stopped before narrowing)"
         rows.append(
             setting
-            + [str(r["series"]), str(r["recompute"]), str(r["precision"]), longest_n, format_bytes(r["peak"])]
+            + [str(r[COL.series]), str(r[COL.recompute]), str(r[COL.precision]), longest_n, format_bytes(r["peak"])]
             + [format_seconds(r["per_token_s"]), fails]
         )
     return headers, rows
@@ -80,24 +82,29 @@ def cheapest_lines(frame: pd.DataFrame, budget: int) -> list[str]:
     """Per setting but the tricks (and inputs), at its largest N: the fastest combination whose train step fits the
     budget (within the largest error budget), and its time against dense fp32 without recompute at that N."""
     lines = []
-    train = frame[(frame["mode"] == "train")] if len(frame) else frame
+    train = frame[(frame[COL.mode] == "train")] if len(frame) else frame
     varying = [k for k in OTHER_KEYS if len(train) and train[k].astype(str).nunique() > 1]
     for key, group in train.groupby(OTHER_KEYS, dropna=False, sort=True):
-        n = int(group["seq_len"].max())
-        at_n = group[group["seq_len"] == n]
-        fits = [memory_verdict(r, budget) is None for r in at_n.to_dict("records")]
+        n = int(group[COL.seq_len].max())
+        at_n = group[group[COL.seq_len] == n]
+        fits = [_fits(r, budget) is None for r in at_n.to_dict("records")]
         candidates = at_n[np.array(fits, dtype=bool) & at_n["in_budget"].fillna(False).astype(bool)]
         where = ", ".join([f"N={format_n(n)}"] + describe(dict(zip(OTHER_KEYS, key)), varying))
         if not len(candidates):
             lines.append(f"within {format_bytes(budget)} at {where}: no combination trains")
             continue
-        best = candidates.loc[candidates["latency_s"].idxmin()]
-        plain = at_n[(at_n["series"] == BASELINE) & (at_n["recompute"] == "none") & (at_n["precision"] == "fp32")]
+        best = candidates.loc[candidates[COL.latency_s].idxmin()]
+        plain = at_n[(at_n[COL.series] == BASELINE) & (at_n[COL.recompute] == "none") & (at_n[COL.precision] == "fp32")]
         lines.append(
-            f"within {format_bytes(budget)} at {where}: {best['series']} recompute={best['recompute']} "
-            f"{best['precision']} ({format_bytes(best['peak_memory_bytes'])}) {_against(best, plain, budget)}"
+            f"within {format_bytes(budget)} at {where}: {best[COL.series]} recompute={best[COL.recompute]} "
+            f"{best[COL.precision]} ({format_bytes(best[COL.peak_memory_bytes])}) {_against(best, plain, budget)}"
         )
     return lines
+
+
+def _fits(row: Mapping[str, Any], budget: int) -> str | None:
+    """memory_verdict of a frame row (a record or a Series): None when its train step fits the budget, else why not."""
+    return memory_verdict(row[COL.status], row[COL.peak_memory_bytes], budget)
 
 
 def _against(best: pd.Series, plain: pd.DataFrame, budget: int) -> str:
@@ -105,13 +112,11 @@ def _against(best: pd.Series, plain: pd.DataFrame, budget: int) -> str:
     if not len(plain):
         return "(dense fp32 without recompute not measured here)"
     dense = plain.iloc[0]
-    if dense["status"] != "ok":
-        return f"(dense fp32 without recompute: {dense['status']})"
-    ratio = best["latency_s"] / dense["latency_s"]
-    fits = "fits" if memory_verdict(dense, budget) is None else "does not fit"
-    return (
-        f"at {ratio:.2f}x the time of dense fp32 without recompute ({fits}: {format_bytes(dense['peak_memory_bytes'])})"
-    )
+    if dense[COL.status] != "ok":
+        return f"(dense fp32 without recompute: {dense[COL.status]})"
+    ratio = best[COL.latency_s] / dense[COL.latency_s]
+    fits = "fits" if _fits(dense, budget) is None else "does not fit"
+    return f"at {ratio:.2f}x the time of dense fp32 without recompute ({fits}: {format_bytes(dense[COL.peak_memory_bytes])})"
 
 
 def plot_longest(longest: pd.DataFrame, budget: int, path: Path) -> Path | None:
@@ -126,11 +131,11 @@ def plot_longest(longest: pd.DataFrame, budget: int, path: Path) -> Path | None:
     found = longest["longest"].dropna().astype(float)
     left, right = max(1.0, float(found.min()) / 2), float(found.max()) * 4  # the same N axis in every panel
     for ax, (key, part) in zip(axes, groups):
-        part = part.sort_values(["series", "recompute", "precision"], ascending=False)
+        part = part.sort_values([COL.series, COL.recompute, COL.precision], ascending=False)
         y = np.arange(len(part))
         n = part["longest"].astype(float).fillna(0)
-        hatches = ["//" if p != "fp32" else "" for p in part["precision"]]
-        ax.barh(y, n, height=0.7, color=[colors.get(r, "grey") for r in part["recompute"]], hatch=hatches)
+        hatches = ["//" if p != "fp32" else "" for p in part[COL.precision]]
+        ax.barh(y, n, height=0.7, color=[colors.get(r, "grey") for r in part[COL.recompute]], hatch=hatches)
         for yi, r in zip(y, part.to_dict("records")):
             text = (
                 f"none fits ({r['why']} at {format_n(r['fails'])})"
@@ -139,7 +144,9 @@ def plot_longest(longest: pd.DataFrame, budget: int, path: Path) -> Path | None:
             )
             at = float(r["longest"]) if pd.notna(r["longest"]) else left
             ax.text(at * 1.08, yi, text, va="center", fontsize=7)
-        ax.set_yticks(y, [f"{s}  {r}  {p}" for s, r, p in zip(part["series"], part["recompute"], part["precision"])])
+        ax.set_yticks(
+            y, [f"{s}  {r}  {p}" for s, r, p in zip(part[COL.series], part[COL.recompute], part[COL.precision])]
+        )
         ax.tick_params(axis="y", labelsize=7)
         ax.set_xscale("log", base=2)
         ax.set_xlim(left=left, right=right)
@@ -150,10 +157,10 @@ def plot_longest(longest: pd.DataFrame, budget: int, path: Path) -> Path | None:
             setting_title({**setting, "recompute": None, "precision": None}) + f", {setting['inputs']}", fontsize=9
         )
         ax.grid(True, axis="x", alpha=0.3)
-    used = [r for r in colors if r in set(longest["recompute"])]
+    used = [r for r in colors if r in set(longest[COL.recompute])]
     handles = [plt.Rectangle((0, 0), 1, 1, color=colors[r]) for r in used]
     labels = [f"recompute {r}" for r in used]
-    if (longest["precision"] != "fp32").any():
+    if (longest[COL.precision] != "fp32").any():
         handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="white", edgecolor="black", hatch="//"))
         labels.append("autocast (hatched)")
     fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize=8)
@@ -198,23 +205,23 @@ def memory_limits(frame: pd.DataFrame) -> pd.DataFrame:
         "failed_status",
     ]
     records = []
-    for key, group in frame.groupby(list(SETTING_KEYS) + ["series"], dropna=False, sort=True):
-        oom = group[group["status"] == "oom"]["seq_len"]
+    for key, group in frame.groupby(list(SETTING_KEYS) + [COL.series], dropna=False, sort=True):
+        oom = group[group[COL.status] == "oom"][COL.seq_len]
         failed_at, failed_status = None, None
-        for n, at_n in group.sort_values("seq_len").groupby("seq_len", sort=True):
-            stops = at_n[~at_n["status"].isin(["ok", "unreachable"])]
-            if not len(stops) and (at_n["status"] == "ok").any():
+        for n, at_n in group.sort_values(COL.seq_len).groupby(COL.seq_len, sort=True):
+            stops = at_n[~at_n[COL.status].isin(["ok", "unreachable"])]
+            if not len(stops) and (at_n[COL.status] == "ok").any():
                 continue
-            failed_at, failed_status = int(n), str((stops if len(stops) else at_n)["status"].iloc[0])
+            failed_at, failed_status = int(n), str((stops if len(stops) else at_n)[COL.status].iloc[0])
             break
-        ok = group[(group["status"] == "ok") & (group["seq_len"] < (failed_at or math.inf))]["seq_len"]
+        ok = group[(group[COL.status] == "ok") & (group[COL.seq_len] < (failed_at or math.inf))][COL.seq_len]
         records.append(
             dict(
-                zip(list(SETTING_KEYS) + ["series"], group_key(key)),
-                variant=group["variant"].iloc[0],
+                zip(list(SETTING_KEYS) + [COL.series], group_key(key)),
+                variant=group[COL.variant].iloc[0],
                 longest_ok=int(ok.max()) if len(ok) else None,
                 first_oom=int(oom.min()) if len(oom) else None,
-                longest_tried=int(group["seq_len"].max()),
+                longest_tried=int(group[COL.seq_len].max()),
                 failed_at=failed_at,
                 failed_status=failed_status,
             )
@@ -227,7 +234,7 @@ def plot_memory_limits(limits: pd.DataFrame, frame: pd.DataFrame, path: Path) ->
 
     None (no file) unless some cell ran out of memory or timed out: without a limit hit, every bar would read "ran every N tried".
     """
-    if not frame["status"].isin(LIMIT_STATUSES).any() or not len(limits):
+    if not frame[COL.status].isin(LIMIT_STATUSES).any() or not len(limits):
         return None
     # a panel where something ran ok or hit a limit (one of only unsupported cells says nothing about length)
     drawn = limits.assign(
@@ -236,14 +243,14 @@ def plot_memory_limits(limits: pd.DataFrame, frame: pd.DataFrame, path: Path) ->
         )
     )
     found = plotting.with_data(drawn, "drawn")
-    plt, fig, axes = plotting.grid(len(found), height=0.35 * limits["series"].nunique() + 1.2)
+    plt, fig, axes = plotting.grid(len(found), height=0.35 * limits[COL.series].nunique() + 1.2)
     styles = plotting.series_styles(frame)
     for ax, setting in zip(axes, found):
-        part = select(limits, setting).sort_values("series", ascending=False)
+        part = select(limits, setting).sort_values(COL.series, ascending=False)
         y = np.arange(len(part))
         left, right = max_length_axis(part)
         longest = part["longest_ok"].astype(float).fillna(0)
-        ax.barh(y, longest, color=[styles[s]["color"] for s in part["series"]], height=0.6)
+        ax.barh(y, longest, color=[styles[s]["color"] for s in part[COL.series]], height=0.6)
         for yi, (_, row) in zip(y, part.iterrows()):
             end = max(float(row["longest_ok"]) if pd.notna(row["longest_ok"]) else 0.0, left)
             room = np.log2(right / end) >= 2.5  # octaves right of the bar: enough for the text beside it
@@ -254,9 +261,9 @@ def plot_memory_limits(limits: pd.DataFrame, frame: pd.DataFrame, path: Path) ->
                 va="center",
                 ha="left" if room else "right",
                 fontsize=7,
-                color="black" if room else plotting.ink(styles[row["series"]]["color"]),
+                color="black" if room else plotting.ink(styles[row[COL.series]]["color"]),
             )
-        ax.set_yticks(y, part["series"], fontsize=8)
+        ax.set_yticks(y, part[COL.series], fontsize=8)
         ax.set_xscale("log", base=2)
         ax.set_xlim(left=left, right=right)
         ax.axvline(float(part["longest_tried"].max()), color="gray", linestyle=":", linewidth=1)

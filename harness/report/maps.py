@@ -7,8 +7,8 @@ in v fails the check and gets a panel saying so instead of a misleading picture.
 out up front with a class attribute ``linear_in_v = False``.
 
 Runs on CPU in float32 at a small N (default 64, so D = 64 too); nothing here needs the run's device.
-Learnable variants are used as built (seeded, uncalibrated) unless ``calibrate=True``, which fits
-them with variants.calibrate's default budget on other seeds of the same distribution at this N.
+Learnable variants are used as built (seeded, uncalibrated) here; the report draws them in the fitted state the
+sweep stored instead (harness.report.maps_fitted), never fitting them again.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class MapSet:
     inputs: str  # the input distribution
     seed: int
     causal: bool
-    calibrated: bool  # True: learnable variants were fitted before drawing; False: as built
+    fitted: bool  # True: learnable variants in the fitted state the sweep stored (RUN_DIR/fitted/); False: as built
 
 
 def make_probe(n: int, inputs: str = "gaussian", *, seed: int = 0):
@@ -90,17 +90,15 @@ def attention_maps(
     inputs: str = "gaussian",
     seed: int = 0,
     causal: bool = False,
-    calibrate: bool = False,
 ) -> MapSet:
-    """The exact map and each series' effective map on one probe.
+    """The exact map and each series' effective map on one probe, learnable variants as built.
 
     Args:
         series: (label, variant name, config dict) per panel; the config as recorded in the rows.
         n: N = M = D of the probe.
         inputs: input distribution (with knobs, "name:k=v").
-        seed: seed of the probe (calibration uses seeds seed+1000...).
+        seed: seed of the probe.
         causal: draw the causal maps.
-        calibrate: fit learnable variants first (variants.calibrate defaults), else use them as built.
     Returns:
         A MapSet; a series that cannot be built, is unsupported or fails gets a panel with the reason.
     """
@@ -109,13 +107,12 @@ def attention_maps(
     q, k, used = make_probe(n, inputs, seed=seed)
     exact = attention_weights(q, k, causal=causal)[0, 0].numpy()  # (N, N) float64
     panels = [
-        map_panel(label, name, config, q, k, used, seed=seed, causal=causal, calibrate=calibrate, exact=exact)
-        for label, name, config in series
+        map_panel(label, name, config, q, k, seed=seed, causal=causal, exact=exact) for label, name, config in series
     ]
-    return MapSet(exact=exact, panels=panels, n=n, inputs=used, seed=seed, causal=causal, calibrated=calibrate)
+    return MapSet(exact=exact, panels=panels, n=n, inputs=used, seed=seed, causal=causal, fitted=False)
 
 
-def map_panel(label, name, config, q, k, inputs, *, seed, causal, calibrate, exact) -> MapPanel:
+def map_panel(label, name, config, q, k, *, seed, causal, exact) -> MapPanel:
     """One series' panel on the probe q, k; a failure of the variant becomes the panel's note."""
     import torch
 
@@ -141,8 +138,6 @@ def map_panel(label, name, config, q, k, inputs, *, seed, causal, calibrate, exa
             note = f"backend {fields['backend']} unavailable on CPU; drawn with auto"
         if reasons:
             return MapPanel(label, None, "unsupported: " + "; ".join(reasons), None)
-        if calibrate and spec.capabilities.learnable:
-            _calibrate(variant, q.shape[2], inputs, seed=seed, causal=causal)
         weights = effective_map(variant, q, k, causal=causal)
     except NotSupportedError as exc:
         return MapPanel(label, None, "unsupported: " + "; ".join(exc.reasons), None)
@@ -152,20 +147,3 @@ def map_panel(label, name, config, q, k, inputs, *, seed, causal, calibrate, exa
         )
     rel = float(np.linalg.norm(weights - exact) / np.linalg.norm(exact))
     return MapPanel(label, weights, note, rel)
-
-
-def _calibrate(variant, n: int, inputs: str, *, seed: int, causal: bool) -> None:
-    from variants.calibrate import DEFAULT_BATCHES, DEFAULT_STEPS, calibrate
-
-    batches = []
-    for i in range(DEFAULT_BATCHES):
-        q, k, _ = make_probe(n, inputs, seed=seed + 1000 + i)  # never the probe itself
-        batches.append((q, k, _randn_like(k, seed + 2000 + i)))
-    calibrate(variant, batches, steps=DEFAULT_STEPS, causal=causal)
-    variant.eval()
-
-
-def _randn_like(t, seed: int):
-    import torch
-
-    return torch.randn(t.shape, generator=torch.Generator().manual_seed(seed), dtype=t.dtype)

@@ -56,8 +56,8 @@ def plot_attention_maps(maps: MapSet, path: Path, *, colors: dict[str, str] | No
             image, ax=list(axes[: len(panels)]), shrink=0.8, extend="both", label="weight (red < 0, white > exact max)"
         )
     how = (
-        "learnable variants calibrated at this N"
-        if maps.calibrated
+        "learnable variants as the sweep fitted them"
+        if maps.fitted
         else "learnable variants as built (uncalibrated, seeded)"
     )
     causal = ", causal" if maps.causal else ""

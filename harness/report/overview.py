@@ -14,6 +14,7 @@ from harness.report.analysis import not_run_rows
 from harness.report.clock import contended_count, median_load
 from harness.report.render import Block, Code, Heading, Paragraph, Table, format_number, format_text
 from harness.schema import STATUSES
+from harness.store import COL
 
 if TYPE_CHECKING:
     from harness.report.analysed import AnalysedRun
@@ -85,11 +86,11 @@ def _scaled(value: Any, scale: float) -> float | None:
 def load_warning(frame: pd.DataFrame) -> list[str]:
     """The report's first line when the run was measured under load or many rows are noisy (else nothing: a few
     noisy cells are marked where they are shown)."""
-    if not len(frame) or "noisy" not in frame:
+    if not len(frame) or COL.noisy not in frame:
         return []
-    ok = frame[frame["status"] == "ok"]
-    noisy = int(ok["noisy"].eq(True).sum())
-    load = pd.to_numeric(frame["load_per_cpu"], errors="coerce")
+    ok = frame[frame[COL.status] == "ok"]
+    noisy = int(ok[COL.noisy].eq(True).sum())
+    load = pd.to_numeric(frame[COL.load_per_cpu], errors="coerce")
     high = float(load.max()) if load.notna().any() else None
     if noisy < NOISY_SHARE * len(ok) and (high is None or high < HIGH_LOAD_PER_CPU):
         return []
@@ -113,16 +114,16 @@ def load_warning(frame: pd.DataFrame) -> list[str]:
 
 def devices(frame: pd.DataFrame) -> list[Block]:
     """Only when the run spans several devices (a Ray or Slurm sweep over mixed GPUs): cells per device and host."""
-    if not len(frame) or frame["device_name"].nunique() < 2:
+    if not len(frame) or frame[COL.device_name].nunique() < 2:
         return []
     rows = [
         [
             str(name),
-            ", ".join(sorted({str(h) for h in part["host"]})),
+            ", ".join(sorted({str(h) for h in part[COL.host]})),
             str(len(part)),
-            str(int((part["status"] == "ok").sum())),
+            str(int((part[COL.status] == "ok").sum())),
         ]
-        for name, part in frame.groupby("device_name", sort=True)
+        for name, part in frame.groupby(COL.device_name, sort=True)
     ]
     note = (
         "This run's cells ran on different devices (see each table's device column). Latency, speed-up and memory "
@@ -142,7 +143,7 @@ NOT_RUN_WHY = "a shorter N of their series ran out of memory or time, or missed 
 
 def outcome(frame: pd.DataFrame) -> list[Block]:
     """Cells per series and status, with the totals in a sentence."""
-    counts = frame.groupby(["series", "status"]).size().unstack(fill_value=0)
+    counts = frame.groupby([COL.series, COL.status]).size().unstack(fill_value=0)
     statuses = [s for s in STATUS_ORDER if s in counts.columns]
     statuses += [s for s in counts.columns if s not in statuses]
     rows = [[series] + [str(int(counts.at[series, s])) for s in statuses] for series in counts.index]
@@ -155,13 +156,13 @@ def outcome(frame: pd.DataFrame) -> list[Block]:
 
 def math_fallback(frame: pd.DataFrame) -> list[Block]:
     """A warning line when any CUDA row's SDPA ran the math kernel: a silent fallback that costs speed and memory."""
-    if "sdpa_kernel" not in frame.columns:
+    if COL.sdpa_kernel not in frame.columns:
         return []
-    math = np.array([isinstance(k, str) and "math" in k.split("+") for k in frame["sdpa_kernel"]], dtype=bool)
-    fell = frame[(frame["device"] == "cuda").to_numpy() & math]
+    math = np.array([isinstance(k, str) and "math" in k.split("+") for k in frame[COL.sdpa_kernel]], dtype=bool)
+    fell = frame[(frame[COL.device] == "cuda").to_numpy() & math]
     if not len(fell):
         return []
-    where = ", ".join(sorted({f"{s} N={n}" for s, n in zip(fell["series"], fell["seq_len"])})[:6])
+    where = ", ".join(sorted({f"{s} N={n}" for s, n in zip(fell[COL.series], fell[COL.seq_len])})[:6])
     more = f" and {len(fell) - 6} more" if len(fell) > 6 else ""
     return [
         Paragraph(
@@ -181,13 +182,13 @@ def outcome_line(analysed: "AnalysedRun") -> str:
     if not len(frame):
         return "cells: none ran"
     not_run = not_run_rows(frame)
-    counts = frame.loc[~not_run, "status"].value_counts()
+    counts = frame.loc[~not_run, COL.status].value_counts()
     order = [s for s in STATUSES if s in counts] + sorted(set(counts.index) - set(STATUSES))
     parts = [f"{counts[s]} {s}" for s in order]
     if not_run.any():
         parts.append(f"{int(not_run.sum())} not run ({NOT_RUN_WHY})")
     text = "cells: " + ", ".join(parts)
-    noisy = frame["noisy"] if "noisy" in frame else pd.Series(dtype=object)
+    noisy = frame[COL.noisy] if COL.noisy in frame else pd.Series(dtype=object)
     timed = noisy.notna()
     if timed.any():
         text += f"; {int(noisy[timed].astype(bool).sum())} of {int(timed.sum())} timed cells noisy"

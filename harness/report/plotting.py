@@ -17,6 +17,7 @@ import pandas as pd
 
 from harness.report.analysis import budget_text, select, settings
 from harness.report.render import Block, format_bytes, format_n, format_seconds
+from harness.store import COL
 from harness.store.safe_files import write_figure
 
 FIXED_COLORS = {
@@ -79,9 +80,9 @@ def series_styles(frame: pd.DataFrame, *, outside: Collection[str] = ()) -> dict
     """
     if not len(frame):
         return {}
-    colors = variant_colors(list(frame["variant"]))
+    colors = variant_colors(list(frame[COL.variant]))
     styles = {}
-    pairs = sorted(set(zip(frame["variant"], frame["series"])))
+    pairs = sorted(set(zip(frame[COL.variant], frame[COL.series])))
     others = sorted({v for v, _ in pairs} - {"dense"})
     for variant in sorted({v for v, _ in pairs}):
         labels = [s for v, s in pairs if v == variant]
@@ -104,8 +105,8 @@ def outside_budget(rows: pd.DataFrame) -> set[str]:
     """The series of `rows` with a measured error of which no ok row is a candidate within the largest budget."""
     if "in_budget" not in rows:  # a frame without budgets (harness.report.analysis.with_budgets): nothing is outside
         return set()
-    ok = rows[(rows["status"] == "ok") & rows["error"].notna()]
-    return {str(s) for s, group in ok.groupby("series") if not group["in_budget"].astype(bool).any()}
+    ok = rows[(rows[COL.status] == "ok") & rows["error"].notna()]
+    return {str(s) for s, group in ok.groupby(COL.series) if not group["in_budget"].astype(bool).any()}
 
 
 def with_data(frame: pd.DataFrame, column: str) -> list[dict]:
@@ -205,7 +206,7 @@ def log_n_axis(ax, part: pd.DataFrame) -> None:
     from matplotlib.ticker import NullLocator  # heavy: loaded on the first figure drawn
 
     ax.set_xscale("log", base=2)
-    lengths = sorted(set(part["seq_len"]))
+    lengths = sorted(set(part[COL.seq_len]))
     if lengths:
         ax.set_xticks(lengths)
         ax.xaxis.set_major_formatter(n_formatter())

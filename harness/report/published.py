@@ -11,6 +11,7 @@ import pandas as pd
 from harness.report import analysis
 from harness.report.render import Block, Heading, Paragraph, Table, format_number, format_ratio
 from harness.schema import BASELINE
+from harness.store import COL
 
 # Linformer (Wang et al. 2020), Table 3: inference speed-up over the Transformer, NVIDIA V100.
 LINFORMER_SPEEDUP = {
@@ -66,7 +67,7 @@ def published_comparison(frame: pd.DataFrame, env: dict) -> list[Block]:
     """Linformer speed-ups, chunked memory savings and dense TFLOP/s beside the published ones: a table only where both
     our number and the paper's exist, with each side's baseline named."""
     ours = env.get("gpu") or env.get("cpu") or "this machine"
-    ok = frame[(frame["status"] == "ok") & (frame["inputs"] == analysis.primary_inputs(frame))]
+    ok = frame[(frame[COL.status] == "ok") & (frame[COL.inputs] == analysis.primary_inputs(frame))]
     blocks: list[Block] = [
         Heading(2, "Published numbers beside ours"),
         Paragraph(
@@ -90,12 +91,14 @@ def _linformer(ok: pd.DataFrame, ours: str) -> list[Block]:
     lin = LINFORMER_SPEEDUP
     rows = []
     for _, r in (
-        ok[(ok["variant"] == "linformer") & (ok["mode"] == "forward")].sort_values(["series", "seq_len"]).iterrows()
+        ok[(ok[COL.variant] == "linformer") & (ok[COL.mode] == "forward")]
+        .sort_values([COL.series, COL.seq_len])
+        .iterrows()
     ):
-        k = r["config"].get("k") if isinstance(r["config"], dict) else None
-        paper = lin["speedup"].get((int(r["seq_len"]), k))
+        k = r[COL.config].get("k") if isinstance(r[COL.config], dict) else None
+        paper = lin["speedup"].get((int(r[COL.seq_len]), k))
         if paper and _measured(r["dense_speedup"]):
-            rows.append([r["series"], str(r["seq_len"]), str(k), format_ratio(r["dense_speedup"]), f"{paper:g}x"])
+            rows.append([r[COL.series], str(r[COL.seq_len]), str(k), format_ratio(r["dense_speedup"]), f"{paper:g}x"])
     if not rows:
         return []
     return [
@@ -113,14 +116,14 @@ def _chunked_memory(ok: pd.DataFrame, ours: str) -> list[Block]:
     rs = RABE_STAATS_MEMORY
     rows = []
     for mode in ("forward", "train"):
-        part = ok[(ok["variant"] == "chunked") & (ok["mode"] == mode) & ok["memory_ratio"].notna()]
+        part = ok[(ok[COL.variant] == "chunked") & (ok[COL.mode] == mode) & ok["memory_ratio"].notna()]
         if len(part) and mode in rs["ratio"]:
-            best = part.sort_values("seq_len").iloc[-1]
+            best = part.sort_values(COL.seq_len).iloc[-1]
             rows.append(
                 [
                     mode,
-                    str(best["seq_len"]),
-                    _dense_backends(ok[ok["mode"] == mode]),
+                    str(best[COL.seq_len]),
+                    _dense_backends(ok[ok[COL.mode] == mode]),
                     format_number(1 / best["memory_ratio"], ".3g", "x"),
                     f"{rs['seq_len']}",
                     f"{rs['ratio'][mode]:g}x",
@@ -155,18 +158,18 @@ def _chunked_memory(ok: pd.DataFrame, ours: str) -> list[Block]:
 def _dense_tflops(ok: pd.DataFrame, ours: str) -> list[Block]:
     fa = FLASH2_TFLOPS
     rows = []
-    dense = ok[(ok["variant"] == "dense") & (ok["mode"] == fa["mode"])]
-    for _, r in dense.sort_values(["series", "causal", "seq_len"]).iterrows():
-        table = dict(zip(fa["seq_lens"], fa["tflops"][bool(r["causal"])]))
-        paper = table.get(int(r["seq_len"]))
-        if paper and _measured(r["tflops"]):
+    dense = ok[(ok[COL.variant] == "dense") & (ok[COL.mode] == fa["mode"])]
+    for _, r in dense.sort_values([COL.series, COL.causal, COL.seq_len]).iterrows():
+        table = dict(zip(fa["seq_lens"], fa["tflops"][bool(r[COL.causal])]))
+        paper = table.get(int(r[COL.seq_len]))
+        if paper and _measured(r[COL.tflops]):
             rows.append(
                 [
-                    r["series"],
-                    "causal" if r["causal"] else "non-causal",
-                    str(r["seq_len"]),
-                    str(r["head_dim"]),
-                    format_number(r["tflops"], ".3g"),
+                    r[COL.series],
+                    "causal" if r[COL.causal] else "non-causal",
+                    str(r[COL.seq_len]),
+                    str(r[COL.head_dim]),
+                    format_number(r[COL.tflops], ".3g"),
                     f"{paper:g}",
                 ]
             )
@@ -186,6 +189,6 @@ def _measured(value) -> bool:
 
 def _dense_backends(ok: pd.DataFrame) -> str:
     """The backends our dense baseline ran (dense rows whose config asks for 'auto'): 'dense, backend auto = sdpa'."""
-    dense = ok[(ok["variant"] == BASELINE).to_numpy() & analysis.auto_backend(ok)]
-    ran = ", ".join(sorted({str(b) for b in dense["backend"].dropna()}))
+    dense = ok[(ok[COL.variant] == BASELINE).to_numpy() & analysis.auto_backend(ok)]
+    ran = ", ".join(sorted({str(b) for b in dense[COL.backend].dropna()}))
     return f"dense, backend auto = {ran}" if ran else "dense"

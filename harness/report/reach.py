@@ -16,6 +16,7 @@ import pandas as pd
 from harness.error_metrics import budget_label
 from harness.report import analysis
 from harness.report.render import Block, Paragraph, format_lengths, format_n
+from harness.store import COL
 
 if TYPE_CHECKING:
     from harness.report.analysed import AnalysedRun
@@ -51,14 +52,14 @@ def unreached(
     """The variants unreachable somewhere in a table's setting and inputs (at `lengths` only, when given), by name."""
     rows = analysis.select(frame, setting)
     # an unreachable row without its budget (an older writer's) says nothing about a table's budgets
-    rows = rows[(rows["inputs"] == inputs) & (rows["status"] == "unreachable") & rows["matched_budget"].notna()]
+    rows = rows[(rows[COL.inputs] == inputs) & (rows[COL.status] == "unreachable") & rows[COL.matched_budget].notna()]
     if lengths is not None:
-        rows = rows[rows["seq_len"].isin(lengths)]
+        rows = rows[rows[COL.seq_len].isin(lengths)]
     out = []
-    for variant, part in rows.groupby("variant", sort=True):
-        missed = frozenset((int(r["seq_len"]), float(r["matched_budget"])) for _, r in part.iterrows())
+    for variant, part in rows.groupby(COL.variant, sort=True):
+        missed = frozenset((int(r[COL.seq_len]), float(r[COL.matched_budget])) for _, r in part.iterrows())
         by_budget = {}
-        for budget, at_budget in part.groupby("matched_budget", sort=True):
+        for budget, at_budget in part.groupby(COL.matched_budget, sort=True):
             found = _best(at_budget)
             if found is not None:
                 by_budget[float(budget)] = found
@@ -70,9 +71,9 @@ def _best(rows: pd.DataFrame) -> tuple[float, str, int] | None:
     """The lowest error the searches of these unreachable rows scored at the top of their ranges (on the search's own
     held-out seeds), with the config searched and its N; None when none is recorded or finite."""
     tops = [
-        (r["tuning"]["tried"].get(str(r["tuning"]["high"])), _searched_text(r), int(r["seq_len"]))
+        (r[COL.tuning]["tried"].get(str(r[COL.tuning]["high"])), _searched_text(r), int(r[COL.seq_len]))
         for _, r in rows.iterrows()
-        if _searched(r["tuning"])
+        if _searched(r[COL.tuning])
     ]
     return min(((float(e), *rest) for e, *rest in tops if isinstance(e, (int, float))), default=None)
 
@@ -81,13 +82,13 @@ def uniform_error(rows: pd.DataFrame) -> float | None:
     """The median uniform-attention error of rows (None when none recorded one)."""
     if "uniform_rel_l2_error" not in rows:
         return None
-    values = pd.to_numeric(rows["uniform_rel_l2_error"], errors="coerce").dropna()
+    values = pd.to_numeric(rows[COL.uniform_rel_l2_error], errors="coerce").dropna()
     return float(values.median()) if len(values) else None
 
 
 def _searched_text(r: pd.Series) -> str:
     """The top of the range a row searched, with the fields searched beside the knob where set: 'window=298 sinks=4'."""
-    return " ".join([f"{r['tuning']['knob']}={r['tuning']['high']}"] + analysis.searched_extras(r))
+    return " ".join([f"{r[COL.tuning]['knob']}={r[COL.tuning]['high']}"] + analysis.searched_extras(r))
 
 
 def _searched(tuning) -> bool:
@@ -115,7 +116,7 @@ def out_of_reach(frame: pd.DataFrame, table: AnswerTable) -> list[Block]:
         parts.append(f"{miss.variant} " + "; ".join(pieces) + verdict)
     blocks = [Paragraph("Out of reach (on the search's held-out seeds): " + "; ".join(parts) + ".")] if parts else []
     all_rows = analysis.select(frame, table.setting)
-    uniform = uniform_error(all_rows[all_rows["inputs"] == table.inputs])
+    uniform = uniform_error(all_rows[all_rows[COL.inputs] == table.inputs])
     if table.inputs.split(":")[0] == "gaussian" and uniform is not None:
         blocks.insert(
             0,

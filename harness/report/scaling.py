@@ -25,6 +25,7 @@ from harness.report.render import (
     format_seconds,
 )
 from harness.schema import BASELINE
+from harness.store import COL
 
 
 # ---- scaling exponents --------------------------------------------------------------------------
@@ -65,20 +66,20 @@ def scaling_exponents(frame: pd.DataFrame, *, last: int = 3, inputs: str | None 
     if not len(frame):
         return pd.DataFrame(columns=columns)
     inputs = inputs or analysis.primary_inputs(frame)
-    rows = frame[frame["inputs"] == inputs]
+    rows = frame[frame[COL.inputs] == inputs]
     records = []
-    for key, series in rows.groupby(list(analysis.SETTING_KEYS) + ["series"], dropna=False, sort=True):
-        if not (series["status"] == "ok").any():
+    for key, series in rows.groupby(list(analysis.SETTING_KEYS) + [COL.series], dropna=False, sort=True):
+        if not (series[COL.status] == "ok").any():
             continue
         stopped_at, stopped_status = _first_failure(series)
-        ok = series[(series["status"] == "ok") & (series["seq_len"] < (stopped_at or math.inf))]
-        group = ok.groupby("seq_len", as_index=False)[["latency_s", "peak_memory_bytes"]].median()
-        lengths = sorted(group["seq_len"])[-last:]
+        ok = series[(series[COL.status] == "ok") & (series[COL.seq_len] < (stopped_at or math.inf))]
+        group = ok.groupby(COL.seq_len, as_index=False)[[COL.latency_s, COL.peak_memory_bytes]].median()
+        lengths = sorted(group[COL.seq_len])[-last:]
         records.append(
             dict(
-                zip(list(analysis.SETTING_KEYS) + ["series"], analysis.group_key(key)),
-                time_exponent=fit_exponent(group["seq_len"], group["latency_s"], last=last),
-                memory_exponent=fit_exponent(group["seq_len"], group["peak_memory_bytes"], last=last),
+                zip(list(analysis.SETTING_KEYS) + [COL.series], analysis.group_key(key)),
+                time_exponent=fit_exponent(group[COL.seq_len], group[COL.latency_s], last=last),
+                memory_exponent=fit_exponent(group[COL.seq_len], group[COL.peak_memory_bytes], last=last),
                 fit_from=int(lengths[0]) if lengths else None,
                 fit_to=int(lengths[-1]) if lengths else None,
                 points=len(lengths),
@@ -91,9 +92,9 @@ def scaling_exponents(frame: pd.DataFrame, *, last: int = 3, inputs: str | None 
 
 def _first_failure(series: pd.DataFrame) -> tuple[int | None, str | None]:
     """The shortest N of a series with rows but none ok, and its status; (None, None) when every N ran ok."""
-    for n, at_n in series.sort_values("seq_len").groupby("seq_len", sort=True):
-        if not (at_n["status"] == "ok").any():
-            return int(n), str(at_n["status"].iloc[0])
+    for n, at_n in series.sort_values(COL.seq_len).groupby(COL.seq_len, sort=True):
+        if not (at_n[COL.status] == "ok").any():
+            return int(n), str(at_n[COL.status].iloc[0])
     return None, None
 
 
@@ -140,17 +141,19 @@ def crossovers(frame: pd.DataFrame, *, inputs: str | None = None) -> pd.DataFram
     """
     columns = list(analysis.SETTING_KEYS) + ["series", "kind", "length", "longest", "dense_oom_from"]
     inputs = inputs or analysis.primary_inputs(frame)
-    rows = frame[(frame["inputs"] == inputs) & (frame["variant"] != BASELINE)] if len(frame) else frame
+    rows = frame[(frame[COL.inputs] == inputs) & (frame[COL.variant] != BASELINE)] if len(frame) else frame
     records = []
-    for key, group in rows.groupby(list(analysis.SETTING_KEYS) + ["series"], dropna=False, sort=True):
+    for key, group in rows.groupby(list(analysis.SETTING_KEYS) + [COL.series], dropna=False, sort=True):
         ok = (
-            group[group["status"] == "ok"].groupby("seq_len", as_index=False)[["latency_s", "dense_latency_s"]].median()
+            group[group[COL.status] == "ok"]
+            .groupby(COL.seq_len, as_index=False)[["latency_s", "dense_latency_s"]]
+            .median()
         )
-        result = crossover_length(ok["seq_len"], ok["latency_s"], ok["dense_latency_s"])
-        oom = group[(group["dense_status"] == "oom")]["seq_len"]
+        result = crossover_length(ok[COL.seq_len], ok[COL.latency_s], ok["dense_latency_s"])
+        oom = group[(group["dense_status"] == "oom")][COL.seq_len]
         records.append(
             dict(
-                zip(list(analysis.SETTING_KEYS) + ["series"], analysis.group_key(key)),
+                zip(list(analysis.SETTING_KEYS) + [COL.series], analysis.group_key(key)),
                 kind=result.kind,
                 length=result.length,
                 longest=result.longest,
@@ -175,13 +178,13 @@ def scaling(frame: pd.DataFrame) -> list[Block]:
             "beyond the longest such N."
         ),
     ]
-    merged = exps.merge(cross, on=list(analysis.SETTING_KEYS) + ["series"], how="left")
+    merged = exps.merge(cross, on=list(analysis.SETTING_KEYS) + [COL.series], how="left")
     rows = []
     for _, r in merged.iterrows():
         rows.append(
             [
                 analysis.setting_title(r.to_dict()),
-                r["series"],
+                r[COL.series],
                 _exponent_text(r["time_exponent"]),
                 _exponent_text(r["memory_exponent"]),
                 _fit_range_text(r),
@@ -208,7 +211,7 @@ def _fit_range_text(r: pd.Series) -> str:
 
 
 def _crossover_text(r: pd.Series) -> str:
-    if analysis.is_baseline_series(r["series"]):
+    if analysis.is_baseline_series(r[COL.series]):
         return "(baseline)"
     kind = r.get("kind")
     longest = format_n(int(r["longest"])) if pd.notna(r.get("longest")) else "?"
@@ -233,12 +236,12 @@ def layer_share(frame: pd.DataFrame) -> list[Block]:
     Only where both scopes ran (ok rows of the primary input distribution); [] otherwise.
     """
     inputs = analysis.primary_inputs(frame)
-    ok = frame[(frame["status"] == "ok") & (frame["inputs"] == inputs)] if len(frame) else frame
-    if not len(ok) or set(ok["scope"]) < {"attention", "layer"}:
+    ok = frame[(frame[COL.status] == "ok") & (frame[COL.inputs] == inputs)] if len(frame) else frame
+    if not len(ok) or set(ok[COL.scope]) < {"attention", "layer"}:
         return []
     blocks: list[Block] = []
     for key, setting in ok.groupby(list(BLOCK_KEYS), dropna=False, sort=True):
-        if set(setting["scope"]) < {"attention", "layer"}:
+        if set(setting[COL.scope]) < {"attention", "layer"}:
             continue
         table = _share_table(setting)
         if table is not None:
@@ -260,17 +263,18 @@ def layer_share(frame: pd.DataFrame) -> list[Block]:
 
 def _share_table(setting: pd.DataFrame) -> Table | None:
     def at(scope: str) -> pd.DataFrame:
-        return setting[setting["scope"] == scope]
+        return setting[setting[COL.scope] == scope]
 
     dense = {
-        s: at(s)[at(s)["variant"] == BASELINE].groupby("seq_len")["latency_s"].median() for s in ("attention", "layer")
+        s: at(s)[at(s)[COL.variant] == BASELINE].groupby(COL.seq_len)[COL.latency_s].median()
+        for s in ("attention", "layer")
     }
     lengths = sorted(set(dense["attention"].index) & set(dense["layer"].index))
     if not lengths:
         return None
-    series = sorted(set(setting.loc[setting["variant"] != BASELINE, "series"]))
-    speed = {s: at(s).groupby(["series", "seq_len"])["dense_speedup"].median() for s in ("attention", "layer")}
-    errors = at("layer").groupby(["series", "seq_len"])["error"].median() if "error" in setting else pd.Series()
+    series = sorted(set(setting.loc[setting[COL.variant] != BASELINE, COL.series]))
+    speed = {s: at(s).groupby([COL.series, COL.seq_len])["dense_speedup"].median() for s in ("attention", "layer")}
+    errors = at("layer").groupby([COL.series, COL.seq_len])["error"].median() if "error" in setting else pd.Series()
     headers = ["N", "dense attention", "dense layer", "attention share"] + [
         f"{name} (attention / layer; layer error)" for name in series
     ]

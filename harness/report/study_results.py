@@ -1,6 +1,6 @@
 """How the studies' results are shown, in their own .md and in a run's report (read from <stem>.json, never from the .md).
 
-`python -m harness model-eval --run RUN_DIR` and `tasks --run RUN_DIR` (harness.studies) leave
+`python -m harness model-eval --run RUN_DIR`, `tasks --run RUN_DIR` and `deploy --run RUN_DIR` (harness.studies) leave
 <stem>.csv/.json/.md/.png in a run folder; <stem>.json is {"meta": {...}, "rows": [...]}. The
 tables here are the ones the studies write into their .md, so the report and the .md agree.
 """
@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from harness.entries import config_label
 from harness.report.render import Block, Heading, Image, Paragraph, Table, format_number, short_reason
+from harness.studies.deploy_table import DEPLOY, WHAT as DEPLOY_WHAT, deploy_caveat, deployable_table
 
 MODEL_EVAL = "model_eval"  # the file stem harness.studies.model_eval writes
 LM_EVAL = "lm_eval"  # the file stem harness.studies.lm_eval writes (model-eval --model on a causal LM)
@@ -214,6 +215,7 @@ STUDIES: dict[str, tuple[str, str, Callable[[list[dict[str, Any]]], Table]]] = {
         "ListOps; test accuracy, and in brackets the change against dense.",
         tasks_table,
     ),
+    DEPLOY: ("Deployable? (deploy)", DEPLOY_WHAT, deployable_table),
 }
 
 
@@ -244,7 +246,7 @@ def study_sections(folder: Path) -> list[Block]:
 
 
 def study_caveats(folder: Path) -> list[str]:
-    """Sentences for the recommendation from the model-eval and tasks results in the run folder (if any)."""
+    """Sentences for the recommendation from the model-eval, tasks and deploy results in the run folder (if any)."""
     out = []
     losses: dict[str, list[str]] = {}
     for r in study_rows(folder, TASKS) or []:
@@ -271,4 +273,5 @@ def study_caveats(folder: Path) -> list[str]:
             f"**Inside a pretrained model:** swapped in without retraining, these move sentence embeddings "
             f"below cosine {MODEL_COSINE_FLAG}: {', '.join(weak)}."
         )
-    return out
+    deployable = deploy_caveat(study_rows(folder, DEPLOY) or [])
+    return out + ([deployable] if deployable else [])

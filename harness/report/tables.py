@@ -30,6 +30,7 @@ from harness.report.render import (
     short_reason,
 )
 from harness.schema import describe
+from harness.store import COL
 
 if TYPE_CHECKING:
     from harness.report.analysed import AnalysedRun
@@ -50,7 +51,7 @@ class Column:
 
 
 def _noisy(r: pd.Series) -> bool:
-    return r.get("noisy") is True or r.get("noisy") == True  # noqa: E712 - NaN/None: not noisy
+    return r.get(COL.noisy) is True or r.get(COL.noisy) == True  # noqa: E712 - NaN/None: not noisy
 
 
 def _speedup(r: pd.Series) -> str:
@@ -58,8 +59,8 @@ def _speedup(r: pd.Series) -> str:
     text = format_ratio(r["dense_speedup"])
     if not np.isfinite(r["dense_speedup"]) and r.get("dense_status"):
         text = f"(dense {r['dense_status']})"
-    if np.isfinite(r.get("speedup_low", np.nan)) and np.isfinite(r.get("speedup_high", np.nan)):
-        text += f" [{format_ratio(r['speedup_low'])}-{format_ratio(r['speedup_high'])}]"
+    if np.isfinite(r.get(COL.speedup_low, np.nan)) and np.isfinite(r.get(COL.speedup_high, np.nan)):
+        text += f" [{format_ratio(r[COL.speedup_low])}-{format_ratio(r[COL.speedup_high])}]"
     return text
 
 
@@ -76,10 +77,10 @@ def _one_minus(cosine) -> float | None:
 COLUMNS: tuple[Column, ...] = (
     Column(
         "latency",
-        "latency_s",
-        lambda r: format_seconds(r["latency_s"]) + (NOISY_MARK if _noisy(r) else ""),
+        COL.latency_s,
+        lambda r: format_seconds(r[COL.latency_s]) + (NOISY_MARK if _noisy(r) else ""),
         summary="latency",
-        compact=lambda r: format_seconds_compact(r["latency_s"]),
+        compact=lambda r: format_seconds_compact(r[COL.latency_s]),
         compared=True,
     ),
     Column(
@@ -90,41 +91,43 @@ COLUMNS: tuple[Column, ...] = (
         compact=lambda r: format_ratio(r["dense_speedup"]),
         compared=True,
     ),
-    Column("peak memory", "peak_memory_bytes", lambda r: format_bytes(r["peak_memory_bytes"]), compared=True),
+    Column("peak memory", COL.peak_memory_bytes, lambda r: format_bytes(r[COL.peak_memory_bytes]), compared=True),
     Column("vs dense", "memory_ratio", lambda r: format_ratio(r["memory_ratio"]), summary="memory"),
     # bytes per second first: decode is memory-bound, its TFLOP/s say little (ANCHORS: report decode in bytes/s)
-    Column("GB/s", "bytes_per_s", lambda r: format_number(_scaled(r.get("bytes_per_s"), 1e9), ".3g")),
-    Column("% bandwidth", "pct_of_bandwidth", lambda r: format_number(r.get("pct_of_bandwidth"), ".3g", "%")),
-    Column("TFLOP/s", "tflops", lambda r: format_number(r["tflops"], ".3g")),
-    Column("% peak", "pct_of_compute_peak", lambda r: format_number(r.get("pct_of_compute_peak"), ".3g", "%")),
+    Column("GB/s", COL.bytes_per_s, lambda r: format_number(_scaled(r.get(COL.bytes_per_s), 1e9), ".3g")),
+    Column("% bandwidth", COL.pct_of_bandwidth, lambda r: format_number(r.get(COL.pct_of_bandwidth), ".3g", "%")),
+    Column("TFLOP/s", COL.tflops, lambda r: format_number(r[COL.tflops], ".3g")),
+    Column("% peak", COL.pct_of_compute_peak, lambda r: format_number(r.get(COL.pct_of_compute_peak), ".3g", "%")),
     Column(
         "rel. error",
-        "rel_l2_error",
-        lambda r: format_error(r["rel_l2_error"], digits=2),
+        COL.rel_l2_error,
+        lambda r: format_error(r[COL.rel_l2_error], digits=2),
         summary="rel err",
-        compact=lambda r: format_error(r["rel_l2_error"]),
+        compact=lambda r: format_error(r[COL.rel_l2_error]),
         compared=True,
     ),
-    Column("1 - cosine", "cosine", lambda r: format_error(_one_minus(r.get("cosine")), digits=2)),
+    Column("1 - cosine", COL.cosine, lambda r: format_error(_one_minus(r.get(COL.cosine)), digits=2)),
     # the attention-weight metric on the same rows (harness.measure.weights): recall of the exact top-8 keys
-    Column("top-8 recall", "topk_recall", lambda r: format_number(r.get("topk_recall"), ".2f")),
+    Column("top-8 recall", COL.topk_recall, lambda r: format_number(r.get(COL.topk_recall), ".2f")),
     # the trivial answers' errors on the same inputs and rows (harness.measure.reference.baseline_errors)
     Column(
         "uniform / zero error",
-        "uniform_rel_l2_error",
+        COL.uniform_rel_l2_error,
         lambda r: (
-            f"{format_number(r.get('uniform_rel_l2_error'), '.2f')} / {format_number(r.get('zero_rel_l2_error'), '.2f')}"
+            f"{format_number(r.get(COL.uniform_rel_l2_error), '.2f')} / {format_number(r.get(COL.zero_rel_l2_error), '.2f')}"
         ),
     ),
-    Column("fit error train / held-out", "calibration_heldout_error", lambda r: _fit_gap(r)),
+    Column("fit error train / held-out", COL.calibration_heldout_error, lambda r: _fit_gap(r)),
     # a layer train cell's weight gradients against float64 (harness.measure.layer_accuracy): autocast's cost
-    Column("weights' grad error", "grad_rel_l2_params", lambda r: format_error(r.get("grad_rel_l2_params"), digits=2)),
+    Column(
+        "weights' grad error", COL.grad_rel_l2_params, lambda r: format_error(r.get(COL.grad_rel_l2_params), digits=2)
+    ),
 )
 
 
 def _fit_gap(r: pd.Series) -> str:
     """A learnable variant's calibration error on its training seeds and on held-out seeds: '0.74 / 0.84'; '' if unfitted."""
-    train, held = r.get("calibration_train_error"), r.get("calibration_heldout_error")
+    train, held = r.get(COL.calibration_train_error), r.get(COL.calibration_heldout_error)
     if not isinstance(held, (int, float)) or not np.isfinite(held):
         return ""
     return f"{format_error(train, digits=2)} / {format_error(held, digits=2)}"
@@ -149,30 +152,30 @@ def cell_tables(analysed: "AnalysedRun") -> list[Block]:
             f"in brackets. Errors are against {analysed.errors_against}. A failed cell shows its status and reason."
         ),
     ]
-    mixed = frame["device_name"].nunique() > 1  # several devices: name each cell's
+    mixed = frame[COL.device_name].nunique() > 1  # several devices: name each cell's
     for setting in analysis.settings(frame):
         part = analysis.select(frame, setting)
-        for dist in sorted({str(v) for v in part["inputs"]}):
-            sub = part[part["inputs"] == dist].sort_values(["series", "seq_len"])
-            rows = [cell_row(r) + ([str(r["device_name"])] if mixed else []) for _, r in sub.iterrows()]
+        for dist in sorted({str(v) for v in part[COL.inputs]}):
+            sub = part[part[COL.inputs] == dist].sort_values([COL.series, COL.seq_len])
+            rows = [cell_row(r) + ([str(r[COL.device_name])] if mixed else []) for _, r in sub.iterrows()]
             blocks += [
                 Heading(3, f"{analysis.setting_title(setting)}, inputs {dist}"),
                 Table(HEADERS + (["device"] if mixed else []), rows),
             ]
-    if (frame["status"].eq("ok") & frame["noisy"].eq(True)).any():
+    if (frame[COL.status].eq("ok") & frame[COL.noisy].eq(True)).any():
         blocks.append(Paragraph(NOISY_FOOTNOTE))
     return blocks
 
 
 def cell_row(r: pd.Series) -> list[str]:
     """One cell's line: numbers when it ran, its status and reason when not (OOM in capitals, to stand out)."""
-    if r["status"] != "ok":
-        status = "OOM" if r["status"] == "oom" else str(r["status"])
-        return [str(r["series"]), str(r["seq_len"]), status] + ["-"] * len(COLUMNS) + [short_reason(r["reason"])]
-    impossible = r.get("impossible")
+    if r[COL.status] != "ok":
+        status = "OOM" if r[COL.status] == "oom" else str(r[COL.status])
+        return [str(r[COL.series]), str(r[COL.seq_len]), status] + ["-"] * len(COLUMNS) + [short_reason(r[COL.reason])]
+    impossible = r.get(COL.impossible)
     if isinstance(impossible, str):  # above the machine's measured limits: shown, flagged, never a winner
-        return [str(r["series"]), str(r["seq_len"]), "IMPOSSIBLE"] + [c.text(r) for c in COLUMNS] + [impossible]
-    return [str(r["series"]), str(r["seq_len"]), str(r["status"])] + [c.text(r) for c in COLUMNS] + [""]
+        return [str(r[COL.series]), str(r[COL.seq_len]), "IMPOSSIBLE"] + [c.text(r) for c in COLUMNS] + [impossible]
+    return [str(r[COL.series]), str(r[COL.seq_len]), str(r[COL.status])] + [c.text(r) for c in COLUMNS] + [""]
 
 
 # ---- the terminal summary -----------------------------------------------------------------------------
@@ -184,7 +187,7 @@ def summary_table(analysed: "AnalysedRun") -> str:
     frame = analysed.frame
     if not len(frame):
         return "(no rows)"
-    keys = list(SETTING_KEYS) + ["inputs"]
+    keys = list(SETTING_KEYS) + [COL.inputs]
     blocks = []
     for setting, group in frame.groupby(keys, sort=False):
         s = dict(zip(keys, setting))
@@ -195,12 +198,12 @@ def summary_table(analysed: "AnalysedRun") -> str:
             + f" inputs={s['inputs']} on {s['device']}"
         )
 
-        lengths = sorted(group["seq_len"].unique())
+        lengths = sorted(group[COL.seq_len].unique())
         header = ["variant", "metric"] + [format_n(n) for n in lengths]
         lines = [header]
-        for series, part in group.groupby("series", sort=False):
-            by_n = {int(r["seq_len"]): r for _, r in part.iterrows()}
-            knob = next((r["tuning"]["knob"] for r in by_n.values() if isinstance(r["tuning"], dict)), None)
+        for series, part in group.groupby(COL.series, sort=False):
+            by_n = {int(r[COL.seq_len]): r for _, r in part.iterrows()}
+            knob = next((r[COL.tuning]["knob"] for r in by_n.values() if isinstance(r[COL.tuning], dict)), None)
             metrics = [(c.summary, c.compact or c.text) for c in TERMINAL]
             metrics += [(knob, _knob_text)] if knob else []
             for i, (metric, text) in enumerate(metrics):
@@ -209,9 +212,9 @@ def summary_table(analysed: "AnalysedRun") -> str:
                     r = by_n.get(int(n))
                     if r is None:
                         cells.append("")
-                    elif r["status"] != "ok":
-                        cells.append(str(r["status"]) if i == 0 else "")
-                    elif isinstance(r.get("impossible"), str):  # above the machine's measured limits
+                    elif r[COL.status] != "ok":
+                        cells.append(str(r[COL.status]) if i == 0 else "")
+                    elif isinstance(r.get(COL.impossible), str):  # above the machine's measured limits
                         cells.append("impossible" if i == 0 else "")
                     else:
                         cells.append(text(r))
@@ -229,8 +232,8 @@ def summary_table(analysed: "AnalysedRun") -> str:
 
 def _knob_text(r) -> str:
     """The searched knob's value and the fields searched with it where set: '300', '128 sinks=4'."""
-    config = r["config"] if isinstance(r["config"], dict) else {}
-    fields = searched_fields(str(r["variant"]))
+    config = r[COL.config] if isinstance(r[COL.config], dict) else {}
+    fields = searched_fields(str(r[COL.variant]))
     if not fields:
         return "-"
     return " ".join([str(config.get(fields[0], "-"))] + searched_extras(r))

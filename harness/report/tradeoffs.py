@@ -15,6 +15,7 @@ from harness.report import plotting
 from harness.report.analysis import is_baseline_series, pareto_front, primary_inputs, select, setting_title, settings
 from harness.report.curves import MIN_ERROR
 from harness.report.render import format_n
+from harness.store import COL
 
 PARETO_COLUMNS = 3  # panels (lengths) per line of the Pareto figure; a setting with more lengths takes several lines
 FRONT_GID, OUTSIDE_GID = "pareto-front", "outside-budget"  # gids of the Pareto points (the tests find them by these)
@@ -29,17 +30,17 @@ def plot_pareto(frame: pd.DataFrame, path: Path, *, budgets: Sequence[float], me
     inputs = primary_inputs(frame)
     ok = (
         frame[
-            (frame["status"] == "ok")
-            & (frame["inputs"] == inputs)
+            (frame[COL.status] == "ok")
+            & (frame[COL.inputs] == inputs)
             & frame["error"].notna()
-            & frame["latency_s"].notna()
+            & frame[COL.latency_s].notna()
         ]
         if len(frame)
         else frame
     )
     if not len(ok):
         return None
-    blocks = [(setting, sorted(set(select(ok, setting)["seq_len"]))) for setting in settings(ok)]
+    blocks = [(setting, sorted(set(select(ok, setting)[COL.seq_len]))) for setting in settings(ok)]
     ncols = min(PARETO_COLUMNS, max(len(lengths) for _, lengths in blocks))
     lines = [(setting, lengths[k : k + ncols]) for setting, lengths in blocks for k in range(0, len(lengths), ncols)]
     plt, fig, axes = plotting.grid(len(lines) * ncols, ncols=ncols, width=3.6, height=3.0)
@@ -48,8 +49,8 @@ def plot_pareto(frame: pd.DataFrame, path: Path, *, budgets: Sequence[float], me
     for i, (setting, lengths) in enumerate(lines):
         part = select(ok, setting)
         for j, (ax, n) in enumerate(zip(axes[i * ncols : i * ncols + len(lengths)], lengths)):
-            _pareto_panel(ax, part[part["seq_len"] == n], styles, budgets, metric)
-            first = n == min(part["seq_len"])
+            _pareto_panel(ax, part[part[COL.seq_len] == n], styles, budgets, metric)
+            first = n == min(part[COL.seq_len])
             ax.set_title(
                 f"{setting_title(setting)}\nN = {format_n(n)}" if first else f"N = {format_n(n)}",
                 fontsize=8,
@@ -76,7 +77,7 @@ def plot_pareto(frame: pd.DataFrame, path: Path, *, budgets: Sequence[float], me
 def _pareto_panel(ax, at_n: pd.DataFrame, styles: dict, budgets: tuple[float, ...], metric: str) -> None:
     """One N's points (a series' median latency and error), the front over the in-budget ones, the budget lines."""
     points = (
-        at_n.groupby("series")
+        at_n.groupby(COL.series)
         .agg(latency=("latency_s", "median"), error=("error", "median"), in_budget=("in_budget", "all"))
         .reset_index()
     )
@@ -95,11 +96,11 @@ def _pareto_panel(ax, at_n: pd.DataFrame, styles: dict, budgets: tuple[float, ..
             label="_front",
             gid=FRONT_GID,
         )
-    on_front = set(front["series"])
+    on_front = set(front[COL.series])
     for _, p in points.iterrows():
-        style = styles[p["series"]]
+        style = styles[p[COL.series]]
         if p["in_budget"]:
-            big = p["series"] in on_front
+            big = p[COL.series] in on_front
             ax.scatter(
                 p["latency"],
                 p["error"],
@@ -139,7 +140,7 @@ ROUNDING_FACTOR = 4.0  # errors within this factor of dense's own (its rounding 
 def rounding_floor(points: pd.DataFrame) -> float:
     """The error at or below which a point counts as exact as dense: ROUNDING_FACTOR x dense's error at this N
     (0 where dense has no point: every difference then counts)."""
-    dense = points[points["series"].map(is_baseline_series)]["error"]
+    dense = points[points[COL.series].map(is_baseline_series)]["error"]
     return float(dense.min()) * ROUNDING_FACTOR if len(dense) and np.isfinite(dense.min()) else 0.0
 
 
@@ -176,12 +177,12 @@ def roofline_points(frame: pd.DataFrame) -> pd.DataFrame:
     need = ("flops", "bytes_moved", "latency_s")
     if not len(frame) or any(c not in frame for c in need):
         return frame.iloc[0:0]
-    ok = frame[frame["status"] == "ok"].copy()
+    ok = frame[frame[COL.status] == "ok"].copy()
     for c in need:
         ok[c] = pd.to_numeric(ok[c], errors="coerce")
-    ok = ok[(ok["flops"] > 0) & (ok["bytes_moved"] > 0) & (ok["latency_s"] > 0)]
-    ok["intensity"] = ok["flops"] / ok["bytes_moved"]
-    ok["achieved"] = ok["flops"] / ok["latency_s"]
+    ok = ok[(ok[COL.flops] > 0) & (ok[COL.bytes_moved] > 0) & (ok[COL.latency_s] > 0)]
+    ok["intensity"] = ok[COL.flops] / ok[COL.bytes_moved]
+    ok["achieved"] = ok[COL.flops] / ok[COL.latency_s]
     return ok
 
 
@@ -205,7 +206,7 @@ def plot_roofline(frame: pd.DataFrame, env: dict[str, Any], path: Path) -> Path 
     x = np.geomspace(lo, hi, 200)
     bandwidth = None
     for dtype, entry in sorted(limits["dtypes"].items()):
-        if dtype not in set(points["dtype"]) and dtype != "float32":
+        if dtype not in set(points[COL.dtype]) and dtype != "float32":
             continue
         peak, bandwidth = entry.get("ceiling_flops") or entry.get("peak_flops"), entry.get("bandwidth_bytes_per_s")
         if peak and bandwidth:
@@ -213,8 +214,8 @@ def plot_roofline(frame: pd.DataFrame, env: dict[str, Any], path: Path) -> Path 
             ax.annotate(f"{dtype} peak {peak / 1e9:.3g} GFLOP/s", (hi, peak), ha="right", va="bottom", fontsize=8)
     if bandwidth:
         ax.annotate(f"bandwidth {bandwidth / 1e9:.3g} GB/s", (lo * 1.5, bandwidth * lo * 3), fontsize=8)
-    colors = plotting.variant_colors(list(points["variant"]))
-    for (variant, phase), part in points.groupby(["variant", "phase"], sort=True):
+    colors = plotting.variant_colors(list(points[COL.variant]))
+    for (variant, phase), part in points.groupby([COL.variant, COL.phase], sort=True):
         filled = phase != "decode"
         ax.scatter(
             part["intensity"],
@@ -225,8 +226,8 @@ def plot_roofline(frame: pd.DataFrame, env: dict[str, Any], path: Path) -> Path 
             label=f"{variant} {phase}",
             s=36,
         )
-    if "impossible" in points:
-        flagged = points[points["impossible"].notna()]
+    if COL.impossible in points:
+        flagged = points[points[COL.impossible].notna()]
         if len(flagged):
             ax.scatter(flagged["intensity"], flagged["achieved"], marker="x", color="red", s=80, label="impossible")
     ax.set_xscale("log")

@@ -25,6 +25,10 @@ from harness.measure.noise import HIGH_LOAD_PER_CPU, NOISY_SHARE
 from harness.report.analysed import AnalysedRun
 from harness.report.clock import contended_count, median_load, mostly_contended
 from harness.report.render import finite
+from harness.store import COL
+
+SUFFIX_A, SUFFIX_B = "_a", "_b"  # the two runs' columns in a merged frame of matched cells
+A, B = COL.suffixed(SUFFIX_A), COL.suffixed(SUFFIX_B)
 
 DEFAULT_THRESHOLD = 0.05  # minimum relative change of latency or memory that can be flagged
 MIN_MEMORY_CHANGE = 64 * 1024  # bytes: smaller memory changes are never flagged (allocator granularity)
@@ -51,8 +55,8 @@ def noise_floor(cells: pd.DataFrame) -> NoiseFloor:
     """The drift and scatter of B/A over matched cells that are ok in both runs (identity with too few cells)."""
     if not len(cells):
         return NoiseFloor()
-    ok = cells[(cells["status_a"] == "ok") & (cells["status_b"] == "ok")]
-    ratios = pd.to_numeric(ok["latency_s_b"], errors="coerce") / pd.to_numeric(ok["latency_s_a"], errors="coerce")
+    ok = cells[(cells[A.status] == "ok") & (cells[B.status] == "ok")]
+    ratios = pd.to_numeric(ok[B.latency_s], errors="coerce") / pd.to_numeric(ok[A.latency_s], errors="coerce")
     logs = np.log(ratios[np.isfinite(ratios) & (ratios > 0)].to_numpy(dtype=float))
     if len(logs) < MIN_CELLS_FOR_FLOOR:
         return NoiseFloor(cells=len(logs))
@@ -77,7 +81,7 @@ def judge(
     "regression" | "improvement" | "same", or "noisy": latency moved beyond the threshold and the
     intervals while either row was measured under load or flagged noisy (not counted as either).
     """
-    sa, sb = row["status_a"], row["status_b"]
+    sa, sb = row[A.status], row[B.status]
     if sa != "ok" or sb != "ok":
         if sa == "ok":
             load = (loaded or {}).get("b")
@@ -93,14 +97,14 @@ def judge(
         return "noisy", f"latency {latency[1]:.2f}x, but measured under load or noisy ({_noisy(row)})"
     if latency:
         (worse if latency[0] == "worse" else better).append(f"latency {latency[1]:.2f}x")
-    ma, mb = row["peak_memory_bytes_a"], row["peak_memory_bytes_b"]
+    ma, mb = row[A.peak_memory_bytes], row[B.peak_memory_bytes]
     if _finite(ma, mb) and ma > 0 and abs(mb - ma) > MIN_MEMORY_CHANGE:
         ratio = mb / ma
         if ratio > 1 + threshold:
             worse.append(f"memory {ratio:.2f}x")
         elif ratio < 1 / (1 + threshold):
             better.append(f"memory {ratio:.2f}x")
-    ea, eb = row["rel_l2_error_a"], row["rel_l2_error_b"]
+    ea, eb = row[A.rel_l2_error], row[B.rel_l2_error]
     if errors and _finite(ea, eb) and abs(eb - ea) > max(ERROR_ABS, ERROR_REL * min(ea, eb)):
         (worse if eb > ea else better).append(f"error {ea:.2g} -> {eb:.2g}")
     if worse:
@@ -117,18 +121,18 @@ def _latency_change(row: pd.Series, threshold: float, floor: NoiseFloor = NoiseF
     intervals: the p20-p80 ranges do not overlap and, where both rows have paired speed-ups (timed in
     alternation with dense inside the cell), neither do their speed-up intervals.
     """
-    ta, tb = row["latency_s_a"], row["latency_s_b"]
+    ta, tb = row[A.latency_s], row[B.latency_s]
     if not (_finite(ta, tb) and ta > 0 and tb > 0):
         return None
     ratio = tb / ta
     shift = math.log(ratio / floor.drift)
     if abs(shift) <= floor.limit(threshold):
         return None
-    spread_a = (row["latency_p20_s_a"], row["latency_p80_s_a"])
-    spread_b = (row["latency_p20_s_b"], row["latency_p80_s_b"])
+    spread_a = (row[A.latency_p20_s], row[A.latency_p80_s])
+    spread_b = (row[B.latency_p20_s], row[B.latency_p80_s])
     has_spread = _finite(*spread_a, *spread_b)
-    paired_a = (row.get("speedup_low_a"), row.get("speedup_high_a"))
-    paired_b = (row.get("speedup_low_b"), row.get("speedup_high_b"))
+    paired_a = (row.get(A.speedup_low), row.get(A.speedup_high))
+    paired_b = (row.get(B.speedup_low), row.get(B.speedup_high))
     has_paired = _finite(*paired_a, *paired_b)
     if shift > 0 and (not has_spread or spread_b[0] > spread_a[1]) and (not has_paired or paired_b[1] < paired_a[0]):
         return "worse", ratio
@@ -190,10 +194,10 @@ def under_load(run: AnalysedRun) -> str | None:
 def load_notes(run: AnalysedRun) -> list[str]:
     """A note when a run was measured under load or has noisy rows: its latency changes are the machine's."""
     rows = run.frame
-    if not len(rows) or "noisy" not in rows:
+    if not len(rows) or COL.noisy not in rows:
         return []
-    noisy = int((rows["noisy"] == True).sum())  # noqa: E712 - None and NaN are not noisy
-    load = pd.to_numeric(rows["load_per_cpu"], errors="coerce")
+    noisy = int((rows[COL.noisy] == True).sum())  # noqa: E712 - None and NaN are not noisy
+    load = pd.to_numeric(rows[COL.load_per_cpu], errors="coerce")
     high = load.max() if load.notna().any() else None
     if noisy < NOISY_SHARE * len(rows) and not (high is not None and high >= HIGH_LOAD_PER_CPU):
         return []  # a few noisy rows: their cells say so, the run as a whole is not in question

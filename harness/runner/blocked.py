@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from harness.row import Row
 from harness.schema import NOT_RUN_PREFIX
 
 # Statuses at N that spare a series its longer N: out of memory, the time limit, and an error budget no value of the
@@ -9,15 +10,15 @@ from harness.schema import NOT_RUN_PREFIX
 BLOCKING = ("oom", "timeout", "unreachable")
 
 
-def blocked_series(rows: list[dict], cells: list) -> dict[tuple[str, str], tuple[str, int]]:
+def blocked_series(rows: list[Row], cells: list) -> dict[tuple[str, str], tuple[str, int]]:
     """Series (a cell minus its length) that hit OOM, the time limit or an unreachable budget in earlier rows, and at which N."""
     by_id = {cell.cell_id: cell for cell in cells}
     blocked: dict[tuple[str, str], tuple[str, int]] = {}
     for row in rows:
-        cell = by_id.get(row.get("cell_id"))
-        if cell is None or row.get("status") not in BLOCKING or str(row.get("reason", "")).startswith(NOT_RUN_PREFIX):
+        cell = by_id.get(row.cell_id)
+        if cell is None or row.status not in BLOCKING or str(row.reason or "").startswith(NOT_RUN_PREFIX):
             continue
-        block(blocked, cell, row["status"])
+        block(blocked, cell, row.status)
     return blocked
 
 

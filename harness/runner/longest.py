@@ -10,10 +10,11 @@ a resumed run walks the same path from the rows it has.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 from harness.devices import device_memory_bytes
 from harness.plan import length_series, memory_verdict, search_longest
+from harness.row import Row
 from harness.schema import Cell
 from harness.spec import SweepSpec
 
@@ -31,7 +32,7 @@ def searched_series(spec: SweepSpec) -> list[Callable[[int], Cell]]:
 
 
 def search_memory_budget(
-    spec: SweepSpec, budget: int, rows: Mapping[str, dict[str, Any]], measure: Callable[[list[Cell]], None]
+    spec: SweepSpec, budget: int, rows: Mapping[str, Row], measure: Callable[[list[Cell]], None]
 ) -> None:
     """Measure the search's cells until every series' search is over; `rows` (cell_id -> row) holds every row so far
     and grows as measure(cells) appends theirs."""
@@ -42,7 +43,7 @@ def search_memory_budget(
 
             def verdict(n: int, at: Callable[[int], Cell] = at) -> str | None | bool:
                 row = rows.get(at(n).cell_id)
-                return False if row is None else memory_verdict(row, budget)
+                return False if row is None else memory_verdict(row.status, row.peak_memory_bytes, budget)
 
             found = search_longest(verdict, start)
             if found.next is not None:

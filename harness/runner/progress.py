@@ -12,11 +12,12 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
-from typing import Any, Callable, Iterable, TextIO
+from typing import Callable, Iterable, TextIO
 
 from tqdm import tqdm
 
 from harness.report.render import format_seconds_compact
+from harness.row import Row
 from harness.schema import Cell
 
 PLAIN_EVERY_S = 30.0  # seconds between plain progress lines when stderr is not a terminal
@@ -72,7 +73,7 @@ class Progress:
         """Show the cell about to run."""
         self._bar.set_postfix_str(self._postfix(f"now {cell.label}"), refresh=True)
 
-    def finish(self, cell: Cell, row: dict[str, Any], *, measured: bool = True) -> None:
+    def finish(self, cell: Cell, row: Row, *, measured: bool = True) -> None:
         """Count a cell whose row arrived; a skipped cell (not measured) leaves the ETA's total."""
         self.done += 1
         cost = self._costs.get(cell.cell_id, 0.0)
@@ -82,10 +83,10 @@ class Progress:
         else:
             self.planned_cost = max(self.measured_cost, self.planned_cost - cost)
             self._bar.total = self.planned_cost
-        latency = f" {format_seconds_compact(row.get('latency_s'))}" if row.get("status") == "ok" else ""
-        contended = row.get("contended") is True
-        self.last = f"last {cell.label}: {row.get('status')}{latency}{' contended' if contended else ''}"
-        self.statuses[str(row.get("status"))] += 1
+        latency = f" {format_seconds_compact(row.latency_s)}" if row.status == "ok" else ""
+        contended = row.contended is True
+        self.last = f"last {cell.label}: {row.status}{latency}{' contended' if contended else ''}"
+        self.statuses[str(row.status)] += 1
         self.contended += contended
         self._describe()
         self._bar.set_postfix_str(self._postfix(), refresh=True)

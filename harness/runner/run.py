@@ -25,9 +25,9 @@ from harness.store import (
     check_run_id,
     completed_cell_ids,
     create_run_dir,
+    load_rows,
     lock_run_dir,
     new_run_id,
-    read_rows,
 )
 from harness.store.run_dir import WRITTEN_FILES, WRITTEN_FOLDERS
 
@@ -115,7 +115,7 @@ def resume_spec(
 def plan_lines(spec: SweepSpec, resume: Path | None = None) -> list[str]:
     """The cells a sweep would run, one line each with its id ("done" when a resumed run has its row), and a total."""
     cells = plan(spec)
-    done = completed_cell_ids(read_rows(resume)) if resume else set()
+    done = completed_cell_ids(load_rows(resume)) if resume else set()
     lines = [plan_header(spec)]
     for cell in cells:
         mark = "done " if cell.cell_id in done else ""

@@ -26,6 +26,7 @@ from harness.measure.knob_range import unreachable_carries_over
 from harness.measure.limits import limit_dtypes, run_limits
 from harness.measure.tuning import scoring_seeds
 from harness.plan import plan
+from harness.row import Row
 from harness.runner.blocked import BLOCKING, block, blocked_series
 from harness.runner.finish import finish_run, resume_command
 from harness.runner.longest import budget_bytes, search_memory_budget
@@ -38,7 +39,7 @@ from harness.store import (
     SPEC_FILE,
     RowWriter,
     completed_cell_ids,
-    read_rows,
+    load_rows,
     repair_tail,
     write_json,
     write_plain,
@@ -134,7 +135,7 @@ class _Cells:
 
     planned: list  # the plan's cells, in order
     done: set[str]  # ids of the cells with a row
-    rows: dict[str, dict]  # rows by cell id: what the memory budget search walks
+    rows: dict[str, Row]  # rows by cell id: what the memory budget search walks
     blocked: dict  # harness.runner.blocked: where a series stopped
     info: RunInfo
     progress: Progress
@@ -146,9 +147,9 @@ class _Cells:
         repair_tail(
             run_dir / ROWS_FILE
         )  # before counting: a complete last row without its newline is kept, not cut later
-        existing = read_rows(run_dir)
+        existing = load_rows(run_dir)
         done = completed_cell_ids(existing)
-        rows = {row["cell_id"]: row for row in existing}
+        rows = {row.cell_id: row for row in existing}
         cells = plan(spec)
         blocked = blocked_series(existing, cells)
         return cls(cells, done, rows, blocked, info, Progress(cells, done, enabled=not quiet))
@@ -173,18 +174,19 @@ class _Cells:
             same_range = unreachable_carries_over(cell, missed[1])
             if not same_range:
                 return None
-            row = outcome_row(cell, self.info, "unreachable", f"{NOT_RUN_PREFIX}: {same_range}")
-            row["config"] = {**row["config"], knob_field(cell.variant): None}  # no value was chosen (nor tried)
-            return row
+            row = Row.from_dict(outcome_row(cell, self.info, "unreachable", f"{NOT_RUN_PREFIX}: {same_range}"))
+            return row.update(
+                config={**row.config, knob_field(cell.variant): None}
+            ).to_dict()  # no value chosen, nor tried
         return None
 
-    def record(self, writer: RowWriter, cell, row: dict[str, Any], measured: bool) -> None:
+    def record(self, writer: RowWriter, cell, row: Row, measured: bool) -> None:
         """A row arrived: appended, counted done, kept for the search, and a failure blocks its series' longer N."""
         writer.append(row)
         self.done.add(cell.cell_id)
         self.rows[cell.cell_id] = row
-        if measured and row["status"] in BLOCKING:
-            block(self.blocked, cell, row["status"])
+        if measured and row.status in BLOCKING:
+            block(self.blocked, cell, row.status)
         self.progress.finish(cell, row, measured=measured)
 
 
@@ -197,7 +199,7 @@ def _run_cells(run_dir: Path, spec: SweepSpec, job: CellJob, cells: _Cells, budg
     ):  # an engine that fails to start leaves no rows.jsonl
 
         def on_row(cell, row: dict[str, Any], measured: bool) -> None:
-            cells.record(writer, cell, row, measured)
+            cells.record(writer, cell, Row.from_dict(row), measured)  # the executor's JSON object, typed once
 
         run_cells(executor, cells.todo(), skip=cells.skip, on_row=on_row, on_start=cells.progress.start)
         if budget is not None:  # then the longest N per train series within it (harness.runner.longest)
@@ -207,6 +209,7 @@ def _run_cells(run_dir: Path, spec: SweepSpec, job: CellJob, cells: _Cells, budg
                 run_cells(executor, found, skip=cells.skip, on_row=on_row, on_start=cells.progress.start)
 
             search_memory_budget(spec, budget, cells.rows, measure)
+    clean_cell_temp(run_dir)  # every child has exited with the executor: a finished run folder holds no .cells
 
 
 def _say_how_to_continue(exc: KeyboardInterrupt, run_dir: Path, job: CellJob) -> None:

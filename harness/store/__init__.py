@@ -4,17 +4,20 @@
 spec.toml and, at the end, rows.csv (rows.parquet with pyarrow), the figures and the report.
 """
 
+from harness.store.columns import COL, SERIES
 from harness.store.lock import LOCK_FILE, lock_run_dir
 from harness.store.reader import (
     Run,
     completed_cell_ids,
     config_key,
+    load_rows,
     load_run,
     read_row_lines,
     read_rows,
     resolve_run_dir,
     rows_frame,
     series_labels,
+    typed_row,
     warn_note,
 )
 from harness.store.run_dir import (
@@ -31,6 +34,7 @@ from harness.store.safe_files import check_plain, check_run_folder, open_plain, 
 from harness.store.writer import RowWriter, inert_csv_frame, repair_tail, rows_dataframe, write_json, write_tables
 
 __all__ = [
+    "COL",
     "CSV_FILE",
     "ENV_FILE",
     "LOCK_FILE",
@@ -39,6 +43,7 @@ __all__ = [
     "SPEC_FILE",
     "Run",
     "RowWriter",
+    "SERIES",
     "check_plain",
     "check_run_folder",
     "check_run_id",
@@ -46,6 +51,7 @@ __all__ = [
     "config_key",
     "create_run_dir",
     "inert_csv_frame",
+    "load_rows",
     "load_run",
     "lock_run_dir",
     "new_run_id",
@@ -57,6 +63,7 @@ __all__ = [
     "rows_dataframe",
     "rows_frame",
     "series_labels",
+    "typed_row",
     "warn_note",
     "write_json",
     "write_plain",

@@ -11,14 +11,15 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
 from harness.errors import UsageError
 from harness.entries import length_fields, searched_fields
-from harness.row import NUMERIC_FIELDS, ROW_FIELDS
-from harness.schema import CELL_FIELDS, canonical, SCHEMA_VERSION, DECLARED, legacy_value
+from harness.row import NUMERIC_FIELDS, ROW_FIELDS, Row
+from harness.schema import CELL_FIELDS, SCHEMA_VERSION, DECLARED, canonical, legacy_value
+from harness.store.columns import COL, SERIES
 from harness.store.row_lines import read_row_lines, regular_file, warn_note
 from harness.store.row_types import MAX_LINE_CHARS, row_problem, shown, too_deep
 from harness.store.run_dir import ENV_FILE, ROWS_FILE, SPEC_FILE
@@ -107,7 +108,7 @@ def rows_frame(rows: list[dict[str, Any]], notes: list[str] | None = None, sourc
             warn_note(notes, f"{source}: older row format, missing {', '.join(important)}; shown as '-'")
     frame = pd.DataFrame(kept, columns=list(dict.fromkeys(list(ROW_FIELDS) + [k for r in kept for k in r])))
     _fill_defaults(frame)
-    frame["series"] = series_labels(frame)
+    frame[SERIES] = series_labels(frame)
     return frame
 
 
@@ -201,8 +202,8 @@ def series_labels(frame: pd.DataFrame) -> list[str]:
 
 
 def _fill_defaults(frame: pd.DataFrame) -> None:
-    """Each cell field an older writer left out takes what such a row means (harness.schema.legacy_value), typed as
-    the field declares, so grouping never sees None; measurements are floats (NaN where missing)."""
+    """Each cell field an older writer left out takes what such a row means (cell_values), so grouping never sees
+    None; measurements are floats (NaN where missing)."""
     for column in frame.columns:
         if column not in NUMERIC_FIELDS:
             frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
@@ -210,29 +211,49 @@ def _fill_defaults(frame: pd.DataFrame) -> None:
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(float)
     if not len(frame):
         return
-    records = frame[list(CELL_FIELDS)].to_dict("records")
+    filled = [cell_values(r) for r in frame[list(CELL_FIELDS)].to_dict("records")]
     for name in CELL_FIELDS:
-        cast = DECLARED[name].cast or (lambda v: v)
-        filled = [
-            legacy_value(name, r)
-            if r[name] is None or (name == "config" and not isinstance(r[name], dict))
-            else r[name]
-            for r in records
-        ]
-        frame[name] = [None if v is None else cast(v) for v in filled]
+        frame[name] = [values[name] for values in filled]
+
+
+def cell_values(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A row's cell fields, each an older writer left out (or a config that is not a table) as what such a row means
+    (harness.schema.legacy_value), typed as the field declares (CellField.cast)."""
+    out = {}
+    for name in CELL_FIELDS:
+        value = record.get(name)
+        if value is None or (name == "config" and not isinstance(value, dict)):
+            value = legacy_value(name, record)
+        cast = DECLARED[name].cast
+        out[name] = value if value is None or cast is None else cast(value)
+    return out
+
+
+def typed_row(record: Mapping[str, Any]) -> Row:
+    """A Row from a JSON object of rows.jsonl (one that read_row_lines kept): keys a newer writer added are left out,
+    cell fields an older one did not record filled in (cell_values); the cell_id stays as written, so a resume
+    matches the cells it has."""
+    known = {name: value for name, value in record.items() if name in ROW_FIELDS}
+    return Row.from_dict({**known, **cell_values(known)})
 
 
 def read_rows(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The complete rows (those with a cell_id) of a run folder; [] when it has no rows.jsonl.
+    """The complete rows (those with a cell_id) of a run folder as written (JSON objects); [] when it has no
+    rows.jsonl. load_rows gives them typed.
 
     Reads through read_row_lines, so a partial or unparsable line is skipped with a warning.
     """
     path = Path(run_dir) / ROWS_FILE
     if not path.exists():
         return []
-    return [row for row in read_row_lines(path) if row.get("cell_id")]
+    return [row for row in read_row_lines(path) if row.get(COL.cell_id)]
 
 
-def completed_cell_ids(rows: Iterable[dict[str, Any]]) -> set[str]:
+def load_rows(run_dir: str | Path) -> list[Row]:
+    """The complete rows of a run folder as Rows (typed_row): what a resume counts and walks."""
+    return [typed_row(record) for record in read_rows(run_dir)]
+
+
+def completed_cell_ids(rows: Iterable[Row]) -> set[str]:
     """Cells that already have a row (any status: a recorded failure is a result, not a gap)."""
-    return {row["cell_id"] for row in rows}
+    return {row.cell_id for row in rows}

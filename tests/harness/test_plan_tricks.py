@@ -10,7 +10,7 @@ import pytest
 
 from harness.errors import UsageError
 from harness.plan import MAX_SEARCHED_SEQ_LEN, Longest, longest_within, memory_verdict, plan, search_longest
-from harness.plan import tricks_reason
+from harness.schema import tricks_reason
 from harness.runner import sweep_spec as build_spec
 from harness.schema import Cell
 
@@ -118,7 +118,7 @@ def test_a_bad_memory_budget_is_a_usage_error_with_an_example():
 def _walk(peak_per_token: int, budget: int, start=(256, 512, 1024), known=None) -> tuple[Longest, list[int]]:
     """The search driven to its end over a series whose peak memory is peak_per_token * N: (its result, N measured)."""
     known = dict(known or {})
-    verdict = lambda n: memory_verdict({"status": "ok", "peak_memory_bytes": peak_per_token * n}, budget)  # noqa: E731
+    verdict = lambda n: memory_verdict("ok", peak_per_token * n, budget)  # noqa: E731
     known.update({n: verdict(n) for n in start if n not in known})
     measured = []
     while (found := search_longest(lambda n: known.get(n, False), start)).next is not None:
@@ -143,9 +143,9 @@ def test_the_search_halves_below_the_planned_lengths_and_stops_at_its_limits():
 
 def test_the_search_reuses_what_was_measured_and_treats_a_failure_as_not_fitting():
     _, measured = _walk(1000, 5_000_000)
-    rows = {n: memory_verdict({"status": "ok", "peak_memory_bytes": 1000 * n}, 5_000_000) for n in measured}
+    rows = {n: memory_verdict("ok", 1000 * n, 5_000_000) for n in measured}
     assert _walk(1000, 5_000_000, known=rows)[1] == []  # a resumed run: the same path, nothing left to measure
-    assert memory_verdict({"status": "oom", "peak_memory_bytes": None}, 1) == "oom"
-    assert memory_verdict({"status": "ok", "peak_memory_bytes": float("nan")}, 1) == "no peak memory"
+    assert memory_verdict("oom", None, 1) == "oom"
+    assert memory_verdict("ok", float("nan"), 1) == "no peak memory"
     found = longest_within({1024: None, 2048: "timeout", 4096: None})  # the first failure bounds it
     assert (found.fits, found.fails, found.why) == (1024, 2048, "timeout")

@@ -11,7 +11,11 @@ import pytest
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = (yield).get_result()
-    if call.when != "call" or call.excinfo is None or item.module.__name__.rpartition(".")[2] != "test_contract":
+    if (
+        call.when != "call"
+        or call.excinfo is None
+        or not item.module.__name__.rpartition(".")[2].startswith("test_contract")
+    ):
         return
     from variants import NotSupportedError, get_variant
 

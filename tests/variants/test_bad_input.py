@@ -31,7 +31,7 @@ q = torch.randn(2, 3, 8, 4)
             (q, q[:, :, :5], q[:, :, :5]),
             {"causal": True},
             ValueError,
-            r"causal=True needs as many queries as keys .* got N=8, M=5",
+            r"causal=True needs N <= M \(the N queries are the last N of the M key positions, bottom-right\), got N=8, M=5",
         ),
         ((q, q, q), {"causal": "yes"}, TypeError, r"causal must be a bool, got 'yes'"),
         (

@@ -7,17 +7,23 @@ import torch
 
 from variants import build_variant
 from variants._band import band, band_pairs
+from variants._checks import query_offset
 from variants.reference import visibility
 
-# (N, M, causal): N == M when causal; ragged against banded's 64-row blocks, and N > M (key-less rows).
-SHAPES = [(100, 100, True), (100, 100, False), (130, 130, True), (70, 90, False), (90, 70, False)]
+# (N, M, causal): ragged against banded's 64-row blocks, N > M (key-less rows), and causal N < M (the last N positions).
+SHAPES = [(100, 100, True), (100, 100, False), (130, 130, True), (70, 90, False), (90, 70, False), (70, 150, True)]
 WINDOWS = [1, 5, 64, 100, 300]  # 100 and 300: window >= N
 SINKS = [0, 3, 70]  # 70: sinks spanning a whole block of 64
 
 
+def _positions(n: int, m: int, causal: bool) -> torch.Tensor:
+    """The n queries' positions among m keys: the last n under causal (bottom-right)."""
+    return torch.arange(n) + query_offset(n, m, causal)
+
+
 def _picture(n: int, m: int, window: int, causal: bool, sinks: int) -> torch.Tensor:
     """The predicate's N x M picture."""
-    return band(torch.arange(n)[:, None], torch.arange(m)[None, :], window=window, causal=causal, sinks=sinks)
+    return band(_positions(n, m, causal)[:, None], torch.arange(m)[None, :], window=window, causal=causal, sinks=sinks)
 
 
 @pytest.mark.parametrize(
@@ -34,7 +40,7 @@ def test_predicate_convention(query, window, sinks, causal, want):
     assert got.int().tolist() == want
 
 
-@pytest.mark.parametrize("n,m,causal", SHAPES + [(5, 12, False), (9, 4, False), (1, 1, True)])
+@pytest.mark.parametrize("n,m,causal", SHAPES + [(5, 12, False), (9, 4, False), (1, 1, True), (1, 12, True)])
 @pytest.mark.parametrize("window", WINDOWS)
 @pytest.mark.parametrize("sinks", SINKS + [200])
 def test_pairs_and_pattern_agree_with_the_predicate(n, m, causal, window, sinks):
@@ -42,7 +48,7 @@ def test_pairs_and_pattern_agree_with_the_predicate(n, m, causal, window, sinks)
     picture = _picture(n, m, window, causal, sinks)
     assert band_pairs(n, m, window, causal, sinks=sinks) == int(picture.sum())
     attn = build_variant("sliding_window", window=window, sinks=sinks)
-    drawn = visibility(torch.arange(n), m, causal=causal, pattern=attn.pattern)[0, 0]
+    drawn = visibility(_positions(n, m, causal), m, causal=causal, pattern=attn.pattern)[0, 0]
     assert torch.equal(drawn, picture)
 
 

@@ -204,3 +204,27 @@ def test_a_built_student_refuses_to_decode_another_head_count():
         k = torch.randn(1, 4, 5, 16)
         with pytest.raises(NotSupportedError, match=r"built for H_kv=2 K/V heads, got H_kv=4"):
             attn.init_state(k, k)
+
+
+def test_non_causal_student_exports_with_a_dynamic_length(monkeypatch):
+    """torch.export at N=40 (three _BLOCK slices eagerly) gives one program that runs at N=24 and N=40 as eager does.
+
+    Before: the feature map's cached cast read data_ptr (fake tensors have none) and the block loop fixed N."""
+    monkeypatch.setattr(distilled, "_BLOCK", 16)
+    attn = _student(features=12).eval()
+
+    class Call(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = attn
+
+        def forward(self, q, k, v):
+            return self.attn(q, k, v)
+
+    n = torch.export.Dim.DYNAMIC
+    with torch.no_grad():
+        attn(*_qkv(0, N=40))  # creates the feature map's parameters
+        program = torch.export.export(Call(), tuple(_qkv(0, N=40)), dynamic_shapes=[{2: n}] * 3).module()
+        for N in (24, 40):
+            q, k, v = _qkv(N, N=N)
+            torch.testing.assert_close(program(q, k, v), attn(q, k, v), atol=1e-6, rtol=1e-5)

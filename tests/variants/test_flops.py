@@ -36,8 +36,11 @@ def _cases() -> list:
     return cases
 
 
-def counted_and_declared(name: str, backend: str | None, kv_heads: int, causal: bool) -> tuple[int, int, int] | str:
-    """(FlopCounterMode's count, executed_flops, flops) of one CPU forward, or why it cannot be counted."""
+def counted_and_declared(
+    name: str, backend: str | None, kv_heads: int, causal: bool, *, n: int = N, m: int = N
+) -> tuple[int, int, int] | str:
+    """(FlopCounterMode's count, executed_flops, flops) of one CPU forward of n queries over m keys, or why it cannot be
+    counted."""
     if backend in UNCOUNTABLE:
         return f"backend {backend!r}: {UNCOUNTABLE[backend]}"
     config = dict(get_variant(name).cls.small_config)
@@ -46,15 +49,15 @@ def counted_and_declared(name: str, backend: str | None, kv_heads: int, causal: 
     torch.manual_seed(0)
     attn = build_variant(name, **config)
     g = torch.Generator().manual_seed(0)
-    q = torch.randn(B, H, N, D, generator=g)
-    k, v = (torch.randn(B, kv_heads, N, D, generator=g) for _ in range(2))
+    q = torch.randn(B, H, n, D, generator=g)
+    k, v = (torch.randn(B, kv_heads, m, D, generator=g) for _ in range(2))
     reasons = attn.not_supported_reasons(q, k, v, causal=causal, training=False)
     if reasons:
         return "declared unsupported: " + "; ".join(reasons)
     with FlopCounterMode(display=False, custom_mapping=CPU_SDPA_FLOPS) as counter, torch.no_grad():
         attn(q, k, v, causal=causal)
     ran = attn.resolve_backend(q, training=False)
-    shape = (B, H, N, N, D, causal)
+    shape = (B, H, n, m, D, causal)
     executed = count_flops(attn, *shape, H_kv=kv_heads, executed=True, backend=ran)
     return counter.get_total_flops(), executed, count_flops(attn, *shape, H_kv=kv_heads)
 
@@ -68,6 +71,19 @@ def test_executed_flops_match_what_flop_counter_counts(name, backend, kv_heads, 
     tolerance = 1 + get_variant(name).cls.flops_tolerance
     assert executed / tolerance <= counted <= executed * tolerance, (counted, executed)
     assert 0 < useful <= executed  # the useful work is never more than what runs
+
+
+@pytest.mark.parametrize("n", [1, N // 4], ids=lambda n: f"n{n}")
+@pytest.mark.parametrize("name,backend", [p.values[:2] for p in _cases() if p.id.endswith("-kv2-causal")])
+def test_executed_flops_with_a_query_offset_match_what_flop_counter_counts(name, backend, n):
+    """Causal n < N queries over N keys (the last n positions): what runs is still what is declared."""
+    result = counted_and_declared(name, backend, H // 4, True, n=n, m=N)
+    if isinstance(result, str):
+        pytest.skip(result)
+    counted, executed, useful = result
+    tolerance = 1 + get_variant(name).cls.flops_tolerance
+    assert executed / tolerance <= counted <= executed * tolerance, (counted, executed)
+    assert 0 < useful <= executed
 
 
 def test_a_plugin_flops_without_h_kv_is_still_counted():

@@ -4,6 +4,8 @@ uncompiled (eager, O(N^2)) flex call an error row, never a number. pyproject's f
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -67,9 +69,12 @@ def test_every_band_of_a_shape_runs_one_graph():
 
 def test_on_cuda_every_length_is_its_own_static_family(monkeypatch):
     """Checked without a GPU: where flex compiles static (CUDA), the key names N and M."""
-    assert _sliding_kernels.compiles_static(torch.device("cuda"))
-    assert not _sliding_kernels.compiles_static(torch.device("cpu"))
-    monkeypatch.setattr(_sliding_kernels, "compiles_static", lambda device: True)
+    q, k, _ = _qkv(37)
+    on_cuda = SimpleNamespace(device=torch.device("cuda"), shape=q.shape)  # a CUDA tensor's two attributes read
+    assert _sliding_kernels.compiles_static(on_cuda, k)
+    assert not _sliding_kernels.compiles_static(q, k)  # CPU, square: the dynamic graph
+    assert _sliding_kernels.compiles_static(q[:, :, :4], k)  # CPU, a query offset: static (see _sliding_kernels)
+    monkeypatch.setattr(_sliding_kernels, "compiles_static", lambda q, k: True)
     family = _sliding_kernels.flex_family
     long, short = family(*_qkv(300)), family(*_qkv(150))
     assert long != short and long[1] is True and long[-1] == (1, 2, 2, 300, 300)

@@ -11,6 +11,7 @@ from variants import NotSupportedError, build_variant, reference_attention
 from variants.base import BACKWARD_FLOPS_FACTOR
 from variants.reference import visibility
 from variants._band import band_pairs
+from variants._checks import query_offset
 from variants.sliding_window import _flex_block_mask
 
 CPU_EXACT_BACKENDS = ["banded", "masked"]  # flex is checked separately: each new shape compiles
@@ -263,7 +264,8 @@ def test_flex_block_mask_with_sinks_covers_the_pattern(n, m, window, sinks, caus
     """Every visible pair lies in a block the mask keeps (partial or full), and full blocks are wholly visible."""
     ours = _flex_block_mask(n, m, window, causal, torch.device("cpu"), sinks=sinks)
     attn = build_variant("sliding_window", window=window, sinks=sinks)
-    visible = visibility(torch.arange(n), m, causal=causal, pattern=attn.pattern)[0, 0]  # (n, m)
+    positions = torch.arange(n) + query_offset(n, m, causal)  # causal n < m: the last n positions
+    visible = visibility(positions, m, causal=causal, pattern=attn.pattern)[0, 0]  # (n, m)
     kept = ours.to_dense()[0, 0].bool()  # (QB, KB)
     S = 128
     for qb in range(kept.shape[0]):

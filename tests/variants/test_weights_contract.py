@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.measure.weights import topk_recall
+from harness.measure.reference import topk_recall
 from tests.variants.test_contract import _build, _cases, _padding_mask
 from variants import attention_weights, get_variant
 

@@ -362,11 +362,11 @@ def test_torch_lazy_imports_happen_before_the_first_cells_clock_starts():
     settings = MeasureSettings(time_budget_s=0.005, repeats=1, error_rows=8).to_dict()
     script = f"""
 import sys
-import harness.measure as measure
+import harness.executors.worker as worker
 from harness.executors.worker import CellJob, run_cell
 
-seen, measure_cell = [], measure.measure_cell
-measure.measure_cell = lambda *a, **kw: seen.append("torch._dynamo" in sys.modules) or measure_cell(*a, **kw)
+seen, measure_cell = [], worker.measure_cell
+worker.measure_cell = lambda *a, **kw: seen.append("torch._dynamo" in sys.modules) or measure_cell(*a, **kw)
 job = CellJob(settings={settings!r}, run={dataclasses.asdict(RUN)!r})
 print(run_cell({dataclasses.asdict(_cell("dense", 16))!r}, job)["status"], seen)
 """
@@ -498,7 +498,7 @@ def test_an_isolated_child_dies_with_its_killed_parent_and_leaves_no_temp_folder
             except OSError:
                 continue
             # the cell's temp folder, in its command line, is under the run folder (RUN_DIR/.cells)
-            if str(tmp_path / "runs").encode() in cmdline and b"harness.executors.isolated" in cmdline:
+            if str(tmp_path / "runs").encode() in cmdline and b"harness.child" in cmdline:
                 found.append(int(pid))
         return found
 
@@ -533,7 +533,7 @@ def test_an_isolated_child_dies_with_its_killed_parent_and_leaves_no_temp_folder
     ],
 )
 def test_death_status_names_the_signal_and_calls_sigkill_oom(returncode, status, words):
-    from harness.executors.isolated import death_status
+    from harness.child import death_status
 
     got_status, reason = death_status(returncode, "line 1\nline 2\nFatal Python error: last words\n")
     assert got_status == status
@@ -542,7 +542,7 @@ def test_death_status_names_the_signal_and_calls_sigkill_oom(returncode, status,
 
 @pytest.mark.slow
 def test_subprocess_children_that_die_give_oom_and_error_rows_and_the_series_stops(tmp_path, test_variants, no_report):
-    """End to end through `python -m harness.executors.isolated`: SIGKILL -> oom (longer N not run), SIGSEGV -> error."""
+    """End to end through the subprocess executor's child: SIGKILL -> oom (longer N not run), SIGSEGV -> error."""
     from tests.helpers.sweep_fixtures import PLUGIN
 
     argv = [

@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from harness.measure import noise
+from harness.measure import noise, roofline
 from harness.measure.pairing import bootstrap_interval, calls_per_block, spread, time_pairs
 from harness.measure.speedup import Baseline, paired_speedup, timed_fields
 from harness.measure.settings import MeasureSettings
@@ -133,18 +133,18 @@ def test_timed_fields_pairs_and_keeps_a_failing_baseline_out_of_the_row():
         timer=clock.timer,
     )
     assert (
-        fields["speedup"] == pytest.approx(2.0)
-        and fields["repeats"] >= 3
-        and fields["baseline_latency_s"] == pytest.approx(0.002)
+        fields.speedup == pytest.approx(2.0)
+        and fields.repeats >= 3
+        and fields.baseline_latency_s == pytest.approx(0.002)
     )
 
     def broken():
         raise RuntimeError("baseline exploded")
 
     fields = timed_fields(lambda: None, Baseline(broken), settings, torch.device("cpu"), first_call_s=1e-6)
-    assert fields.get("speedup") is None and fields.get("speedup_low") is None
-    assert "baseline dense error" in fields["noise_reason"] and "exploded" in fields["noise_reason"]
-    assert fields["latency_s"] is not None
+    assert fields.speedup is None and fields.speedup_low is None
+    assert "baseline dense error" in fields.noise_reason and "exploded" in fields.noise_reason
+    assert fields.latency_s is not None
 
 
 def test_load_per_cpu_counts_other_processes_running_now(monkeypatch):
@@ -167,15 +167,15 @@ def test_load_per_cpu_from_a_monkeypatched_loadavg(monkeypatch):
 
 def test_noisy_flags_name_their_reason():
     quiet = {"latency_s": 1.0, "latency_p20_s": 0.99, "latency_p80_s": 1.01, "speedup_low": 1.9, "speedup_high": 2.1}
-    assert noise.noise_fields(quiet, 0.1) == {"noisy": False, "noise_reason": None}
-    loaded = noise.noise_fields(quiet, noise.HIGH_LOAD_PER_CPU)
+    assert roofline.noise_fields(quiet, 0.1) == {"noisy": False, "noise_reason": None}
+    loaded = roofline.noise_fields(quiet, noise.HIGH_LOAD_PER_CPU)
     assert loaded["noisy"] and "load 0.60 per CPU" in loaded["noise_reason"]
-    wide = noise.noise_fields({**quiet, "speedup_low": 1.0, "speedup_high": 2.0}, None)
+    wide = roofline.noise_fields({**quiet, "speedup_low": 1.0, "speedup_high": 2.0}, None)
     assert wide["noisy"] and "interval wide" in wide["noise_reason"]
-    spread_out = noise.noise_fields({**quiet, "latency_p80_s": 2.0}, 0.0)
+    spread_out = roofline.noise_fields({**quiet, "latency_p80_s": 2.0}, 0.0)
     assert spread_out["noisy"] and "spread" in spread_out["noise_reason"]
-    assert noise.noise_fields({"latency_s": None}, 5.0) == {"noisy": None}
-    kept = noise.noise_fields({**quiet, "noise_reason": "no paired speed-up: baseline dense oom"}, 0.0)
+    assert roofline.noise_fields({"latency_s": None}, 5.0) == {"noisy": None}
+    kept = roofline.noise_fields({**quiet, "noise_reason": "no paired speed-up: baseline dense oom"}, 0.0)
     assert kept == {"noisy": False, "noise_reason": "no paired speed-up: baseline dense oom"}
 
 
@@ -197,9 +197,9 @@ def test_blocks_that_disagree_badly_are_timed_once_more():
     fields = timed_fields(
         clock.step(0.001), Baseline(clock.step(0.002)), settings, torch.device("cpu"), first_call_s=0.001, timer=timer
     )
-    assert fields["noise_reason"] == "re-timed once: the first blocks disagreed"
-    assert len(calls) == 42 and fields["speedup"] == pytest.approx(2.0)
-    assert fields["latency_p80_s"] == pytest.approx(fields["latency_p20_s"])  # the quiet second timing was kept
+    assert fields.noise_reason == "re-timed once: the first blocks disagreed"
+    assert len(calls) == 42 and fields.speedup == pytest.approx(2.0)
+    assert fields.latency_p80_s == pytest.approx(fields.latency_p20_s)  # the quiet second timing was kept
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/loadavg"), reason="needs Linux /proc")

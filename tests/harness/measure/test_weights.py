@@ -1,11 +1,11 @@
-"""The weight metric: recall of the exact top-k keys on the rows the accuracy check samples (harness.measure.weights)."""
+"""The weight metric: recall of the exact top-k keys on the rows the accuracy check samples (harness.measure.reference)."""
 
 from __future__ import annotations
 
 import torch
 
 from harness.measure.accuracy import check_accuracy
-from harness.measure.weights import TOP_K, _hits
+from harness.measure.reference import TOP_K, _hits
 from variants import AttentionVariant, build_variant
 
 

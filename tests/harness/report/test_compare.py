@@ -16,14 +16,19 @@ from harness.report.compare import compare_runs
 from tests.helpers.synthetic_run import make_rows, write_run
 
 
-def _runs(tmp_path, rows_b=None, **kwargs_b):
-    a = write_run(tmp_path / "a")
-    b = write_run(tmp_path / "b", rows_b, **kwargs_b)
-    return load_run(a), load_run(b)
+@pytest.fixture(scope="module")
+def run_a(tmp_path_factory):
+    """Run A of most tests, the default synthetic run, written and analysed once (compare writes only into B)."""
+    return load_run(write_run(tmp_path_factory.mktemp("shared") / "a"))
 
 
-def test_identical_runs_pass(tmp_path, capsys):
-    a, b = _runs(tmp_path)
+def _runs(run_a, tmp_path, rows_b=None, **kwargs_b):
+    """run_a and a run B written from rows_b (else make_rows(**kwargs_b)) into tmp_path / "b", analysed."""
+    return run_a, load_run(write_run(tmp_path / "b", rows_b, **kwargs_b))
+
+
+def test_identical_runs_pass(run_a, tmp_path, capsys):
+    a, b = _runs(run_a, tmp_path)
     result = compare_runs(a, b)
     assert len(result.cells) == len(a.frame) and set(result.cells["verdict"]) == {"same"}
     assert main(["compare", str(a.path), str(b.path), "--fail-on-regression"]) == 0
@@ -31,8 +36,8 @@ def test_identical_runs_pass(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_planted_2x_regression_is_flagged_and_nothing_else(tmp_path, capsys):
-    a, b = _runs(tmp_path, slow={"chunked": 2.0})
+def test_planted_2x_regression_is_flagged_and_nothing_else(run_a, tmp_path, capsys):
+    a, b = _runs(run_a, tmp_path, slow={"chunked": 2.0})
     result = compare_runs(a, b)
     flagged = result.cells[result.cells["verdict"] != "same"]
     assert set(flagged["variant"]) == {"chunked"}
@@ -45,23 +50,23 @@ def test_planted_2x_regression_is_flagged_and_nothing_else(tmp_path, capsys):
     assert (b.path / "compare_vs_a" / "compare.csv").is_file() and (b.path / "compare_vs_a" / "compare.md").is_file()
 
 
-def test_a_faster_run_is_an_improvement(tmp_path):
-    a, b = _runs(tmp_path, slow={"dense": 0.5})
+def test_a_faster_run_is_an_improvement(run_a, tmp_path):
+    a, b = _runs(run_a, tmp_path, slow={"dense": 0.5})
     result = compare_runs(a, b)
     assert set(result.improvements["variant"]) == {"dense"} and len(result.regressions) == 0
 
 
 @pytest.mark.slow
-def test_changes_within_the_threshold_or_the_spread_are_not_flagged(tmp_path):
+def test_changes_within_the_threshold_or_the_spread_are_not_flagged(run_a, tmp_path):
     # 3% slower: below the 5% threshold (the 2% spreads do not overlap, so only the threshold saves it).
-    a, b = _runs(tmp_path, slow={"chunked": 1.03})
+    a, b = _runs(run_a, tmp_path, slow={"chunked": 1.03})
     assert len(compare_runs(a, b).regressions) == 0
     # 10% slower but both runs spread +/- 20%: inside the noise.
     a = load_run(write_run(tmp_path / "wa", _spread(make_rows(), 0.2)))
     b = load_run(write_run(tmp_path / "wb", _spread(make_rows(slow={"chunked": 1.10}), 0.2)))
     assert len(compare_runs(a, b).regressions) == 0
     # The same 10% with tight spreads is flagged.
-    a, b = _runs(tmp_path / "tight", slow={"chunked": 1.10})
+    a, b = _runs(run_a, tmp_path / "tight", slow={"chunked": 1.10})
     assert len(compare_runs(a, b).regressions) > 0
 
 
@@ -74,7 +79,7 @@ def _spread(rows, frac):
     ]
 
 
-def test_status_memory_and_error_changes(tmp_path):
+def test_status_memory_and_error_changes(run_a, tmp_path):
     rows = make_rows()
     for r in rows:
         if r["variant"] == "sliding_window" and r["seq_len"] == 4096:
@@ -83,7 +88,7 @@ def test_status_memory_and_error_changes(tmp_path):
             r["peak_memory_bytes"] *= 3
         if r["variant"] == "chunked" and r["seq_len"] == 512:
             r["rel_l2_error"] = 0.01  # from 2e-7
-    a, b = _runs(tmp_path, rows)
+    a, b = _runs(run_a, tmp_path, rows)
     cells = compare_runs(a, b).cells
     why = {(r["variant"], r["seq_len"]): r["why"] for _, r in cells[cells["verdict"] == "regression"].iterrows()}
     assert why[("sliding_window", 4096)] == "status ok -> oom"
@@ -92,7 +97,7 @@ def test_status_memory_and_error_changes(tmp_path):
     assert len(why) == 3
 
 
-def test_cells_match_across_machines_not_on_device_host_run_or_seed(tmp_path):
+def test_cells_match_across_machines_not_on_device_host_run_or_seed(run_a, tmp_path):
     other = [
         dict(
             r,
@@ -106,23 +111,23 @@ def test_cells_match_across_machines_not_on_device_host_run_or_seed(tmp_path):
         )
         for r in make_rows()
     ]
-    a, b = _runs(tmp_path, other)
+    a, b = _runs(run_a, tmp_path, other)
     result = compare_runs(a, b)
     assert len(result.cells) == len(a.frame) and len(result.only_a) == 0
     assert any("different seeds" in n for n in result.notes)
     assert any("CPU and CUDA generators draw other inputs" in n for n in result.notes)
 
 
-def test_equal_seeds_are_not_called_different_when_only_one_run_has_some_cells(tmp_path):
+def test_equal_seeds_are_not_called_different_when_only_one_run_has_some_cells(run_a, tmp_path):
     # the outer merge turns B's seed column to floats where A has cells B lacks: 0 and 0.0 are one seed
-    a, b = _runs(tmp_path, lengths=(256, 512))
+    a, b = _runs(run_a, tmp_path, lengths=(256, 512))
     result = compare_runs(a, b)
     assert len(result.only_a) and len(result.cells)
     assert not any("different seeds" in n for n in result.notes), result.notes
 
 
-def test_unmatched_cells_are_counted_and_no_overlap_is_a_usage_error(tmp_path, capsys):
-    a, b = _runs(tmp_path, lengths=(256, 512, 16384))
+def test_unmatched_cells_are_counted_and_no_overlap_is_a_usage_error(run_a, tmp_path, capsys):
+    a, b = _runs(run_a, tmp_path, lengths=(256, 512, 16384))
     result = compare_runs(a, b)
     assert set(result.only_b["seq_len"]) == {16384} and set(result.only_a["seq_len"]) == {1024, 2048, 4096, 8192}
     c = write_run(tmp_path / "c", [dict(r, dtype="bfloat16") for r in make_rows()])
@@ -358,7 +363,7 @@ def test_errors_against_different_references_are_not_compared(tmp_path):
 
 @pytest.mark.parametrize("how", ["load", "contended"])
 @pytest.mark.slow
-def test_a_timeout_in_a_run_measured_under_load_is_inconclusive_not_a_regression(tmp_path, capsys, how):
+def test_a_timeout_in_a_run_measured_under_load_is_inconclusive_not_a_regression(run_a, tmp_path, capsys, how):
     def loaded_rows(loaded: bool):
         rows = make_rows()
         for r in rows:
@@ -372,7 +377,7 @@ def test_a_timeout_in_a_run_measured_under_load_is_inconclusive_not_a_regression
 
     rows = loaded_rows(True)
     timeouts = sum(r["status"] == "timeout" for r in rows)  # chunked at 4K and 8K on each inputs
-    a, b = _runs(tmp_path / how, rows)
+    a, b = _runs(run_a, tmp_path / how, rows)
     result = compare_runs(a, b)
     assert timeouts == 4 and len(result.regressions) == 0 and len(result.inconclusive) == timeouts
     assert all(
@@ -382,6 +387,6 @@ def test_a_timeout_in_a_run_measured_under_load_is_inconclusive_not_a_regression
     assert main(["compare", str(a.path), str(b.path), "--fail-on-regression"]) == 0
     assert f"{timeouts} timeouts under load inconclusive (not counted)" in capsys.readouterr().out
     # the same timeouts on a quiet machine are regressions, and fail CI when asked
-    a, b = _runs(tmp_path / f"quiet-{how}", loaded_rows(False))
+    a, b = _runs(run_a, tmp_path / f"quiet-{how}", loaded_rows(False))
     assert len(compare_runs(a, b).regressions) == timeouts
     assert main(["compare", str(a.path), str(b.path), "--fail-on-regression"]) == 1

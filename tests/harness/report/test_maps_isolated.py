@@ -46,11 +46,11 @@ def test_a_hanging_crashing_or_exiting_variant_costs_only_its_own_panel():
 
 @pytest.mark.slow
 def test_a_child_that_cannot_start_fails_every_panel_once_with_the_reason(tmp_path, monkeypatch):
-    import harness.report.maps_isolated as maps_isolated
+    import harness.child as child
 
     children = []
-    popen = maps_isolated.subprocess.Popen
-    monkeypatch.setattr(maps_isolated.subprocess, "Popen", lambda *a, **kw: children.append(a) or popen(*a, **kw))
+    popen = child.subprocess.Popen
+    monkeypatch.setattr(child.subprocess, "Popen", lambda *a, **kw: children.append(a) or popen(*a, **kw))
     broken = tmp_path / "broken_plugin.py"
     broken.write_text("raise RuntimeError('this plugin is broken on import')\n")
     series = [("dense", "dense", {}), ("chunked", "chunked", {}), ("linformer", "linformer", {})]

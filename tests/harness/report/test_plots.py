@@ -202,7 +202,7 @@ def test_the_maps_figure_has_no_empty_panel(tmp_path, drawn):
     exact = np.eye(8)
     panels = [MapPanel(f"v{i}", np.eye(8), "", 0.0) for i in range(5)]
     maps_plot.plot_attention_maps(
-        MapSet(exact, panels, n=8, inputs="gaussian", seed=0, causal=False, calibrated=True), tmp_path / "maps.png"
+        MapSet(exact, panels, n=8, inputs="gaussian", seed=0, causal=False, fitted=True), tmp_path / "maps.png"
     )
     images = [ax for ax in drawn["maps.png"].axes if ax.images]
     assert len(images) == 6 and len(drawn["maps.png"].axes) == 6 + 1  # 2 x 3 panels and the colour bar

@@ -38,7 +38,7 @@ def test_the_search_finds_the_longest_n_within_the_budget_and_resumes_without_me
     rows = read_rows(run_dir)
     train = {r["seq_len"]: r for r in rows if r["mode"] == "train"}
     assert {r["seq_len"] for r in rows if r["mode"] == "forward"} == {64}  # forward series are not searched
-    verdicts = {n: memory_verdict(r, BUDGET) for n, r in train.items()}
+    verdicts = {n: memory_verdict(r["status"], r["peak_memory_bytes"], BUDGET) for n, r in train.items()}
     longest = max(n for n, v in verdicts.items() if v is None)
     above = min(n for n, v in verdicts.items() if v is not None)
     assert len(train) > 2 and longest < above and above - longest <= max(64, longest // 8), verdicts

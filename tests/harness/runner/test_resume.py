@@ -45,6 +45,8 @@ def test_killed_run_resumes_with_each_cell_exactly_once(tmp_path, test_variants,
         "1",
         "--error-rows",
         "8",
+        "--inputs",
+        "gaussian",  # one distribution: 12 cells, enough to kill the sweep after 3 and resume the rest
         "--quiet",
         "--out",
         str(tmp_path),

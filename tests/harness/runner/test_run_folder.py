@@ -204,6 +204,7 @@ def test_an_unreachable_budget_spares_longer_n_over_the_same_range_and_says_so(t
 def test_an_oom_after_an_unreachable_budget_still_stops_the_series_and_a_resume_remembers_both():
     from harness.plan import plan
     from harness.runner import sweep_spec
+    from harness.row import Row
     from harness.runner.blocked import blocked_series
 
     spec = sweep_spec(
@@ -217,9 +218,9 @@ def test_an_oom_after_an_unreachable_budget_still_stops_the_series_and_a_resume_
     )
     cells = {c.seq_len: c for c in plan(spec)}
     rows = [
-        {"cell_id": cells[256].cell_id, "status": "unreachable", "reason": "relative L2 error 0.7 at features 42 ..."},
-        {"cell_id": cells[512].cell_id, "status": "ok"},
-        {"cell_id": cells[1024].cell_id, "status": "oom", "reason": "out of memory"},
+        Row.for_cell(cells[256], status="unreachable", reason="relative L2 error 0.7 at features 42 ..."),
+        Row.for_cell(cells[512], status="ok"),
+        Row.for_cell(cells[1024], status="oom", reason="out of memory"),
     ]
     blocked = blocked_series(rows, list(cells.values()))
     key = cells[256].series_key
