@@ -15,6 +15,7 @@ from harness.report.clock import on_clock, run_clock
 from harness.report.lengths import longest_trainable
 from harness.spec import stored_spec_values
 from harness.store import COL, Run, load_run
+from harness.store.run_dir import CLOCK_REPORT_DIR
 
 REFERENCES = {  # accuracy_reference -> what the errors are measured against, for captions
     "full": "exact float64 attention",
@@ -39,6 +40,7 @@ class AnalysedRun:
     tables: tuple[choice.AnswerTable, ...]  # the answer: per setting and inputs, the winner per N and budget
     # -- the memory budget (SweepSpec.memory_budget) and its search's answer: harness.report.lengths --
     clock: str = "wall"  # what the speed-ups and the answer come from: "wall" | "cpu" (harness.report.clock)
+    own_clock: str = "wall"  # the run's own clock (its spec's, else wall): report.md answers on it
     memory_budget: int | None = None  # bytes; None: the run searched none
     longest: pd.DataFrame | None = None  # longest.longest_trainable over every row (the searched lengths too)
     spec_budgets: tuple[float, ...] = ()  # the error budgets its spec.toml asked for (): none (DEFAULT_BUDGETS answer)
@@ -50,6 +52,14 @@ class AnalysedRun:
     @property
     def path(self) -> Path:
         return self.run.path
+
+    @property
+    def report_folder(self) -> Path:
+        """Where the report goes: the run folder on the run's own clock; on another (`report --clock cpu`), its
+        RUN_DIR/report-<clock>/ folder, so the page of the run's own clock is never overwritten."""
+        if self.clock == self.own_clock:
+            return self.path
+        return self.path / CLOCK_REPORT_DIR.format(clock=self.clock)
 
     @property
     def figures(self) -> dict[str, Path]:
@@ -102,6 +112,7 @@ def analyse(run: Run | str | Path, *, budgets: Sequence[float] | None = None, cl
         else None,
         tables=tuple(choice.answer_tables(frame, chosen, metric, clock=clock)),
         clock=clock,
+        own_clock=run_clock(spec),
         memory_budget=memory_budget,
         longest=longest,
         spec_budgets=own if spec.get("error_budgets") else (),

@@ -4,6 +4,7 @@ prints last. The decisions are harness.report.choice's and harness.report.reach'
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import pandas as pd
 
 from harness.error_metrics import METRIC_NAMES, budget_label
 from harness.report import analysis, choice, reach
-from harness.report.analysed import AnalysedRun
+from harness.report.analysed import AnalysedRun, analyse
 from harness.report.analysis import GENERALISATION_MARGIN
 from harness.report.clock import clock_note
 from harness.report.figures import figure_section
@@ -50,9 +51,26 @@ def recommendation(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], lis
         blocks += _not_measured(frame, table, analysed.cell_timeout_s)
         blocks += reach.out_of_reach(frame, table)
     written, figures = figure_section(analysed, folder, "answer")
+    if not figures and tables and all(t.refusal for t in tables) and analysed.clock == "wall":
+        written, figures = _cpu_time_map(analysed, folder)
     blocks += figures
     blocks.append(Paragraph(conditions(analysed.run.env, frame)))
     return written, blocks
+
+
+def _cpu_time_map(analysed: AnalysedRun, folder: Path) -> tuple[list[Path], list[Block]]:
+    """The winner map on the timing thread's CPU time, for a run whose every wall-clock answer is refused (measured
+    under load): a figure of what CPU time says, labelled as not a verdict; ([], []) when no row has CPU time."""
+    on_cpu = analyse(dataclasses.replace(analysed.run, notes=[]), budgets=analysed.budgets, clock="cpu")
+    written, figures = figure_section(on_cpu, folder, "answer")
+    if not figures:
+        return [], []
+    return written, [
+        Paragraph(
+            "**Not a verdict**: the wall clock was contended, so this map is drawn from the timing thread's CPU time; "
+            "`python -m harness report RUN_DIR --clock cpu` answers on it in full (RUN_DIR/report-cpu/)."
+        )
+    ] + figures
 
 
 def _intro(

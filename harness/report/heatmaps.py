@@ -141,7 +141,9 @@ def draw_winner_map(a: AnalysedRun, path: Path) -> Path | None:
     if not tables:
         return None
     one = f"{setting_title(tables[0].setting)}, inputs {tables[0].inputs}"  # one table: say all of it
-    return winner_map(tables, table_titles(tables) if len(tables) > 1 else [one], path)
+    titles = table_titles(tables) if len(tables) > 1 else [one]
+    on_cpu = " (CPU time)" if a.clock == "cpu" else ""  # which clock a panel's speed-ups are, on the figure itself
+    return winner_map(tables, [title + on_cpu for title in titles], path)
 
 
 # ---- the effective attention maps -------------------------------------------------------------------

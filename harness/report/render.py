@@ -149,15 +149,30 @@ class Code:
     language: str = "toml"
 
 
-Block = Union[Heading, Paragraph, Table, Image, Code]
+@dataclass(frozen=True)
+class Fold:
+    """A section below the answer: its level-2 heading and its blocks. HTML folds it (<details>, closed), so the page
+    opens on the answer; Markdown writes it out as a heading and its blocks."""
+
+    title: str
+    blocks: tuple  # of Block (no Fold inside a Fold)
+
+
+Block = Union[Heading, Paragraph, Table, Image, Code, Fold]
 
 
 # ---- Markdown and HTML -------------------------------------------------------------------------------
 STYLE = (
     "body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
-    "table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
-    "th{background:#f3f3f3}img{max-width:100%}figcaption{font-size:13px;color:#555}pre{background:#f6f6f6;padding:1em}"
+    # a wide table scrolls inside its box (never past the page's right edge); short cells stay on one line and a
+    # long text (a reason, a config) wraps at a readable width instead of one word per line
+    ".table{overflow-x:auto;margin:1em 0}table{border-collapse:collapse;font-size:13px}"
+    "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top;white-space:nowrap}"
+    "td.text{white-space:normal;min-width:24em;max-width:48em}"
+    "th{background:#f3f3f3}img{max-width:100%}figcaption{font-size:13px;color:#555}pre{background:#f6f6f6;padding:1em;"
+    "overflow-x:auto}details{border-top:1px solid #ddd;padding:.2em 0}summary{cursor:pointer}summary h2{display:inline}"
 )
+LONG_CELL = 40  # characters from which a table cell wraps (td.text) instead of staying on one line
 
 
 # the start of an HTML tag, comment or declaration: '<b', '</', '<!', '<?' (a plain '<=' or '< 2' stays)
@@ -188,6 +203,8 @@ def render_markdown(blocks: Iterable[Block]) -> str:
             out.append(f"![{md_cell(block.file)}]({link})\n\n*{inert_markdown(block.caption)}*")
         elif isinstance(block, Table):
             out.append(markdown_table(block))
+        elif isinstance(block, Fold):
+            out.append(render_markdown([Heading(2, block.title), *block.blocks]).rstrip("\n"))
         else:
             raise TypeError(f"not a page block: {block!r}")
     return "\n\n".join(out) + "\n"
@@ -202,30 +219,41 @@ def markdown_table(table: Table) -> str:
 
 def render_html(blocks: Iterable[Block], folder: Path, *, title: str) -> str:
     """The blocks as one self-contained HTML page (figures read from `folder`, embedded as base64 PNG)."""
-    body: list[str] = []
-    for block in blocks:
-        if isinstance(block, Heading):
-            body.append(f"<h{block.level}>{_inline(block.text)}</h{block.level}>")
-        elif isinstance(block, Paragraph):
-            body.append(f"<p>{_inline(block.text)}</p>")
-        elif isinstance(block, Code):
-            body.append(f"<pre>{html.escape(block.text)}</pre>")
-        elif isinstance(block, Image):
-            data = base64.b64encode((folder / block.file).read_bytes()).decode("ascii")
-            body.append(
-                f'<figure><img alt="{html.escape(block.file)}" src="data:image/png;base64,{data}">'
-                f"<figcaption>{_inline(block.caption)}</figcaption></figure>"
-            )
-        elif isinstance(block, Table):
-            head = "".join(f"<th>{_inline(h)}</th>" for h in block.headers)
-            rows = "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>" for row in block.rows)
-            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
-        else:
-            raise TypeError(f"not a page block: {block!r}")
+    body = [_html_block(block, folder) for block in blocks]
     return (
         f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
     )
+
+
+def _html_block(block: Block, folder: Path) -> str:
+    """One block's HTML (a Fold: a closed <details> whose summary is its heading)."""
+    if isinstance(block, Heading):
+        return f"<h{block.level}>{_inline(block.text)}</h{block.level}>"
+    if isinstance(block, Paragraph):
+        return f"<p>{_inline(block.text)}</p>"
+    if isinstance(block, Code):
+        return f"<pre>{html.escape(block.text)}</pre>"
+    if isinstance(block, Image):
+        data = base64.b64encode((folder / block.file).read_bytes()).decode("ascii")
+        return (
+            f'<figure><img alt="{html.escape(block.file)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{_inline(block.caption)}</figcaption></figure>"
+        )
+    if isinstance(block, Table):
+        head = "".join(f"<th>{_inline(h)}</th>" for h in block.headers)
+        rows = "".join("<tr>" + "".join(_html_cell(c) for c in row) + "</tr>" for row in block.rows)
+        return f'<div class="table"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>'
+    if isinstance(block, Fold):
+        inner = "\n".join(_html_block(b, folder) for b in block.blocks)
+        return f"<details><summary><h2>{_inline(block.title)}</h2></summary>\n{inner}\n</details>"
+    raise TypeError(f"not a page block: {block!r}")
+
+
+def _html_cell(text: Any) -> str:
+    """A table cell: one line, or a wrapping text cell from LONG_CELL characters."""
+    wide = ' class="text"' if len(str(text)) >= LONG_CELL else ""
+    return f"<td{wide}>{_inline(text)}</td>"
 
 
 def _inline(text: Any) -> str:

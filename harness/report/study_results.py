@@ -231,8 +231,9 @@ def study_rows(folder: Path, stem: str) -> list[dict[str, Any]] | None:
     return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
 
 
-def study_sections(folder: Path) -> list[Block]:
-    """A section per study result found in the run folder: what it measured, its table and its figure."""
+def study_sections(folder: Path, *, images_from: str = "") -> list[Block]:
+    """A section per study result found in the run folder: what it measured, its table and its figure (linked as
+    images_from + its file name: "../" from a page in a subfolder)."""
     blocks: list[Block] = []
     for stem, (title, what, table) in STUDIES.items():
         rows = study_rows(folder, stem)
@@ -241,7 +242,7 @@ def study_sections(folder: Path) -> list[Block]:
         blocks += [Heading(2, title), Paragraph(what)]
         blocks.append(table(rows) if rows else Paragraph(f"{stem}.json has no readable rows."))
         if (folder / f"{stem}.png").is_file():
-            blocks.append(Image(f"{stem}.png", what))
+            blocks.append(Image(f"{images_from}{stem}.png", what))
     return blocks
 
 
