@@ -10,7 +10,7 @@ from pathlib import Path
 from harness.errors import UsageError
 from harness.executors.isolated import CELL_TEMP_DIR
 from harness.executors.worker import FITTED_DIR
-from harness.spec.model import CLOCKS
+from harness.spec.sweep_spec import CLOCKS
 from harness.store.lock import LOCK_FILE
 from harness.store.safe_files import check_run_folder
 
