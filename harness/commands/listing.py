@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for d in described:
         caps = d["capabilities"]
-        flags = [k for k in ("exact", "causal", "kv_mask", "gqa", "decode", "backward", "learnable") if caps[k]]
+        flags = [name for name, value in caps.items() if value is True]  # every flag Capabilities declares, as set
         print(f"{d['name']}: {d['description']}")
         print(f"  capabilities: {', '.join(flags)}; devices: {', '.join(caps['devices'])}")
         if caps["approximates"]:
