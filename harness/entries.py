@@ -139,7 +139,7 @@ def _defaults(variant: str) -> tuple[dict[str, Any], tuple[str, ...], tuple[str,
     Known names are cached (labels and series keys ask for every cell); an unknown one is asked again,
     since a plugin may register it later.
     """
-    from variants import get_variant
+    from variants import get_variant  # torch: parsing an entry stays torch-free until a default is asked for
 
     if variant not in _DEFAULTS:
         try:

@@ -13,7 +13,7 @@ def load_plugins(targets: Iterable[str]) -> None:
     Whatever a plugin raises while it is imported is this one line, a SystemExit (sys.exit, exit()) or another
     BaseException too; only the user's Ctrl-C passes through.
     """
-    from variants import load_plugin
+    from variants import load_plugin  # torch: a command without plugins never loads it here
 
     for target in targets:
         try:

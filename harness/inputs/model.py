@@ -25,6 +25,7 @@ import torch
 from harness.inputs import QKV, register_inputs
 from harness.errors import UsageError
 from harness.models import hf_adapter, hf_model
+from harness.models.minilm import corpus
 from harness.text_files import read_user_text
 from variants import NotSupportedError
 
@@ -185,7 +186,5 @@ def _model(path: str) -> torch.nn.Module:
 
 @functools.lru_cache(maxsize=4)
 def _stream(path: str, text: str) -> tuple[int, ...]:
-    from harness.models.minilm import corpus
-
     body = read_user_text(text, what="inputs 'model' text=") if text else "\n\n".join(corpus())
     return tuple(hf_model.token_ids(path, body, int(hf_model.load_config(path).vocab_size))[0])

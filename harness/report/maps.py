@@ -50,7 +50,7 @@ def make_probe(n: int, inputs: str = "gaussian", *, seed: int = 0):
     Returns (q, k, inputs). D = n so that v = I (n x n) fits the contract (k and v share a shape).
     Raises ValueError for an unknown distribution or knob (harness.inputs.parse_inputs).
     """
-    from harness.inputs import make_inputs, parse_inputs
+    from harness.inputs import make_inputs, parse_inputs  # torch: the report loads it only where maps are drawn
 
     name, knobs = parse_inputs(inputs)
     q, k, _ = make_inputs(name, knobs, B=1, H=1, N=n, M=n, D=n, seed=seed)
@@ -62,7 +62,7 @@ def effective_map(variant, q, k, *, causal: bool = False) -> np.ndarray:
 
     Raises ValueError when the variant is not linear in v (checked on a random v).
     """
-    import torch
+    import torch  # torch: the report loads it only where maps are drawn
 
     M = k.shape[2]
     if q.shape[3] != M:
@@ -102,7 +102,7 @@ def attention_maps(
     Returns:
         A MapSet; a series that cannot be built, is unsupported or fails gets a panel with the reason.
     """
-    from variants import attention_weights
+    from variants import attention_weights  # torch: the report loads it only where maps are drawn
 
     q, k, used = make_probe(n, inputs, seed=seed)
     exact = attention_weights(q, k, causal=causal)[0, 0].numpy()  # (N, N) float64
@@ -114,9 +114,9 @@ def attention_maps(
 
 def map_panel(label, name, config, q, k, *, seed, causal, exact) -> MapPanel:
     """One series' panel on the probe q, k; a failure of the variant becomes the panel's note."""
-    import torch
+    import torch  # torch: the report loads it only where maps are drawn
 
-    from variants import NotSupportedError, get_variant
+    from variants import NotSupportedError, get_variant  # torch: loaded only where maps are drawn
 
     try:
         spec = get_variant(name)
