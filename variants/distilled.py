@@ -35,6 +35,7 @@ from torch import Tensor, nn
 from variants._checks import check_int, query_offset
 from variants._decode import check_context, check_state, check_step, checked_once
 from variants._gqa import group, ungroup
+from variants._hedgehog import float_map, hedgehog_features
 from variants._registry import register_variant
 from variants.base import AttentionVariant, Capabilities, QualityKnob, VariantConfig
 
@@ -263,31 +264,13 @@ class DistilledAttention(AttentionVariant):
         return out
 
     def _phi(self, x: Tensor, kv_mask: Tensor | None = None) -> Tensor:
-        """Hedgehog's feature map in float32 on x (B, H_kv, G or 1, L, D): [softmax(xW + b), softmax(-(xW + b))].
-
-        Returns (B, H_kv, G or 1, L, 2F); K/V head h's map (weight (P, D, F), P = H_kv or 1) serves its group.
-        """
-        weight, bias = self._float_map()  # (P, 1, D, F), (P, 1, 1, F)
-        proj = x.float() @ weight + bias  # (B, H_kv, G, L, F)
-        phi = torch.cat([proj.softmax(-1), (-proj).softmax(-1)], dim=-1)  # (B, H_kv, G, L, 2F), each in [0, 1]
+        """Hedgehog's feature map (variants._hedgehog) on x (B, H_kv, G or 1, L, D) -> (B, H_kv, G or 1, L, 2F); K/V
+        head h's map (weight (P, D, F), P = H_kv or 1) serves its group."""
+        phi = hedgehog_features(x, *float_map(self))
         if kv_mask is not None:
             # padded keys: phi = 0, by where, not multiply: an inf/nan padded key must not leak through 0 * nan
             phi = torch.where(kv_mask[:, None, None, :, None], phi, torch.zeros((), device=phi.device))
         return phi
-
-    def _float_map(self) -> tuple[Tensor, Tensor]:
-        """The feature map's weight and bias in float32, shaped for _phi: cast once per parameter version when no
-        gradient flows (decode, inference), fresh under autograd (a cached cast holds an old graph) or tracing (fake
-        tensors have no data_ptr)."""
-        weight, bias = self.weight, self.bias
-        if torch.compiler.is_compiling() or (torch.is_grad_enabled() and (weight.requires_grad or bias.requires_grad)):
-            return weight.float()[:, None], bias.float()[:, None]
-        key = (weight.data_ptr(), weight._version, bias.data_ptr(), bias._version, weight.dtype, weight.device)
-        cached = self.__dict__.get("_float_cache")
-        if cached is None or cached[0] != key:
-            cached = (key, weight.detach().float()[:, None], bias.detach().float()[:, None])
-            self.__dict__["_float_cache"] = cached  # not a buffer: never saved, never moved by .to()
-        return cached[1], cached[2]
 
 
 def _spans(length: int) -> list[slice]:

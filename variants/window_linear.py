@@ -36,6 +36,7 @@ from variants._band import band, band_pairs
 from variants._checks import check_int, query_offset
 from variants._decode import check_context, check_state, check_step
 from variants._gqa import group, ungroup
+from variants._hedgehog import float_map, hedgehog_features
 from variants._registry import register_variant
 from variants._ring import SlidingWindowState, ring_from_context
 from variants.base import AttentionVariant, Capabilities, QualityKnob, softmax_scale
@@ -262,9 +263,9 @@ class WindowLinearAttention(AttentionVariant):
         return ungroup(out).to(q_t.dtype), state
 
     def _phi(self, x: Tensor, real: Tensor | None = None) -> Tensor:
-        """Hedgehog's feature map in float32 on x (B, H_kv, G or 1, L, D) -> (B, H_kv, G or 1, L, 2F); 0 at padded keys."""
-        proj = x.float() @ self.weight.float()[:, None] + self.bias.float()[:, None]  # (B, H_kv, G, L, F)
-        phi = torch.cat([proj.softmax(-1), (-proj).softmax(-1)], dim=-1)
+        """Hedgehog's feature map (variants._hedgehog) on x (B, H_kv, G or 1, L, D) -> (B, H_kv, G or 1, L, 2F); 0 at
+        padded keys."""
+        phi = hedgehog_features(x, *float_map(self))
         return phi if real is None else torch.where(real[..., 0, :, None], phi, 0.0)
 
 
