@@ -68,17 +68,33 @@ KILLERS = textwrap.dedent('''
 
 
 def _ray_pids() -> set[int]:
-    """Processes of Ray's own (raylet, gcs_server, ray:: workers)."""
-    pids = set()
+    """Processes of Ray's own (raylet, gcs_server, ray:: workers) that descend from this test process: another Ray on
+    the machine (a neighbour's tests, a user's cluster) is not this fixture's to account for."""
+    parents, names = {}, {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                comm = Path(f"/proc/{entry}/comm").read_text().strip()
+                names[int(entry)] = Path(f"/proc/{entry}/comm").read_text().strip()
+                stat = Path(f"/proc/{entry}/stat").read_text()
             except OSError:
                 continue
-            if comm in ("raylet", "gcs_server") or comm.startswith("ray::"):
-                pids.add(int(entry))
-    return pids
+            parents[int(entry)] = int(stat[stat.rindex(")") + 2 :].split()[1])  # the field after the state: ppid
+    mine = os.getpid()
+
+    def descends(pid: int) -> bool:
+        seen = set()
+        while pid > 1 and pid not in seen:
+            seen.add(pid)
+            pid = parents.get(pid, 0)
+            if pid == mine:
+                return True
+        return False
+
+    return {pid for pid, comm in names.items() if _is_ray(comm) and descends(pid)}
+
+
+def _is_ray(comm: str) -> bool:
+    return comm in ("raylet", "gcs_server") or comm.startswith("ray::")
 
 
 START_ATTEMPTS = 3  # Ray gives its local node a fixed 30 s to start; at load 15 per CPU it took 66-68 s
@@ -112,14 +128,27 @@ def _start_ray() -> None:
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    before = _ray_pids()
     _start_ray()
     yield ray.get_runtime_context().gcs_address
+    ours = _ray_pids()  # while the cluster runs, every process of it descends from this one (later orphans too)
     ray.shutdown()
-    deadline = time.monotonic() + 15
-    while _ray_pids() - before and time.monotonic() < deadline:
+    deadline = time.monotonic() + load_scaled(15)
+    while _alive(ours) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _ray_pids() - before, f"Ray processes left behind: {_ray_pids() - before}"
+    assert not _alive(ours), f"Ray processes left behind: {_alive(ours)}"
+
+
+def _alive(pids: set[int]) -> set[int]:
+    """Those of `pids` still running as a Ray process (a reused pid of another program does not count)."""
+    alive = set()
+    for pid in pids:
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        if _is_ray(comm):
+            alive.add(pid)
+    return alive
 
 
 @pytest.fixture
