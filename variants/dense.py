@@ -170,10 +170,9 @@ def _sdpa(
 ) -> Tensor:
     N, M = q.shape[2], k.shape[2]
     causal = causal and N > 1  # one query is the last position: it sees every key (a decode step)
-    if sink_logits is not None:
-        return sdpa_with_sinks(
-            q, k, v, _keep_mask(q, k, causal=causal, kv_mask=kv_mask), sink_logits, softmax_scale(D=q.shape[-1])
-        )
+    if sink_logits is not None:  # the sink as one more, zero-valued key: the mask becomes N x (M + 1) floats
+        keep = _keep_mask(q, k, causal=causal, kv_mask=kv_mask)
+        return sdpa_with_sinks(q, k, v, keep, sink_logits, softmax_scale(q.shape[-1]))
     if kv_mask is None and (not causal or N == M):
         return sdpa(q, k, v, is_causal=causal)
     # SDPA cannot take is_causal and attn_mask together, and its is_causal aligns top-left (N < M would hide the keys
