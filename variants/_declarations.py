@@ -65,6 +65,11 @@ class Capabilities:
     # not handed one): a grouped-query call is refused with the reason
     gqa: bool = False
     decode: bool = False  # implements init_state/step (incremental causal decoding, one token per step)
+    # honours forward(..., softcap=c): scores s -> c * tanh(s / c) before the softmax (Gemma 2); False refuses it
+    softcap: bool = False
+    # honours forward(..., sink_logits=(H,)): one logit per query head in the softmax's denominator, no value (gpt-oss's
+    # s_aux; not sliding_window's sink tokens); False refuses it
+    sink_logits: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
 """The variant contract: config, capabilities, refusals with reasons, and analytic cost.
 
-A variant is an ``nn.Module`` whose ``forward(q, k, v, *, causal=False, kv_mask=None)`` takes
-q of shape (B, H, N, D), k and v of shape (B, H_kv, M, D) with H % H_kv == 0 (grouped-query
-attention: query head h reads K/V head h // (H // H_kv); H_kv = H is plain multi-head) and
-returns (B, H, N, D) in q's dtype. ``causal=True`` needs M >= N: the queries are the last N of the M positions
-(bottom-right, query i sees keys j <= i + M - N); a variant serving M > N declares ``Capabilities.causal_offset``. Everything except ``forward`` has a default, so a user's
-variant can be a config dataclass and a class with one method.
+A variant is an ``nn.Module`` whose ``forward(q, k, v, *, causal=False, kv_mask=None)`` takes q of shape (B, H, N, D),
+k and v of shape (B, H_kv, M, D) with H % H_kv == 0 (grouped-query attention: query head h reads K/V head
+h // (H // H_kv); H_kv = H is plain multi-head) and returns (B, H, N, D) in q's dtype. ``causal=True`` needs M >= N: the queries are the last N of the M positions
+(bottom-right, query i sees keys j <= i + M - N); a variant serving M > N declares ``Capabilities.causal_offset``.
+Model features (``softcap=``, ``sink_logits=``: variants/_model_features.py) reach ``forward`` only when given and
+declared. Everything except ``forward`` has a default, so a user's variant can be a config dataclass and one method.
 
 Decoding (optional, ``Capabilities.decode``): ``init_state(k, v, *, kv_mask=None)`` builds the
 state for a context, ``step(q_t, k_t, v_t, state) -> (out_t, state)`` adds one token and returns
@@ -23,7 +23,8 @@ from torch import Tensor, nn
 from variants._checks import check_qkv, softmax_scale  # noqa: F401 - softmax_scale re-exported
 from variants._decode_contract import DecodeContract
 from variants._flops import BACKWARD_FLOPS_FACTOR, count_flops, dense_flops, train_flops  # noqa: F401 - re-exported
-from variants._gqa import gqa_reasons
+from variants._capability_reasons import capability_reasons
+from variants._model_features import check_model_features, given_features
 from variants._declarations import Capabilities, NotSupportedError, QualityKnob, VariantConfig  # noqa: F401 - re-exported
 
 
@@ -55,6 +56,8 @@ class AttentionVariant(DecodeContract, nn.Module):
     # (1 + flops_tolerance) either way (tests/variants/test_flops.py, registry-wide). The default, a factor of two,
     # admits a plugin that masks a full N x M for causal=True while counting dense's half; built-ins declare theirs.
     flops_tolerance: ClassVar[float] = 1.0
+    # feature -> the backends that honour it, where not all do (dense: softcap on "reference" only); "auto" picks one
+    feature_backends: ClassVar[dict[str, tuple[str, ...]]] = {}
     _pinned_backend: ClassVar[str | None] = None  # set while a prepare_call call runs: its backend, resolved once
 
     @classmethod
@@ -121,31 +124,19 @@ class AttentionVariant(DecodeContract, nn.Module):
         *,
         causal: bool = False,
         kv_mask: Tensor | None = None,
+        softcap: float | None = None,
+        sink_logits: Tensor | None = None,
         training: bool | None = None,
     ) -> list[str]:
         """Every reason this variant cannot run this call ([] if it can).
 
         `training` (default: grad enabled and an input or parameter requires grad) asks whether
-        a backward pass will follow.
+        a backward pass will follow. softcap, sink_logits: the model features (refused unless declared).
         """
         if training is None:
             training = _wants_grad(self, q, k, v)
-        caps = self.capabilities
-        reasons = []
-        if q.device.type not in caps.devices:
-            reasons.append(f"runs on {'/'.join(caps.devices)} only, got device {q.device.type!r}")
-        if causal and not caps.causal:
-            reasons.append("does not support causal=True")
-        elif causal and q.shape[2] < k.shape[2] and not caps.causal_offset:
-            reasons.append(
-                f"does not support causal=True with a query offset ({q.shape[2]} queries over {k.shape[2]} keys, the "
-                "last N positions: decoding against a KV cache, chunked prefill); Capabilities.causal_offset is False"
-            )
-        if kv_mask is not None and not caps.kv_mask:
-            reasons.append("does not support a key padding mask (kv_mask)")
-        if training and not caps.backward:
-            reasons.append("has no backward pass (training mode)")
-        reasons += gqa_reasons(caps.gqa, q.shape[1], k.shape[1])
+        features = given_features(softcap, sink_logits)
+        reasons = capability_reasons(self, q, k, causal=causal, kv_mask=kv_mask, training=training, features=features)
         if self.backends:
             backend = self.resolve_backend(q, training=training)
             reasons += [f"backend {backend!r} {r}" for r in self.backend_reasons(backend, q, training=training)]
@@ -241,8 +232,11 @@ class AttentionVariant(DecodeContract, nn.Module):
         return count_flops(self, B, H, N, M, D, causal, H_kv=H_kv)
 
     # ---- calling --------------------------------------------------------------------------
-    def __call__(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None):
-        return self.prepare_call(q, k, v, causal=causal, kv_mask=kv_mask)(q, k, v)
+    def __call__(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None, **features
+    ):
+        """The checked call; `features`: softcap=, sink_logits= (variants/_model_features.py), where declared."""
+        return self.prepare_call(q, k, v, causal=causal, kv_mask=kv_mask, **features)(q, k, v)
 
     def prepare_call(
         self,
@@ -252,6 +246,8 @@ class AttentionVariant(DecodeContract, nn.Module):
         *,
         causal: bool = False,
         kv_mask: Tensor | None = None,
+        softcap: float | None = None,
+        sink_logits: Tensor | None = None,
         training: bool | None = None,
     ) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
         """Check a call once and return it ready to repeat: ``call(q, k, v)`` runs the module (forward) unchecked.
@@ -261,10 +257,13 @@ class AttentionVariant(DecodeContract, nn.Module):
         is this called once; a benchmark times the returned call, since on a GPU at small N the Python of the checks
         would be most of a latency. Give it tensors like these (shapes, dtype, device; causal and kv_mask are bound).
         `training` (default: whether autograd would record this call): whether a backward pass follows.
+        softcap, sink_logits (bound too) reach forward only when given.
         """
         check_qkv(q, k, v, causal=causal, kv_mask=kv_mask)
-        training = _wants_grad(self, q, k, v) if training is None else training
-        reasons = self.not_supported_reasons(q, k, v, causal=causal, kv_mask=kv_mask, training=training)
+        check_model_features(q, softcap=softcap, sink_logits=sink_logits)
+        features = given_features(softcap, sink_logits)
+        training = _wants_grad(self, q, k, v, *features.values()) if training is None else training
+        reasons = self.not_supported_reasons(q, k, v, causal=causal, kv_mask=kv_mask, training=training, **features)
         if reasons:
             raise NotSupportedError(self.name, reasons)
         # nn.Module's: hooks, forward
@@ -278,7 +277,7 @@ class AttentionVariant(DecodeContract, nn.Module):
             # not nn.Module's __setattr__: this runs in timed calls
             object.__setattr__(self, "_pinned_backend", backend)
             try:
-                return module_call(q, k, v, causal=causal, kv_mask=kv_mask)
+                return module_call(q, k, v, causal=causal, kv_mask=kv_mask, **features)
             finally:
                 object.__setattr__(self, "_pinned_backend", pinned)
 
@@ -293,7 +292,9 @@ class AttentionVariant(DecodeContract, nn.Module):
         return ", ".join(f"{k}={v!r}" for k, v in self.config.to_dict().items())
 
 
-def _wants_grad(module: nn.Module, *tensors: Tensor) -> bool:
+def _wants_grad(module: nn.Module, *tensors: Any) -> bool:
     if not torch.is_grad_enabled():
         return False
-    return any(t.requires_grad for t in tensors) or any(p.requires_grad for p in module.parameters())
+    return any(isinstance(t, Tensor) and t.requires_grad for t in tensors) or any(
+        p.requires_grad for p in module.parameters()
+    )

@@ -8,6 +8,9 @@ queries than keys (N < M) the queries are the last N positions (bottom-right), t
 
 GQA: the G query heads of a K/V head are stacked as the rows of one tile, (B, H_kv, G*cq, D), so
 K/V are never repeated; the causal mask uses each row's own position (rows repeat per head).
+Model features: a softcap caps each tile's scores before its mask (the backward multiplies by the cap's derivative,
+1 - tanh^2); sink logits join each row's running denominator after its last key chunk (the sink's gradient is
+-P_sink * rowsum(dO * O)).
 Decoding keeps a KV cache (variants._decode.KVCache, preallocated, doubling) and runs each new
 query through this online-softmax forward over the cached keys.
 """
@@ -22,6 +25,7 @@ from torch import Tensor
 from variants._checks import check_int, query_offset
 from variants._decode import KVCacheDecoding
 from variants._gqa import group
+from variants._model_features import softcapped
 from variants._registry import register_variant
 from variants.base import AttentionVariant, Capabilities, VariantConfig, softmax_scale
 from variants.reference import PatternWeights
@@ -43,7 +47,7 @@ class ChunkedConfig(VariantConfig):
 class ChunkedAttention(PatternWeights, KVCacheDecoding, AttentionVariant):
     """Exact softmax attention in query x key chunks with an online softmax: O(N*c) memory, forward and backward."""
 
-    capabilities = Capabilities(exact=True, gqa=True, decode=True, causal_offset=True)
+    capabilities = Capabilities(exact=True, gqa=True, decode=True, causal_offset=True, softcap=True, sink_logits=True)
     small_config = {"query_chunk": 8, "key_chunk": 16}
     flops_tolerance = 0.0  # executed_flops counts the tiles the loop computes
 
@@ -66,13 +70,21 @@ class ChunkedAttention(PatternWeights, KVCacheDecoding, AttentionVariant):
         return 4 * B * H * D * keys
 
     def forward(
-        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool = False,
+        kv_mask: Tensor | None = None,
+        softcap: float | None = None,
+        sink_logits: Tensor | None = None,
     ) -> Tensor:
         # Half-precision inputs are computed in float32 (the running sums need it), then cast back.
         dtype = torch.promote_types(q.dtype, torch.float32)
-        out = _ChunkedAttention.apply(
-            q.to(dtype), k.to(dtype), v.to(dtype), kv_mask, causal, self.config.query_chunk, self.config.key_chunk
-        )
+        sinks = None if sink_logits is None else sink_logits.to(dtype)
+        chunks = (self.config.query_chunk, self.config.key_chunk)
+        out = _ChunkedAttention.apply(q.to(dtype), k.to(dtype), v.to(dtype), kv_mask, causal, *chunks, softcap, sinks)
         return out.to(q.dtype)
 
 
@@ -80,18 +92,23 @@ class _ChunkedAttention(torch.autograd.Function):
     """out = softmax(q k^T / sqrt(D) + mask) v, forward and backward tile by tile."""
 
     @staticmethod
-    def forward(ctx, q, k, v, kv_mask, causal, query_chunk, key_chunk):  # type: ignore[override]
-        out, lse = _chunked_forward(q, k, v, kv_mask, causal, query_chunk, key_chunk)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.kv_mask, ctx.causal, ctx.chunks = kv_mask, causal, (query_chunk, key_chunk)
+    def forward(ctx, q, k, v, kv_mask, causal, query_chunk, key_chunk, softcap, sinks):  # type: ignore[override]
+        out, lse = _chunked_forward(q, k, v, kv_mask, causal, query_chunk, key_chunk, softcap, sinks)
+        ctx.save_for_backward(q, k, v, out, lse, sinks)
+        ctx.kv_mask, ctx.causal, ctx.chunks, ctx.softcap = kv_mask, causal, (query_chunk, key_chunk), softcap
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):  # type: ignore[override]
-        q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _chunked_backward(q, k, v, out, lse, grad_out.contiguous(), ctx.kv_mask, ctx.causal, *ctx.chunks)
-        return dq, dk, dv, None, None, None, None
+        q, k, v, out, lse, sinks = ctx.saved_tensors
+        grad_out = grad_out.contiguous()
+        delta = (grad_out * out).sum(-1)  # (B, H, N): rowsum(dO * O) = rowsum(dP * P)
+        dq, dk, dv = _chunked_backward(q, k, v, lse, delta, grad_out, ctx.kv_mask, ctx.causal, *ctx.chunks, ctx.softcap)
+        d_sinks = None
+        if sinks is not None and ctx.needs_input_grad[-1]:  # a sink's dP is 0 (no value): dS = P_sink * (0 - delta)
+            d_sinks = -((sinks[None, :, None] - lse).exp() * delta).sum((0, 2))  # (H,)
+        return dq, dk, dv, None, None, None, None, None, d_sinks
 
 
 def _spans(length: int, chunk: int) -> list[tuple[int, int]]:
@@ -107,6 +124,11 @@ def _ungrouped(x: Tensor, heads: int) -> Tensor:
     """(B, H_kv, G*c, ...) -> (B, H, c, ...), the inverse of _grouped."""
     B, Hkv, R = x.shape[:3]
     return x.reshape(B, heads, R * Hkv // heads, *x.shape[3:])
+
+
+def _sink_rows(sinks: Tensor, kv_heads: int, cq: int) -> Tensor:
+    """sinks (H,) -> (1, H_kv, G*cq): each stacked row's head's sink logit, in _grouped's row order."""
+    return sinks.view(1, kv_heads, -1, 1).expand(-1, -1, -1, cq).reshape(1, kv_heads, -1)
 
 
 def _mask_tile_(s: Tensor, qs: int, cq: int, ks: int, kv_mask: Tensor | None, causal: bool) -> Tensor:
@@ -126,9 +148,17 @@ def _mask_tile_(s: Tensor, qs: int, cq: int, ks: int, kv_mask: Tensor | None, ca
 
 
 def _chunked_forward(
-    q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None, causal: bool, query_chunk: int, key_chunk: int
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    kv_mask: Tensor | None,
+    causal: bool,
+    query_chunk: int,
+    key_chunk: int,
+    softcap: float | None = None,
+    sinks: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Output (B, H, N, D) and log-sum-exp (B, H, N) (-inf for a row that sees no key)."""
+    """Output (B, H, N, D) and log-sum-exp (B, H, N) (-inf for a row that sees no key and no sink)."""
     B, H, N, D = q.shape
     Hkv, M = k.shape[1], k.shape[2]
     scale, offset = softmax_scale(D), query_offset(N, M, causal)
@@ -141,14 +171,21 @@ def _chunked_forward(
         acc = torch.zeros_like(qc)
         last = min(M, qe + offset) if causal else M  # causal: no key chunk above the diagonal
         for ks, ke in _spans(last, key_chunk):
-            # (B, H_kv, G*cq, ck)
-            s = _mask_tile_(qc @ k[:, :, ks:ke].transpose(-1, -2), qs + offset, qe - qs, ks, kv_mask, causal)
+            scores = softcapped(qc @ k[:, :, ks:ke].transpose(-1, -2), softcap)  # (B, H_kv, G*cq, ck)
+            s = _mask_tile_(scores, qs + offset, qe - qs, ks, kv_mask, causal)
             new_max = torch.maximum(row_max, s.amax(-1))
             shift = new_max.masked_fill(new_max == NEG_INF, 0.0)  # a row that sees nothing yet: exp(-inf) = 0
             p = s.sub_(shift[..., None]).exp_()
             alpha = (row_max - shift).exp_()
             row_sum.mul_(alpha).add_(p.sum(-1))
             acc.mul_(alpha[..., None]).add_(p @ v[:, :, ks:ke])
+            row_max = new_max
+        if sinks is not None:  # the sink joins the denominator: one more term, no value, rescaled to the new max
+            sink = _sink_rows(sinks, Hkv, qe - qs)
+            new_max = torch.maximum(row_max, sink)
+            alpha = (row_max - new_max).exp_()  # 0 for a row that saw no key
+            row_sum.mul_(alpha).add_((sink - new_max).exp_())
+            acc.mul_(alpha[..., None])
             row_max = new_max
         result = acc / row_sum.clamp_min(torch.finfo(q.dtype).tiny)[..., None]  # no key: 0 / tiny = 0
         out[:, :, qs:qe] = _ungrouped(result, H)
@@ -160,22 +197,23 @@ def _chunked_backward(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    out: Tensor,
     lse: Tensor,
+    delta: Tensor,
     grad_out: Tensor,
     kv_mask: Tensor | None,
     causal: bool,
     query_chunk: int,
     key_chunk: int,
+    softcap: float | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """FlashAttention-2's backward: per key chunk, recompute P from lse and accumulate dq, dk, dv.
 
-    GQA: dk, dv of a K/V head sum over its G query heads (the stacked rows of each tile).
+    delta (B, H, N) is rowsum(dO * O). GQA: dk, dv of a K/V head sum over its G query heads (the stacked rows of each
+    tile). A softcap's scores are recomputed and dS multiplied by the cap's derivative 1 - tanh^2.
     """
     H, N, D = q.shape[1], q.shape[2], q.shape[3]
     Hkv, M = k.shape[1], k.shape[2]
     scale, offset = softmax_scale(D), query_offset(N, M, causal)
-    delta = (grad_out * out).sum(-1)  # (B, H, N): rowsum(dO * O) = rowsum(dP * P)
     lse = lse.masked_fill(lse == NEG_INF, float("inf"))  # rows that saw no key: P = exp(s - inf) = 0
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     for ks, ke in _spans(M, key_chunk):
@@ -185,11 +223,15 @@ def _chunked_backward(
                 continue
             qc, doc = _grouped(q[:, :, qs:qe], Hkv), _grouped(grad_out[:, :, qs:qe], Hkv)  # (B, H_kv, G*cq, D)
             # (B, H_kv, G*cq, ck)
-            s = _mask_tile_((qc * scale) @ kc.transpose(-1, -2), qs + offset, qe - qs, ks, kv_mask, causal)
+            raw = (qc * scale) @ kc.transpose(-1, -2)
+            capped = None if softcap is None else torch.tanh(raw / softcap)  # tanh(s / c); the score is c * that
+            s = _mask_tile_(raw if capped is None else capped * softcap, qs + offset, qe - qs, ks, kv_mask, causal)
             p = s.sub_(_grouped(lse[:, :, qs:qe, None], Hkv)).exp_()
             dv[:, :, ks:ke] += p.transpose(-1, -2) @ doc
             # dS = P * (dP - delta)
             ds = (doc @ vc.transpose(-1, -2)).sub_(_grouped(delta[:, :, qs:qe, None], Hkv)).mul_(p)
+            if capped is not None:  # d(c * tanh(s / c)) / ds = 1 - tanh^2, at the uncapped score
+                ds.mul_(1 - capped.square())
             dq[:, :, qs:qe] += _ungrouped((ds @ kc).mul_(scale), H)
             dk[:, :, ks:ke] += (ds.transpose(-1, -2) @ qc).mul_(scale)
     return dq, dk, dv

@@ -4,6 +4,9 @@ GQA (k, v with H_kv heads): sdpa passes enable_gqa, reference groups the query h
 K/V head, xformers takes its 5-D BMGHK layout with K/V expanded at stride 0; none copies K/V.
 Causal with fewer queries than keys (N < M, the last N positions: bottom-right) runs on every backend: sdpa through
 a bool mask (its is_causal aligns top-left), xformers' bottom-right causal bias, the textbook's offset triangle.
+Model features: logit softcapping runs on the textbook backend only (fused SDPA and xformers cannot cap scores; "auto"
+takes the textbook path for a softcap call, a named sdpa or xformers is refused); sink logits on sdpa (the sink as a
+zero-valued extra key whose bias is its logit: a float mask of N x (M + 1)) and the textbook backend.
 Decoding keeps a KV cache (preallocated, doubling; variants._decode.KVCache) and runs each new
 query through the configured backend over the cached keys.
 """
@@ -19,6 +22,7 @@ from torch import Tensor
 from variants._checks import check_choice, query_offset
 from variants._decode import KVCacheDecoding
 from variants._gqa import from_xformers_layout, group, sdpa, ungroup, xformers_layout
+from variants._model_features import feature_backend, given_features, sdpa_with_sinks, softcapped, softmax_with_sinks
 from variants._registry import register_variant
 from variants.base import dense_flops, AttentionVariant, Capabilities, VariantConfig, softmax_scale
 from variants.reference import PatternWeights, visibility
@@ -39,8 +43,9 @@ class DenseConfig(VariantConfig):
 class DenseAttention(PatternWeights, KVCacheDecoding, AttentionVariant):
     """Exact softmax attention, O(N*M) memory for the scores (the fused backends avoid storing them)."""
 
-    capabilities = Capabilities(exact=True, gqa=True, decode=True, causal_offset=True)
+    capabilities = Capabilities(exact=True, gqa=True, decode=True, causal_offset=True, softcap=True, sink_logits=True)
     backends = DENSE_BACKENDS
+    feature_backends = {"softcap": ("reference",), "sink_logits": ("sdpa", "reference")}
     flops_tolerance = 0.0  # the CPU count is exact: fused SDPA's two matmuls, or the textbook's two
 
     def executed_flops(
@@ -70,14 +75,23 @@ class DenseAttention(PatternWeights, KVCacheDecoding, AttentionVariant):
         return []
 
     def forward(
-        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool = False,
+        kv_mask: Tensor | None = None,
+        softcap: float | None = None,
+        sink_logits: Tensor | None = None,
     ) -> Tensor:
-        backend = self.active_backend(q, k, v)
+        features = given_features(softcap, sink_logits)
+        backend = feature_backend(self.feature_backends, self.active_backend(q, k, v), features)
         if backend == "sdpa":
-            return _sdpa(q, k, v, causal=causal, kv_mask=kv_mask)
+            return _sdpa(q, k, v, causal=causal, kv_mask=kv_mask, sink_logits=sink_logits)
         if backend == "xformers":
             return _xformers(q, k, v, causal=causal, kv_mask=kv_mask)
-        return _textbook(q, k, v, causal=causal, kv_mask=kv_mask)
+        return _textbook(q, k, v, causal=causal, kv_mask=kv_mask, **features)
 
     def windowed(self, window: int) -> AttentionVariant:
         """Dense attention within a causal window is sliding_window's band, computed exactly (its auto backend)."""
@@ -90,18 +104,28 @@ class DenseAttention(PatternWeights, KVCacheDecoding, AttentionVariant):
         return [f"backend {backend!r} {r}" for r in self.backend_reasons(backend, q, training=False)]
 
 
-def _textbook(q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor | None) -> Tensor:
+def _textbook(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool,
+    kv_mask: Tensor | None,
+    softcap: float | None = None,
+    sink_logits: Tensor | None = None,
+) -> Tensor:
     """softmax(q k^T / sqrt(D) + bias) v with the N x M scores materialised (nanoGPT's slow path).
 
     One pass per step: the scale folded into q (N*D, not N*M), the additive -inf bias added in place, and only when
     some query row sees no key (a padded first key when causal, an all-padded sequence) those rows set to 0 before the
     softmax and after it (zeros, with finite gradients).
     GQA: the G query heads of a K/V head are stacked as rows, (B, H_kv, G*N, D), so K/V are not repeated.
+    softcap caps the scores before the bias; sink_logits (H,) join each head's softmax denominator.
     """
     B, H, N, D = q.shape
     Hkv, M = k.shape[1], k.shape[2]
     qg = group(q * softmax_scale(D), Hkv).flatten(2, 3)  # (B, H_kv, G*N, D)
-    scores = torch.matmul(qg, k.transpose(-2, -1)).view(B, H, N, M)  # (B, H, N, M)
+    scores = softcapped(torch.matmul(qg, k.transpose(-2, -1)).view(B, H, N, M), softcap)  # (B, H, N, M)
     bias = _additive_mask(N, M, causal=causal, kv_mask=kv_mask, dtype=scores.dtype, device=q.device)  # (B|1, 1, N|1, M)
     if bias is not None:
         scores += bias  # -inf, not -1e20: -1e20 overflows float16
@@ -109,7 +133,7 @@ def _textbook(q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor 
     if _some_row_sees_nothing(query_offset(N, M, causal) if causal else None, kv_mask):
         blind = torch.isneginf(bias).all(-1, keepdim=True)  # (B or 1, 1, N or 1, 1)
         scores = scores.masked_fill(blind, 0.0)  # finite there, and no gradient flows back through them
-    weights = torch.softmax(scores, dim=-1, dtype=torch.float32)
+    weights = softmax_with_sinks(scores, sink_logits, dtype=torch.float32)
     if blind is not None:
         weights = weights.masked_fill(blind, 0.0)  # zeros, as the reference gives
     out = torch.matmul(weights.to(v.dtype).view(B, Hkv, -1, M), v)  # (B, H_kv, G*N, D)
@@ -141,9 +165,14 @@ def _some_row_sees_nothing(causal_offset: int | None, kv_mask: Tensor | None) ->
     return not bool(seen_by_row_0.any(dim=1).all())
 
 
-def _sdpa(q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor | None) -> Tensor:
+def _sdpa(
+    q: Tensor, k: Tensor, v: Tensor, *, causal: bool, kv_mask: Tensor | None, sink_logits: Tensor | None
+) -> Tensor:
     N, M = q.shape[2], k.shape[2]
     causal = causal and N > 1  # one query is the last position: it sees every key (a decode step)
+    if sink_logits is not None:  # the sink as one more, zero-valued key: the mask becomes N x (M + 1) floats
+        keep = _keep_mask(q, k, causal=causal, kv_mask=kv_mask)
+        return sdpa_with_sinks(q, k, v, keep, sink_logits, softmax_scale(q.shape[-1]))
     if kv_mask is None and (not causal or N == M):
         return sdpa(q, k, v, is_causal=causal)
     # SDPA cannot take is_causal and attn_mask together, and its is_causal aligns top-left (N < M would hide the keys

@@ -4,6 +4,7 @@ Causal queries are the last N of the M key positions (bottom-right: query row i 
 FlashAttention >= 2.1 and torch's causal_lower_right align them); N == M is the plain case.
 `rows=` computes only a subset of query rows, so the harness gets a float64 answer at large N
 without an N x M float64 matrix; `pattern=` applies a variant's sparsity pattern (e.g. a band).
+The model features `softcap=` and `sink_logits=` (variants/_model_features.py) are applied as defined there.
 k and v may have H_kv heads dividing q's H (GQA/MQA): query heads are grouped onto their K/V head,
 never K/V repeated.
 """
@@ -16,6 +17,7 @@ import torch
 from torch import Tensor
 
 from variants._checks import check_qkv, query_offset, softmax_scale
+from variants._model_features import check_model_features, softcapped, softmax_with_sinks
 
 # (query_idx (R,), key_idx (M,)) -> bool (R, M): which keys each query may see; None = all.
 PatternFn = Callable[[Tensor, Tensor], "Tensor | None"]
@@ -60,6 +62,8 @@ def reference_attention(
     pattern: PatternFn | None = None,
     rows: Tensor | None = None,
     dtype: torch.dtype | None = torch.float64,
+    softcap: float | None = None,
+    sink_logits: Tensor | None = None,
 ) -> Tensor:
     """softmax(q k^T / sqrt(D) + mask) v, computed in `dtype` (None: q's dtype).
 
@@ -70,10 +74,13 @@ def reference_attention(
         pattern: extra visibility, e.g. ``variant.pattern``.
         rows: optional (R,) query indices; only those rows are computed.
         dtype: compute dtype; float64 for a gold answer.
+        softcap: scores s -> softcap * tanh(s / softcap) before the mask and softmax (Gemma 2).
+        sink_logits: (H,), one logit per query head in the softmax's denominator, with no value (gpt-oss's s_aux).
     Returns:
         (B, H, R, D) in `dtype` (R = N without rows). A query that sees no key gets zeros.
     """
     check_qkv(q, k, v, causal=causal, kv_mask=kv_mask)
+    check_model_features(q, softcap=softcap, sink_logits=sink_logits)
     N = q.shape[2]
     if rows is None:
         rows = torch.arange(N, device=q.device)
@@ -83,7 +90,8 @@ def reference_attention(
             raise ValueError(f"rows must be 1-D query indices in [0, {N}), got {rows.tolist()[:8]}...")
     dtype = dtype or q.dtype
     positions = rows + query_offset(N, k.shape[2], causal)
-    weights = _weights(q[:, :, rows].to(dtype), k.to(dtype), positions, causal=causal, kv_mask=kv_mask, pattern=pattern)
+    qr, features = q[:, :, rows].to(dtype), {"softcap": softcap, "sink_logits": sink_logits}
+    weights = _weights(qr, k.to(dtype), positions, causal=causal, kv_mask=kv_mask, pattern=pattern, **features)
     B, H, R, M = weights.shape
     Hkv = k.shape[1]
     grouped = weights.view(B, Hkv, H // Hkv, R, M)  # (B, H_kv, G, R, M)
@@ -91,18 +99,29 @@ def reference_attention(
 
 
 def _weights(
-    qr: Tensor, k: Tensor, positions: Tensor, *, causal: bool, kv_mask: Tensor | None, pattern: PatternFn | None
+    qr: Tensor,
+    k: Tensor,
+    positions: Tensor,
+    *,
+    causal: bool,
+    kv_mask: Tensor | None,
+    pattern: PatternFn | None,
+    softcap: float | None = None,
+    sink_logits: Tensor | None = None,
 ) -> Tensor:
-    """softmax over visible keys for query rows qr (B, H, R, D) at `positions` (R,) among the keys: (B, H, R, M)."""
+    """softmax over visible keys for query rows qr (B, H, R, D) at `positions` (R,) among the keys: (B, H, R, M).
+    softcap caps the scaled scores before the mask; sink_logits join each head's denominator (rows sum below 1)."""
     B, H, R, D = qr.shape
     Hkv, M = k.shape[1], k.shape[2]
     grouped = qr.reshape(B, Hkv, H // Hkv, R, D)  # (B, H_kv, G, R, D): head h = kv * G + g
     scores = torch.einsum("bkgrd,bkmd->bkgrm", grouped, k).reshape(B, H, R, M) * softmax_scale(D)  # (B, H, R, M)
+    scores = softcapped(scores, softcap)
     mask = visibility(positions, M, causal=causal, kv_mask=kv_mask, pattern=pattern)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     # Softmax in at least float32 so float16/bfloat16 references stay meaningful.
-    weights = torch.softmax(scores.to(torch.promote_types(qr.dtype, torch.float32)), dim=-1)
+    promoted = torch.promote_types(qr.dtype, torch.float32)
+    weights = softmax_with_sinks(scores.to(promoted), sink_logits, dtype=promoted)
     if mask is not None and not bool(mask.any(-1).all()):  # a row with no visible key: softmax's NaN -> 0
         weights = weights.nan_to_num(0.0)  # only then (a pass over R x M); not in place: softmax's backward reads it
     return weights.to(qr.dtype)

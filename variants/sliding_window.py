@@ -17,7 +17,8 @@ Backends compute the same band exactly; they differ in how much of N x M they to
 - masked:   dense SDPA with an N x M band mask: O(N * M), the baseline that shows what sparsity buys.
 
 GQA: banded stacks each K/V head's G query heads as rows of a block; flex and masked pass
-enable_gqa; xformers takes its 5-D layout. Decoding keeps the sinks and a ring buffer of the last
+enable_gqa; xformers takes its 5-D layout. Learned sink logits (a model's per-head ``sink_logits``, gpt-oss's s_aux; not
+the ``sinks`` tokens above) run on masked only, the sink an extra zero-valued key: "auto" takes masked for them. Decoding keeps the sinks and a ring buffer of the last
 `window` keys (variants._ring), so the state does not grow with N; it runs on SDPA whatever the backend.
 """
 
@@ -35,6 +36,7 @@ from variants._banded import _BLOCK_CHOICES, _FASTEST_BLOCK, _banded, _block_key
 from variants._checks import check_choice, check_int, query_offset
 from variants._decode import check_context, check_state, check_step, checked_once
 from variants._gqa import sdpa
+from variants._model_features import sdpa_with_sinks
 from variants._registry import register_variant
 from variants._ring import SlidingWindowState, ring_from_context, ring_step
 from variants._sliding_kernels import FLEX_BLOCK
@@ -69,8 +71,9 @@ class SlidingWindowConfig(VariantConfig):
 class SlidingWindowAttention(PatternWeights, AttentionVariant):
     """Exact softmax attention restricted to a band of `window` keys around each query (Longformer, Mistral)."""
 
-    capabilities = Capabilities(exact=True, gqa=True, decode=True, causal_offset=True)
+    capabilities = Capabilities(exact=True, gqa=True, decode=True, causal_offset=True, sink_logits=True)
     backends = SLIDING_BACKENDS
+    feature_backends = {"sink_logits": ("masked",)}  # the band's O(N * M) mask gains one sink column
     small_config = {"window": 8}
     # more is more accurate and slower; searched with and without 4 sinks (StreamingLLM's count): on heads that park
     # mass on the first tokens, 4 sinks let a much narrower window meet a budget
@@ -209,8 +212,17 @@ class SlidingWindowAttention(PatternWeights, AttentionVariant):
         return time.perf_counter() - start
 
     def forward(
-        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool = False,
+        kv_mask: Tensor | None = None,
+        sink_logits: Tensor | None = None,
     ) -> Tensor:
+        if sink_logits is not None:  # masked only (feature_backends): the refusals leave "auto" or "masked" here
+            return _masked(q, k, v, self.pattern, causal=causal, kv_mask=kv_mask, sink_logits=sink_logits)
         backend = self.active_backend(q, k, v)
         window, sinks = self.config.window, self.config.sinks
         if backend == "banded":
@@ -242,11 +254,23 @@ class SlidingWindowAttention(PatternWeights, AttentionVariant):
         return ring_step(q_t, k_t, v_t, state), state
 
 
-def _masked(q: Tensor, k: Tensor, v: Tensor, pattern: PatternFn, *, causal: bool, kv_mask: Tensor | None) -> Tensor:
-    """Dense SDPA over exactly what the reference sees (pattern, causality, padding) as a bool mask: O(N * M)."""
+def _masked(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    pattern: PatternFn,
+    *,
+    causal: bool,
+    kv_mask: Tensor | None,
+    sink_logits: Tensor | None = None,
+) -> Tensor:
+    """Dense SDPA over exactly what the reference sees (pattern, causality, padding) as a bool mask: O(N * M).
+    sink_logits (H,): each head's sink logit joins the denominator (an extra zero-valued key)."""
     N, M = q.shape[2], k.shape[2]
     positions = torch.arange(N, device=q.device) + query_offset(N, M, causal)  # causal: the last N positions
     keep = visibility(positions, M, causal=causal, kv_mask=kv_mask, pattern=pattern)  # (B|1, 1, N, M)
+    if sink_logits is not None:  # a row that sees no key gets zeros: its weights all go to the zero-valued sink
+        return sdpa_with_sinks(q, k, v, keep, sink_logits, softmax_scale(q.shape[-1]))
     out = sdpa(q, k, v, attn_mask=keep, scale=softmax_scale(q.shape[-1]))
     if kv_mask is not None or N > M:
         out = out.masked_fill(~keep.any(-1)[..., None], 0.0)

@@ -12,14 +12,19 @@ dropout=, **kwargs)`` and wants ``(out (B, N, H, D), None)``. The mapping onto t
 - the model's own sliding window (a layer's ``sliding_window`` narrower than its keys: Mistral, Qwen2's sliding
   layers): the layer runs ``variant.windowed(window)``, the variant restricted to that causal window exactly (dense:
   sliding_window's band; sliding_window: the narrower band), over transformers' sliding-window cache as well;
+- logit softcapping (Gemma 2's ``softcap``) and learned sink logits (gpt-oss's ``s_aux``, one per query head) become the
+  contract's ``softcap=`` and ``sink_logits=``: run by a variant declaring ``Capabilities.softcap`` / ``sink_logits``
+  (dense and chunked both, sliding_window sink logits), refused by the others naming the feature;
 - GQA: k, v keep their H_kv heads (repeated only for a variant that declares ``gqa=False``);
 - scaling: a ``scaling`` other than 1/sqrt(D) multiplies q by scaling * sqrt(D) first, so softmax(q' k^T / sqrt(D))
   is the model's softmax(q k^T * scaling): exact for every variant whose scores are q . k (all built-ins); a
   variant that fits features of q is calibrated on the same pre-scaled q (``capture_qkv`` records it).
-Refused with ``NotSupportedError`` naming the model feature (never computed differently): logit softcapping, a
-sliding window narrower than the keys for a variant whose ``windowed`` gives None, a cache whose keys do not end at the last query (a static cache's unwritten
-slots, a sliding-window cache's dropped ones), attention dropout while training, sinks or a position bias, a prepared 4-D mask, any mask pattern other than causal or
-bidirectional plus padding (packed sequences, chunked layers, overlays), and everything the variant itself refuses.
+Refused with ``NotSupportedError`` naming the model feature (never computed differently): a sliding window narrower
+than the keys for a variant whose ``windowed`` gives None, a cache whose keys do not end at the last query (a static
+cache's unwritten slots, a sliding-window cache's dropped ones), attention dropout while training, a position bias,
+softcapping or sink logits for a variant without the capability, a prepared 4-D mask, any mask pattern other than
+causal or bidirectional plus padding (packed sequences, chunked layers, overlays), and everything the variant itself
+refuses.
 
 Per-layer variants (fitted per layer) and recording q, k, v go through attributes of each attention module,
 set with ``set_layer_variant`` and ``record_qkv``. Needs ``pip install 'attnsuite[hf]'`` (transformers >= 4.51).
@@ -117,15 +122,13 @@ def model_feature_reasons(
     dropout: float,
     kwargs: dict[str, Any],
 ) -> list[str]:
-    """Every feature of this transformers call the variant contract cannot express ([] if none)."""
+    """Every feature of this transformers call the variant contract cannot express ([] if none); softcap and s_aux it
+    can (the variant refuses them if it lacks them)."""
     reasons = []
-    if kwargs.get("softcap") is not None:
-        reasons.append(f"the model's attention logit softcapping (softcap={kwargs['softcap']}) is not in the contract")
     if dropout and module.training:
         reasons.append(f"attention dropout while training (dropout={dropout}); call model.eval() or set it to 0")
-    for name, feature in (("s_aux", "attention sinks"), ("position_bias", "an additive position bias")):
-        if kwargs.get(name) is not None:
-            reasons.append(f"the model's {feature} ({name}) is not in the contract")
+    if kwargs.get("position_bias") is not None:
+        reasons.append("the model's additive position bias (position_bias) is not in the contract")
     if isinstance(attention_mask, Tensor) and attention_mask.dim() != 2:
         reasons.append(
             f"a prepared {attention_mask.dim()}-D attention mask; pass the 2-D padding mask (B, N) as attention_mask"
@@ -166,7 +169,8 @@ def _attention_function(name: str):
         record = module.__dict__.get(LAYER_RECORD)
         if record is not None:
             record.append((query.detach(), key.detach(), value.detach()))
-        out = variant(query, key, value, causal=causal, kv_mask=attention_mask)  # (B, H, N, D)
+        features = {"softcap": kwargs.get("softcap"), "sink_logits": kwargs.get("s_aux")}  # Gemma 2's, gpt-oss's
+        out = variant(query, key, value, causal=causal, kv_mask=attention_mask, **features)  # (B, H, N, D)
         return out.transpose(1, 2).contiguous(), None  # (B, N, H, D)
 
     attnsuite_attention.__name__ = name

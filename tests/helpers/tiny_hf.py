@@ -10,7 +10,8 @@ VOCAB = 128  # token ids 0..127; the models have no tokenizer, text is mapped by
 
 
 def tiny_config(kind: str, **overrides):
-    """A transformers config of `kind`: llama (GQA 4/2, RoPE), qwen2 (q/k/v biases, GQA 4/1), gemma2 (another scaling)."""
+    """A transformers config of `kind`: llama (GQA 4/2, RoPE), qwen2 (q/k/v biases, GQA 4/1), gemma2 (another scaling),
+    gpt_oss (learned sink logits, 4 experts of which 2 per token; alternating 128-token windows)."""
     import transformers
 
     common = dict(
@@ -31,6 +32,11 @@ def tiny_config(kind: str, **overrides):
     elif kind == "gemma2":
         config = transformers.Gemma2Config(
             **common, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=64, attn_logit_softcapping=None
+        )
+    elif kind == "gpt_oss":  # its YaRN RoPE expects 32 x 4096 positions: anything else warns
+        common = {**common, "max_position_embeddings": 131072, "intermediate_size": 64}
+        config = transformers.GptOssConfig(
+            **common, num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2
         )
     else:
         raise ValueError(f"no tiny config {kind!r}")
