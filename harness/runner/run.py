@@ -109,8 +109,10 @@ def resume_spec(
 
 
 def plan_lines(spec: SweepSpec, resume: Path | None = None) -> list[str]:
-    """The cells a sweep would run, one line each with its id ("done" when a resumed run has its row), and a total."""
+    """The cells a sweep would run, one line each with its id ("done" when a resumed run has its row), a total and
+    what bounds the wall time of those still to run (harness.runner.estimate)."""
     from harness.plan import plan, plan_header
+    from harness.runner.estimate import wall_time_line  # the registry and the report's formatting: a dry run only
     from harness.store import completed_cell_ids, load_rows
 
     cells = plan(spec)
@@ -119,8 +121,9 @@ def plan_lines(spec: SweepSpec, resume: Path | None = None) -> list[str]:
     for cell in cells:
         mark = "done " if cell.cell_id in done else ""
         lines.append(f"{cell.cell_id}  {mark}{cell.label}")
-    todo = sum(cell.cell_id not in done for cell in cells)
-    lines.append(f"{len(cells)} cells planned" + (f", {todo} still to run" if resume else ""))
+    todo = [cell for cell in cells if cell.cell_id not in done]
+    lines.append(f"{len(cells)} cells planned" + (f", {len(todo)} still to run" if resume else ""))
+    lines.append(wall_time_line(spec, todo))
     return lines
 
 
