@@ -295,3 +295,24 @@ def test_help_names_the_defaults_of_the_lists(capsys):
         "(default: cpu gaussian,llm; cuda gaussian)" in text and "(default: cpu prefill; cuda prefill,decode)" in text
     )
     assert "(default: 128,512)" in text and "(default: 256,1024)" in text
+
+
+def test_sweep_help_lists_every_input_distribution_from_the_registry_and_the_model_form(capsys):
+    from harness.inputs import get_inputs, list_inputs
+
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # wrapped lines joined
+    epilog = text.split("input distributions (--inputs NAME")[1]
+    for name in list_inputs():
+        assert f" {name}: {' '.join(get_inputs(name).doc.split())}" in epilog
+    assert "Form: model:path=...,layer=0,text=..." in epilog
+
+
+def test_the_help_describes_model_eval_as_taking_any_causal_lm_not_minilm_only(capsys):
+    for command in ([], ["model-eval"]):
+        with pytest.raises(SystemExit):
+            main([*command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert "any transformers causal LM" in text or "any causal LM transformers loads" in text
+        assert "MiniLM encoder" in text
