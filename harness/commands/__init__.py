@@ -33,7 +33,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "model-eval": (
         "harness.commands.model_eval",
-        "swap each variant into every layer of a pretrained MiniLM: embedding cosine, retrieval agreement",
+        "swap each variant into every attention layer of a pretrained model: any transformers causal LM "
+        "(--model PATH: perplexity, top-1 agreement, KL) or the built-in MiniLM encoder (embedding cosine, retrieval)",
     ),
     "tasks": (
         "harness.commands.tasks",

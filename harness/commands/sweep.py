@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -55,6 +56,8 @@ class _TrustPlugins(argparse.Action):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter  # the epilog's list keeps its lines
+    parser.epilog = inputs_help()
     groups = {name: parser.add_argument_group(title) for name, title in GROUPS.items()}
     groups["what"].add_argument("--config", metavar="TOML", help="a sweep spec file (see docs/sweep.md)")
     defaults = _embedded_defaults()
@@ -90,6 +93,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="measure the machine's peak FLOP/s and bandwidth again (else a cached measurement under a day old)",
     )
+
+
+def inputs_help(width: int = 79) -> str:
+    """The epilog of `sweep --help`: each registered input distribution with its one line and its knobs, from the
+    inputs registry (a plugin's too, when imported first)."""
+    from harness.inputs import get_inputs, list_inputs
+
+    lines = ["input distributions (--inputs NAME, or NAME:knob=value,... for other knob values):"]
+    for name in list_inputs():
+        spec = get_inputs(name)
+        form = ",".join(f"{k}={'...' if v == '' else v}" for k, v in spec.knobs.items())
+        text = f"{name}: {spec.doc}" + (f" Form: {name}:{form}" if form else "")
+        lines += textwrap.wrap(text, width, initial_indent="  ", subsequent_indent="      ")
+    return "\n".join(lines)
 
 
 def _embedded_defaults() -> dict[str, dict[str, Any]]:

@@ -44,6 +44,8 @@ class AnalysedRun:
     memory_budget: int | None = None  # bytes; None: the run searched none
     longest: pd.DataFrame | None = None  # longest.longest_trainable over every row (the searched lengths too)
     spec_budgets: tuple[float, ...] = ()  # the error budgets its spec.toml asked for (): none (DEFAULT_BUDGETS answer)
+    # whether the spec or the caller named the budgets; False: `budgets` are DEFAULT_BUDGETS, which no answer line names
+    budgets_asked: bool = True
 
     @property
     def name(self) -> str:
@@ -116,6 +118,7 @@ def analyse(run: Run | str | Path, *, budgets: Sequence[float] | None = None, cl
         memory_budget=memory_budget,
         longest=longest,
         spec_budgets=own if spec.get("error_budgets") else (),
+        budgets_asked=bool(budgets) or bool(spec.get("error_budgets")),
     )
 
 

@@ -5,6 +5,7 @@ prints last. The decisions are harness.report.choice's and harness.report.reach'
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
@@ -172,9 +173,17 @@ def memory_budget_section(analysed: AnalysedRun, folder: Path) -> tuple[list[Pat
 # ---- the answer at the end of a sweep -----------------------------------------------------------------
 def answer_lines(analysed: AnalysedRun) -> list[str]:
     """What a sweep prints last: the answer at the largest N, one line per setting and input distribution with the
-    variants out of reach there, then the memory budget's cheapest combinations and what the numbers are on."""
+    variants out of reach there, and the answer at each shorter N where it differs; then the memory budget's cheapest
+    combinations and what the numbers are on. A run that asked for no error budget gets the fastest config as given,
+    no budget named (not the DEFAULT_BUDGETS its report's table answers for)."""
     tables = list(analysed.tables)
-    lines = [line + reach.unreached_text(analysed, t) for line, t in zip(table_answers(tables), tables)]
+    if not analysed.budgets_asked:
+        tables = choice.answer_tables(analysed.frame, (math.inf,), analysed.metric, clock=analysed.clock)
+    varying = choice.varying_keys(tables)
+    lines = []
+    for table in tables:
+        lines.append(_answer_line(table, table.lengths[-1], varying) + reach.unreached_text(analysed, table))
+        lines += [_answer_line(table, n, varying) for n in differing_lengths(table)]
     if analysed.memory_budget is not None:  # the cheapest combination that trains within it (harness.report.lengths)
         lines += cheapest_lines(analysed.frame, analysed.memory_budget)
     if lines and analysed.accuracy_reference != "full":
@@ -189,12 +198,24 @@ def table_answers(tables: list[choice.AnswerTable]) -> list[str]:
     """One line per setting and input distribution at its largest N, for the end of a sweep:
     'answer at N=8192 (local): rel_l2<=0.05: sliding_window(window=512) 3.1x [2.9-3.3]; rel_l2<=0.1: dense'."""
     varying = choice.varying_keys(tables)
-    lines = []
-    for table in tables:
-        n = table.lengths[-1]
-        where = ", ".join(choice.describe(table, [k for k in varying if k != "inputs"]) + [table.inputs])
-        answers = table.refusal or "; ".join(
-            f"{budget_label(b, table.metric)}: {table.picks[(n, b)].text()}" for b in table.budgets
-        )
-        lines.append(f"answer at N={n} ({where}): {answers}")
-    return lines
+    return [_answer_line(table, table.lengths[-1], varying) for table in tables]
+
+
+def differing_lengths(table: choice.AnswerTable) -> list[int]:
+    """The shorter N whose winners (variant and config, per budget) are not the largest N's; none under a refusal."""
+    if table.refusal:
+        return []
+    longest = [table.picks[(table.lengths[-1], b)].label for b in table.budgets]
+    return [n for n in table.lengths[:-1] if [table.picks[(n, b)].label for b in table.budgets] != longest]
+
+
+def _answer_line(table: choice.AnswerTable, n: int, varying: list[str]) -> str:
+    """'answer at N=8192 (local): rel_l2<=0.05: ...; rel_l2<=0.1: dense'; for an infinite budget (none asked)
+    'answer at N=8192 (local), no error budget: sliding_window(window=64) 4.8x [4.1-5.2]'."""
+    where = ", ".join(choice.describe(table, [k for k in varying if k != "inputs"]) + [table.inputs])
+    if table.refusal:
+        return f"answer at N={n} ({where}): {table.refusal}"
+    if not any(math.isfinite(b) for b in table.budgets):
+        return f"answer at N={n} ({where}), no error budget (each config as given): {table.picks[(n, math.inf)].text()}"
+    answers = "; ".join(f"{budget_label(b, table.metric)}: {table.picks[(n, b)].text()}" for b in table.budgets)
+    return f"answer at N={n} ({where}): {answers}"

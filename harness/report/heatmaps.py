@@ -22,6 +22,7 @@ from harness.report.plotting import Drawn, ink, pyplot, save, variant_colors, wr
 from harness.report.render import Table, format_n, format_number, format_seconds, format_times
 from harness.schema import BASELINE
 from harness.store import COL
+from variants import get_variant
 
 if TYPE_CHECKING:
     from harness.report.analysed import AnalysedRun
@@ -161,27 +162,42 @@ class MapOptions:
     plugins: Sequence[str] = ()  # what the maps' child process imports (the run's plugin variants)
 
 
-def map_series(frame: pd.DataFrame, inputs: str) -> list[tuple[str, str, dict]]:
-    """(label, variant, config) per distinct config to draw: each series' config at its shortest ok N (on the maps'
-    inputs where it ran on them), so a series matched to a budget is drawn with a window it really ran; configs found
-    for several budgets are drawn once, labelled by their config. A series whose search met no budget is drawn at
-    the top of the range it searched at its shortest N, labelled so: its map shows what the budget missed."""
+def map_series(frame: pd.DataFrame, inputs: str, n: int) -> list[tuple[str, str, dict]]:
+    """(label, variant, config) per distinct config to draw at N = M = `n`: each series' config at its shortest ok N
+    (on the maps' inputs where it ran on them), so a series matched to a budget is drawn with a window it really ran;
+    configs found for several budgets are drawn once, labelled by their config. A series whose search met no budget
+    is drawn at the top of the range it searched at its shortest N, labelled so ("out of budget"; "exact at this N"
+    where that config sees every key of the map): its map shows what the budget missed."""
     found: dict[str, tuple[str, str, dict]] = {}
     for label, group in frame.groupby(COL.series, sort=True):
         ran = group[group[COL.status] == "ok"]
         searched = group[(group[COL.status] == "unreachable") & group[COL.tuning].map(lambda t: isinstance(t, dict))]
-        pool, suffix = (ran, "") if len(ran) else (searched, " (out of budget)")
+        pool = ran if len(ran) else searched
         if not len(pool):
             continue
         on_inputs = pool[pool[COL.inputs] == inputs]
         first = (on_inputs if len(on_inputs) else pool).sort_values(COL.seq_len).iloc[0]
         config = first[COL.config] if isinstance(first[COL.config], dict) else {}
+        suffix = "" if len(ran) else _unreached_suffix(str(first[COL.variant]), config, n)
         matched = pd.notna(pd.to_numeric(first.get(COL.matched_budget), errors="coerce"))
         key = json.dumps([first[COL.variant], config], sort_keys=True, default=str)
         found.setdefault(
             key, ((config_text(first) if matched else str(label)) + suffix, str(first[COL.variant]), config)
         )
     return sorted(found.values())
+
+
+def _unreached_suffix(variant: str, config: dict, n: int) -> str:
+    """' (exact at this N)' for an exact-to-its-pattern variant whose knob covers every key at N (window >= N: the
+    search's top config, out of budget at a longer N, is plain softmax in an N = n map); else ' (out of budget)'."""
+    try:
+        spec = get_variant(variant)
+    except ValueError:  # a plugin registered only in the sweep's processes: nothing known of its knob here
+        return " (out of budget)"
+    knob = spec.quality_knob
+    value = config.get(knob.field) if knob is not None else None
+    covers = knob is not None and knob.at_most_length and isinstance(value, int) and value >= n
+    return " (exact at this N)" if covers and spec.capabilities.exact else " (out of budget)"
 
 
 def draw_maps(a: "AnalysedRun", path: Path, options: MapOptions) -> Drawn | None:
@@ -200,7 +216,7 @@ def draw_maps(a: "AnalysedRun", path: Path, options: MapOptions) -> Drawn | None
         }  # the name only: a plugin's distribution may not be registered here
         inputs = next((names[p] for p in MAPS_INPUTS_PREFERENCE if p in names), measured[0] if measured else "gaussian")
     causal = bool(len(frame)) and not (~frame[COL.causal].astype(bool)).any()
-    series = map_series(frame, inputs)
+    series = map_series(frame, inputs, n)
     run_dir = a.path if options.fitted else None
     kwargs = dict(n=n, causal=causal, run_dir=run_dir, timeout_s=a.cell_timeout_s, plugins=options.plugins)
     try:

@@ -70,12 +70,16 @@ def unreached(
 def _best(rows: pd.DataFrame) -> tuple[float, str, int] | None:
     """The lowest error the searches of these unreachable rows scored at the top of their ranges (on the search's own
     held-out seeds), with the config searched and its N; None when none is recorded or finite."""
-    tops = [
-        (r[COL.tuning]["tried"].get(str(r[COL.tuning]["high"])), _searched_text(r), int(r[COL.seq_len]))
-        for _, r in rows.iterrows()
-        if _searched(r[COL.tuning])
-    ]
-    return min(((float(e), *rest) for e, *rest in tops if isinstance(e, (int, float))), default=None)
+    tops = [(top_error(r), _searched_text(r), int(r[COL.seq_len])) for _, r in rows.iterrows()]
+    return min(((e, *rest) for e, *rest in tops if e is not None), default=None)
+
+
+def top_error(r: pd.Series) -> float | None:
+    """The error one row's search scored at the top of its range (its held-out seeds); None when none is recorded."""
+    if not _searched(r[COL.tuning]):
+        return None
+    error = r[COL.tuning]["tried"].get(str(r[COL.tuning]["high"]))
+    return float(error) if isinstance(error, (int, float)) else None
 
 
 def uniform_error(rows: pd.DataFrame) -> float | None:

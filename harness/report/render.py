@@ -47,6 +47,13 @@ def format_seconds(value: Any) -> str:
     return f"{number * 1e9:.3g} ns"
 
 
+def format_duration(seconds: float) -> str:
+    """A wall time for people planning a run: '45 s', '12 min', '3.2 h'."""
+    if seconds < 120:
+        return f"{seconds:.2g} s" if seconds < 10 else f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 2 * 3600 else f"{seconds / 3600:.1f} h"
+
+
 def format_seconds_compact(value: Any) -> str:
     """Seconds in a narrow terminal column: '12us' (whole microseconds below 1 ms), '4.56ms', '1.23s'."""
     number = finite(value)

@@ -1,7 +1,8 @@
 """The measured columns people read, declared once as data (header, the frame column, how a value reads), and the
 tables they fill: the report's closing cell tables and the terminal summary a sweep prints.
 
-compare's Markdown (harness.report.compare) shows the compared columns too. A new metric is one Column here.
+The terminal summary (harness.report.terminal) and compare's Markdown (harness.report.compare) show their columns too.
+A new metric is one Column here.
 """
 
 from __future__ import annotations
@@ -12,9 +13,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 import pandas as pd
 
-from harness.entries import searched_fields
 from harness.report import analysis
-from harness.report.analysis import SETTING_KEYS, axes_title, searched_extras
 from harness.report.render import (
     Block,
     Heading,
@@ -22,14 +21,12 @@ from harness.report.render import (
     Table,
     format_bytes,
     format_error,
-    format_n,
     format_number,
     format_ratio,
     format_seconds,
     format_seconds_compact,
     short_reason,
 )
-from harness.schema import describe
 from harness.store import COL
 
 if TYPE_CHECKING:
@@ -50,7 +47,8 @@ class Column:
     compared: bool = False  # compare.md shows A's and B's side by side
 
 
-def _noisy(r: pd.Series) -> bool:
+def is_noisy(r: pd.Series) -> bool:
+    """Whether a row was timed noisily (its noise_reason says why); None or NaN: not timed, not noisy."""
     return r.get(COL.noisy) is True or r.get(COL.noisy) == True  # noqa: E712 - NaN/None: not noisy
 
 
@@ -78,7 +76,7 @@ COLUMNS: tuple[Column, ...] = (
     Column(
         "latency",
         COL.latency_s,
-        lambda r: format_seconds(r[COL.latency_s]) + (NOISY_MARK if _noisy(r) else ""),
+        lambda r: format_seconds(r[COL.latency_s]) + (NOISY_MARK if is_noisy(r) else ""),
         summary="latency",
         compact=lambda r: format_seconds_compact(r[COL.latency_s]),
         compared=True,
@@ -176,64 +174,3 @@ def cell_row(r: pd.Series) -> list[str]:
     if isinstance(impossible, str):  # above the machine's measured limits: shown, flagged, never a winner
         return [str(r[COL.series]), str(r[COL.seq_len]), "IMPOSSIBLE"] + [c.text(r) for c in COLUMNS] + [impossible]
     return [str(r[COL.series]), str(r[COL.seq_len]), str(r[COL.status])] + [c.text(r) for c in COLUMNS] + [""]
-
-
-# ---- the terminal summary -----------------------------------------------------------------------------
-TERMINAL = [c for c in COLUMNS if c.summary]
-
-
-def summary_table(analysed: "AnalysedRun") -> str:
-    """Variant x N per setting and inputs: the terminal columns (status where a cell did not run ok)."""
-    frame = analysed.frame
-    if not len(frame):
-        return "(no rows)"
-    keys = list(SETTING_KEYS) + [COL.inputs]
-    blocks = []
-    for setting, group in frame.groupby(keys, sort=False):
-        s = dict(zip(keys, setting))
-        # 'forward float32 causal B=1 H=8 D=64 inputs=local on cpu'
-        title = (
-            " ".join(describe(s, ("mode", "dtype", "causal", "batch", "heads", "head_dim"), skip_defaults=False))
-            + axes_title(s)
-            + f" inputs={s['inputs']} on {s['device']}"
-        )
-
-        lengths = sorted(group[COL.seq_len].unique())
-        header = ["variant", "metric"] + [format_n(n) for n in lengths]
-        lines = [header]
-        for series, part in group.groupby(COL.series, sort=False):
-            by_n = {int(r[COL.seq_len]): r for _, r in part.iterrows()}
-            knob = next((r[COL.tuning]["knob"] for r in by_n.values() if isinstance(r[COL.tuning], dict)), None)
-            metrics = [(c.summary, c.compact or c.text) for c in TERMINAL]
-            metrics += [(knob, _knob_text)] if knob else []
-            for i, (metric, text) in enumerate(metrics):
-                cells = []
-                for n in lengths:
-                    r = by_n.get(int(n))
-                    if r is None:
-                        cells.append("")
-                    elif r[COL.status] != "ok":
-                        cells.append(str(r[COL.status]) if i == 0 else "")
-                    elif isinstance(r.get(COL.impossible), str):  # above the machine's measured limits
-                        cells.append("impossible" if i == 0 else "")
-                    else:
-                        cells.append(text(r))
-                lines.append([series if i == 0 else "", metric] + cells)
-        widths = [max(len(line[c]) for line in lines) for c in range(len(header))]
-        text = "\n".join(
-            "  ".join(
-                cell.ljust(w) if c < 2 else cell.rjust(w) for c, (cell, w) in enumerate(zip(line, widths))
-            ).rstrip()
-            for line in lines
-        )
-        blocks.append(f"{title}\n{text}")
-    return "\n\n".join(blocks)
-
-
-def _knob_text(r) -> str:
-    """The searched knob's value and the fields searched with it where set: '300', '128 sinks=4'."""
-    config = r[COL.config] if isinstance(r[COL.config], dict) else {}
-    fields = searched_fields(str(r[COL.variant]))
-    if not fields:
-        return "-"
-    return " ".join([str(config.get(fields[0], "-"))] + searched_extras(r))

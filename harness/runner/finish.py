@@ -9,13 +9,13 @@ from pathlib import Path
 from harness.report.analysed import analyse
 from harness.report.findings import answer_lines
 from harness.report.overview import outcome_line
-from harness.report.tables import summary_table
+from harness.report.terminal import reason_lines, summary_table
 from harness.store import load_run, write_tables
 
 
 def finish_run(run_dir: Path, *, plugins: tuple[str, ...] = ()) -> None:
-    """rows.csv/Parquet, the report (a failure there is a warning); on stdout the table, the report's path, its answer
-    at the largest N (harness.report.findings) and the folder. rows.jsonl is read once, here.
+    """rows.csv/Parquet, the report (a failure there is a warning); on stdout the table and why cells did not run
+    (harness.report.terminal), the outcome, the report's path, its answer (harness.report.findings) and the folder. rows.jsonl is read once, here.
 
     `plugins`: the run's plugin targets, which the report's maps child imports too.
     """
@@ -37,6 +37,8 @@ def finish_run(run_dir: Path, *, plugins: tuple[str, ...] = ()) -> None:
             file=sys.stderr,
         )
     print(summary_table(analysed))
+    for line in reason_lines(analysed):
+        print(line)
     print(outcome_line(analysed))
     if reported and (run_dir / "report.html").is_file():
         print(f"report: {run_dir / 'report.html'}")

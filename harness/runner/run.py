@@ -16,6 +16,7 @@ from harness.errors import RunFailed, UsageError
 from harness.executors import guarded_keys, option_knobs, resolve_spec
 from harness.inputs.model import run_folder
 from harness.plan import plan, plan_header
+from harness.runner.estimate import wall_time_line
 from harness.runner.finish import finish_run, resume_command  # noqa: F401 - finish_run re-exported (harness.runner)
 from harness.runner.signals import sigterm_stops
 from harness.runner.sweep_into import sweep_into
@@ -113,15 +114,17 @@ def resume_spec(
 
 
 def plan_lines(spec: SweepSpec, resume: Path | None = None) -> list[str]:
-    """The cells a sweep would run, one line each with its id ("done" when a resumed run has its row), and a total."""
+    """The cells a sweep would run, one line each with its id ("done" when a resumed run has its row), a total and
+    what bounds the wall time of those still to run (harness.runner.estimate)."""
     cells = plan(spec)
     done = completed_cell_ids(load_rows(resume)) if resume else set()
     lines = [plan_header(spec)]
     for cell in cells:
         mark = "done " if cell.cell_id in done else ""
         lines.append(f"{cell.cell_id}  {mark}{cell.label}")
-    todo = sum(cell.cell_id not in done for cell in cells)
-    lines.append(f"{len(cells)} cells planned" + (f", {todo} still to run" if resume else ""))
+    todo = [cell for cell in cells if cell.cell_id not in done]
+    lines.append(f"{len(cells)} cells planned" + (f", {len(todo)} still to run" if resume else ""))
+    lines.append(wall_time_line(spec, todo))
     return lines
 
 

@@ -6,14 +6,56 @@ Parametrized over list_variants() at collection time, so a plugin (ATTNSUITE_PLU
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
-from variants import NotSupportedError, build_variant, get_variant, list_variants, reference_attention
+from variants import (
+    AttentionVariant,
+    Capabilities,
+    NotSupportedError,
+    build_variant,
+    get_variant,
+    list_variants,
+    reference_attention,
+)
 
 B, H, N, D = 2, 2, 37, 16  # N is deliberately not a power of two: ragged last blocks/chunks
 TOLERANCE = {torch.float32: 2e-5, torch.bfloat16: 3e-2, torch.float16: 5e-3}  # relative L2 vs float64
 BF16_ROUNDINGS = 3.0  # bf16 exact variants: relative L2 vs float64 <= this x one bf16 rounding of the answer
+
+# The rules a plugin author can break, each with its one-line fix: the failure message of the check that catches it.
+SHAPE_RULE = "the output must have q's shape (B, H, N, D); fix: return softmax(q @ k^T * scale) @ v with heads unmerged"
+DTYPE_RULE = "the output must be in q's dtype and on q's device; fix: end forward with `.to(q.dtype)`"
+FINITE_RULE = (
+    "finite inputs must give a finite output; fix: compute the softmax in float32 (torch.softmax subtracts the row max)"
+)
+EXACT_RULE = (
+    "a variant declaring Capabilities(exact=True) must match float64 softmax attention (under its own pattern); fix "
+    "the math, or declare exact=False with `approximates`"
+)
+CAUSAL_RULE = (
+    "with causal=True query i must see only keys j <= i + (M - N): changing later positions changed earlier outputs; "
+    "fix: scores.masked_fill(~torch.ones(N, M, dtype=torch.bool).tril(M - N), float('-inf')) before the softmax"
+)
+PADDING_RULE = (
+    "keys where kv_mask is False must not change any real query row's output; "
+    "fix: scores.masked_fill(~kv_mask[:, None, None, :], float('-inf')) before the softmax"
+)
+NO_KEY_RULE = (
+    "a query row that sees no key (every key padded or outside its pattern) must give zeros, not the NaN of a softmax "
+    "over nothing; fix: torch.softmax(scores, -1).nan_to_num() before @ v (or out.masked_fill(~seen[..., None], 0))"
+)
+GQA_RULE = (
+    "with H_kv < H (GQA) query head h must read K/V head h // (H // H_kv); fix: k.repeat_interleave(H // H_kv, dim=1) "
+    "(and v) or SDPA's enable_gqa=True, or declare Capabilities(gqa=False) to refuse such calls"
+)
+
+
+def _with_rule(rule: str):
+    """A torch.testing.assert_close msg: the rule and its fix before torch's own mismatch report."""
+    return lambda report: f"{rule}\n{report}"
 
 
 def _cases(device: str = "cpu") -> list:
@@ -70,7 +112,7 @@ def _assert_padded_keys_change_nothing(attn, q, k, v, mask) -> None:
         before = attn(q, k, v, kv_mask=mask)
         after = attn(q, k2, v2, kv_mask=mask)
     real = mask[:, None, :, None].expand_as(before)
-    torch.testing.assert_close(after[real], before[real], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(after[real], before[real], rtol=1e-5, atol=1e-5, msg=_with_rule(PADDING_RULE))
 
 
 def _rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -87,10 +129,10 @@ def test_shape_dtype_finite(name, backend, dtype, causal):
     _runnable_or_skip(attn, q, k, v, causal=causal, training=False)
     with torch.no_grad():
         out = attn(q, k, v, causal=causal)
-    assert out.shape == q.shape
-    assert out.dtype == dtype
-    assert out.device == q.device
-    assert torch.isfinite(out).all()
+    assert out.shape == q.shape, f"{SHAPE_RULE} (got {tuple(out.shape)} for q {tuple(q.shape)})"
+    assert out.dtype == dtype, f"{DTYPE_RULE} (got {out.dtype} for q in {dtype})"
+    assert out.device == q.device, f"{DTYPE_RULE} (got {out.device} for q on {q.device})"
+    assert torch.isfinite(out).all(), FINITE_RULE
     if dtype == torch.bfloat16 and attn.capabilities.exact:
         # Half precision must be accurate, not only finite. The floor is the float64 answer from the
         # same bf16 inputs rounded once to bf16 (~1.6e-3 relative L2). An exact variant may round
@@ -100,7 +142,7 @@ def test_shape_dtype_finite(name, backend, dtype, causal):
         # with bf16 running sums lands at 3.2x here (2.3x causal) and grows with N; test_chunked
         # holds chunked itself to 1.25x.
         ref = reference_attention(q, k, v, causal=causal, pattern=attn.pattern)
-        assert _rel_l2(out, ref) <= BF16_ROUNDINGS * _rel_l2(ref.to(dtype), ref)
+        assert _rel_l2(out, ref) <= BF16_ROUNDINGS * _rel_l2(ref.to(dtype), ref), f"{EXACT_RULE} (in bfloat16)"
 
 
 @pytest.mark.parametrize("name,backend", _cases())
@@ -117,7 +159,7 @@ def test_exact_variants_match_float64_reference(name, backend, causal, padded):
         out = attn(q, k, v, causal=causal, kv_mask=mask)
     ref = reference_attention(q, k, v, causal=causal, kv_mask=mask, pattern=attn.pattern)
     rows = slice(None) if mask is None else mask[:, None, :, None].expand_as(out)  # score only real query rows
-    assert _rel_l2(out[rows], ref[rows]) < TOLERANCE[torch.float32]
+    assert _rel_l2(out[rows], ref[rows]) < TOLERANCE[torch.float32], EXACT_RULE
 
 
 @pytest.mark.parametrize("name,backend", _cases())
@@ -131,8 +173,20 @@ def test_exact_variants_cross_attention_lengths(name, backend):
     with torch.no_grad():
         out = attn(q, k, v)
     ref = reference_attention(q, k, v, pattern=attn.pattern)
-    assert out.shape == q.shape
-    assert _rel_l2(out, ref) < TOLERANCE[torch.float32]
+    assert out.shape == q.shape, f"{SHAPE_RULE} (got {tuple(out.shape)} for q {tuple(q.shape)}, M={k.shape[2]} keys)"
+    assert _rel_l2(out, ref) < TOLERANCE[torch.float32], f"{EXACT_RULE} (N=19 queries, M={N} keys)"
+
+
+def _assert_no_leak_from_the_future(attn, q, k, v) -> None:
+    """Queries, keys and values after position N // 2 replaced: under causal=True no output up to it changes."""
+    cut = q.shape[2] // 2
+    q2, k2, v2 = q.clone(), k.clone(), v.clone()
+    for t in (q2, k2, v2):
+        t[:, :, cut + 1 :] = torch.randn_like(t[:, :, cut + 1 :]) * 5
+    with torch.no_grad():
+        before = attn(q, k, v, causal=True)[:, :, : cut + 1]
+        after = attn(q2, k2, v2, causal=True)[:, :, : cut + 1]
+    torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5, msg=_with_rule(CAUSAL_RULE))
 
 
 @pytest.mark.parametrize("name,backend", _cases())
@@ -140,14 +194,7 @@ def test_causal_leaks_nothing_from_the_future(name, backend):
     attn = _build(name, backend)
     q, k, v = _inputs(3)
     _runnable_or_skip(attn, q, k, v, causal=True, training=False)
-    cut = N // 2
-    q2, k2, v2 = q.clone(), k.clone(), v.clone()
-    for t in (q2, k2, v2):
-        t[:, :, cut + 1 :] = torch.randn_like(t[:, :, cut + 1 :]) * 5
-    with torch.no_grad():
-        before = attn(q, k, v, causal=True)[:, :, : cut + 1]
-        after = attn(q2, k2, v2, causal=True)[:, :, : cut + 1]
-    torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
+    _assert_no_leak_from_the_future(attn, q, k, v)
 
 
 @pytest.mark.parametrize("name,backend", _cases())
@@ -168,10 +215,60 @@ def test_a_query_that_sees_no_key_gets_zeros(name, backend, causal):
     mask = _padding_mask()
     mask[1] = False
     _runnable_or_skip(attn, q, k, v, causal=causal, kv_mask=mask, training=False)
+    _assert_unseeing_rows_are_zeros(attn, q, k, v, causal=causal, kv_mask=mask)
+
+
+def _assert_unseeing_rows_are_zeros(attn, q, k, v, *, causal: bool, kv_mask: torch.Tensor) -> None:
+    """Every output of batch 1, whose keys are all padded, is zero; nothing anywhere is NaN."""
     with torch.no_grad():
-        out = attn(q, k, v, causal=causal, kv_mask=mask)
-    assert torch.isfinite(out).all()
-    assert torch.count_nonzero(out[1]) == 0
+        out = attn(q, k, v, causal=causal, kv_mask=kv_mask)
+    assert torch.isfinite(out).all(), f"{NO_KEY_RULE} (got {int((~torch.isfinite(out)).sum())} non-finite outputs)"
+    assert torch.count_nonzero(out[1]) == 0, f"{NO_KEY_RULE} (got {int(torch.count_nonzero(out[1]))} nonzero outputs)"
+
+
+class _PlainSoftmax(AttentionVariant):
+    """What a newcomer writes first: README's plugin without `.nan_to_num()`; `ignore` drops "causal" or "kv_mask"."""
+
+    capabilities = Capabilities(exact=True)
+
+    def __init__(self, ignore: str = "") -> None:
+        super().__init__()
+        self.ignore = ignore
+
+    def forward(self, q, k, v, *, causal=False, kv_mask=None):
+        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5  # (B, H, N, M)
+        if kv_mask is not None and self.ignore != "kv_mask":
+            scores = scores.masked_fill(~kv_mask[:, None, None, :], float("-inf"))
+        if causal and self.ignore != "causal":
+            seen = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril(k.shape[2] - q.shape[2])
+            scores = scores.masked_fill(~seen, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v
+
+
+def test_a_plain_softmax_plugin_is_told_the_no_key_rule_and_its_fix():
+    q, k, v = _inputs(8)
+    mask = _padding_mask()
+    mask[1] = False
+    with pytest.raises(AssertionError, match=re.escape(NO_KEY_RULE)):
+        _assert_unseeing_rows_are_zeros(_PlainSoftmax(), q, k, v, causal=False, kv_mask=mask)
+
+
+@pytest.mark.parametrize(
+    "ignore,check,rule",
+    [
+        ("causal", lambda attn, q, k, v: _assert_no_leak_from_the_future(attn, q, k, v), CAUSAL_RULE),
+        (
+            "kv_mask",
+            lambda attn, q, k, v: _assert_padded_keys_change_nothing(attn, q, k, v, _padding_mask()),
+            PADDING_RULE,
+        ),
+    ],
+)
+def test_a_plugin_that_leaks_is_told_the_rule_and_its_fix(ignore, check, rule):
+    q, k, v = _inputs(3)
+    check(_PlainSoftmax(), q, k, v)  # the check passes the plugin that keeps the rule
+    with pytest.raises(AssertionError, match=re.escape(rule)):
+        check(_PlainSoftmax(ignore=ignore), q, k, v)
 
 
 @pytest.mark.parametrize("name,backend", _cases())
@@ -372,9 +469,10 @@ def test_gqa_exact_variants_match_float64_reference(name, backend, kv_heads):
                 out = attn(q, k, v, causal=causal, kv_mask=mask)
             ref = reference_attention(q, k, v, causal=causal, kv_mask=mask, pattern=attn.pattern)
             rows = slice(None) if mask is None else mask[:, None, :, None].expand_as(out)
-            assert out.shape == q.shape
+            assert out.shape == q.shape, f"{SHAPE_RULE} (got {tuple(out.shape)} for q {tuple(q.shape)})"
             assert _rel_l2(out[rows], ref[rows]) < TOLERANCE[torch.float32], (
-                f"causal={causal}, padded={mask is not None}"
+                f"{GQA_RULE if kv_heads < GQA_H else EXACT_RULE} "
+                f"(H={GQA_H}, H_kv={kv_heads}, causal={causal}, padded={mask is not None})"
             )
             checked += 1
     if not checked:
@@ -391,16 +489,11 @@ def test_gqa_shape_causality_and_padding(name, backend, kv_heads):
     _runnable_or_skip(attn, q, k, v, training=False)
     with torch.no_grad():
         out = attn(q, k, v)
-    assert out.shape == q.shape and out.dtype == q.dtype and torch.isfinite(out).all()
+    assert out.shape == q.shape, f"{GQA_RULE}; {SHAPE_RULE} (got {tuple(out.shape)} for q {tuple(q.shape)})"
+    assert out.dtype == q.dtype, f"{DTYPE_RULE} (got {out.dtype} for q in {q.dtype})"
+    assert torch.isfinite(out).all(), f"{GQA_RULE}; {FINITE_RULE}"
     if not attn.not_supported_reasons(q, k, v, causal=True, training=False):
-        cut = N // 2
-        q2, k2, v2 = (t.clone() for t in (q, k, v))
-        for t in (q2, k2, v2):
-            t[:, :, cut + 1 :] = torch.randn_like(t[:, :, cut + 1 :]) * 5
-        with torch.no_grad():
-            before = attn(q, k, v, causal=True)[:, :, : cut + 1]
-            after = attn(q2, k2, v2, causal=True)[:, :, : cut + 1]
-        torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
+        _assert_no_leak_from_the_future(attn, q, k, v)
     mask = _padding_mask()
     if not attn.not_supported_reasons(q, k, v, kv_mask=mask, training=False):
         _assert_padded_keys_change_nothing(attn, q, k, v, mask)
@@ -424,8 +517,6 @@ def test_gqa_gradients_match_float64_reference(name, backend):
 
 
 def test_a_variant_without_gqa_is_refused_with_its_reason():
-    from variants import AttentionVariant, Capabilities
-
     class HeadsMustMatch(AttentionVariant):
         capabilities = Capabilities(gqa=False)
 

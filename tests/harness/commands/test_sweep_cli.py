@@ -96,7 +96,8 @@ def test_tiny_sweep_of_every_builtin_both_modes(tmp_path, capsys, no_report):
 def test_dry_run_prints_cells_and_writes_nothing(tmp_path, capsys):
     assert main(["sweep", *TINY, "--variants", "dense", "--dry-run", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[-1] == "2 cells planned"
+    assert out[-2] == "2 cells planned"
+    assert out[-1].startswith("wall time: at most 4 min (2 cells x the 120 s --timeout); at least 0.01 s of timing")
     assert "dense N=64 forward float32 D=16 gaussian" in out[1]
     assert not any(tmp_path.iterdir())
 
@@ -188,9 +189,9 @@ def test_plan_of_a_resumed_run_marks_the_done_cells_and_counts_the_rest(tmp_path
     path = run_dir / "rows.jsonl"
     path.write_text(path.read_text().splitlines()[0] + "\n")  # one of three cells done
     lines = plan_lines(spec, run_dir)
-    assert lines[-1] == "3 cells planned, 2 still to run"
-    assert sum(" done " in line for line in lines[1:-1]) == 1
-    assert plan_lines(spec)[-1] == "3 cells planned"
+    assert lines[-2] == "3 cells planned, 2 still to run"
+    assert sum(" done " in line for line in lines[1:-2]) == 1
+    assert plan_lines(spec)[-2] == "3 cells planned"
 
 
 @pytest.mark.slow
@@ -263,12 +264,25 @@ def test_the_dry_run_header_multiplies_to_the_cells_planned():
         plan_only=True,
     )
     lines = plan_lines(spec)
-    header, count = lines[0], int(lines[-1].split()[0])
+    header, count = lines[0], int(lines[-2].split()[0])
     assert count == 18  # (dense + sliding_window at 2 budgets) x 2 lengths x (prefill x 2 causals + decode)
     assert header.endswith(f"= {count} cells") and "3 series (2 variants; 1 of them once per error budget" in header
     assert "3 of the 4 combinations of settings planned" in header
     factors = [int(f.split()[0]) for f in header.split(" on ")[0].split(" x ")]
     assert math.prod(factors) * 3 // 4 == count  # the factors, with the skipped combinations, are the count
+
+
+def test_the_dry_run_bounds_the_wall_time_by_the_per_cell_limits():
+    from harness.runner import plan_lines
+
+    cli = {"variants": "dense,linformer", "seq_lens": "256", "inputs": "gaussian", "device": "cpu"}
+    spec = build_spec(cli={**cli, "error_budgets": "", "cell_timeout_s": "10", "fit_timeout_s": "100"}, plan_only=True)
+    assert plan_lines(spec)[-1].startswith(
+        "wall time: at most 2 min (2 cells x the 10 s --timeout, 1 of them + the 100 s --fit-timeout); "
+        "at least 0.5 s of timing (--time-budget per cell)"
+    )  # linformer calibrates: under its fit limit too
+    unbounded = build_spec(cli={**cli, "cell_timeout_s": "0"}, plan_only=True)
+    assert "wall time: no upper bound" in plan_lines(unbounded)[-1]
 
 
 def test_help_names_the_defaults_of_the_lists(capsys):
@@ -281,3 +295,24 @@ def test_help_names_the_defaults_of_the_lists(capsys):
         "(default: cpu gaussian,llm; cuda gaussian)" in text and "(default: cpu prefill; cuda prefill,decode)" in text
     )
     assert "(default: 128,512)" in text and "(default: 256,1024)" in text
+
+
+def test_sweep_help_lists_every_input_distribution_from_the_registry_and_the_model_form(capsys):
+    from harness.inputs import get_inputs, list_inputs
+
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # wrapped lines joined
+    epilog = text.split("input distributions (--inputs NAME")[1]
+    for name in list_inputs():
+        assert f" {name}: {' '.join(get_inputs(name).doc.split())}" in epilog
+    assert "Form: model:path=...,layer=0,text=..." in epilog
+
+
+def test_the_help_describes_model_eval_as_taking_any_causal_lm_not_minilm_only(capsys):
+    for command in ([], ["model-eval"]):
+        with pytest.raises(SystemExit):
+            main([*command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert "any transformers causal LM" in text or "any causal LM transformers loads" in text
+        assert "MiniLM encoder" in text

@@ -79,10 +79,31 @@ def test_maps_draw_each_config_a_run_really_ran_once_and_an_out_of_budget_search
         for r in rows
         if r["variant"] == "sliding_window" and r["matched_budget"] == 0.05
     ]  # 512 found for 0.1 too
-    series = map_series(rows_frame(rows), "local")
+    series = map_series(rows_frame(rows), "local", 64)
     labels = [label for label, _, _ in series]
     assert labels.count("sliding_window(window=512)") == 1 and "sliding_window(window=256)" in labels
     assert "linformer(k=256)" in labels  # ran ok for 0.1: drawn with the k it ran
     unreachable_only = [dict(r, status="unreachable") if r["variant"] == "linformer" else r for r in make_budget_rows()]
-    labels = [label for label, _, _ in map_series(rows_frame(unreachable_only), "local")]
+    labels = [label for label, _, _ in map_series(rows_frame(unreachable_only), "local", 64)]
     assert "linformer(k=1024) (out of budget)" in labels  # the top of the range its search tried
+
+
+@pytest.mark.parametrize("n,label", [(64, "exact at this N"), (128, "out of budget")])
+def test_an_unreached_window_that_covers_every_key_of_the_map_is_labelled_exact(n, label):
+    """sliding_window(window=73) missed its budget at a longer N; in a map of N = 64 it sees every key: plain softmax."""
+    from harness.report.heatmaps import map_series
+    from harness.store import rows_frame
+    from tests.helpers.synthetic_run import make_budget_rows
+
+    rows = [
+        dict(
+            r,
+            variant="sliding_window",
+            config={"backend": "auto", "window": 73},
+            tuning={"knob": "window", "low": 16, "high": 73, "tried": {"73": 0.2}},
+        )
+        for r in make_budget_rows()
+        if r["status"] == "unreachable"
+    ]
+    (series,) = map_series(rows_frame(rows), "local", n)
+    assert series[0] == f"sliding_window(window=73) ({label})"

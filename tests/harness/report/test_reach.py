@@ -16,7 +16,7 @@ def _analysed():
 
 def test_the_terminal_answer_names_a_variant_no_better_than_uniform_as_the_report_does():
     analysed = _analysed()
-    gaussian, local = findings.answer_lines(analysed)
+    gaussian, local = [line for line in findings.answer_lines(analysed) if line.startswith("answer at N=8192")]
     assert gaussian.endswith(
         "; out of reach: linformer for rel_l2<=0.05 no better than uniform attention (uniform 0.33)"
     )
