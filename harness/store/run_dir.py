@@ -11,7 +11,7 @@ from harness.errors import UsageError
 from harness.executors.isolated import CELL_TEMP_DIR
 from harness.executors.worker import FITTED_DIR
 from harness.store.lock import LOCK_FILE
-from harness.store.safe_files import check_run_folder
+from harness.safe_files import check_run_folder
 
 ROWS_FILE, ENV_FILE, SPEC_FILE, CSV_FILE, PARQUET_FILE = (
     "rows.jsonl",
