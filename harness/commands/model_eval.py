@@ -11,13 +11,14 @@ import sys
 
 import torch
 
-from harness.commands._study_args import add_study_arguments, parse_ints, parse_overrides
+from harness.commands._study_args import add_study_arguments, bounded, parse_ints, parse_overrides
 from harness.devices import check_device
 from harness.errors import UsageError
 from harness.text_files import read_user_text
 from harness.models import minilm
 from harness.measure.timer import Stopwatch
 from harness.plugins import load_plugins
+from harness.spec.convert import SpecError, budgets, lengths
 from harness.studies import lm_eval, model_eval
 from harness.studies.results_io import output_dir
 from harness.studies.selection import check_overrides, select_variants
@@ -172,12 +173,11 @@ def run_model(args: argparse.Namespace) -> int:
 
 def _lm_sizes(args: argparse.Namespace) -> tuple[list[int], list[int] | None, int, int]:
     """--seq-lens, --layers, --texts and --calibration-texts of a --model run, parsed (UsageError for a bad one)."""
-    from harness.spec.convert import lengths  # as in _budgets: the spec package loads only when a value is parsed
-
     try:
         seq_lens = [n for item in args.seq_lens.split(",") for n in lengths(item, "--seq-lens")]  # 1k, 4k, 256..8192
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    bounded(seq_lens, "--seq-lens")  # before the model is read; a model without max_position_embeddings has no other
     layers = parse_ints(args.layers, "--layers", "0,1") if args.layers else None
     n_eval = 4 if args.texts is None else args.texts
     n_calibration = 2 if args.calibration_texts is None else args.calibration_texts
@@ -214,8 +214,6 @@ def _check_lm(args: argparse.Namespace, seq_lens: list[int], layers: list[int] |
 def _budgets(args: argparse.Namespace, metrics: dict[str, str], n_calibration: int) -> tuple[float, ...]:
     """--error-budgets as the sweep reads them (in (0, 2], ascending); UsageError for a bad value, a metric this model
     has not (`metrics`: the ones it has -> their names, the first the default) or no calibration texts to search on."""
-    from harness.spec.convert import SpecError, budgets
-
     try:
         found = budgets(args.error_budgets, "--error-budgets", bounds=" or ".join(metrics.values()))
     except SpecError as exc:

@@ -170,10 +170,10 @@ def budget_lines(ax, budgets: Sequence[float], metric: str) -> None:
         )
 
 
-def save(plt, fig, path: Path) -> None:
+def save(plt, fig, path: Path, *, dpi: int = DPI) -> None:
     """The figure as a PNG at `path` (never through a symbolic link: harness.safe_files), then closed."""
     try:
-        write_figure(fig, path, dpi=DPI)
+        write_figure(fig, path, dpi=dpi)
     finally:
         plt.close(fig)
 

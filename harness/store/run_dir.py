@@ -10,6 +10,7 @@ from pathlib import Path
 from harness.errors import UsageError
 from harness.executors.isolated import CELL_TEMP_DIR
 from harness.executors.worker import FITTED_DIR
+from harness.inputs.model import CACHE_FOLDER as MODEL_INPUTS_DIR
 from harness.store.lock import LOCK_FILE
 from harness.safe_files import check_run_folder
 
@@ -22,7 +23,7 @@ ROWS_FILE, ENV_FILE, SPEC_FILE, CSV_FILE, PARQUET_FILE = (
 )
 # the files a sweep writes or appends (the report's figures are checked as they are written), and its folders
 WRITTEN_FILES = (ROWS_FILE, ENV_FILE, SPEC_FILE, CSV_FILE, PARQUET_FILE, LOCK_FILE, "report.md", "report.html")
-WRITTEN_FOLDERS = (FITTED_DIR, CELL_TEMP_DIR, "slurm")
+WRITTEN_FOLDERS = (FITTED_DIR, CELL_TEMP_DIR, MODEL_INPUTS_DIR, "slurm")
 
 
 _RUN_ID = re.compile(r"[A-Za-z0-9_.-]{1,200}")
