@@ -52,3 +52,20 @@ def device_memory_bytes(device: str) -> int:
     if device.startswith("cuda"):
         return int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def free_host_memory_bytes() -> int | None:
+    """The host memory a new allocation can get now (Linux's MemAvailable, else the free pages); None when unknown."""
+    import os
+
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # reported in kB
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None

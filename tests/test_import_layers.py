@@ -30,6 +30,7 @@ LAYERS = (
         "harness.env",
         "harness.child",
         "harness.text_files",
+        "harness.safe_files",
     ),
     ("harness.models",),
     ("harness.inputs",),

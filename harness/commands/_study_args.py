@@ -8,6 +8,7 @@ from typing import Any, Iterable
 
 from harness.devices import default_device
 from harness.errors import UsageError
+from harness.spec.convert import MAX_SEQ_LEN, SpecError, at_most
 
 
 def add_study_arguments(parser: argparse.ArgumentParser, stem: str, *, set_example: str) -> None:
@@ -72,3 +73,12 @@ def parse_ints(text: str, flag: str, example: str) -> list[int]:
         return [int(n) for n in text.split(",")]
     except ValueError:
         raise UsageError(f"{flag} {text!r}: expected comma-separated integers like {example}") from None
+
+
+def bounded(values: Iterable[int], flag: str, maximum: int = MAX_SEQ_LEN) -> list[int]:
+    """`values` when each is at most `maximum` (by default the sweep's MAX_SEQ_LEN, the one bound on a length), checked
+    before any work; else UsageError naming the flag, the value and the limit."""
+    try:
+        return [at_most(n, maximum, flag) for n in values]
+    except SpecError as exc:
+        raise UsageError(str(exc)) from None

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import torch
 
-from harness.commands._study_args import add_study_arguments, parse_ints, parse_overrides
+from harness.commands._study_args import add_study_arguments, bounded, parse_ints, parse_overrides
 from harness.errors import UsageError
 from harness.measure.timer import Stopwatch
 from harness.plugins import load_plugins
+from harness.spec.convert import MAX_BATCH, MAX_HEAD_DIM, MAX_HEADS
 from harness.studies import deploy, deploy_targets, deploy_wasm
 from harness.studies.deploy_table import TARGETS
 from harness.studies.results_io import output_dir
@@ -98,20 +99,22 @@ def run(args: argparse.Namespace) -> int:
 
 def _checked(args: argparse.Namespace) -> tuple[list[int], deploy.DeployShape, tuple[str, ...]]:
     """--seq-lens, the shape and --targets, checked: UsageError with one line for a bad value."""
-    seq_lens = parse_ints(args.seq_lens, "--seq-lens", "128,256")
+    seq_lens = bounded(parse_ints(args.seq_lens, "--seq-lens", "128,256"), "--seq-lens")
     if len(set(seq_lens)) < 2 or min(seq_lens) < 2:
         raise UsageError(
             f"--seq-lens {args.seq_lens!r}: need at least two different lengths >= 2 (the exported program must run "
             "at two), e.g. 128,256"
         )
-    for flag, value in (
-        ("--batch", args.batch),
-        ("--heads", args.heads),
-        ("--head-dim", args.head_dim),
-        ("--threads", args.threads),
+    for flag, value, maximum in (
+        ("--batch", args.batch, MAX_BATCH),
+        ("--heads", args.heads, MAX_HEADS),
+        ("--head-dim", args.head_dim, MAX_HEAD_DIM),
+        ("--threads", args.threads, None),
     ):
         if value < 1:
             raise UsageError(f"{flag} {value}: expected an integer >= 1")
+        if maximum is not None:
+            bounded([value], flag, maximum)  # the sweep's bounds: no shape a machine cannot hold
     wanted = tuple(t.strip() for t in args.targets.split(",") if t.strip())
     unknown = [t for t in wanted if t not in TARGETS]
     if unknown or not wanted:

@@ -11,7 +11,7 @@ import sys
 
 import torch
 
-from harness.commands._study_args import add_study_arguments, parse_ints, parse_overrides
+from harness.commands._study_args import add_study_arguments, bounded, parse_ints, parse_overrides
 from harness.devices import check_device
 from harness.errors import UsageError
 from harness.models import hf_adapter, hf_model, minilm
@@ -178,6 +178,7 @@ def _lm_sizes(args: argparse.Namespace) -> tuple[list[int], list[int] | None, in
         seq_lens = [n for item in args.seq_lens.split(",") for n in lengths(item, "--seq-lens")]  # 1k, 4k, 256..8192
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    bounded(seq_lens, "--seq-lens")  # before the model is read; a model without max_position_embeddings has no other
     layers = parse_ints(args.layers, "--layers", "0,1") if args.layers else None
     n_eval = 4 if args.texts is None else args.texts
     n_calibration = 2 if args.calibration_texts is None else args.calibration_texts

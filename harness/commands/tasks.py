@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from harness.commands._study_args import add_study_arguments, parse_ints, parse_overrides
+from harness.commands._study_args import add_study_arguments, bounded, parse_ints, parse_overrides
 from harness.devices import check_device
 from harness.errors import UsageError
 from harness.measure.timer import Stopwatch
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     variants = select_variants(args.variants)
     changes: dict[str, Any] = {}
     if args.seq_lens:
-        changes["seq_lens"] = tuple(parse_ints(args.seq_lens, "--seq-lens", "64,256"))
+        changes["seq_lens"] = tuple(bounded(parse_ints(args.seq_lens, "--seq-lens", "64,256"), "--seq-lens"))
     if args.steps is not None:
         changes["steps"] = args.steps
     if args.mqar_two_hop:

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import socket
-import tempfile
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,6 +22,7 @@ import torch
 
 from harness.env import cpu_name
 from harness.measure import MeasureContext, MeasureSettings, RunInfo, calibration_key, measure_cell
+from harness.safe_files import write_plain, write_saved
 from harness.schema import Cell, json_safe
 from variants import build_variant, get_variant, load_plugin
 from variants.checkpoint import load_variant, save_variant
@@ -152,17 +151,12 @@ def preload_fitted(context: Any, cell: Any, settings: Any, run_dir: Path) -> boo
 
 
 def store_fitted(run_dir: Path, key: str, entry: tuple[Any, float, dict]) -> Path:
-    """Write a fit (module, seconds, report) under RUN_DIR/fitted/, atomically (state first, then its .json)."""
+    """Write a fit (module, seconds, report) under RUN_DIR/fitted/, each file whole and never through a link (state
+    first, then its .json: harness.safe_files)."""
     module, seconds, report = entry
     path = fitted_path(run_dir, key)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".pt.tmp")
-    os.close(fd)
-    save_variant(module, tmp)
-    os.replace(tmp, path)
+    write_saved(path, lambda made: save_variant(module, made))
     meta = json.dumps({"key": key, "seconds": seconds, "report": json_safe(report)}, default=str)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".json.tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(meta)
-    os.replace(tmp, path.with_suffix(".json"))
+    write_plain(path.with_suffix(".json"), meta)
     return path

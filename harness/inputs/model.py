@@ -26,6 +26,7 @@ from harness.inputs import QKV, register_inputs
 from harness.errors import UsageError
 from harness.models import hf_adapter, hf_model
 from harness.models.minilm import corpus
+from harness.safe_files import write_plain
 from harness.text_files import read_user_text
 from variants import NotSupportedError
 
@@ -114,7 +115,7 @@ def captured(path: str, layer: int, text: str, N: int, starts: list[int]) -> QKV
     call's and its tensors have this call's shape and dtype; any other file is captured again and replaced.
     """
     from safetensors import safe_open  # the [hf] extra: imported where a capture is asked for
-    from safetensors.torch import save_file
+    from safetensors.torch import save as safetensors_bytes
 
     folder = os.environ.get(RUN_DIR_ENV)
     key = capture_key(path, layer, text, N, starts)
@@ -136,7 +137,7 @@ def captured(path: str, layer: int, text: str, N: int, starts: list[int]) -> QKV
     q, k, v = (t.float().contiguous() for t in (q, k, v))
     if file is not None:
         file.parent.mkdir(parents=True, exist_ok=True)
-        save_file({"q": q, "k": k, "v": v}, str(file), metadata={"key": key})
+        write_plain(file, safetensors_bytes({"q": q, "k": k, "v": v}, metadata={"key": key}))  # never through a link
     return q, k, v
 
 

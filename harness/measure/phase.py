@@ -1,6 +1,7 @@
 """A cell's stages in order, each named and its typed result kept as it finishes: the one path every cell runs.
 
-inputs (harness.measure.context) -> the trivial answers' errors (prefill attention cells) -> for a cell matched to an
+the memory check (harness.measure.footprint: a CPU cell whose inputs and float64 reference exceed the host's free
+memory is "oom" before anything is allocated) -> inputs (harness.measure.context) -> the trivial answers' errors (prefill attention cells) -> for a cell matched to an
 error budget, build and refuse, then the search for its config (harness.measure.tuning; none found: "unreachable") ->
 build the config measured -> refuse -> calibrate (learnable variants, on other seeds) -> prepare (set-up, untimed) ->
 the checked call (accuracy against float64; also the warm-up and the timer's first estimate) -> peak memory of one
@@ -32,6 +33,7 @@ from harness.measure.calibration import Calibration, calibrated
 from harness.measure.context import CellInputs, MeasureContext
 from harness.measure.decode import DecodePhase
 from harness.measure.flops import Flops
+from harness.measure.footprint import host_memory_reason
 from harness.measure.kind import Phase, Prepared
 from harness.measure.layer import LayerPhase
 from harness.measure.memory import Memory, memory_and_kernel
@@ -88,6 +90,9 @@ def measure_stages(
 ) -> Outcome:
     """The cell's stages in order (see the module doc), each result in its slot of `record`; how the last one ended."""
     device = torch.device(settings.device)
+    too_big = host_memory_reason(cell)  # before anything is allocated: the row says what it would have needed
+    if too_big is not None:
+        return Outcome("oom", too_big)
     with stage("inputs"):
         inputs = context.cell_inputs(cell, settings, device)
     if cell.phase == "prefill" and cell.scope == "attention":

@@ -27,7 +27,7 @@ IMPOSSIBLE_ABOVE_PCT = 110.0
 WIDE_INTERVAL = 1.3  # speedup_high / speedup_low beyond this: the pairs disagree
 WIDE_SPREAD = 1.3  # p80 / p20 of the variant's timed blocks beyond this: the repeated blocks disagree
 
-_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def judged(cell: Cell, row: dict[str, Any], limits: dict[str, Any] | None, load: float | None) -> dict[str, Any]:
@@ -51,7 +51,7 @@ def bytes_moved(cell: Cell, state_bytes: int | None = None) -> int:
     decode: the live state read (`state_bytes`: the row's state_live_bytes, after the context) and the token's q, k, v read and output written.
     layer: the block's input read and output written (its weights and intermediates not counted: a lower bound).
     """
-    e = _BYTES.get(cell.dtype, 4)
+    e = BYTES_PER_ELEMENT.get(cell.dtype, 4)
     B, H, Hkv, N, M, D = cell.batch, cell.heads, cell.kv_heads or cell.heads, cell.seq_len, cell.kv_len, cell.head_dim
     if cell.phase == "decode":
         return int(state_bytes or 0) + 2 * (B * H * D + B * Hkv * D) * e

@@ -17,7 +17,7 @@ from harness.report.heatmaps import MapOptions
 from harness.report.published import published_comparison
 from harness.report.render import Block, Fold, Heading, Paragraph, render_html, render_markdown
 from harness.report.study_results import study_caveats, study_sections
-from harness.store.safe_files import check_run_folder, write_plain
+from harness.safe_files import check_run_folder, write_plain
 
 NO_ROWS = (
     "**This run has no rows**: no cell finished (the run may have been killed before the first cell, or every line "

@@ -22,7 +22,7 @@ from harness.report.plotting import Drawn, ink, pyplot, save, variant_colors, wr
 from harness.report.render import Table, format_n, format_number, format_seconds, format_times
 from harness.schema import BASELINE
 from harness.store import COL
-from variants import get_variant
+from variants import NotSupportedError, get_variant
 
 if TYPE_CHECKING:
     from harness.report.analysed import AnalysedRun
@@ -219,9 +219,9 @@ def draw_maps(a: "AnalysedRun", path: Path, options: MapOptions) -> Drawn | None
     series = map_series(frame, inputs, n)
     run_dir = a.path if options.fitted else None
     kwargs = dict(n=n, causal=causal, run_dir=run_dir, timeout_s=a.cell_timeout_s, plugins=options.plugins)
-    try:
-        found = isolated_maps(series, inputs=inputs, **kwargs)
-    except ValueError:  # e.g. a plugin input distribution not registered here: draw on gaussian inputs
+    try:  # on gaussian inputs when the run's cannot make the N = M = D probe: a plugin's distribution not registered
+        found = isolated_maps(series, inputs=inputs, **kwargs)  # here (ValueError), `model` inputs (NotSupportedError)
+    except (ValueError, NotSupportedError):
         found = isolated_maps(series, inputs="gaussian", **kwargs)
     path = plot_attention_maps(found, path, colors=variant_colors(list(frame[COL.variant])))
     how = (

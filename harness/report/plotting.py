@@ -18,7 +18,7 @@ import pandas as pd
 from harness.report.analysis import budget_text, select, settings
 from harness.report.render import Block, format_bytes, format_n, format_seconds
 from harness.store import COL
-from harness.store.safe_files import write_figure
+from harness.safe_files import write_figure
 
 FIXED_COLORS = {
     "dense": "black",
@@ -170,10 +170,10 @@ def budget_lines(ax, budgets: Sequence[float], metric: str) -> None:
         )
 
 
-def save(plt, fig, path: Path) -> None:
-    """The figure as a PNG at `path` (never through a symbolic link: harness.store.safe_files), then closed."""
+def save(plt, fig, path: Path, *, dpi: int = DPI) -> None:
+    """The figure as a PNG at `path` (never through a symbolic link: harness.safe_files), then closed."""
     try:
-        write_figure(fig, path, dpi=DPI)
+        write_figure(fig, path, dpi=dpi)
     finally:
         plt.close(fig)
 

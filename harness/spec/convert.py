@@ -137,11 +137,17 @@ def positive_ints(value: Any, where: str, *, as_lengths: bool = False, maximum: 
             if n < 1:
                 what = "sequence lengths" if as_lengths else "values"
                 raise SpecError(f"{where}: {what} must be positive integers, got {n}")
-            if n > maximum:
-                raise SpecError(f"{where}: {n} is beyond what any machine holds; the limit is {maximum}")
+            at_most(n, maximum, where)
             if n not in out:
                 out.append(n)
     return tuple(out)
+
+
+def at_most(n: int, maximum: int, where: str) -> int:
+    """`n` when it is at most `maximum` (MAX_SEQ_LEN for a length); else SpecError naming `where` and the limit."""
+    if n > maximum:
+        raise SpecError(f"{where}: {n} is beyond what any machine holds; the limit is {maximum}")
+    return n
 
 
 def optional_positive_ints(value: Any, where: str) -> tuple[int, ...]:
@@ -181,6 +187,7 @@ def budgets(value: Any, where: str, *, bounds: str = "relative L2 error or 1 - c
     return tuple(sorted(out))
 
 
+MIN_MEMORY_BUDGET = 2**10  # bytes: no train cell's peak memory beyond its inputs is smaller, so no answer lies below
 BYTE_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "kb": 10**3, "mb": 10**6,
               "gb": 10**9, "tb": 10**12}  # fmt: skip
 
@@ -199,7 +206,13 @@ def memory_budget(value: Any, where: str) -> int | str | None:
             f"{where}: expected a memory size like '2GiB', '80GiB', '512MiB' or 'device', got {value!r}; "
             "units: B, KiB, MiB, GiB, TiB (or KB, MB, GB, TB)"
         )
-    return int(float(found.group(1)) * BYTE_UNITS[found.group(2)])
+    size = int(float(found.group(1)) * BYTE_UNITS[found.group(2)])
+    if size < MIN_MEMORY_BUDGET:  # 0.5 would be read as 0 bytes, and the search would silently never run
+        raise SpecError(
+            f"{where}: {value!r} is {size} bytes, below the minimum of {MIN_MEMORY_BUDGET} bytes (1KiB); give a size "
+            "like '512MiB' or '2GiB', or 'none' for no search"
+        )
+    return size
 
 
 def seq_lens(value: Any, where: str) -> tuple[int, ...]:

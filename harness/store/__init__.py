@@ -30,7 +30,7 @@ from harness.store.run_dir import (
     create_run_dir,
     new_run_id,
 )
-from harness.store.safe_files import check_plain, check_run_folder, open_plain, write_plain
+from harness.safe_files import check_plain, check_run_folder, open_plain, write_plain
 from harness.store.writer import RowWriter, inert_csv_frame, repair_tail, rows_dataframe, write_json, write_tables
 
 __all__ = [

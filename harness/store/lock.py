@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 from harness.errors import UsageError
-from harness.store.safe_files import open_plain
+from harness.safe_files import open_plain
 
 LOCK_FILE = ".lock"
 

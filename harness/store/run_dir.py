@@ -11,8 +11,9 @@ from harness.errors import UsageError
 from harness.executors.isolated import CELL_TEMP_DIR
 from harness.executors.worker import FITTED_DIR
 from harness.spec.sweep_spec import CLOCKS
+from harness.inputs.model import CACHE_FOLDER as MODEL_INPUTS_DIR
 from harness.store.lock import LOCK_FILE
-from harness.store.safe_files import check_run_folder
+from harness.safe_files import check_run_folder
 
 ROWS_FILE, ENV_FILE, SPEC_FILE, CSV_FILE, PARQUET_FILE = (
     "rows.jsonl",
@@ -24,7 +25,13 @@ ROWS_FILE, ENV_FILE, SPEC_FILE, CSV_FILE, PARQUET_FILE = (
 # the files a sweep writes or appends (the report's figures are checked as they are written), and its folders
 WRITTEN_FILES = (ROWS_FILE, ENV_FILE, SPEC_FILE, CSV_FILE, PARQUET_FILE, LOCK_FILE, "report.md", "report.html")
 CLOCK_REPORT_DIR = "report-{clock}"  # `report --clock X` on a run answered on another clock: its own page and figures
-WRITTEN_FOLDERS = (FITTED_DIR, CELL_TEMP_DIR, "slurm", *(CLOCK_REPORT_DIR.format(clock=c) for c in CLOCKS))
+WRITTEN_FOLDERS = (
+    FITTED_DIR,
+    CELL_TEMP_DIR,
+    MODEL_INPUTS_DIR,
+    "slurm",
+    *(CLOCK_REPORT_DIR.format(clock=c) for c in CLOCKS),
+)
 
 
 _RUN_ID = re.compile(r"[A-Za-z0-9_.-]{1,200}")

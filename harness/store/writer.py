@@ -21,7 +21,7 @@ from pandas.api.types import is_numeric_dtype
 from harness.row import ROW_FIELDS, Row, row_record
 from harness.store.reader import Run, read_rows, warn_note
 from harness.store.run_dir import CSV_FILE, PARQUET_FILE, ROWS_FILE
-from harness.store.safe_files import check_plain, open_plain, write_plain
+from harness.safe_files import check_plain, open_plain, write_plain
 
 
 class RowWriter:

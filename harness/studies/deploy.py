@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from harness.report.render import Block, Heading, Paragraph, render_markdown
+from harness.safe_files import open_plain, write_plain
 from harness.studies import deploy_targets as targets
 from harness.studies.deploy_numbers import first_line, target_scores, timed_fields
 from harness.studies.deploy_table import DEPLOY, deploy_note, deployable_table
@@ -80,13 +81,13 @@ def run_deploy(
     finishes (the file is started afresh), the exported files in folder/deploy/. Returns the rows."""
     (folder / STEM).mkdir(parents=True, exist_ok=True)
     jsonl = folder / f"{STEM}.jsonl"
-    jsonl.write_text("", encoding="utf-8")
+    write_plain(jsonl, "")
     rows = []
     for name in variants:
         fields = variant_fields(name, max(seq_lens), overrides.get(name))
         for row in _variant_rows(name, fields, seq_lens, shape, seed, wanted, folder / STEM, npm_cache):
             rows.append(row)
-            with jsonl.open("a", encoding="utf-8") as out:
+            with open_plain(jsonl, "a") as out:
                 out.write(json.dumps(row) + "\n")
             log(_log_line(row))
     return rows
@@ -229,5 +230,5 @@ def write_deploy(folder: Path, rows: list[dict[str, Any]], meta: dict[str, Any])
     paths = write_table(folder, STEM, rows, meta)
     summary: list[Block] = [Heading(1, "Deployable?"), Paragraph(deploy_note(meta)), deployable_table(rows)]
     md_path = folder / f"{STEM}.md"
-    md_path.write_text(render_markdown(summary), encoding="utf-8")
+    write_plain(md_path, render_markdown(summary))
     return paths + [md_path]

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.measure.timer import StepTimer, Stopwatch
+from harness.safe_files import write_saved
 
 OPSET = 18  # the ONNX opset asked of the exporter: onnxruntime (CPU, web) runs it; torch's default is newer
 INPUTS = ("q", "k", "v")  # the graph's input names, in order
@@ -47,15 +48,15 @@ def export_program(module: Call, example: tuple[Tensor, ...]) -> torch.export.Ex
 
 
 def save_program(program: torch.export.ExportedProgram, path: Path) -> int:
-    """The program saved as a .pt2 file (torch.export.save); returns its size in bytes."""
-    torch.export.save(program, path)
+    """The program saved as a .pt2 file (torch.export.save, never through a link); returns its size in bytes."""
+    write_saved(path, lambda made: torch.export.save(program, made))
     return path.stat().st_size
 
 
 def export_onnx(program: torch.export.ExportedProgram, path: Path) -> int:
     """The program as one ONNX file at OPSET with its weights inline; returns its size in bytes."""
     onnx_program = torch.onnx.export(program, dynamo=True, opset_version=OPSET, external_data=False, verbose=False)
-    onnx_program.save(path, external_data=False)
+    write_saved(path, lambda made: onnx_program.save(made, external_data=False))
     return path.stat().st_size
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.report.plotting import pyplot
+from harness.report.plotting import pyplot, save
 from harness.report.study_results import series_label
 from harness.studies.budget_search import label
 
@@ -44,8 +44,7 @@ def plot_model_eval(rows: list[dict[str, Any]], path: Path, *, model: str) -> Pa
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
     fig.suptitle(f"{model}: every attention layer swapped")
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    save(plt, fig, path, dpi=DPI)
     return path
 
 
@@ -73,8 +72,7 @@ def plot_lm_eval(rows: list[dict[str, Any]], path: Path, *, model: str) -> Path:
     fig.legend(handles, labels, loc="lower center", ncol=max(len(labels), 1), fontsize=8, frameon=False)
     fig.suptitle(f"{model}: attention layers swapped")
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    save(plt, fig, path, dpi=DPI)
     return path
 
 
@@ -102,6 +100,5 @@ def plot_tasks(rows: list[dict[str, Any]], path: Path) -> Path:
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    save(plt, fig, path, dpi=DPI)
     return path

@@ -138,6 +138,7 @@ PLANTED = [
     ("report.html", "fifo"),
     ("fitted", "link"),  # calibrated variants are stored there
     (".cells", "link"),  # isolated cells' temp folders
+    ("model_inputs", "link"),  # the `model` inputs' captures (issue 40)
 ]
 
 
@@ -145,7 +146,11 @@ PLANTED = [
 def test_resume_refuses_a_planted_link_fifo_or_folder_and_writes_nothing_through_it(name, kind, run_copy, capsys):
     victim = run_copy.parent / "victim.txt"
     victim.write_text("root:x:0:0\n")
-    if name in ("fitted", ".cells"):  # folders the run writes into: a link to a folder of someone else's
+    if name in (
+        "fitted",
+        ".cells",
+        "model_inputs",
+    ):  # folders the run writes into: a link to a folder of someone else's
         victim = run_copy.parent / "victim_folder"
         victim.mkdir()
     _plant(run_copy, name, kind, victim)

@@ -17,7 +17,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 from harness.errors import UsageError
 
@@ -126,6 +126,17 @@ def write_plain(path: str | Path, data: str | bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def write_saved(path: str | Path, save: Callable[[Path], Any]) -> None:
+    """A whole file that a library writes only by name (torch.save, torch.export.save, an ONNX program): `save` writes
+    it into a private temporary folder beside `path`, which is then renamed over `path` (as write_plain does)."""
+    path = Path(path)
+    check_plain(path)
+    with tempfile.TemporaryDirectory(prefix=f".{path.name}.", dir=path.parent) as scratch:  # 0700: nothing planted
+        made = Path(scratch) / path.name
+        save(made)
+        os.replace(made, path)
 
 
 def write_figure(fig: Any, path: str | Path, **savefig: Any) -> None:
