@@ -41,7 +41,6 @@ def continuation(model: nn.Module, ids: Tensor, tokens: int) -> list[int]:
         input_ids=ids,
         attention_mask=torch.ones_like(ids),
         max_new_tokens=tokens,
-        min_new_tokens=tokens,
         do_sample=False,
         eos_token_id=None,  # never stop early: every continuation is `tokens` long
         pad_token_id=0,
