@@ -1,7 +1,8 @@
 """`python -m harness model-eval`: swap each variant into the attention layers of a pretrained model and compare.
 
 Without --model: all-MiniLM-L6-v2 (sentence embeddings); with --model PATH: any causal LM transformers
-loads (perplexity, top-1 agreement, KL at each --seq-lens).
+loads (perplexity, top-1 agreement, KL, greedy continuation agreement with dense and decode tokens/s at each
+--seq-lens).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from harness.measure.timer import Stopwatch
 from harness.plugins import load_plugins
 from harness.spec.convert import SpecError, lengths
 from harness.spec.convert import budgets as parse_budgets  # its own name: `budgets` is the parsed value below
-from harness.studies import lm_eval, model_eval, passages
+from harness.studies import lm_eval, lm_generate, model_eval, passages
 from harness.studies.results_io import output_dir
 from harness.studies.selection import check_overrides, select_variants
 from variants.calibrate import DEFAULT_STEPS
@@ -63,8 +64,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--error-metric",
         metavar="METRIC",
-        help="--model: what a budget bounds, perplexity (relative increase, default) or kl (KL(dense||variant) per "
-        "token, nats); MiniLM: 1 - mean embedding cosine",
+        help="--model: what a budget bounds, kl (KL(dense||variant) per token, nats; default) or perplexity "
+        "(relative increase); MiniLM: 1 - mean embedding cosine",
+    )
+    parser.add_argument(
+        "--generate-tokens",
+        type=int,
+        default=lm_generate.DEFAULT_TOKENS,
+        help=f"--model: tokens greedy generate() continues each window with, compared to dense's and timed "
+        f"(default: {lm_generate.DEFAULT_TOKENS}; 0: no generation)",
     )
     add_study_arguments(parser, model_eval.STEM, set_example="sliding_window.window=32")
 
@@ -160,7 +168,8 @@ def run_model(args: argparse.Namespace) -> int:
             seed=args.seed,
             overrides=overrides,
             budgets=budgets,
-            metric=args.error_metric or "perplexity",
+            metric=args.error_metric or next(iter(lm_eval.ERRORS)),
+            generate_tokens=args.generate_tokens,
             log=print,
         )
     except ValueError as exc:  # the text is too short for the windows asked, the model does not load
@@ -182,10 +191,10 @@ def _lm_sizes(args: argparse.Namespace) -> tuple[list[int], list[int] | None, in
     layers = parse_ints(args.layers, "--layers", "0,1") if args.layers else None
     n_eval = 4 if args.texts is None else args.texts
     n_calibration = 2 if args.calibration_texts is None else args.calibration_texts
-    if n_eval < 1 or n_calibration < 0 or args.calibration_steps < 0:
+    if n_eval < 1 or n_calibration < 0 or args.calibration_steps < 0 or args.generate_tokens < 0:
         raise UsageError(
-            f"need --texts >= 1, --calibration-texts >= 0, --calibration-steps >= 0; "
-            f"got {n_eval}, {n_calibration}, {args.calibration_steps}"
+            f"need --texts >= 1, --calibration-texts >= 0, --calibration-steps >= 0, --generate-tokens >= 0; "
+            f"got {n_eval}, {n_calibration}, {args.calibration_steps}, {args.generate_tokens}"
         )
     return seq_lens, layers, n_eval, n_calibration
 

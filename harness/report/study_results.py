@@ -20,6 +20,7 @@ LM_EVAL = "lm_eval"  # the file stem harness.studies.lm_eval writes (model-eval 
 TASKS = "tasks"  # the file stem harness.studies.tasks writes
 TASK_LOSS_FLAG = 0.05  # accuracy points below dense that the recommendation calls out
 MODEL_COSINE_FLAG = 0.99  # mean embedding cosine below which the recommendation calls a variant out
+KL_ROUNDING = 1e-6  # nats: a KL in [-KL_ROUNDING, 0) is float32 rounding of a zero KL and is shown as 0 (stored raw)
 
 
 def variant_cell(row: dict[str, Any]) -> str:
@@ -93,42 +94,64 @@ def model_eval_note(model: str) -> str:
     return f"Each variant swapped into every layer of {model}; embeddings compared to the unmodified model over the evaluation passages."
 
 
+def kl_text(kl: float | None) -> str:
+    """A KL for people: a negative one that rounding made (down to -KL_ROUNDING) as '0', else in .2e."""
+    if kl is not None and -KL_ROUNDING <= kl < 0:
+        return "0"
+    return format_number(kl, ".2e")
+
+
+def generation_text(row: dict[str, Any]) -> str:
+    """The generation columns of a row for a terminal line: agreement and tokens/s, or why there are none."""
+    if row.get("generation_status") != "ok":
+        return f"generation {row.get('generation_status')}: {row.get('generation_reason')}"
+    agreement, speed = row.get("continuation_agreement"), row.get("decode_tokens_per_s")
+    return f"continuation agreement {format_number(agreement, '.3f')}, {format_number(speed, '.1f')} tokens/s"
+
+
 def lm_eval_table(rows: list[dict[str, Any]]) -> Table:
-    """One line per variant (budget) and length: perplexity (the model's own), increase, top-1 agreement, KL, or the
-    failure."""
+    """One line per variant (budget) and length: perplexity (the model's own), increase, top-1 agreement, KL, the
+    greedy continuation's agreement with dense and decode tokens/s (when generated), or the failure."""
+    generated = any(r.get("generation_status") for r in rows)
     body = []
     for r in rows:
         head = [variant_cell(r), str(r.get("seq_len")), *budget_cells(rows, r)]
-        if r.get("status") == "ok":
-            numbers = [
-                f"{format_number(r.get('perplexity'), '.4f')} ({format_number(r.get('perplexity_reference'), '.4f')})",
-                format_number(r.get("perplexity_increase"), "+.2%"),
-                format_number(r.get("top1_agreement"), ".4f"),
-                format_number(r.get("kl_mean"), ".2e"),
+        if r.get("status") != "ok":
+            failure = f"{r.get('status')}: {short_reason(r.get('reason'), missing='')}"
+            body.append(head + ["-"] * (6 if generated else 4) + [failure])
+            continue
+        numbers = [
+            f"{format_number(r.get('perplexity'), '.4f')} ({format_number(r.get('perplexity_reference'), '.4f')})",
+            format_number(r.get("perplexity_increase"), "+.2%"),
+            format_number(r.get("top1_agreement"), ".4f"),
+            kl_text(r.get("kl_mean")),
+        ]
+        generated_ok = r.get("generation_status") in ("ok", None)  # None: an older row, or a row not generated
+        if generated:  # a generation that could not run: its status in the agreement cell, its reason in the note
+            numbers += [
+                format_number(r.get("continuation_agreement"), ".3f")
+                if generated_ok
+                else str(r.get("generation_status"))
             ]
-            body.append(head + numbers + [""])
-        else:
-            body.append(head + ["-"] * 4 + [f"{r.get('status')}: {short_reason(r.get('reason'), missing='')}"])
-    return Table(
-        [
-            "variant",
-            "N",
-            *budget_header(rows),
-            "perplexity (model)",
-            "increase",
-            "top-1 agreement",
-            "KL(dense||variant)",
-            "note",
-        ],
-        body,
-    )
+            numbers += [format_number(r.get("decode_tokens_per_s"), ".1f")]
+        body.append(head + numbers + ["" if generated_ok else short_reason(r.get("generation_reason"), missing="")])
+    generation = ["continuation agreement", "decode tokens/s"] if generated else []
+    headers = ["variant", "N", *budget_header(rows), "perplexity (model)", "increase", "top-1 agreement"]
+    return Table([*headers, "KL(dense||variant)", *generation, "note"], body)
 
 
 def lm_eval_note(model: str) -> str:
     return (
         f"Each variant swapped into the attention layers of {model}; next-token predictions compared to the "
-        "unmodified model over windows of N tokens of the evaluation text."
+        f"unmodified model over windows of N tokens of the evaluation text. {LM_GENERATION}"
     )
+
+
+LM_GENERATION = (
+    "Continuation agreement: the share of the tokens greedy generate() continues each window with that equal dense's, "
+    f"position by position; decode tokens/s of that generate call. A KL in [-{KL_ROUNDING:g}, 0) is float32 rounding "
+    "of zero and shown as 0."
+)
 
 
 def tasks_table(rows: list[dict[str, Any]]) -> Table:
@@ -206,7 +229,7 @@ STUDIES: dict[str, tuple[str, str, Callable[[list[dict[str, Any]]], Table]]] = {
     LM_EVAL: (
         "Inside your causal LM (model-eval --model)",
         "Each variant swapped into the model's attention layers (its weights kept): perplexity against the unmodified "
-        "model's, next-token top-1 agreement and KL(dense || variant) at each length.",
+        "model's, next-token top-1 agreement and KL(dense || variant) at each length. " + LM_GENERATION,
         lm_eval_table,
     ),
     TASKS: (

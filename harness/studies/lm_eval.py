@@ -6,7 +6,8 @@ every layer (or the `--layers` chosen; the others run exact dense through the sa
 are compared by
 - perplexity of the next token (and the unmodified model's, on the same windows),
 - next-token top-1 agreement with the unmodified model,
-- KL(dense || variant) of the next-token distributions, mean over positions.
+- KL(dense || variant) of the next-token distributions, mean over positions,
+- greedy continuation agreement with dense and decode tokens/s of generate() (harness.studies.lm_generate).
 Learnable variants are calibrated per layer on the q, k, v the model's layers receive on
 calibration windows (the text's last quarter, never evaluated).
 """
@@ -26,8 +27,8 @@ from harness.models import hf_model
 from harness.measure.calibration import fit, fit_summary
 from harness.measure.timer import Stopwatch
 from harness.report.render import Block, Paragraph
-from harness.report.study_results import LM_EVAL, budget_note, lm_eval_note, lm_eval_table
-from harness.studies import budget_search
+from harness.report.study_results import LM_EVAL, budget_note, generation_text, kl_text, lm_eval_note, lm_eval_table
+from harness.studies import budget_search, lm_generate
 from harness.studies.plots import plot_lm_eval
 from harness.studies.results_io import write_results
 from harness.studies.selection import variant_fields
@@ -93,7 +94,13 @@ class AtLength:
     steps: int
     device: str
     seed: int
+    tokens: int = 0  # tokens generated after each evaluation window (0: no generation columns)
     cache: dict[str, Any] = field(default_factory=dict)
+
+    @functools.cached_property
+    def dense_continuations(self) -> list[list[int]]:
+        """Dense's greedy continuation of each evaluation window, generated once per length, on first use."""
+        return lm_generate.dense_continuations(self.model, self.own, self.windows, self.tokens)
 
     def calibration_windows(self) -> list[Tensor]:
         """The calibration windows (the text's last quarter, never evaluated), (1, N) each."""
@@ -145,10 +152,7 @@ def rows_at(
             name, fields, cost_shape, shape["H_kv"], ERRORS[metric], at.error_of(name, metric)
         )
         for budget in budget_search.budgets_for(name, budgets, overrides.get(name)):
-            row = _evaluate(
-                at.model, at.own, name, fields, at.N, at.windows, at.batches, at.chosen, at.steps, at.device, at.seed,
-                budget, searcher,
-            )  # fmt: skip
+            row = _evaluate(at, name, fields, budget, searcher)
             rows.append(row)
             if log:
                 log(f"N={at.N:<6d} {budget_search.label(row):15s} {_shown(row)}")
@@ -169,12 +173,14 @@ def run_lm_eval(
     seed: int = 0,
     overrides: dict[str, dict[str, Any]] | None = None,
     budgets: tuple[float, ...] = (),
-    metric: str = "perplexity",
+    metric: str = "kl",
+    generate_tokens: int = lm_generate.DEFAULT_TOKENS,
     log: Callable[[str], None] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows for every (seq_len, variant, budget) and meta (model shape, tokenizer, reference perplexity per length).
 
     budgets: error budgets on `metric` (a key of ERRORS), searched on the calibration windows (budget_search).
+    generate_tokens: tokens greedily generated after each evaluation window (lm_generate; 0: none).
     """
     model = hf_model.load_pretrained(path, device=device, causal_lm=True)
     shape = hf_model.attention_shape(model)
@@ -187,20 +193,23 @@ def run_lm_eval(
         windows = [
             torch.tensor([w], device=device) for w in hf_model.token_windows(stream, N, n_eval, calibration=False)
         ]
-        at = AtLength(model, own, stream, N, windows, n_calibration, chosen, shape["layers"], steps, device, seed)
+        at = AtLength(
+            model, own, stream, N, windows, n_calibration, chosen, shape["layers"], steps, device, seed, generate_tokens
+        )
         found = rows_at(at, variants, shape=shape, overrides=overrides or {}, budgets=budgets, metric=metric, log=log)
         rows += [{"model": path, "layers": shown_layers, **row} for row in found]
         model.set_attn_implementation(own)
     meta = {"model": path, "kind": "causal-lm", **shape, "tokenizer": tokenizer, "text_tokens": len(stream)}
     meta.update(seq_lens=seq_lens, texts=n_eval, calibration_texts=n_calibration, calibration_steps=steps)
-    meta.update(error_budgets=list(budgets), error_metric=metric if budgets else None)
+    meta.update(error_budgets=list(budgets), error_metric=metric if budgets else None, generate_tokens=generate_tokens)
     return rows, meta
 
 
-# what --error-budgets can bound for a causal LM (--error-metric), and its name for people
+# what --error-budgets can bound for a causal LM (--error-metric), and its name for people; the first is the default:
+# KL is never negative, so a budget on it bounds the size of a change (a perplexity that fell passes any budget)
 ERRORS = {
-    "perplexity": "perplexity increase",  # perplexity / the unmodified model's - 1 (relative; negative: better)
     "kl": "KL(dense||variant)",  # mean over next-token positions, in nats (0: the same distributions)
+    "perplexity": "perplexity increase",  # perplexity / the unmodified model's - 1 (relative; negative: better)
 }
 
 
@@ -229,32 +238,33 @@ def _shown(row: dict[str, Any]) -> str:
     """The terminal line's numbers: the metrics (and the knob value a budget found), or the status and its reason."""
     if row["status"] != "ok":
         return f"{row['status']}: {row['reason']}"
-    return budget_search.found(row) + (
+    line = budget_search.found(row) + (
         f"perplexity {row['perplexity']:.4f} (model {row['perplexity_reference']:.4f}), top-1 "
-        f"{row['top1_agreement']:.4f}, KL {row['kl_mean']:.2e}"
+        f"{row['top1_agreement']:.4f}, KL {kl_text(row['kl_mean'])}"
     )
+    return line + (f", {generation_text(row)}" if row.get("generation_status") else "")
 
 
 def _evaluate(
-    model, own, name, fields, N, windows, batches, layers, steps, device, seed, budget, searcher
+    at: AtLength, name: str, fields: dict[str, Any], budget: float | None, searcher: budget_search.Searcher
 ) -> dict[str, Any]:
     """One row: `name` with `fields` (or, with a budget, the config searcher finds for it) on the evaluation windows."""
-    row: dict[str, Any] = {"variant": name, "config": None, "budget": budget, "seq_len": N, "texts": len(windows)}
+    row: dict[str, Any] = {"variant": name, "config": None, "budget": budget, "seq_len": at.N, "texts": len(at.windows)}
     row.update(status="ok", reason=None, perplexity=None, perplexity_reference=None, perplexity_increase=None)
-    row.update(top1_agreement=None, kl_mean=None, calibration=None, calibration_s=None, eval_s=None, device=device)
-    row.update(tuning=None, tuning_s=None)
+    row.update(top1_agreement=None, kl_mean=None, calibration=None, calibration_s=None, eval_s=None, device=at.device)
+    row.update(tuning=None, tuning_s=None, **lm_generate.empty_fields())
     try:
         fields, unreachable = budget_search.apply_match(row, name, fields, budget, searcher)
         if unreachable is not None:
             return unreachable
         row["config"] = build_variant(name, **fields).config.to_dict()
-        with Stopwatch(device) as fit:
+        with Stopwatch(at.device) as fit:
             per_layer, row["calibration"] = calibrated_variants(
-                name, fields, batches, layers=layers, steps=steps, device=device, seed=seed
+                name, fields, at.batches, layers=at.chosen, steps=at.steps, device=at.device, seed=at.seed
             )
         row["calibration_s"] = fit.seconds if row["calibration"] else None
-        with Stopwatch(device) as evaluation:
-            totals = _totals(model, own, per_layer, layers, windows)
+        with Stopwatch(at.device) as evaluation:
+            totals = _totals(at.model, at.own, per_layer, at.chosen, at.windows)
         row["eval_s"] = evaluation.seconds
     except NotSupportedError as exc:
         return {**row, "status": "unsupported", "reason": "; ".join(exc.reasons)}
@@ -262,16 +272,16 @@ def _evaluate(
         return {**row, "status": "error", "reason": f"{type(exc).__name__}: {exc}"}
     if not all(math.isfinite(v) for v in totals.values()):
         return {**row, "status": "nonfinite", "reason": "a log-probability is NaN or inf"}
+    if at.tokens:
+        row.update(
+            lm_generate.generation_fields(
+                at.model, at.own, per_layer, at.chosen, at.windows, at.tokens, lambda: at.dense_continuations, at.device
+            )
+        )
     count = totals["count"]
     ppl, ppl_ref = math.exp(totals["nll"] / count), math.exp(totals["nll_reference"] / count)
-    return {
-        **row,
-        "perplexity": ppl,
-        "perplexity_reference": ppl_ref,
-        "perplexity_increase": ppl / ppl_ref - 1,
-        "top1_agreement": totals["agree"] / count,
-        "kl_mean": totals["kl"] / count,
-    }
+    row.update(perplexity=ppl, perplexity_reference=ppl_ref, perplexity_increase=ppl / ppl_ref - 1)
+    return {**row, "top1_agreement": totals["agree"] / count, "kl_mean": totals["kl"] / count}
 
 
 def summary(rows: list[dict[str, Any]], model: str) -> list[Block]:

@@ -51,6 +51,7 @@ def test_end_to_end_dense_equals_the_stock_model(llama, tmp_path, capsys):
         assert dense["perplexity"] == pytest.approx(expected, rel=1e-5)
         assert dense["perplexity_reference"] == pytest.approx(expected, rel=1e-5)
         assert dense["top1_agreement"] == 1.0 and abs(dense["kl_mean"]) < 1e-6
+        assert dense["continuation_agreement"] == 1.0 and dense["generated_tokens"] == 32  # the default
         window = rows[("sliding_window", N)]
         assert window["status"] == "ok" and window["kl_mean"] > 1e-4 and window["top1_agreement"] < 1.0
     assert (tmp_path / "lm_eval.png").read_bytes()[:4] == b"\x89PNG"
@@ -89,10 +90,11 @@ def test_a_learnable_variant_is_calibrated_on_other_windows_and_refusals_are_row
         (["--texts", "10000"], r"windows of 256, asked for 10000; pass a longer --text FILE"),
         (["--text", "/no/such/file"], r"--text '/no/such/file' cannot be read"),
         (["--error-budgets", "0.05,x"], r"--error-budgets: expected a number, got 'x'"),
-        (["--error-budgets", "3"], r"must be in \(0, 2\] \(perplexity increase or KL\(dense\|\|variant\)\), got '3'"),
+        (["--error-budgets", "3"], r"must be in \(0, 2\] \(KL\(dense\|\|variant\) or perplexity increase\), got '3'"),
         (["--error-budgets", "0,0.1"], r"--error-budgets: an error budget must be in \(0, 2\]"),
-        (["--error-budgets", "0.1", "--error-metric", "cosine"], r"--error-metric 'cosine'.*perplexity or kl"),
+        (["--error-budgets", "0.1", "--error-metric", "cosine"], r"--error-metric 'cosine'.*kl or perplexity"),
         (["--error-budgets", "0.1", "--calibration-texts", "0"], r"pass --calibration-texts >= 1"),
+        (["--generate-tokens", "-1"], r"--generate-tokens >= 0; got 4, 2, \d+, -1"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(llama, argv, message, capsys, tmp_path):
@@ -162,7 +164,15 @@ def test_error_budgets_pick_the_cheapest_window_on_calibration_windows(llama, tm
 
 def test_the_perplexity_budget_is_the_relative_increase_on_calibration_windows(llama):
     rows, meta = lm_eval.run_lm_eval(
-        str(llama), ["sliding_window"], [64], text=lm_eval_text(), n_eval=1, n_calibration=1, steps=0, budgets=(2.0,)
+        str(llama),
+        ["sliding_window"],
+        [64],
+        text=lm_eval_text(),
+        n_eval=1,
+        n_calibration=1,
+        steps=0,
+        budgets=(2.0,),
+        metric="perplexity",
     )
     (row,) = rows
     assert row["status"] == "ok" and row["config"]["window"] == 16 and meta["error_metric"] == "perplexity"

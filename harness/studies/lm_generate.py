@@ -1,0 +1,106 @@
+"""model-eval's generation columns for a causal LM: greedy continuation agreement with dense and decode tokens/s.
+
+Each evaluation window of N tokens is a prompt; `generate(max_new_tokens=T, do_sample=False)` continues it with the
+variant swapped in and with exact dense in every layer (through the same adapter, on transformers' KV cache), never
+stopping early at an end-of-sequence token, so both give exactly T tokens. The agreement is the share of those T
+positions, compared position by position to the end (not only up to the first difference), whose token equals
+dense's, over all prompts. Decode speed is the T tokens over the seconds of the variant's generate call (the prefill
+of the prompt included). The variant's own KV/state bytes are not reported: the adapter keeps transformers' cache,
+the same for every variant, and exposes no state of the variant's own.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch import Tensor, nn
+
+from harness.measure.timer import Stopwatch
+from harness.models import hf_model
+from variants import AttentionVariant, NotSupportedError, build_variant
+
+DEFAULT_TOKENS = 32  # --generate-tokens: tokens generated per prompt (0 turns generation off)
+
+
+def empty_fields() -> dict[str, Any]:
+    """The generation columns of a row before anything is generated (and when generation is off)."""
+    return {
+        "generated_tokens": None,
+        "continuation_agreement": None,
+        "decode_tokens_per_s": None,
+        "generation_status": None,
+        "generation_reason": None,
+    }
+
+
+@torch.no_grad()
+def continuation(model: nn.Module, ids: Tensor, tokens: int) -> list[int]:
+    """The `tokens` greedy tokens the model generates after the prompt ids (1, N)."""
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=tokens,
+        do_sample=False,
+        eos_token_id=None,  # never stop early: every continuation is `tokens` long
+        pad_token_id=0,
+    )
+    return out[0, ids.shape[1] :].tolist()
+
+
+def agreement(candidate: list[list[int]], reference: list[list[int]]) -> float:
+    """The share of positions, over all prompts and position by position to the end, where `candidate`'s token equals
+    `reference`'s (the same number of tokens per prompt)."""
+    same = sum(c == r for cand, ref in zip(candidate, reference, strict=True) for c, r in zip(cand, ref, strict=True))
+    return same / sum(len(ref) for ref in reference)
+
+
+def dense_continuations(model: nn.Module, own: str, prompts: list[Tensor], tokens: int) -> list[list[int]]:
+    """Every prompt's continuation with exact dense in every layer (the reference); the model's own attention after."""
+    hf_model.swap_layers(model, lambda i: build_variant("dense"))
+    try:
+        return [continuation(model, ids, tokens) for ids in prompts]
+    finally:
+        model.set_attn_implementation(own)
+
+
+def generation_fields(
+    model: nn.Module,
+    own: str,
+    per_layer: dict[int, AttentionVariant],
+    layers: list[int],
+    prompts: list[Tensor],
+    tokens: int,
+    reference: Callable[[], list[list[int]]],
+    device: str,
+) -> dict[str, Any]:
+    """The generation columns of one row: `per_layer` swapped into `layers` (dense in the others) generating `tokens`
+    after each prompt, against `reference()` (dense's). Status unsupported, with the reason and no number, for a
+    variant without Capabilities.causal_offset or one the adapter refuses."""
+    fields = {**empty_fields(), "generated_tokens": tokens}
+    lacking = sorted({v.name for v in per_layer.values() if not v.capabilities.causal_offset})
+    if lacking:
+        reason = f"{', '.join(lacking)} cannot decode against a KV cache (Capabilities.causal_offset is False)"
+        return {**fields, "generation_status": "unsupported", "generation_reason": reason}
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit and prompts and prompts[0].shape[1] + tokens > limit:
+        reason = (
+            f"{prompts[0].shape[1]} prompt + {tokens} generated tokens exceed the model's max_position_embeddings "
+            f"{limit}; pass a shorter --seq-lens or fewer --generate-tokens"
+        )
+        return {**fields, "generation_status": "unsupported", "generation_reason": reason}
+    expected = reference()
+    hf_model.swap_layers(model, lambda i: per_layer[i], layers=layers)
+    try:
+        with Stopwatch(device) as watch:
+            found = [continuation(model, ids, tokens) for ids in prompts]
+    except NotSupportedError as exc:
+        return {**fields, "generation_status": "unsupported", "generation_reason": "; ".join(exc.reasons)}
+    finally:
+        model.set_attn_implementation(own)
+    return {
+        **fields,
+        "continuation_agreement": agreement(found, expected),
+        "decode_tokens_per_s": tokens * len(prompts) / watch.seconds,
+        "generation_status": "ok",
+    }
