@@ -58,7 +58,7 @@ class Cell:
     )
     batch: int = _field(role="setting", text=eq_text("B"), caches=("inputs", "fit", "baseline"))  # B
     heads: int = _field(role="setting", text=eq_text("H"), caches=("inputs", "fit", "baseline"))  # H (query heads)
-    # "name" or "name:knob=value"
+    # "name" or "name:param=value"
     inputs: str = _field(
         role="inputs",
         axis="inputs",

@@ -15,6 +15,7 @@ from typing import Any, Iterable
 
 from harness.errors import UsageError
 from harness.executors import option_knobs
+from harness.inputs import get_inputs, list_inputs
 from harness.knobs import Knob, knobs
 from harness.runner import check_resume, plan_lines, resume_spec, run_sweep, sweep_spec, where_keys
 from harness.spec import SweepSpec
@@ -96,14 +97,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def inputs_help(width: int = 79) -> str:
-    """The epilog of `sweep --help`: each registered input distribution with its one line and its knobs, from the
+    """The epilog of `sweep --help`: each registered input distribution with its one line and its params, from the
     inputs registry (a plugin's too, when imported first)."""
-    from harness.inputs import get_inputs, list_inputs
-
-    lines = ["input distributions (--inputs NAME, or NAME:knob=value,... for other knob values):"]
+    lines = ["input distributions (--inputs NAME, or NAME:param=value,... for other param values):"]
     for name in list_inputs():
         spec = get_inputs(name)
-        form = ",".join(f"{k}={'...' if v == '' else v}" for k, v in spec.knobs.items())
+        form = ",".join(f"{k}={'...' if v == '' else v}" for k, v in spec.params.items())
         text = f"{name}: {spec.doc}" + (f" Form: {name}:{form}" if form else "")
         lines += textwrap.wrap(text, width, initial_indent="  ", subsequent_indent="      ")
     return "\n".join(lines)

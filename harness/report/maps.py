@@ -45,7 +45,7 @@ class MapSet:
 
 
 def make_probe(n: int, inputs: str = "gaussian", *, seed: int = 0):
-    """q, k of shape (1, 1, n, n) from the registered distribution `inputs` ("name" or "name:knob=value").
+    """q, k of shape (1, 1, n, n) from the registered distribution `inputs` ("name" or "name:param=value").
 
     Returns (q, k, inputs). D = n so that v = I (n x n) fits the contract (k and v share a shape).
     Raises ValueError for an unknown distribution or knob (harness.inputs.parse_inputs).

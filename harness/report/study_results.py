@@ -255,8 +255,7 @@ def study_rows(folder: Path, stem: str) -> list[dict[str, Any]] | None:
 
 
 def study_sections(folder: Path, *, images_from: str = "") -> list[Block]:
-    """A section per study result found in the run folder: what it measured, its table and its figure (linked as
-    images_from + its file name: "../" from a page in a subfolder)."""
+    """A section per study result in the run folder: what it measured, its table, its figure (at images_from + name)."""
     blocks: list[Block] = []
     for stem, (title, what, table) in STUDIES.items():
         rows = study_rows(folder, stem)

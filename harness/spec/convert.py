@@ -137,8 +137,7 @@ def positive_ints(value: Any, where: str, *, as_lengths: bool = False, maximum: 
             if n < 1:
                 what = "sequence lengths" if as_lengths else "values"
                 raise SpecError(f"{where}: {what} must be positive integers, got {n}")
-            at_most(n, maximum, where)
-            if n not in out:
+            if at_most(n, maximum, where) not in out:
                 out.append(n)
     return tuple(out)
 

@@ -18,8 +18,12 @@ def test_list_shows_every_variant_with_backend_availability(capsys):
     assert "backend sdpa on cpu: forward: yes, train: yes" in out
     assert "backend xformers on cpu: forward: no (needs a CUDA device" in out
     assert "config: backend='auto'" in out
-    # every flag Capabilities declares and the variant sets, in declaration order (causal_offset: generate() works)
-    assert "  capabilities: exact, causal, causal_offset, kv_mask, backward, gqa, decode; devices: cpu, cuda" in out
+    # every flag Capabilities declares and the variant sets, in declaration order (causal_offset: generate() works;
+    # softcap, sink_logits: Gemma 2 and gpt-oss features)
+    assert (
+        "  capabilities: exact, causal, causal_offset, kv_mask, backward, gqa, decode, softcap, sink_logits; devices: cpu"
+        in out
+    )
     linformer = out[out.index("linformer:") :]
     assert "causal_offset" not in linformer[: linformer.index("devices:")]
 
