@@ -1,6 +1,6 @@
 """A cell's stages in order, each named and its typed result kept as it finishes: the one path every cell runs.
 
-the memory check (harness.measure.footprint: a CPU cell whose inputs and float64 reference exceed the host's free
+the memory check (harness.measure.roofline: a CPU cell whose inputs and float64 reference exceed the host's free
 memory is "oom" before anything is allocated) -> inputs (harness.measure.context) -> the trivial answers' errors (prefill attention cells) -> for a cell matched to an
 error budget, build and refuse, then the search for its config (harness.measure.tuning; none found: "unreachable") ->
 build the config measured -> refuse -> calibrate (learnable variants, on other seeds) -> prepare (set-up, untimed) ->
@@ -33,7 +33,7 @@ from harness.measure.calibration import Calibration, calibrated
 from harness.measure.context import CellInputs, MeasureContext
 from harness.measure.decode import DecodePhase
 from harness.measure.flops import Flops
-from harness.measure.footprint import host_memory_reason
+from harness.measure.roofline import host_memory_reason
 from harness.measure.kind import Phase, Prepared
 from harness.measure.layer import LayerPhase
 from harness.measure.memory import Memory, memory_and_kernel

@@ -11,12 +11,19 @@ bytes do not fit in the last-level cache (a cached working set legitimately move
 
 The noise (a timed row): `noisy` with its reason when the machine was loaded around the cell (harness.measure.noise),
 the paired speed-up's interval is wide or the repeated blocks disagree.
+
+Before a cell runs (host_memory_reason): the bytes its inputs and their float64 reference need, a lower bound built on
+bytes_moved (the forward q, k, v and output in the cell's dtype) plus q, k, v again in float64; a CPU cell needing
+more than the host's free memory is an `oom` row with both numbers, its inputs never made (a 13 GB q, k, v on a 2 GB
+host would otherwise be allocated, swapped or killed before anything says why).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from harness.devices import free_host_memory_bytes
 from harness.measure.noise import HIGH_LOAD_PER_CPU
 from harness.measure.prefill import AUTOCAST_DTYPES
 from harness.schema import Cell
@@ -28,6 +35,7 @@ WIDE_INTERVAL = 1.3  # speedup_high / speedup_low beyond this: the pairs disagre
 WIDE_SPREAD = 1.3  # p80 / p20 of the variant's timed blocks beyond this: the repeated blocks disagree
 
 BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
+FLOAT64_BYTES = 8
 
 
 def judged(cell: Cell, row: dict[str, Any], limits: dict[str, Any] | None, load: float | None) -> dict[str, Any]:
@@ -122,3 +130,27 @@ def noise_fields(fields: dict[str, Any], load: float | None) -> dict[str, Any]:
     note = fields.get("noise_reason")
     text = "; ".join(reasons + ([note] if note else []))
     return {"noisy": bool(reasons), "noise_reason": text or None}
+
+
+def inputs_and_reference_bytes(cell: Cell) -> int:
+    """The least bytes a cell holds before its variant runs: q, k, v and an output in the cell's dtype, and q, k, v in
+    float64 for the exact reference (decode and layer cells make the same inputs of their N tokens)."""
+    forward = bytes_moved(dataclasses.replace(cell, phase="prefill", scope="attention", mode="forward"))
+    element = BYTES_PER_ELEMENT.get(cell.dtype, 4)
+    output = cell.batch * cell.heads * cell.seq_len * cell.head_dim * element
+    return forward + (forward - output) // element * FLOAT64_BYTES
+
+
+def host_memory_reason(cell: Cell) -> str | None:
+    """Why a CPU cell is refused before its inputs are made (they and their reference exceed the host's free memory),
+    or None (a CUDA cell's inputs live on the device, whose allocator reports its own out-of-memory)."""
+    if not cell.device.startswith("cpu"):
+        return None
+    free = free_host_memory_bytes()
+    need = inputs_and_reference_bytes(cell)
+    if free is None or need <= free:
+        return None
+    return (
+        f"the inputs and their float64 reference need at least {need} bytes ({need / 2**30:.2f} GiB), more than the "
+        f"{free} bytes ({free / 2**30:.2f} GiB) free on this host: refused before allocating them"
+    )

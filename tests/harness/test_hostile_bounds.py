@@ -132,16 +132,16 @@ def test_a_memory_budget_below_the_minimum_is_refused_not_read_as_zero(budget, s
 
 
 def test_a_cell_too_big_for_the_hosts_free_memory_is_an_oom_row_before_its_inputs_are_made(monkeypatch):
-    from harness.measure import MeasureContext, footprint, measure_cell
+    from harness.measure import MeasureContext, measure_cell, roofline
     from tests.harness.measure.test_measure import FAST, RUN, cell
 
     def never(*args, **kwargs):
         raise AssertionError("the inputs were made")
 
     monkeypatch.setattr(MeasureContext, "cell_inputs", never)
-    monkeypatch.setattr(footprint, "free_host_memory_bytes", lambda: 10_000)
+    monkeypatch.setattr(roofline, "free_host_memory_bytes", lambda: 10_000)
     big = cell(N=64)  # B=1, H=2, D=16 float32: q, k, v, out 32768 bytes + q, k, v in float64 49152
-    assert footprint.inputs_and_reference_bytes(big) == 81_920
+    assert roofline.inputs_and_reference_bytes(big) == 81_920
     row = measure_cell(big, FAST, RUN)
     assert row.status == "oom" and "need at least 81920 bytes" in row.reason and "10000 bytes" in row.reason, row.reason
 
