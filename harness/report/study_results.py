@@ -14,6 +14,7 @@ from typing import Any, Callable
 from harness.entries import config_label
 from harness.report.render import Block, Heading, Image, Paragraph, Table, format_number, short_reason
 from harness.studies.deploy_table import DEPLOY, WHAT as DEPLOY_WHAT, deploy_caveat, deployable_table
+from harness.studies.outcomes import succeeded
 
 MODEL_EVAL = "model_eval"  # the file stem harness.studies.model_eval writes
 LM_EVAL = "lm_eval"  # the file stem harness.studies.lm_eval writes (model-eval --model on a causal LM)
@@ -63,7 +64,7 @@ def model_eval_table(rows: list[dict[str, Any]]) -> Table:
     for r in rows:
         mean_tokens = "-" if r.get("seq_len_mean") is None else str(round(r["seq_len_mean"]))
         head = [variant_cell(r), str(r.get("max_len")), *budget_cells(rows, r), mean_tokens]
-        if r.get("status") == "ok":
+        if succeeded(r):
             body.append(
                 head
                 + [
@@ -116,7 +117,7 @@ def lm_eval_table(rows: list[dict[str, Any]]) -> Table:
     body = []
     for r in rows:
         head = [variant_cell(r), str(r.get("seq_len")), *budget_cells(rows, r)]
-        if r.get("status") != "ok":
+        if not succeeded(r):
             failure = f"{r.get('status')}: {short_reason(r.get('reason'), missing='')}"
             body.append(head + ["-"] * (6 if generated else 4) + [failure])
             continue
@@ -274,7 +275,7 @@ def study_caveats(folder: Path) -> list[str]:
     losses: dict[str, list[str]] = {}
     for r in study_rows(folder, TASKS) or []:
         delta = r.get("delta_to_dense")
-        if r.get("status") == "ok" and delta is not None and delta < -TASK_LOSS_FLAG:
+        if succeeded(r) and delta is not None and delta < -TASK_LOSS_FLAG:
             losses.setdefault(config_label(r["variant"], r.get("config")), []).append(
                 f"{r['task']} N={r['seq_len']}: {delta:+.2f}"
             )
@@ -288,7 +289,7 @@ def study_caveats(folder: Path) -> list[str]:
         {
             f"{config_label(r['variant'], r.get('config'))} (cosine {r['cosine_mean']:.3f} at {r['max_len']} tokens)"
             for r in study_rows(folder, MODEL_EVAL) or []
-            if r.get("status") == "ok" and r.get("cosine_mean") is not None and r["cosine_mean"] < MODEL_COSINE_FLAG
+            if succeeded(r) and r.get("cosine_mean") is not None and r["cosine_mean"] < MODEL_COSINE_FLAG
         }
     )
     if weak:

@@ -17,6 +17,7 @@ from typing import Any, Callable
 from harness.measure.knob_range import knob_range_at, search_knob
 from harness.measure.timer import Stopwatch
 from harness.plan import matched_budgets
+from harness.studies.outcomes import with_outcome
 from variants import build_variant, get_variant
 
 Shape = tuple[int, int, int, int, int, bool]  # (B, H, N, M, D, causal) the knob's FLOP cap is counted on
@@ -91,7 +92,7 @@ def apply_match(
     row.update(tuning=match.tuning, tuning_s=match.tuning_s)
     if match.fields is None:
         config = build_variant(name, **match.config).config.to_dict()
-        return fields, {**row, "config": config, "status": "unreachable", "reason": match.reason}
+        return fields, with_outcome({**row, "config": config}, "unreachable", match.reason)
     return match.fields, None
 
 

@@ -32,6 +32,7 @@ from harness.studies.deploy_table import DEPLOY, deploy_note, deployable_table
 from harness.studies.deploy_wasm import WasmUnavailable, run_graph
 from harness.studies.results_io import write_table
 from harness.studies.selection import variant_fields
+from harness.studies.outcomes import succeeded
 from variants import build_variant, reference_attention
 
 STEM = DEPLOY
@@ -219,7 +220,7 @@ def _row(base: dict[str, Any], seq_len: int, target: str, case: Case | None, **f
 def _log_line(row: dict[str, Any]) -> str:
     what = (
         row["reason"]
-        if row["status"] != "ok"
+        if not succeeded(row)
         else f"{row['latency_ratio']:.2f}x eager, max abs {row['max_abs_error']:.1e}"
     )
     return f"{row['variant']:<16} N={row['seq_len']:<6} {row['target']:<16} {row['status']}: {what}"

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from harness.report.render import Table, format_bytes, format_error, format_n, format_ratio, short_reason
+from harness.store import COL
+from harness.studies.outcomes import succeeded
 
 DEPLOY = "deploy"  # the file stem harness.studies.deploy writes
 TARGETS = ("torch.export", "onnxruntime", "onnxruntime-web")  # in the order they are tried (each needs the one before)
@@ -39,8 +41,8 @@ def target_cell(rows: list[dict[str, Any]]) -> str:
     """One variant's rows for one target as a cell: the ok summary, the first failure, or both."""
     if not rows:
         return "-"
-    ok = [r for r in rows if r.get("status") == "ok"]
-    failed = [r for r in rows if r.get("status") != "ok"]
+    ok = [r for r in rows if succeeded(r)]
+    failed = [r for r in rows if not succeeded(r)]
     parts = []
     if ok:
         parts.append(ok_summary(ok) + ("" if not failed else f" at {_lengths(ok)}"))
@@ -73,8 +75,8 @@ def deploy_caveat(rows: list[dict[str, Any]]) -> str | None:
     for variant in dict.fromkeys(str(r.get("variant")) for r in rows):
         for target in TARGETS:
             mine = [r for r in rows if str(r.get("variant")) == variant and r.get("target") == target]
-            if mine and all(r.get("status") != "ok" for r in mine):
-                refused.setdefault(variant, {})[target] = str(mine[0].get("step") or mine[0].get("status"))
+            if mine and not any(succeeded(r) for r in mine):
+                refused.setdefault(variant, {})[target] = str(mine[0].get("step") or mine[0].get(COL.status))
     if not refused:
         return None
     parts = "; ".join(

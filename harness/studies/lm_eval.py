@@ -32,7 +32,8 @@ from harness.studies import budget_search, lm_generate
 from harness.studies.plots import plot_lm_eval
 from harness.studies.results_io import write_results
 from harness.studies.selection import variant_fields
-from variants import AttentionVariant, NotSupportedError, build_variant, get_variant
+from harness.studies.outcomes import FAILURES, failed, succeeded, with_outcome
+from variants import AttentionVariant, build_variant, get_variant
 
 STEM = LM_EVAL  # lm_eval.csv/.json/.md/.png
 
@@ -236,7 +237,7 @@ def _totals(model, own, per_layer, layers, windows) -> dict[str, float]:
 
 def _shown(row: dict[str, Any]) -> str:
     """The terminal line's numbers: the metrics (and the knob value a budget found), or the status and its reason."""
-    if row["status"] != "ok":
+    if not succeeded(row):
         return f"{row['status']}: {row['reason']}"
     line = budget_search.found(row) + (
         f"perplexity {row['perplexity']:.4f} (model {row['perplexity_reference']:.4f}), top-1 "
@@ -266,12 +267,10 @@ def _evaluate(
         with Stopwatch(at.device) as evaluation:
             totals = _totals(at.model, at.own, per_layer, at.chosen, at.windows)
         row["eval_s"] = evaluation.seconds
-    except NotSupportedError as exc:
-        return {**row, "status": "unsupported", "reason": "; ".join(exc.reasons)}
-    except (TypeError, ValueError) as exc:
-        return {**row, "status": "error", "reason": f"{type(exc).__name__}: {exc}"}
+    except FAILURES as exc:
+        return failed(row, exc)
     if not all(math.isfinite(v) for v in totals.values()):
-        return {**row, "status": "nonfinite", "reason": "a log-probability is NaN or inf"}
+        return with_outcome(row, "nonfinite", "a log-probability is NaN or inf")
     if at.tokens:
         row.update(
             lm_generate.generation_fields(

@@ -30,7 +30,8 @@ from harness.studies.passages import AtLength, at_length, Encoded, LayerBatches,
 from harness.studies.plots import plot_model_eval
 from harness.studies.results_io import write_results
 from harness.studies.selection import variant_fields
-from variants import AttentionVariant, NotSupportedError, build_variant, get_variant
+from harness.studies.outcomes import FAILURES, failed, succeeded, with_outcome
+from variants import AttentionVariant, build_variant, get_variant
 
 STEM = MODEL_EVAL  # model_eval.csv/.json/.md/.png
 DENSE_MIN_COSINE = 0.9999  # the dense swap must reproduce every embedding at least this closely
@@ -131,12 +132,10 @@ def evaluate_variant(
         with Stopwatch(device) as evaluation:
             embeddings = embed_all(model, encoded)
         row["eval_s"] = evaluation.seconds
-    except NotSupportedError as exc:
-        return {**row, "status": "unsupported", "reason": "; ".join(exc.reasons)}
-    except (TypeError, ValueError) as exc:
-        return {**row, "status": "error", "reason": f"{type(exc).__name__}: {exc}"}
+    except FAILURES as exc:
+        return failed(row, exc)
     if not torch.isfinite(embeddings).all():
-        return {**row, "status": "nonfinite", "reason": "an embedding has NaN or inf entries"}
+        return with_outcome(row, "nonfinite", "an embedding has NaN or inf entries")
     return {**row, **compare(reference, embeddings)}
 
 
@@ -255,7 +254,7 @@ ERROR = "1 - cosine"  # what --error-budgets bounds for the encoder: 1 - the mea
 
 def _shown(row: dict[str, Any]) -> str:
     """The terminal line's numbers: the metrics (and the knob value a budget found), or the status and its reason."""
-    if row["status"] != "ok":
+    if not succeeded(row):
         return f"{row['status']}: {row['reason']}"
     return budget_search.found(row) + (
         f"cosine {row['cosine_mean']:.5f} (min {row['cosine_min']:.5f}), retrieval {row['retrieval_agreement']:.3f}"

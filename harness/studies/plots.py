@@ -8,6 +8,7 @@ from typing import Any
 from harness.report.plotting import pyplot, save
 from harness.report.study_results import series_label
 from harness.studies.budget_search import label
+from harness.studies.outcomes import succeeded
 
 DPI = 120
 
@@ -20,7 +21,7 @@ def plot_model_eval(rows: list[dict[str, Any]], path: Path, *, model: str) -> Pa
     width = 0.8 / max(len(lens), 1)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
     for j, max_len in enumerate(lens):
-        by = {label(r): r for r in rows if r["max_len"] == max_len and r["status"] == "ok"}
+        by = {label(r): r for r in rows if r["max_len"] == max_len and succeeded(r)}
         xs = [i + j * width for i in range(len(variants))]
         ax1.bar(
             xs,
@@ -53,9 +54,7 @@ def plot_lm_eval(rows: list[dict[str, Any]], path: Path, *, model: str) -> Path:
     plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
     for variant in dict.fromkeys(label(r) for r in rows):  # a variant matched to budgets: one line per budget
-        ok = sorted(
-            ((r["seq_len"], r) for r in rows if label(r) == variant and r["status"] == "ok"), key=lambda p: p[0]
-        )
+        ok = sorted(((r["seq_len"], r) for r in rows if label(r) == variant and succeeded(r)), key=lambda p: p[0])
         if not ok:
             continue
         lens = [n for n, _ in ok]

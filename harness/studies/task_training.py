@@ -21,7 +21,8 @@ from harness.measure.timer import Stopwatch
 from harness.studies.selection import variant_fields
 from harness.studies.task_data import IGNORE, TASK_NAMES, Batch, ListOpsSpec, MQARSpec, listops_batch, mqar_batch
 from harness.studies.task_model import TinyTransformer
-from variants import NotSupportedError, build_variant
+from harness.studies.outcomes import FAILURES, failed, with_outcome
+from variants import build_variant
 from variants._checks import did_you_mean
 
 
@@ -149,17 +150,15 @@ def train_and_test(
         model.to(device)
         with torch.no_grad():  # the probe also creates lazily built variant parameters before the optimizer sees them
             model(*_inputs(test, slice(0, 2)))
-    except NotSupportedError as exc:
-        return {**row, "status": "unsupported", "reason": "; ".join(exc.reasons)}
-    except (TypeError, ValueError) as exc:  # e.g. a config that does not fit this problem
-        return {**row, "status": "error", "reason": f"{type(exc).__name__}: {exc}"}
+    except FAILURES as exc:  # e.g. a config that does not fit this problem
+        return failed(row, exc)
     row["params"] = sum(p.numel() for p in model.parameters())
     with Stopwatch(device) as training:
         loss = _train(model, problem, preset, seed, device)
     row["train_s"] = training.seconds
     row["final_loss"] = loss
     if not math.isfinite(loss):
-        return {**row, "status": "nonfinite", "reason": f"training loss became {loss}"}
+        return with_outcome(row, "nonfinite", f"training loss became {loss}")
     row["accuracy"] = evaluate(model, test)
     return row
 
