@@ -70,8 +70,8 @@ def unreached(
 def _best(rows: pd.DataFrame) -> tuple[float, str, int] | None:
     """The lowest error the searches of these unreachable rows scored at the top of their ranges (on the search's own
     held-out seeds), with the config searched and its N; None when none is recorded or finite."""
-    tops = [(top_error(r), _searched_text(r), int(r[COL.seq_len])) for _, r in rows.iterrows()]
-    return min(((e, *rest) for e, *rest in tops if e is not None), default=None)
+    errors = ((top_error(r), r) for _, r in rows.iterrows())
+    return min(((e, _searched_text(r), int(r[COL.seq_len])) for e, r in errors if e is not None), default=None)
 
 
 def top_error(r: pd.Series) -> float | None:

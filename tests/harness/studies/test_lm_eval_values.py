@@ -42,7 +42,11 @@ def test_a_rows_perplexities_are_exp_of_the_mean_nll(monkeypatch):
     totals = {"nll": 6.0, "nll_reference": 4.0, "kl": 0.3, "agree": 3.0, "count": 4.0}
     monkeypatch.setattr(lm_eval, "_totals", lambda *args: dict(totals))
     monkeypatch.setattr(lm_eval, "calibrated_variants", lambda *args, **kwargs: ({}, None))
-    row = lm_eval._evaluate(None, "sdpa", "dense", {}, 16, ["w"], None, [0], 1, "cpu", 0, None, None)
+    at = lm_eval.AtLength(
+        model=None, own="sdpa", stream=[], N=16, windows=["w"], n_calibration=0, chosen=[0], n_layers=1, steps=1,
+        device="cpu", seed=0,
+    )  # fmt: skip
+    row = lm_eval._evaluate(at, "dense", {}, None, None)
     assert row["status"] == "ok"
     assert row["perplexity"] == pytest.approx(math.exp(1.5)) and row["perplexity_reference"] == pytest.approx(math.e)
     assert row["perplexity_increase"] == pytest.approx(math.exp(0.5) - 1)
