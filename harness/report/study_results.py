@@ -102,14 +102,6 @@ def kl_text(kl: float | None) -> str:
     return format_number(kl, ".2e")
 
 
-def generation_text(row: dict[str, Any]) -> str:
-    """The generation columns of a row for a terminal line: agreement and tokens/s, or why there are none."""
-    if row.get("generation_status") != "ok":
-        return f"generation {row.get('generation_status')}: {row.get('generation_reason')}"
-    agreement, speed = row.get("continuation_agreement"), row.get("decode_tokens_per_s")
-    return f"continuation agreement {format_number(agreement, '.3f')}, {format_number(speed, '.1f')} tokens/s"
-
-
 def lm_eval_table(rows: list[dict[str, Any]]) -> Table:
     """One line per variant (budget) and length: perplexity (the model's own), increase, top-1 agreement, KL, the
     greedy continuation's agreement with dense and decode tokens/s (when generated), or the failure."""

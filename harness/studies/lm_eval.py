@@ -27,7 +27,7 @@ from harness.models import hf_model
 from harness.measure.calibration import fit, fit_summary
 from harness.measure.timer import Stopwatch
 from harness.report.render import Block, Paragraph
-from harness.report.study_results import LM_EVAL, budget_note, generation_text, kl_text, lm_eval_note, lm_eval_table
+from harness.report.study_results import LM_EVAL, budget_note, kl_text, lm_eval_note, lm_eval_table
 from harness.studies import budget_search, lm_generate
 from harness.studies.plots import plot_lm_eval
 from harness.studies.results_io import write_results
@@ -243,7 +243,7 @@ def _shown(row: dict[str, Any]) -> str:
         f"perplexity {row['perplexity']:.4f} (model {row['perplexity_reference']:.4f}), top-1 "
         f"{row['top1_agreement']:.4f}, KL {kl_text(row['kl_mean'])}"
     )
-    return line + (f", {generation_text(row)}" if row.get("generation_status") else "")
+    return line + (f", {lm_generate.generation_text(row)}" if row.get("generation_status") else "")
 
 
 def _evaluate(

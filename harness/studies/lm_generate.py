@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from harness.measure.timer import Stopwatch
 from harness.models import hf_model
+from harness.report.render import format_number
 from variants import AttentionVariant, NotSupportedError, build_variant
 
 DEFAULT_TOKENS = 32  # --generate-tokens: tokens generated per prompt (0 turns generation off)
@@ -104,3 +105,11 @@ def generation_fields(
         "decode_tokens_per_s": tokens * len(prompts) / watch.seconds,
         "generation_status": "ok",
     }
+
+
+def generation_text(row: dict[str, Any]) -> str:
+    """The generation columns of a row for a terminal line: agreement and tokens/s, or why there are none."""
+    if row.get("generation_status") != "ok":
+        return f"generation {row.get('generation_status')}: {row.get('generation_reason')}"
+    agreement, speed = row.get("continuation_agreement"), row.get("decode_tokens_per_s")
+    return f"continuation agreement {format_number(agreement, '.3f')}, {format_number(speed, '.1f')} tokens/s"
