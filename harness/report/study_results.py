@@ -14,7 +14,7 @@ from typing import Any, Callable
 from harness.entries import config_label
 from harness.report.render import Block, Heading, Image, Paragraph, Table, format_number, short_reason
 from harness.studies.deploy_table import DEPLOY, WHAT as DEPLOY_WHAT, deploy_caveat, deployable_table
-from harness.studies.outcomes import succeeded
+from harness.studies.outcomes import outcome_text, succeeded
 
 MODEL_EVAL = "model_eval"  # the file stem harness.studies.model_eval writes
 LM_EVAL = "lm_eval"  # the file stem harness.studies.lm_eval writes (model-eval --model on a causal LM)
@@ -75,7 +75,7 @@ def model_eval_table(rows: list[dict[str, Any]]) -> Table:
                 ]
             )
         else:
-            body.append(head + ["-", "-", "-", f"{r.get('status')}: {short_reason(r.get('reason'), missing='')}"])
+            body.append(head + ["-", "-", "-", outcome_text(r)])
     return Table(
         [
             "variant",
@@ -110,7 +110,7 @@ def lm_eval_table(rows: list[dict[str, Any]]) -> Table:
     for r in rows:
         head = [variant_cell(r), str(r.get("seq_len")), *budget_cells(rows, r)]
         if not succeeded(r):
-            failure = f"{r.get('status')}: {short_reason(r.get('reason'), missing='')}"
+            failure = outcome_text(r)
             body.append(head + ["-"] * (6 if generated else 4) + [failure])
             continue
         numbers = [
@@ -159,7 +159,7 @@ def tasks_table(rows: list[dict[str, Any]]) -> Table:
                 if r is None:
                     cells.append("-")
                 elif r.get("accuracy") is None:
-                    cells.append(f"{r.get('status')}: {short_reason(r.get('reason'), 60, missing='')}")
+                    cells.append(outcome_text(r, 60))
                 elif r["variant"] == "dense" or r.get("delta_to_dense") is None:
                     cells.append(f"{r['accuracy']:.3f}")
                 else:

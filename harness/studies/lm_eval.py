@@ -32,7 +32,7 @@ from harness.studies import budget_search, lm_generate
 from harness.studies.plots import plot_lm_eval
 from harness.studies.results_io import write_results
 from harness.studies.selection import variant_fields
-from harness.studies.outcomes import FAILURES, failed, succeeded, with_outcome
+from harness.studies.outcomes import FAILURES, failed, outcome_text, succeeded, with_outcome
 from variants import AttentionVariant, build_variant, get_variant
 
 STEM = LM_EVAL  # lm_eval.csv/.json/.md/.png
@@ -238,7 +238,7 @@ def _totals(model, own, per_layer, layers, windows) -> dict[str, float]:
 def _shown(row: dict[str, Any]) -> str:
     """The terminal line's numbers: the metrics (and the knob value a budget found), or the status and its reason."""
     if not succeeded(row):
-        return f"{row['status']}: {row['reason']}"
+        return outcome_text(row, width=None)
     line = budget_search.found(row) + (
         f"perplexity {row['perplexity']:.4f} (model {row['perplexity_reference']:.4f}), top-1 "
         f"{row['top1_agreement']:.4f}, KL {kl_text(row['kl_mean'])}"

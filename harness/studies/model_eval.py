@@ -30,7 +30,7 @@ from harness.studies.passages import AtLength, at_length, Encoded, LayerBatches,
 from harness.studies.plots import plot_model_eval
 from harness.studies.results_io import write_results
 from harness.studies.selection import variant_fields
-from harness.studies.outcomes import FAILURES, failed, succeeded, with_outcome
+from harness.studies.outcomes import FAILURES, failed, outcome_text, succeeded, with_outcome
 from variants import AttentionVariant, build_variant, get_variant
 
 STEM = MODEL_EVAL  # model_eval.csv/.json/.md/.png
@@ -255,7 +255,7 @@ ERROR = "1 - cosine"  # what --error-budgets bounds for the encoder: 1 - the mea
 def _shown(row: dict[str, Any]) -> str:
     """The terminal line's numbers: the metrics (and the knob value a budget found), or the status and its reason."""
     if not succeeded(row):
-        return f"{row['status']}: {row['reason']}"
+        return outcome_text(row, width=None)
     return budget_search.found(row) + (
         f"cosine {row['cosine_mean']:.5f} (min {row['cosine_min']:.5f}), retrieval {row['retrieval_agreement']:.3f}"
     )

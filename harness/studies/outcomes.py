@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.report.render import REASON_WIDTH, short_reason
 from harness.store import COL
 from variants import NotSupportedError
 
@@ -28,3 +29,10 @@ def failed(row: dict[str, Any], exc: Exception) -> dict[str, Any]:
 def succeeded(row: dict[str, Any]) -> bool:
     """Whether a study row ran (an older or partial row without a status did not)."""
     return row.get(COL.status) == OK
+
+
+def outcome_text(row: dict[str, Any], width: int | None = REASON_WIDTH) -> str:
+    """A failed row for people: 'status: reason', the reason on one line, cut to `width` characters (None: whole)."""
+    reason = row.get(COL.reason)
+    whole = len(str(reason))  # at least the one-line text's length: never cut
+    return f"{row.get(COL.status)}: {short_reason(reason, whole if width is None else width, missing='')}"
