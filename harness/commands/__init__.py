@@ -124,8 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a folder that cannot be written or read (read-only, full, a directory where a file goes)
         print(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        if not getattr(exc, "reported", False):  # else the sweep said where its rows are and how to resume
+            print("interrupted", file=sys.stderr)
         return 130
     finally:
         warnings.formatwarning = format_before

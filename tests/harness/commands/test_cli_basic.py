@@ -101,3 +101,16 @@ def test_a_command_imports_only_its_own_module():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_ctrl_c_during_a_sweep_says_interrupted_once_with_how_to_continue(tmp_path, monkeypatch, capsys):
+    from harness.runner import sweep_into
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_into, "_run_cells", interrupted)
+    argv = ["sweep", "--variants", "dense", "--seq-lens", "64", "--out", str(tmp_path), "--run-id", "r", "--quiet"]
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert err.count("interrupted") == 1 and "continue with" in err, err
