@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import Tensor, nn
 
+from harness.errors import UsageError
 from harness.models import hf_adapter
 from variants import AttentionVariant, build_variant
 
@@ -34,16 +35,35 @@ def load_pretrained(
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()  # its load report: what it reports is refused below, in one line
     try:
         config = transformers.AutoConfig.from_pretrained(path, trust_remote_code=False)
         if causal_lm is None:
             causal_lm = is_causal_lm(config)
         auto = transformers.AutoModelForCausalLM if causal_lm else transformers.AutoModel
-        model = auto.from_pretrained(path, dtype=dtype, trust_remote_code=False)  # transformers' default attention
-    except (OSError, ValueError, KeyError) as exc:
+        model, info = auto.from_pretrained(path, dtype=dtype, trust_remote_code=False, output_loading_info=True)
+    except Exception as exc:  # safetensors raises its own error types for a truncated or garbage file
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"transformers cannot load the model {path!r}: {first}") from None
+    _refuse_partial(path, info)
     return model.to(device).eval()
+
+
+def _refuse_partial(path: str, info: dict[str, Any]) -> None:
+    """UsageError when transformers reports weights missing (it would initialise them at random), unexpected (another
+    architecture's) or of another shape; what it ties or ignores by itself is not reported, so never refused."""
+    for kind, meaning in (
+        ("missing_keys", "missing (transformers would initialise them at random)"),
+        ("unexpected_keys", "unexpected (a checkpoint of another architecture?)"),
+        ("mismatched_keys", "of another shape than the config's"),
+    ):
+        keys = sorted(str(key[0] if isinstance(key, tuple) else key) for key in info.get(kind) or ())
+        if keys:
+            shown = ", ".join(keys[:3]) + (", ..." if len(keys) > 3 else "")
+            raise UsageError(
+                f"the model {path!r} is not whole: {len(keys)} weights {meaning}: {shown}; "
+                "pass a complete checkpoint of the architecture its config.json names"
+            )
 
 
 def load_config(path: str) -> Any:
