@@ -74,6 +74,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"--model: tokens greedy generate() continues each window with, compared to dense's and timed "
         f"(default: {lm_generate.DEFAULT_TOKENS}; 0: no generation)",
     )
+    parser.add_argument(
+        "--tokenizer",
+        choices=hf_model.TOKENIZERS,
+        default="model",
+        help="--model: the model's own tokenizer (default; one that does not load is an error) or the text's UTF-8 "
+        "bytes modulo the vocabulary (a folder without a tokenizer); the results record which",
+    )
     add_study_arguments(parser, model_eval.STEM, set_example="sliding_window.window=32")
 
 
@@ -170,9 +177,10 @@ def run_model(args: argparse.Namespace) -> int:
             budgets=budgets,
             metric=args.error_metric or next(iter(lm_eval.ERRORS)),
             generate_tokens=args.generate_tokens,
+            tokenizer=args.tokenizer,
             log=print,
         )
-    except ValueError as exc:  # the text is too short for the windows asked, the model does not load
+    except ValueError as exc:  # the text is too short for the windows, the model or its tokenizer does not load
         raise UsageError(str(exc)) from None
     meta.update(variants=variants, overrides=overrides, device=device, seed=args.seed)
     meta.update(wall_s=watch.seconds, torch_threads=torch.get_num_threads())

@@ -1,6 +1,7 @@
 """The `model` input distribution: the q, k, v a transformers model's attention layer receives on real text.
 
-``--inputs model:path=DIR,layer=0`` (optionally ``text=FILE``, default Python's documentation): B windows
+``--inputs model:path=DIR,layer=0`` (optionally ``text=FILE``, default Python's documentation, and
+``tokenizer=bytes`` for a folder without a tokenizer: the text's UTF-8 bytes; default the model's own): B windows
 of N consecutive tokens of the text's first three quarters, at seeded offsets, run through the model
 loaded from DIR (a local folder with safetensors weights; never code shipped with a model); the
 chosen layer's q, k, v are recorded as the model's attention gets them (after RoPE, GQA kept, q
@@ -90,6 +91,7 @@ def model(
     path: str = "",
     layer: int = 0,
     text: str = "",
+    tokenizer: str = "model",
     kv_heads: int | None = None,
 ) -> QKV:
     """q, k, v a transformers model's layer receives on real text (path=DIR, layer=i): its own H, H_kv, D; extra [hf]."""
@@ -99,16 +101,18 @@ def model(
             _text_fingerprint(text)
         except UsageError as exc:
             reasons.append(str(exc))
+    if tokenizer not in hf_model.TOKENIZERS:
+        reasons.append(f"tokenizer={tokenizer!r}: expected one of {', '.join(hf_model.TOKENIZERS)}")
     if reasons:
         raise NotSupportedError("inputs 'model'", reasons)
     starts = torch.randint(0, 2**62, (B,), generator=generator, device=generator.device).tolist()
-    q, k, v = captured(path, layer, text, N, starts)
+    q, k, v = captured(path, layer, text, N, starts, tokenizer=tokenizer)
     if kv_heads is None and k.shape[1] != H:  # the caller keeps every G-th K/V head: give each group's its own
         k, v = (t.repeat_interleave(H // k.shape[1], dim=1) for t in (k, v))
     return q.to(device), k.to(device), v.to(device)
 
 
-def captured(path: str, layer: int, text: str, N: int, starts: list[int]) -> QKV:
+def captured(path: str, layer: int, text: str, N: int, starts: list[int], *, tokenizer: str = "model") -> QKV:
     """The layer's (q, k, v), float32 on the CPU, for windows at `starts`: from the run folder's cache, or the model.
 
     A cached file is used only when its recorded key (model and text fingerprints, layer, N, window starts) is this
@@ -118,7 +122,7 @@ def captured(path: str, layer: int, text: str, N: int, starts: list[int]) -> QKV
     from safetensors.torch import save as safetensors_bytes
 
     folder = os.environ.get(RUN_DIR_ENV)
-    key = capture_key(path, layer, text, N, starts)
+    key = capture_key(path, layer, text, N, starts) + ("" if tokenizer == "model" else f" tokenizer={tokenizer}")
     file = (
         Path(folder) / CACHE_FOLDER / f"{hashlib.sha1(key.encode()).hexdigest()[:16]}.safetensors" if folder else None
     )
@@ -126,7 +130,7 @@ def captured(path: str, layer: int, text: str, N: int, starts: list[int]) -> QKV
         cached = _cached_capture(safe_open, file, key, B=len(starts), N=N)
         if cached is not None:
             return cached
-    stream = _stream(path, text)
+    stream = _stream(path, text, tokenizer)
     split = len(stream) * 3 // 4  # the first three quarters: model-eval calibrates on the last
     if split < N + 1:
         raise ValueError(f"inputs 'model': the text has {len(stream)} tokens, too few for windows of N={N}")
@@ -186,6 +190,7 @@ def _model(path: str) -> torch.nn.Module:
 
 
 @functools.lru_cache(maxsize=4)
-def _stream(path: str, text: str) -> tuple[int, ...]:
+def _stream(path: str, text: str, tokenizer: str) -> tuple[int, ...]:
     body = read_user_text(text, what="inputs 'model' text=") if text else "\n\n".join(corpus())
-    return tuple(hf_model.token_ids(path, body, int(hf_model.load_config(path).vocab_size))[0])
+    vocab_size = int(hf_model.load_config(path).vocab_size)
+    return tuple(hf_model.token_ids(path, body, vocab_size, tokenizer=tokenizer)[0])

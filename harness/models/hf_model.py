@@ -137,21 +137,37 @@ def capture_qkv(model: nn.Module, run: Callable[[], Any], *, layers: Iterable[in
     return [record[0] for record in records]
 
 
-def token_ids(path: str, text: str, vocab_size: int) -> tuple[list[int], str]:
-    """The text's token ids under the model's own tokenizer, or its UTF-8 bytes modulo vocab_size for a folder
-    without one (tiny test models). Returns (ids, the tokenizer's description for the results)."""
+TOKENIZERS = ("model", "bytes")  # the model's own tokenizer (default), or the text's UTF-8 bytes when asked for
+TOKENIZER_RECORDED = {"model": "the model's", "bytes": "bytes"}  # what the results' `tokenizer` field says
+
+
+def token_ids(path: str, text: str, vocab_size: int, *, tokenizer: str = "model") -> tuple[list[int], str]:
+    """The text's token ids under the model's own tokenizer (tokenizer="model"), or its UTF-8 bytes modulo vocab_size
+    (tokenizer="bytes", asked for: tiny test models have none). Returns (ids, the tokenizer's class or "bytes").
+
+    Raises ValueError naming the folder and transformers' reason when the model's tokenizer does not load.
+    """
+    if tokenizer not in TOKENIZERS:
+        raise ValueError(f"tokenizer {tokenizer!r}: expected one of {', '.join(TOKENIZERS)}")
+    if tokenizer == "bytes":
+        return [b % vocab_size for b in text.encode("utf-8")], "bytes"
     import transformers
 
     transformers.utils.logging.set_verbosity_error()  # "sequence longer than the model's maximum": windows cut it
-    fallback = [b % vocab_size for b in text.encode("utf-8")], f"UTF-8 bytes mod {vocab_size} (no tokenizer in {path})"
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=False)
-    except (OSError, ValueError, KeyError, TypeError):
-        return fallback
-    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        loaded = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+        ids = list(loaded(text, add_special_tokens=False)["input_ids"])
+    except Exception as exc:  # tokenizers raises its own error types for a broken tokenizer.json
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"the tokenizer in {path!r} does not load: {first}; {_BYTES_HINT}") from None
     if text.strip() and not ids:  # a tokenizer class without its files (Qwen2's): transformers builds an empty one
-        return fallback
-    return ids, type(tokenizer).__name__
+        raise ValueError(f"the tokenizer in {path!r} gives no tokens for the text (its files missing?); {_BYTES_HINT}")
+    return ids, type(loaded).__name__
+
+
+_BYTES_HINT = (
+    "fix the folder's tokenizer files, or ask for UTF-8 bytes (model-eval --tokenizer bytes; model:tokenizer=bytes)"
+)
 
 
 def token_windows(stream: list[int], N: int, count: int, *, calibration: bool) -> list[list[int]]:

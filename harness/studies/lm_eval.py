@@ -176,6 +176,7 @@ def run_lm_eval(
     budgets: tuple[float, ...] = (),
     metric: str = "kl",
     generate_tokens: int = lm_generate.DEFAULT_TOKENS,
+    tokenizer: str = "model",  # hf_model.TOKENIZERS: the model's own (one that does not load is a ValueError) or bytes
     log: Callable[[str], None] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows for every (seq_len, variant, budget) and meta (model shape, tokenizer, reference perplexity per length).
@@ -186,7 +187,8 @@ def run_lm_eval(
     model = hf_model.load_pretrained(path, device=device, causal_lm=True)
     shape = hf_model.attention_shape(model)
     chosen = list(range(shape["layers"])) if layers is None else layers
-    stream, tokenizer = hf_model.token_ids(path, text, int(model.config.vocab_size))
+    stream, tokenizer_class = hf_model.token_ids(path, text, int(model.config.vocab_size), tokenizer=tokenizer)
+    used = hf_model.TOKENIZER_RECORDED[tokenizer]
     own = model.config._attn_implementation
     shown_layers = "all" if layers is None else ",".join(map(str, layers))
     rows = []
@@ -198,9 +200,10 @@ def run_lm_eval(
             model, own, stream, N, windows, n_calibration, chosen, shape["layers"], steps, device, seed, generate_tokens
         )
         found = rows_at(at, variants, shape=shape, overrides=overrides or {}, budgets=budgets, metric=metric, log=log)
-        rows += [{"model": path, "layers": shown_layers, **row} for row in found]
+        rows += [{"model": path, "layers": shown_layers, "tokenizer": used, **row} for row in found]
         model.set_attn_implementation(own)
-    meta = {"model": path, "kind": "causal-lm", **shape, "tokenizer": tokenizer, "text_tokens": len(stream)}
+    meta = {"model": path, "kind": "causal-lm", **shape, "tokenizer": used, "tokenizer_class": tokenizer_class}
+    meta.update(text_tokens=len(stream))
     meta.update(seq_lens=seq_lens, texts=n_eval, calibration_texts=n_calibration, calibration_steps=steps)
     meta.update(error_budgets=list(budgets), error_metric=metric if budgets else None, generate_tokens=generate_tokens)
     return rows, meta

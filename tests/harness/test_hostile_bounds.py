@@ -84,12 +84,12 @@ def test_a_model_input_capture_is_never_written_through_a_planted_link(tmp_path)
     llama, victim, run = save_tiny(tmp_path / "llama", "llama"), _victim(tmp_path), tmp_path / "run"
     shape = dict(B=2, H=4, N=32, D=16, H_kv=2)
     with model_inputs.run_folder(run):
-        inputs.make_inputs("model", {"path": str(llama)}, seed=5, **shape)
+        inputs.make_inputs("model", {"path": str(llama), "tokenizer": "bytes"}, seed=5, **shape)
         (file,) = (run / model_inputs.CACHE_FOLDER).glob("*.safetensors")
         file.unlink()
         file.symlink_to(victim)
         with pytest.raises(UsageError, match=r"\.safetensors is a symbolic link"):
-            inputs.make_inputs("model", {"path": str(llama)}, seed=5, **shape)
+            inputs.make_inputs("model", {"path": str(llama), "tokenizer": "bytes"}, seed=5, **shape)
     assert victim.read_text() == "keep"
 
 
@@ -150,6 +150,6 @@ def test_the_report_of_a_model_inputs_run_draws_its_maps_on_gaussian_inputs(tmp_
     from harness.report.heatmaps import MapOptions, draw_maps
     from tests.helpers.synthetic_run import analysed_rows, make_rows
 
-    rows = make_rows(variants=("dense",), lengths=(256,), inputs=(f"model:path={tmp_path / 'llama'}",))
+    rows = make_rows(variants=("dense",), lengths=(256,), inputs=(f"model:path={tmp_path / 'llama'},tokenizer=bytes",))
     drawn = draw_maps(analysed_rows(rows), tmp_path / "attention_maps.png", MapOptions(n=8, fitted=False))
     assert drawn is not None and drawn.path.is_file() and "on 'gaussian' inputs" in drawn.caption

@@ -31,7 +31,7 @@ def llama(tmp_path_factory):
 
 def _capture(llama, folder, **params):
     with model_inputs.run_folder(folder):
-        return inputs.make_inputs("model", {"path": str(llama), **params}, seed=5, **SHAPE)
+        return inputs.make_inputs("model", {"path": str(llama), "tokenizer": "bytes", **params}, seed=5, **SHAPE)
 
 
 def _only_file(folder):
@@ -82,7 +82,7 @@ def test_a_text_that_is_not_a_regular_file_is_refused_as_a_reason(llama, tmp_pat
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     with pytest.raises(NotSupportedError, match=r"is not a regular file"):
-        inputs.make_inputs("model", {"path": str(llama), "text": str(fifo)}, seed=0, **SHAPE)
+        inputs.make_inputs("model", {"path": str(llama), "tokenizer": "bytes", "text": str(fifo)}, seed=0, **SHAPE)
 
 
 def test_read_user_text_refuses_pipes_devices_folders_and_large_files(tmp_path):

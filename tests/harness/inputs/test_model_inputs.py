@@ -26,7 +26,7 @@ def llama(tmp_path_factory):
 
 
 def test_the_layers_own_qkv_seeded_and_post_rope(llama):
-    entry = f"model:path={llama},layer=1"
+    entry = f"model:path={llama},layer=1,tokenizer=bytes"
     name, params = inputs.parse_inputs(entry)
     q, k, v = inputs.make_inputs(name, params, B=2, H=4, N=64, D=16, seed=3, H_kv=2)
     assert q.shape == (2, 4, 64, 16) and k.shape == v.shape == (2, 2, 64, 16)
@@ -34,7 +34,7 @@ def test_the_layers_own_qkv_seeded_and_post_rope(llama):
     assert all(torch.equal(a, b) for a, b in zip((q, k, v), again))
     # the same as capturing layer 1 of the model on those tokens directly
     net = hf_model.load_pretrained(str(llama))
-    stream = model_inputs._stream(str(llama), "")
+    stream = model_inputs._stream(str(llama), "", "bytes")
     starts = torch.randint(0, 2**62, (2,), generator=torch.Generator().manual_seed(3)).tolist()
     split = len(stream) * 3 // 4
     ids = torch.tensor([stream[s % (split - 64) : s % (split - 64) + 64] for s in starts])
@@ -53,7 +53,7 @@ def test_the_layers_own_qkv_seeded_and_post_rope(llama):
 )
 def test_a_shape_other_than_the_models_is_refused_with_its_values(llama, shape, message):
     with pytest.raises(NotSupportedError, match=message):
-        inputs.make_inputs("model", {"path": str(llama)}, B=1, N=64, seed=0, **shape)
+        inputs.make_inputs("model", {"path": str(llama), "tokenizer": "bytes"}, B=1, N=64, seed=0, **shape)
     with pytest.raises(NotSupportedError, match=r"model:path=DIR"):
         inputs.make_inputs("model", {}, B=1, H=4, N=64, D=16, seed=0)
 
@@ -62,7 +62,15 @@ def test_a_shape_other_than_the_models_is_refused_with_its_values(llama, shape, 
 def test_sweep_rows_with_the_models_shape_and_a_resume_does_not_recapture(llama, tmp_path, monkeypatch, capsys):
     argv = ["sweep", "--device", "cpu", "--variants", "dense,sliding_window:window=16", "--seq-lens", "64"]
     argv += ["--batch", "1", "--heads", "4", "--kv-heads", "2", "--head-dims", "16"]
-    argv += ["--inputs", f"model:path={llama},layer=0", "--time-budget", "0.01", "--repeats", "1", "--quiet"]
+    argv += [
+        "--inputs",
+        f"model:path={llama},layer=0,tokenizer=bytes",
+        "--time-budget",
+        "0.01",
+        "--repeats",
+        "1",
+        "--quiet",
+    ]
     assert main([*argv, "--out", str(tmp_path), "--run-id", "r"]) == 0, capsys.readouterr().err
     run = tmp_path / "r"
     rows = list(csv.DictReader((run / "rows.csv").open()))
@@ -83,7 +91,7 @@ def test_sweep_rows_with_the_models_shape_and_a_resume_does_not_recapture(llama,
 def test_a_qwen2_style_model_gives_its_own_mqa_shape(tmp_path):
     """Qwen2-style (q/k/v biases, one key/value head): its H_kv=1 is what the inputs have and what a cell must ask."""
     folder = save_tiny(tmp_path / "qwen2", "qwen2")
-    name, params = inputs.parse_inputs(f"model:path={folder},layer=0")
+    name, params = inputs.parse_inputs(f"model:path={folder},layer=0,tokenizer=bytes")
     q, k, v = inputs.make_inputs(name, params, B=1, H=4, N=32, D=16, seed=0, H_kv=1)
     assert q.shape == (1, 4, 32, 16) and k.shape == v.shape == (1, 1, 32, 16)
     assert torch.isfinite(q).all() and k.abs().sum() > 0

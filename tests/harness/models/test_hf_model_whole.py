@@ -8,10 +8,12 @@ import json
 import pytest
 from safetensors.torch import load_file, save_file
 
+from harness import inputs
 from harness.commands import main
 from harness.errors import UsageError
 from harness.models import hf_adapter, hf_model
 from tests.helpers.tiny_hf import save_tiny
+from variants import NotSupportedError
 
 pytestmark = pytest.mark.skipif(
     hf_adapter.missing_transformers_reason() is not None, reason=str(hf_adapter.missing_transformers_reason())
@@ -25,9 +27,10 @@ def _rewrite(folder, change) -> None:
     save_file(change(dict(tensors)), str(folder / WEIGHTS), metadata={"format": "pt"})
 
 
-def _eval_line(folder, capsys) -> str:
+def _eval_line(folder, capsys, *flags: str) -> str:
+    """The one line model-eval exits 2 with on the model at `folder` (`flags`: e.g. --tokenizer bytes)."""
     capsys.readouterr()  # what saving the model printed
-    argv = ["model-eval", "--model", str(folder), "--seq-lens", "64", "--variants", "dense", "--texts", "1"]
+    argv = ["model-eval", *flags, "--model", str(folder), "--seq-lens", "64", "--variants", "dense", "--texts", "1"]
     assert main([*argv, "--calibration-texts", "0", "--generate-tokens", "0", "--out", str(folder / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
@@ -39,7 +42,7 @@ def test_missing_weights_are_refused(tmp_path, capsys):
     _rewrite(folder, lambda t: {k: v for k, v in t.items() if ".layers.1." not in k})
     with pytest.raises(UsageError, match=r"is not whole: 9 weights missing .*model\.layers\.1\..*complete checkpoint"):
         hf_model.load_pretrained(str(folder))
-    line = _eval_line(folder, capsys)
+    line = _eval_line(folder, capsys, "--tokenizer", "bytes")
     assert "is not whole: 9 weights missing" in line and str(folder) in line
 
 
@@ -76,10 +79,45 @@ def test_unreadable_weights_are_one_line(tmp_path, capsys, damage):
         (folder / "config.json").unlink()
     with pytest.raises(ValueError, match=r"transformers cannot load the model '.*llama': \S"):
         hf_model.load_pretrained(str(folder))
-    assert str(folder) in _eval_line(folder, capsys)
+    assert str(folder) in _eval_line(folder, capsys, "--tokenizer", "bytes")
 
 
 def test_whole_model_loads(tmp_path):
     folder = save_tiny(tmp_path / "llama", "llama")
     assert json.loads((folder / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
     assert not hf_model.load_pretrained(str(folder)).training
+
+
+def test_a_broken_tokenizer_is_an_error_unless_bytes_are_asked_for(tmp_path, capsys):
+    folder = save_tiny(tmp_path / "llama", "llama")
+    (folder / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "nothing"}}')
+    (folder / "tokenizer_config.json").write_text('{"tokenizer_class": "PreTrainedTokenizerFast"}')
+    with pytest.raises(ValueError, match=r"the tokenizer in '.*llama' does not load: \S.*--tokenizer bytes"):
+        hf_model.token_ids(str(folder), "some text", 128)
+    line = _eval_line(folder, capsys)
+    assert "the tokenizer in" in line and str(folder) in line and "--tokenizer bytes" in line
+    assert hf_model.token_ids(str(folder), "ab", 128, tokenizer="bytes") == ([97, 98], "bytes")
+
+
+def test_a_folder_without_a_tokenizer_needs_bytes_and_the_results_say_so(tmp_path, capsys):
+    folder = save_tiny(tmp_path / "llama", "llama")
+    assert "does not load" in _eval_line(folder, capsys)
+    argv = ["model-eval", "--tokenizer", "bytes", "--model", str(folder), "--seq-lens", "64", "--variants", "dense"]
+    out = tmp_path / "out"
+    argv += ["--texts", "1", "--calibration-texts", "0", "--generate-tokens", "0", "--out", str(out)]
+    assert main(argv) == 0, capsys.readouterr().err
+    (meta_file,) = out.glob("*.json")
+    written = json.loads(meta_file.read_text())
+    assert written["meta"]["tokenizer"] == "bytes", written.keys()
+    assert {row["tokenizer"] for row in written["rows"]} == {"bytes"}
+
+
+def test_the_model_input_needs_its_tokenizer_or_bytes(tmp_path):
+    folder = save_tiny(tmp_path / "llama", "llama")
+    shape = dict(B=1, H=4, N=32, D=16, seed=0, H_kv=2)
+    with pytest.raises(ValueError, match=r"the tokenizer in '.*llama' does not load: .*model:tokenizer=bytes"):
+        inputs.make_inputs("model", {"path": str(folder)}, **shape)
+    with pytest.raises(NotSupportedError, match=r"tokenizer='utf8': expected one of model, bytes"):
+        inputs.make_inputs("model", {"path": str(folder), "tokenizer": "utf8"}, **shape)
+    q, _, _ = inputs.make_inputs("model", {"path": str(folder), "tokenizer": "bytes"}, **shape)
+    assert q.shape == (1, 4, 32, 16)

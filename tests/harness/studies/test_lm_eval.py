@@ -37,13 +37,23 @@ def _stock_perplexity(folder, windows) -> float:
 
 
 def test_end_to_end_dense_equals_the_stock_model(llama, tmp_path, capsys):
-    argv = ["model-eval", "--model", str(llama), "--seq-lens", "128,256", "--variants", "dense,sliding_window"]
+    argv = [
+        "model-eval",
+        "--tokenizer",
+        "bytes",
+        "--model",
+        str(llama),
+        "--seq-lens",
+        "128,256",
+        "--variants",
+        "dense,sliding_window",
+    ]
     argv += ["--set", "sliding_window.window=16", "--texts", "2", "--calibration-texts", "1", "--out", str(tmp_path)]
     assert main(argv) == 0, capsys.readouterr().err
     data = json.loads((tmp_path / "lm_eval.json").read_text())
     assert data["meta"]["H"] == 4 and data["meta"]["H_kv"] == 2 and data["meta"]["D"] == 16
     rows = {(r["variant"], r["seq_len"]): r for r in data["rows"]}
-    stream, _ = hf_model.token_ids(str(llama), lm_eval_text(), 128)
+    stream, _ = hf_model.token_ids(str(llama), lm_eval_text(), 128, tokenizer="bytes")
     for N in (128, 256):
         dense = rows[("dense", N)]
         assert dense["status"] == "ok"
@@ -74,6 +84,7 @@ def test_a_learnable_variant_is_calibrated_on_other_windows_and_refusals_are_row
         n_calibration=1,
         steps=3,
         layers=[1],
+        tokenizer="bytes",
     )
     distilled, linformer = rows
     assert distilled["status"] == "ok" and distilled["calibration"]["layers"] == 1 and distilled["layers"] == "1"
@@ -98,7 +109,23 @@ def test_a_learnable_variant_is_calibrated_on_other_windows_and_refusals_are_row
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(llama, argv, message, capsys, tmp_path):
-    assert main(["model-eval", "--model", str(llama), "--variants", "dense", "--out", str(tmp_path), *argv]) == 2
+    assert (
+        main(
+            [
+                "model-eval",
+                "--tokenizer",
+                "bytes",
+                "--model",
+                str(llama),
+                "--variants",
+                "dense",
+                "--out",
+                str(tmp_path),
+                *argv,
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and re.search(message, err), err
 
@@ -106,7 +133,19 @@ def test_bad_input_is_one_line_and_exit_2(llama, argv, message, capsys, tmp_path
 def test_a_refused_model_feature_is_an_unsupported_row_naming_it(tmp_path, capsys):
     folder = save_tiny(tmp_path / "m", "mistral", sliding_window=32)
     # chunked cannot restrict itself to the model's window (dense and sliding_window can: test_hf_model_window.py)
-    argv = ["model-eval", "--model", str(folder), "--seq-lens", "64", "--variants", "chunked", "--texts", "1"]
+    argv = [
+        "model-eval",
+        "--tokenizer",
+        "bytes",
+        "--model",
+        str(folder),
+        "--seq-lens",
+        "64",
+        "--variants",
+        "chunked",
+        "--texts",
+        "1",
+    ]
     assert main([*argv, "--out", str(tmp_path / "out")]) == 0, capsys.readouterr().err
     (row,) = json.loads((tmp_path / "out" / "lm_eval.json").read_text())["rows"]
     assert row["status"] == "unsupported" and "sliding-window" in row["reason"]
@@ -120,7 +159,7 @@ def test_not_a_model_is_exit_2(tmp_path, capsys):
 def _calibration_totals(folder, N: int, make_variant) -> dict:
     """lm_eval's sums on the first calibration window, computed here from the stock model and a swap."""
     model = hf_model.load_pretrained(str(folder))
-    stream, _ = hf_model.token_ids(str(folder), lm_eval_text(), 128)
+    stream, _ = hf_model.token_ids(str(folder), lm_eval_text(), 128, tokenizer="bytes")
     (window,) = hf_model.token_windows(stream, N, 1, calibration=True)
     ids = torch.tensor([window])
     reference = lm_eval._logits(model, ids)
@@ -129,7 +168,17 @@ def _calibration_totals(folder, N: int, make_variant) -> dict:
 
 
 def test_error_budgets_pick_the_cheapest_window_on_calibration_windows(llama, tmp_path, capsys):
-    argv = ["model-eval", "--model", str(llama), "--seq-lens", "128", "--variants", "dense,sliding_window"]
+    argv = [
+        "model-eval",
+        "--tokenizer",
+        "bytes",
+        "--model",
+        str(llama),
+        "--seq-lens",
+        "128",
+        "--variants",
+        "dense,sliding_window",
+    ]
     argv += ["--error-budgets", "0.0001,0.001,0.01", "--error-metric", "kl", "--texts", "1", "--calibration-texts", "1"]
     assert main([*argv, "--out", str(tmp_path)]) == 0, capsys.readouterr().err
     data = json.loads((tmp_path / "lm_eval.json").read_text())
@@ -173,6 +222,7 @@ def test_the_perplexity_budget_is_the_relative_increase_on_calibration_windows(l
         steps=0,
         budgets=(2.0,),
         metric="perplexity",
+        tokenizer="bytes",
     )
     (row,) = rows
     assert row["status"] == "ok" and row["config"]["window"] == 16 and meta["error_metric"] == "perplexity"

@@ -53,12 +53,13 @@ def test_dense_agrees_with_itself_and_a_one_token_window_by_hand(llama):
         steps=0,
         overrides={"sliding_window": {"window": 1}},
         generate_tokens=T,
+        tokenizer="bytes",
     )
     dense, window = rows
     assert meta["generate_tokens"] == T
     assert dense["generation_status"] == "ok" and dense["continuation_agreement"] == 1.0
     assert dense["generated_tokens"] == T and dense["decode_tokens_per_s"] > 0
-    stream, _ = hf_model.token_ids(str(llama), _text(), 128)
+    stream, _ = hf_model.token_ids(str(llama), _text(), 128, tokenizer="bytes")
     (prompt,) = hf_model.token_windows(stream, 32, 1, calibration=False)
     expected = _greedy(llama, lambda i: build_variant("dense"), prompt)
     found = _greedy(llama, lambda i: build_variant("sliding_window", window=1), prompt)
@@ -84,7 +85,19 @@ def top_left():
 
 
 def test_a_variant_without_causal_offset_gets_unsupported_generation_never_a_number(llama, top_left, tmp_path):
-    argv = ["model-eval", "--model", str(llama), "--seq-lens", "16", "--variants", top_left, "--texts", "1"]
+    argv = [
+        "model-eval",
+        "--tokenizer",
+        "bytes",
+        "--model",
+        str(llama),
+        "--seq-lens",
+        "16",
+        "--variants",
+        top_left,
+        "--texts",
+        "1",
+    ]
     assert main([*argv, "--generate-tokens", str(T), "--out", str(tmp_path)]) == 0
     (row,) = json.loads((tmp_path / "lm_eval.json").read_text())["rows"]
     assert row["status"] == "ok" and row["perplexity"] is not None  # its prefill is fine
@@ -98,7 +111,15 @@ def test_a_variant_without_causal_offset_gets_unsupported_generation_never_a_num
 
 def test_no_generation_with_zero_tokens(llama):
     rows, meta = lm_eval.run_lm_eval(
-        str(llama), ["dense"], [16], text=_text(), n_eval=1, n_calibration=0, steps=0, generate_tokens=0
+        str(llama),
+        ["dense"],
+        [16],
+        text=_text(),
+        n_eval=1,
+        n_calibration=0,
+        steps=0,
+        generate_tokens=0,
+        tokenizer="bytes",
     )
     (row,) = rows
     assert meta["generate_tokens"] == 0 and row["generation_status"] is None and row["continuation_agreement"] is None
@@ -107,7 +128,15 @@ def test_no_generation_with_zero_tokens(llama):
 
 def test_kl_is_the_default_budget_metric(llama):
     rows, meta = lm_eval.run_lm_eval(
-        str(llama), ["sliding_window"], [32], text=_text(), n_eval=1, n_calibration=1, steps=0, budgets=(2.0,)
+        str(llama),
+        ["sliding_window"],
+        [32],
+        text=_text(),
+        n_eval=1,
+        n_calibration=1,
+        steps=0,
+        budgets=(2.0,),
+        tokenizer="bytes",
     )
     assert meta["error_metric"] == "kl" and rows[0]["tuning"]["metric"] == "KL(dense||variant)"
 
