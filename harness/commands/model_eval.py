@@ -87,6 +87,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.model:
         return run_model(args)
+    if args.tokenizer != "model":
+        raise UsageError(f"--tokenizer {args.tokenizer} is for --model; MiniLM runs on its own tokenizer: drop it")
     args.texts = 96 if args.texts is None else args.texts
     args.calibration_texts = 16 if args.calibration_texts is None else args.calibration_texts
     reason = minilm.missing_extra_reason()

@@ -236,6 +236,7 @@ def run_model_eval(
         rows += rows_at(at, variants, steps=steps, seed=seed, overrides=overrides or {}, budgets=budgets, log=log)
     meta = {
         "model": minilm.MODEL_NAME,
+        "tokenizer": "the model's",  # MiniLM's own WordPiece, always (model-eval --tokenizer is for --model)
         "corpus": "pydoc_data.topics (CPython's documentation), paragraphs joined into passages",
         "texts": n_eval,
         "calibration_texts": n_calibration,

@@ -121,3 +121,8 @@ def test_the_model_input_needs_its_tokenizer_or_bytes(tmp_path):
         inputs.make_inputs("model", {"path": str(folder), "tokenizer": "utf8"}, **shape)
     q, _, _ = inputs.make_inputs("model", {"path": str(folder), "tokenizer": "bytes"}, **shape)
     assert q.shape == (1, 4, 32, 16)
+
+
+def test_tokenizer_bytes_without_a_model_is_refused(capsys):
+    assert main(["model-eval", "--tokenizer", "bytes"]) == 2
+    assert "--tokenizer bytes is for --model" in capsys.readouterr().err

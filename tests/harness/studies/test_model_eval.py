@@ -135,6 +135,7 @@ def test_error_budgets_search_one_minus_cosine_on_calibration_passages():
         ["dense", "sliding_window"], [128], n_eval=3, n_calibration=2, steps=0, budgets=(1e-9, 2.0)
     )
     assert meta["error_budgets"] == [1e-9, 2.0] and meta["error_metric"] == "1 - cosine"
+    assert meta["tokenizer"] == "the model's"
     dense, impossible, loose = rows
     assert dense["budget"] is None and dense["tuning"] is None
     assert loose["status"] == "ok" and loose["config"]["window"] == 16 and loose["budget"] == 2.0
