@@ -39,7 +39,8 @@ LAYERS = (
     ("harness.measure",),
     ("harness.executors",),
     ("harness.store",),
-    ("harness.report", "harness.studies"),
+    ("harness.report",),
+    ("harness.studies",),
     ("harness.runner",),
     ("harness.commands", "harness.__main__", "harness.api"),
 )

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from harness.measure.knob_range import knob_range_at, search_knob
 from harness.measure.timer import Stopwatch
 from harness.plan import matched_budgets
-from harness.studies.outcomes import with_outcome
+from harness.report.study_outcomes import with_outcome
 from variants import build_variant, get_variant
 
 Shape = tuple[int, int, int, int, int, bool]  # (B, H, N, M, D, causal) the knob's FLOP cap is counted on

@@ -32,7 +32,7 @@ from harness.studies import budget_search, lm_generate
 from harness.studies.plots import plot_lm_eval
 from harness.studies.results_io import write_results
 from harness.studies.selection import variant_fields
-from harness.studies.outcomes import FAILURES, failed, outcome_text, succeeded, with_outcome
+from harness.report.study_outcomes import FAILURES, failed, outcome_text, succeeded, with_outcome
 from variants import AttentionVariant, build_variant, get_variant
 
 STEM = LM_EVAL  # lm_eval.csv/.json/.md/.png
