@@ -161,3 +161,23 @@ def test_a_second_budget_on_the_same_setting_reuses_the_errors_but_another_paddi
         assert fresh == set()
     else:
         assert {74, 70, 16} <= fresh
+
+
+def test_the_run_records_the_seeds_its_searches_and_fits_use(monkeypatch):
+    from harness.measure.calibration import calibration_seeds
+    from harness.runner import sweep_into
+    from harness.spec import build_spec
+
+    monkeypatch.setattr(sweep_into, "collect_env", lambda device: {})  # no probing of the machine
+    monkeypatch.setattr(sweep_into, "run_limits", lambda *a, **kw: {})
+    spec = build_spec(cli={"device": "cpu", "variants": "sliding_window", "seed": "5", "calibration_batches": "3"})
+    settings = MeasureSettings.from_spec(spec)
+    seeds = sweep_into._run_env(spec, settings, None, False)["seeds"]
+    c = cell(seed=5)
+    assert seeds == {
+        "evaluation": 5,
+        "calibration": calibration_seeds(c, settings),
+        "tuning": tuning.scoring_seeds(c.seed, settings.calibration_batches),
+    }
+    assert seeds["calibration"] == [5 + OFFSET + i for i in range(3)]
+    assert seeds["tuning"] == [5 + OFFSET + 3 + i for i in range(4)]
