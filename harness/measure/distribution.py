@@ -72,9 +72,8 @@ def row_metrics(weights: Tensor, positions: Tensor, visible: Tensor | None) -> d
     M = weights.shape[-1]
     seen = torch.full((1, 1, 1), M, device=weights.device) if visible is None else visible.sum(-1)  # (B or 1, 1, R)
     distance = (positions[:, None] - torch.arange(M, device=weights.device)[None, :]).abs()  # (R, M)
-    logs = torch.where(weights > 0, weights.log(), torch.zeros_like(weights))
     out = {
-        "entropy": -(weights * logs).sum(-1),
+        "entropy": torch.special.entr(weights).sum(-1),  # -w log w, 0 where w = 0
         "uniform_entropy": seen.clamp_min(1).double().log().expand(weights.shape[:3]),
         "first_1": weights[..., :1].sum(-1),
         "first_4": weights[..., :FIRST_TOKENS].sum(-1),
