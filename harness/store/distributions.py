@@ -17,7 +17,8 @@ MAX_FILE_BYTES = 16 << 20  # far above a record of 1024 heads (~300 kB)
 
 
 def read_distributions(run_dir: Path, notes: list[str] | None = None) -> list[dict[str, Any]]:
-    """The distribution records of the run folder, sorted by their key (inputs, then N, ...); [] without any."""
+    """The distribution records of the run folder, sorted by inputs, then the setting, then N (numbers as numbers);
+    [] without any."""
     folder = Path(run_dir) / DISTRIBUTIONS_DIR
     if not folder.is_dir() or folder.is_symlink():
         return []
@@ -28,7 +29,14 @@ def read_distributions(run_dir: Path, notes: list[str] | None = None) -> list[di
             warn_note(notes, f"{path}: {problem}; its attention distribution is not shown")
             continue
         records.append(record)
-    return sorted(records, key=lambda r: [str(r["key"][name]) for name in DISTRIBUTION_FIELDS])
+    return sorted(records, key=_order)
+
+
+def _order(record: dict[str, Any]) -> list[tuple[bool, Any]]:
+    """The sort key: inputs, the other fields, the lengths last; a number by its value (256 before 1024)."""
+    names = sorted(DISTRIBUTION_FIELDS, key=lambda name: (name != "inputs", name in ("seq_len", "kv_len")))
+    values = [record["key"][name] for name in names]
+    return [(isinstance(v, str), v if isinstance(v, str) else float(v)) for v in values]
 
 
 def _read(path: Path) -> tuple[dict[str, Any] | None, str | None]:

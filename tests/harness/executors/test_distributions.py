@@ -86,3 +86,27 @@ def test_the_reader_skips_what_is_not_a_record_with_a_note(tmp_path):
     assert records == [good]
     assert [n.split("/")[-1].split(":")[0] for n in notes] == ["b.json", "c.json", "d.json", "e.json"]
     assert "unreadable (JSONDecodeError)" in notes[0] and "not a regular file" in notes[3]
+
+
+def test_records_are_read_by_inputs_then_setting_then_n_as_a_number(tmp_path):
+    folder = tmp_path / DISTRIBUTIONS_DIR
+    folder.mkdir()
+    record = measure_distribution.inputs_distribution(_cell(), SETTINGS, MeasureContext(), torch.device("cpu"))
+    keys = [
+        ("llm", 1024, False),
+        ("llm", 256, True),
+        ("gaussian", 1024, False),
+        ("llm", 256, False),
+        ("gaussian", 256, False),
+    ]
+    for i, (inputs, n, causal) in enumerate(keys):
+        key = {**record["key"], "inputs": inputs, "seq_len": n, "kv_len": n, "causal": causal}
+        (folder / f"{i}.json").write_text(json.dumps({**record, "key": key}))
+    got = [(r["key"]["inputs"], r["key"]["seq_len"], r["key"]["causal"]) for r in read_distributions(tmp_path)]
+    assert got == [
+        ("gaussian", 256, False),
+        ("gaussian", 1024, False),
+        ("llm", 256, False),
+        ("llm", 1024, False),
+        ("llm", 256, True),
+    ]
