@@ -5,7 +5,8 @@ the subprocess executor in a child, Ray in a task, submitit in a Slurm job. Meas
 harness.measure.measure_cell; this module only prepares the process (plugins, thread
 count, the row's host and device) and shares calibrated variants through ``RUN_DIR/fitted/``, so a
 learnable variant is fitted once per (variant, config, calibration shape) for the whole run, not
-once per process.
+once per process; after an ok cell it stores its inputs' attention distribution once per run
+(harness.executors.distributions).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, Callable
 import torch
 
 from harness.env import cpu_name
+from harness.executors.distributions import store_distribution
 from harness.measure import MeasureContext, MeasureSettings, RunInfo, calibration_key, measure_cell
 from harness.safe_files import write_plain, write_saved
 from harness.schema import Cell, json_safe
@@ -90,6 +92,15 @@ def run_cell(cell: Any, job: CellJob | dict[str, Any], context: Any = None) -> d
                 store_fitted(Path(job.run_dir), key, context.calibrated[key])
             except OSError:  # e.g. a read-only folder: other processes fit again
                 pass
+    if shared and row.status == "ok":  # the inputs' attention distribution, once per run (the report shows it)
+        try:
+            store_distribution(cell, settings, context, Path(job.run_dir))
+        except Exception as exc:  # noqa: BLE001 - the cell's row is measured; the report then shows no distribution
+            first_line = (str(exc).splitlines() or [""])[0]
+            warnings.warn(
+                f"attnsuite: no attention distribution for {cell.inputs} ({type(exc).__name__}: {first_line})",
+                stacklevel=2,
+            )
     return row.to_dict()
 
 
