@@ -124,7 +124,9 @@ class MeasureContext:
         parsed = parse_inputs(cell.inputs)  # once per cell: evaluation and calibration inputs share it
         extra = decode_inputs_extra(cell, settings)
         N, M = cell.seq_len + extra, cell.kv_len + extra
-        reason = get_inputs(parsed[0]).unsupported_reason(N, M, B=cell.batch, H=cell.heads, D=cell.head_dim)
+        reason = get_inputs(parsed[0]).unsupported_reason(
+            N, M, B=cell.batch, H=cell.heads, D=cell.head_dim, H_kv=cell.kv_heads, params=parsed[1]
+        )
         if reason:
             raise NotSupportedError(reason)
         q, k, v = self.get_inputs(cell, device, parsed, extra=extra)

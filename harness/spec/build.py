@@ -21,6 +21,7 @@ from harness.inputs import parse_inputs
 from harness.knobs import knobs
 from harness.plugins import load_plugins
 from harness.spec.convert import SpecError, as_list, choices
+from harness.spec.inputs_fit import check_inputs_fit
 from harness.spec.sweep_spec import DTYPE_ALIASES, DTYPES, RENAMED_KEYS, VARIANT_CONFIG_KEY, SweepSpec
 from harness.spec.toml_io import load_toml, parse_toml
 from harness.spec.variants import expand_variants, variant_config_layers
@@ -81,7 +82,7 @@ def build_spec(
         problem = device_problem(device, present=False)
         if problem:
             raise SpecError(f"{where('device')}: {problem}")
-        return SweepSpec(
+        spec = SweepSpec(
             **values,
             device=device,
             variants=expand_variants(merged["variants"], variant_config, where("variants")),
@@ -91,6 +92,8 @@ def build_spec(
             device_was_auto=was_auto,
             sources={key: where(key) for key in merged},
         )
+        check_inputs_fit(spec)  # an input that can make none of its cells: refused before any run folder exists
+        return spec
     except SpecError as exc:
         raise UsageError(str(exc)) from None
 
