@@ -95,6 +95,9 @@ def decode_inputs_extra(cell: Cell, settings: MeasureSettings) -> int:
     return settings.decode_steps if cell.phase == "decode" else 0
 
 
+MEASUREMENTS_KEPT = 16  # budget cells' measurements a context keeps (harness.measure.phase.Measured)
+
+
 @dataclass
 class MeasureContext:
     """Inputs of the last cell (made once, reused by the next cell with the same shape), calibrated variants by key and
@@ -110,6 +113,15 @@ class MeasureContext:
     baseline_call_s: dict[tuple, float] = field(default_factory=dict)
     # error-budget searches: knob value -> error, per search key
     tuned: dict[str, dict[int, float]] = field(default_factory=dict)
+    # the last configs budget cells measured (harness.measure.phase.Measured, by measured_key): another budget whose
+    # search finds one of them takes its measurement (the budgets of a setting and N are planned one after another)
+    measured: dict[str, Any] = field(default_factory=dict)
+
+    def remember(self, key: str, measurement: Any) -> None:
+        """Keep a budget cell's measurement under `key`, and only the last MEASUREMENTS_KEPT."""
+        self.measured[key] = measurement
+        while len(self.measured) > MEASUREMENTS_KEPT:
+            self.measured.pop(next(iter(self.measured)))
 
     def baseline(self, device: torch.device, dtype: str) -> torch.nn.Module:
         """The paired timing's baseline (harness.schema.BASELINE, default config: backend auto), built once per device and dtype."""
