@@ -42,7 +42,8 @@ def sweep_spec(
     trust_config: bool = False,
     preset: str | None = None,
 ) -> SweepSpec:
-    """build_spec (over the embedded `preset`, harness.spec.presets, when one is named) with the executors' option keys, then checked by the executor it names (harness.executors.resolve_spec).
+    """build_spec (over the embedded `preset`, harness.spec.presets, when one is named) with the executors' option
+    keys, then checked by the executor it names (harness.executors.resolve_spec).
 
     A spec file's plugins and the settings that run or connect to something (harness.executors.guarded_keys) are
     taken from it only with `trust_config` or when the command line gives them too."""
