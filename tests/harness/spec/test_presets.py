@@ -3,7 +3,11 @@ line, exit 2, naming the presets."""
 
 from __future__ import annotations
 
+import pytest
+
+import harness.api as api
 from harness.commands import main
+from harness.errors import UsageError
 from harness.plan import plan
 from harness.runner import sweep_spec
 from harness.spec import build_spec
@@ -58,3 +62,18 @@ def test_sweep_help_lists_every_preset(capsys):
     assert "--preset NAME" in text
     for name, line in PRESETS.items():
         assert f"{name}: {' '.join(line.split())}" in text
+
+
+def test_the_python_sweep_takes_a_preset_as_the_flag_does(monkeypatch):
+    measured = []
+
+    def stop(spec, **_):
+        measured.append(spec)
+        raise KeyboardInterrupt  # planned, not run
+
+    monkeypatch.setattr(api, "run_sweep", stop)
+    with pytest.raises(KeyboardInterrupt):
+        api.sweep(preset="quick", device="cpu", seq_lens=[256])
+    assert len(plan(measured[0])) == 3 and measured[0].inputs == ("local",)
+    with pytest.raises(UsageError, match=r"--preset 'quik': no such preset; the presets: quick"):
+        api.sweep(preset="quik")
