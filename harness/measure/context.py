@@ -59,6 +59,13 @@ def _weights(device: torch.device, dtype: torch.dtype) -> Tensor:
     return _WEIGHTS[key]
 
 
+def _keep_last(kept: dict[str, Any], key: str, value: Any) -> None:
+    """Set kept[key] = value, dropping the oldest entries beyond MEASUREMENTS_KEPT."""
+    kept[key] = value
+    while len(kept) > MEASUREMENTS_KEPT:
+        kept.pop(next(iter(kept)))
+
+
 def checksums(tensors: dict[str, Tensor]) -> dict[str, tuple[int, int]]:
     """The checksum of each named tensor."""
     return {name: checksum(t) for name, t in tensors.items()}
@@ -117,11 +124,22 @@ class MeasureContext:
     # search finds one of them takes its measurement (the budgets of a setting and N are planned one after another)
     measured: dict[str, Any] = field(default_factory=dict)
 
+    # the load while each of those budget cells ran, by its cell id: a row that takes its measurement takes its load
+    measured_loads: dict[str, float | None] = field(default_factory=dict)
+
     def remember(self, key: str, measurement: Any) -> None:
         """Keep a budget cell's measurement under `key`, and only the last MEASUREMENTS_KEPT."""
-        self.measured[key] = measurement
-        while len(self.measured) > MEASUREMENTS_KEPT:
-            self.measured.pop(next(iter(self.measured)))
+        _keep_last(self.measured, key, measurement)
+
+    def timed_load(self, cell: Cell, search: dict[str, Any] | None, load: float | None) -> float | None:
+        """The load a row reports: for a budget cell that took another's measurement (its search's measured_with)
+        the load while that one was timed, so both rows are judged alike; else `load`, kept for such a later row."""
+        shared_from = ((search or {}).get("tuning") or {}).get("measured_with")
+        if shared_from is not None:
+            return self.measured_loads.get(shared_from, load)
+        if cell.matched_budget is not None:
+            _keep_last(self.measured_loads, cell.cell_id, load)
+        return load
 
     def baseline(self, device: torch.device, dtype: str) -> torch.nn.Module:
         """The paired timing's baseline (harness.schema.BASELINE, default config: backend auto), built once per device and dtype."""

@@ -41,6 +41,19 @@ def test_a_config_two_budgets_find_is_measured_once_and_serves_both_rows(measure
     assert second["cell_id"] != first["cell_id"] and Cell.from_dict(second).cell_id == second["cell_id"]
 
 
+def test_the_shared_row_reports_the_load_its_measurement_was_timed_under(measurements, monkeypatch):
+    import harness.measure.cell as cell_module
+
+    loads = iter([0.1, 0.1, 9.0, 9.0])  # each cell reads the load at its start and its end
+    monkeypatch.setattr(cell_module, "load_per_cpu", lambda: next(loads))
+    context = MeasureContext()
+    first = measure_cell(matched("sliding_window", 0.1), FAST, RUN, context).to_dict()
+    second = measure_cell(matched("sliding_window", 0.1001), FAST, RUN, context).to_dict()
+    assert second["tuning"]["measured_with"] == first["cell_id"]
+    assert first["load_per_cpu"] == second["load_per_cpu"] == 0.1  # not the 9.0 of the second cell's own moments
+    assert (second["noisy"], second["noise_reason"]) == (first["noisy"], first["noise_reason"])
+
+
 def test_a_budget_that_finds_another_config_is_measured_itself(measurements):
     context = MeasureContext()
     loose = measure_cell(matched("sliding_window", 0.3), FAST, RUN, context).to_dict()
