@@ -29,7 +29,6 @@ from harness.models import hf_adapter, hf_model
 from harness.models.minilm import corpus
 from harness.safe_files import write_plain
 from harness.text_files import read_user_text
-from variants import NotSupportedError
 
 RUN_DIR_ENV = "ATTNSUITE_RUN_DIR"  # set while a sweep runs: the folder the captures are cached in
 CACHE_FOLDER = "model_inputs"  # <run folder>/model_inputs/<key>.safetensors
@@ -86,7 +85,32 @@ def model_heads(config) -> tuple[int, int, int]:
     )
 
 
-@register_inputs("model", availability=hf_adapter.missing_transformers_reason)
+def model_input_reasons(
+    B: int,
+    H: int,
+    N: int,
+    M: int,
+    D: int,
+    *,
+    kv_heads: int | None = None,
+    path: str = "",
+    layer: int = 0,
+    text: str = "",
+    tokenizer: str = "model",
+) -> list[str]:
+    """The shape check of the `model` input (its params as given): the model's shape, its text, its tokenizer."""
+    reasons = model_shape_reasons(path, layer, H=H, N=N, M=M, D=D, H_kv=kv_heads)
+    if text:
+        try:
+            _text_fingerprint(text)
+        except UsageError as exc:
+            reasons.append(str(exc))
+    if tokenizer not in hf_model.TOKENIZERS:
+        reasons.append(f"tokenizer={tokenizer!r}: expected one of {', '.join(hf_model.TOKENIZERS)}")
+    return reasons
+
+
+@register_inputs("model", availability=hf_adapter.missing_transformers_reason, shape_check=model_input_reasons)
 def model(
     B: int,
     H: int,
@@ -103,16 +127,6 @@ def model(
     kv_heads: int | None = None,
 ) -> QKV:
     """q, k, v a transformers model's layer receives on real text (path=DIR, layer=i): its own H, H_kv, D; extra [hf]."""
-    reasons = model_shape_reasons(path, layer, H=H, N=N, M=M, D=D, H_kv=kv_heads)
-    if text:
-        try:
-            _text_fingerprint(text)
-        except UsageError as exc:
-            reasons.append(str(exc))
-    if tokenizer not in hf_model.TOKENIZERS:
-        reasons.append(f"tokenizer={tokenizer!r}: expected one of {', '.join(hf_model.TOKENIZERS)}")
-    if reasons:
-        raise NotSupportedError("inputs 'model'", reasons)
     starts = torch.randint(0, 2**62, (B,), generator=generator, device=generator.device).tolist()
     q, k, v = captured(path, layer, text, N, starts, tokenizer=tokenizer)
     if kv_heads is None and k.shape[1] != H:  # the caller keeps every G-th K/V head: give each group's its own

@@ -16,7 +16,6 @@ from harness.inputs import registry
 from harness.models import hf_adapter
 from harness.text_files import read_user_text
 from tests.helpers.tiny_hf import save_tiny
-from variants import NotSupportedError
 
 needs_hf = pytest.mark.skipif(
     hf_adapter.missing_transformers_reason() is not None, reason=str(hf_adapter.missing_transformers_reason())
@@ -81,7 +80,7 @@ def test_the_key_follows_the_models_weights_and_the_texts_content(llama, tmp_pat
 def test_a_text_that_is_not_a_regular_file_is_refused_as_a_reason(llama, tmp_path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    with pytest.raises(NotSupportedError, match=r"is not a regular file"):
+    with pytest.raises(ValueError, match=r"is not a regular file"):
         inputs.make_inputs("model", {"path": str(llama), "tokenizer": "bytes", "text": str(fifo)}, seed=0, **SHAPE)
 
 

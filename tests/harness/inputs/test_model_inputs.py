@@ -18,7 +18,6 @@ from harness.models import hf_adapter, hf_model
 from harness.schema import Cell
 from harness.store.distributions import read_distributions
 from tests.helpers.tiny_hf import save_tiny
-from variants import NotSupportedError
 
 pytestmark = pytest.mark.skipif(
     hf_adapter.missing_transformers_reason() is not None, reason=str(hf_adapter.missing_transformers_reason())
@@ -57,9 +56,9 @@ def test_the_layers_own_qkv_seeded_and_post_rope(llama):
     ],
 )
 def test_a_shape_other_than_the_models_is_refused_with_its_values(llama, shape, message):
-    with pytest.raises(NotSupportedError, match=message):
+    with pytest.raises(ValueError, match=message):
         inputs.make_inputs("model", {"path": str(llama), "tokenizer": "bytes"}, B=1, N=64, seed=0, **shape)
-    with pytest.raises(NotSupportedError, match=r"model:path=DIR"):
+    with pytest.raises(ValueError, match=r"model:path=DIR"):
         inputs.make_inputs("model", {}, B=1, H=4, N=64, D=16, seed=0)
 
 
@@ -100,7 +99,7 @@ def test_a_qwen2_style_model_gives_its_own_mqa_shape(tmp_path):
     q, k, v = inputs.make_inputs(name, params, B=1, H=4, N=32, D=16, seed=0, H_kv=1)
     assert q.shape == (1, 4, 32, 16) and k.shape == v.shape == (1, 1, 32, 16)
     assert torch.isfinite(q).all() and k.abs().sum() > 0
-    with pytest.raises(NotSupportedError, match=r"H_kv=1 key/value heads.*--kv-heads 1"):
+    with pytest.raises(ValueError, match=r"H_kv=1 key/value heads.*--kv-heads 1"):
         inputs.make_inputs(name, params, B=1, H=4, N=32, D=16, seed=0, H_kv=2)
 
 
