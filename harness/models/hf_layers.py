@@ -68,13 +68,13 @@ def tally(module: nn.Module, variant: AttentionVariant) -> None:
 def checked_forwards(model: nn.Module) -> Iterator[None]:
     """Inside the block, every forward of `model` (each of generate's steps too) is tallied and raises
     NotSupportedError (the model's class, the layers the variant ran in) unless it ran each layer's variant in all."""
-    depth = len(_TALLIES)
+    depth, modules = len(_TALLIES), attention_modules(model)  # found once: a walk of the model per forward costs ~15%
 
     def open_tally(module: nn.Module, args: tuple) -> None:
         _TALLIES.append({})
 
     def close_tally(module: nn.Module, args: tuple, output: object) -> None:
-        reasons = swap_reasons(model, _TALLIES.pop())
+        reasons = swap_reasons(model, modules, _TALLIES.pop())
         if reasons:
             raise NotSupportedError("; ".join(reasons))
 
@@ -87,10 +87,11 @@ def checked_forwards(model: nn.Module) -> Iterator[None]:
         del _TALLIES[depth:]  # a forward that raised left its tally open
 
 
-def swap_reasons(model: nn.Module, ran: dict[nn.Module, AttentionVariant]) -> list[str]:
+def swap_reasons(model: nn.Module, modules: dict[int, nn.Module], ran: dict[nn.Module, AttentionVariant]) -> list[str]:
     """Why one forward's tally (module -> the variant it ran) is not the swapped model ([] if it is): each of the
-    model's layers must have run its own variant (set_layer_variant), and no other attention module the adapter."""
-    modules, L = attention_modules(model), layer_count(model)
+    model's layers must have run its own variant (set_layer_variant) in its module (`modules`: attention_modules),
+    and no other attention module the adapter."""
+    L = layer_count(model)  # the config's: no walk of the model
     done = [i for i in range(L) if i in modules and _ran_its_own(modules[i], ran)]
     strays = sorted({type(m).__name__ for m in ran if all(m is not known for known in modules.values())})
     reasons = []
