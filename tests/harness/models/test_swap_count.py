@@ -5,6 +5,7 @@ adapter); layer indices are the model's; a keyword argument the adapter does not
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from harness import inputs
+from harness.commands import main
 from harness.inputs import model as model_inputs
 from harness.models import hf_adapter, hf_layers, hf_model
 from harness.studies import lm_eval
@@ -137,3 +139,16 @@ def test_an_unknown_keyword_argument_is_refused_naming_it(folders):
         _logits(model, _ids(), block_indices=selection)  # transformers hands it to the attention function
     # None is no feature: the same model runs
     torch.testing.assert_close(_logits(model, _ids(), block_indices=None), _logits(model, _ids()), atol=0, rtol=0)
+
+
+def test_model_eval_of_gpt2_runs_and_measures_a_window_end_to_end(folders, tmp_path, capsys):
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT)
+    argv = ["model-eval", "--tokenizer", "bytes", "--model", str(folders["gpt2"]), "--seq-lens", "32", "--texts", "1"]
+    argv += ["--variants", "dense,sliding_window", "--set", "sliding_window.window=4", "--calibration-texts", "0"]
+    argv += ["--generate-tokens", "2", "--text", str(text), "--out", str(tmp_path / "out")]
+    assert main(argv) == 0, capsys.readouterr().err  # GPT2LMHeadModel: once "not a causal LM", exit 2
+    rows = {r["variant"]: r for r in json.loads((tmp_path / "out" / "lm_eval.json").read_text())["rows"]}
+    assert rows["dense"]["status"] == rows["sliding_window"]["status"] == "ok"
+    assert rows["dense"]["kl_mean"] < 1e-9 and rows["dense"]["generation_status"] == "ok"
+    assert rows["sliding_window"]["kl_mean"] > 1e-4  # swapped in c_attn's layers: a 4-key window changes the model
