@@ -50,7 +50,7 @@ def tiny_config(kind: str, **overrides):
 
 
 # Models whose attention projections are not named q_proj/query (GPT-NeoX query_key_value, Phi-3 qkv_proj, GPT-2
-# c_attn) yet call transformers' attention interface, and an ALiBi model (Bloom) that computes attention itself.
+# c_attn, Persimmon, JetMoE) yet call transformers' attention interface, and an ALiBi model (Bloom) that computes attention itself.
 OTHER_PROJECTIONS = {
     "gpt_neox": lambda t, common: t.GPTNeoXConfig(**common),
     "phi3": lambda t, common: t.Phi3Config(**common, pad_token_id=0, bos_token_id=1, eos_token_id=2),
@@ -64,6 +64,10 @@ OTHER_PROJECTIONS = {
         bos_token_id=1,
         eos_token_id=2,
     ),
+    "persimmon": lambda t, common: t.PersimmonConfig(**common),  # query_key_value, q/k layer norms, partial RoPE
+    "jetmoe": lambda t, common: t.JetMoeConfig(  # mixture of attention experts: experts.input_linear
+        **{k: v for k, v in common.items() if k != "num_attention_heads"}, num_key_value_heads=2, kv_channels=16
+    ),  # 4 query heads: num_key_value_heads x num_experts_per_tok
     "bloom": lambda t, common: t.BloomConfig(
         vocab_size=VOCAB, hidden_size=64, n_layer=2, n_head=4, attention_dropout=0.0
     ),

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(
     hf_adapter.missing_transformers_reason() is not None, reason=str(hf_adapter.missing_transformers_reason())
 )
 
-OTHERS = ("gpt_neox", "phi3", "gpt2")  # query_key_value, qkv_proj, c_attn: no q_proj or query among them
+OTHERS = ("gpt_neox", "phi3", "gpt2", "persimmon", "jetmoe")  # none has a q_proj or query projection
 TEXT = "Attention is all you need, said the paper; the benchmark checks it. " * 40
 
 
