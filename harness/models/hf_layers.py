@@ -68,7 +68,7 @@ def tally(module: nn.Module, variant: AttentionVariant) -> None:
 def checked_forwards(model: nn.Module) -> Iterator[None]:
     """Inside the block, every forward of `model` (each of generate's steps too) is tallied and raises
     NotSupportedError (the model's class, the layers the variant ran in) unless it ran each layer's variant in all."""
-    depth, modules = len(_TALLIES), attention_modules(model)  # found once: a walk of the model per forward costs ~15%
+    depth, modules = len(_TALLIES), attention_modules(model)  # found once per block, not walked per forward
 
     def open_tally(module: nn.Module, args: tuple) -> None:
         _TALLIES.append({})
@@ -91,9 +91,10 @@ def swap_reasons(model: nn.Module, modules: dict[int, nn.Module], ran: dict[nn.M
     """Why one forward's tally (module -> the variant it ran) is not the swapped model ([] if it is): each of the
     model's layers must have run its own variant (set_layer_variant) in its module (`modules`: attention_modules),
     and no other attention module the adapter."""
-    L = layer_count(model)  # the config's: no walk of the model
+    L = layer_count(model)
     done = [i for i in range(L) if i in modules and _ran_its_own(modules[i], ran)]
-    strays = sorted({type(m).__name__ for m in ran if all(m is not known for known in modules.values())})
+    known = {id(module) for module in modules.values()}
+    strays = sorted({type(m).__name__ for m in ran if id(m) not in known})
     reasons = []
     if len(done) < L:
         missing = [i for i in range(L) if i not in done]

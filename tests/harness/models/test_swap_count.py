@@ -105,6 +105,14 @@ def test_a_layer_that_bypasses_the_adapter_is_refused_with_the_layers_that_ran(f
     assert model.config._attn_implementation == "sdpa"
 
 
+def test_a_second_attention_module_in_one_layer_is_refused(folders):
+    model = hf_model.load_pretrained(str(folders["llama"]))
+    hf_layers.attention_modules(model)[1].layer_idx = 0  # two modules claim layer 0, as self- and cross-attention do
+    message = r"attention modules outside the model's numbered layers called the adapter \(LlamaAttention"
+    with pytest.raises(NotSupportedError, match=message), hf_model.swapped(model, lambda i: build_variant("dense")):
+        _logits(model, _ids())
+
+
 def test_the_model_inputs_layer_is_the_models_layer_index(folders):
     folder = folders["gpt_neox"]
     seen = {}
