@@ -81,7 +81,7 @@ def load_config(path: str) -> Any:
 def is_causal_lm(config: Any) -> bool:
     """Whether a transformers config describes a causal LM (next-token logits), else an encoder: an architecture that
     ends in ForCausalLM or is one of transformers' causal-LM classes (GPT2LMHeadModel), or a decoder config."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES  # the optional [hf] extra
 
     causal = {
         n

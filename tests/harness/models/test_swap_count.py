@@ -9,8 +9,6 @@ import json
 
 import pytest
 import torch
-from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from harness import inputs
 from harness.commands import main
@@ -114,6 +112,9 @@ def test_a_second_attention_module_in_one_layer_is_refused(folders):
 
 
 def test_the_model_inputs_layer_is_the_models_layer_index(folders):
+    from transformers import AttentionInterface  # the optional [hf] extra: the module skips without it
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
     folder = folders["gpt_neox"]
     seen = {}
     entry = f"model:path={folder},layer=1,tokenizer=bytes"
