@@ -128,7 +128,6 @@ class AtLength:
                 name, fields, self.batches, layers=self.chosen, steps=self.steps, device=self.device, seed=self.seed
             )
             totals = _totals(self.model, self.own, per_layer, self.chosen, self.calibration_windows())
-            self.model.set_attn_implementation(self.own)
             return budget_error(totals, metric)
 
         return error
@@ -201,7 +200,6 @@ def run_lm_eval(
         )
         found = rows_at(at, variants, shape=shape, overrides=overrides or {}, budgets=budgets, metric=metric, log=log)
         rows += [{"model": path, "layers": shown_layers, "tokenizer": used, **row} for row in found]
-        model.set_attn_implementation(own)
     meta = {"model": path, "kind": "causal-lm", **shape, "tokenizer": used, "tokenizer_class": tokenizer_class}
     meta.update(text_tokens=len(stream))
     meta.update(seq_lens=seq_lens, texts=n_eval, calibration_texts=n_calibration, calibration_steps=steps)
@@ -232,8 +230,11 @@ def _totals(model, own, per_layer, layers, windows) -> dict[str, float]:
     for ids in windows:
         model.set_attn_implementation(own)
         reference = _logits(model, ids)
-        hf_model.swap_layers(model, lambda i: per_layer[i], layers=layers)
-        for key, value in _window_stats(ids, reference, _logits(model, ids)).items():
+        with hf_model.swapped(
+            model, lambda i: per_layer[i], layers=layers
+        ):  # each forward checked: every layer swapped
+            candidate = _logits(model, ids)
+        for key, value in _window_stats(ids, reference, candidate).items():
             totals[key] = totals.get(key, 0.0) + value
     return totals
 

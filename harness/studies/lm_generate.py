@@ -58,11 +58,9 @@ def agreement(candidate: list[list[int]], reference: list[list[int]]) -> float:
 
 def dense_continuations(model: nn.Module, own: str, prompts: list[Tensor], tokens: int) -> list[list[int]]:
     """Every prompt's continuation with exact dense in every layer (the reference); the model's own attention after."""
-    hf_model.swap_layers(model, lambda i: build_variant("dense"))
-    try:
+    model.set_attn_implementation(own)
+    with hf_model.swapped(model, lambda i: build_variant("dense")):  # each of generate's forwards checked
         return [continuation(model, ids, tokens) for ids in prompts]
-    finally:
-        model.set_attn_implementation(own)
 
 
 def generation_fields(
@@ -91,14 +89,12 @@ def generation_fields(
         )
         return {**fields, "generation_status": "unsupported", "generation_reason": reason}
     expected = reference()
-    hf_model.swap_layers(model, lambda i: per_layer[i], layers=layers)
+    model.set_attn_implementation(own)
     try:
-        with Stopwatch(device) as watch:
+        with hf_model.swapped(model, lambda i: per_layer[i], layers=layers), Stopwatch(device) as watch:
             found = [continuation(model, ids, tokens) for ids in prompts]
     except NotSupportedError as exc:
         return {**fields, "generation_status": "unsupported", "generation_reason": "; ".join(exc.reasons)}
-    finally:
-        model.set_attn_implementation(own)
     return {
         **fields,
         "continuation_agreement": agreement(found, expected),
