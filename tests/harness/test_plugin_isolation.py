@@ -34,6 +34,7 @@ from harness.executors.worker import CellJob
 from harness.measure import RunInfo, outcome_row
 from harness.plugins import load_plugins
 from harness.schema import Cell
+from variants import _registry
 from variants.dense import DenseAttention
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,6 +73,12 @@ CHANGES = {
         "def gaussian(B, H, N, M, D, *, generator=None, device='cpu'):\n    '''Not the built-in.'''\n",
         "inputs name 'gaussian' is already registered by harness.inputs.gaussian",
     ),
+    "spoofed_variant": (  # passes register_variant's check: the same module and qualified name as the built-in's
+        "from variants import AttentionVariant, register_variant\n\n\nclass DenseAttention(AttentionVariant):\n"
+        "    def forward(self, q, k, v, *, causal=False, kv_mask=None):\n        return q\n\n\n"
+        "DenseAttention.__module__ = 'variants.dense'\nregister_variant('dense')(DenseAttention)\n",
+        "replaced entry variants._registry._REGISTRY['dense']",
+    ),
     "variant_name": (
         "from variants import AttentionVariant, register_variant\n\n\n@register_variant('dense')\n"
         "class Dense(AttentionVariant):\n    def forward(self, q, k, v, *, causal=False, kv_mask=None):\n"
@@ -90,6 +97,7 @@ def restored(monkeypatch):
     for owner, name in ((F, "scaled_dot_product_attention"), (variants.reference, "reference_attention")):
         monkeypatch.setattr(owner, name, getattr(owner, name))
     monkeypatch.setitem(registry._INPUTS, "gaussian", registry._INPUTS["gaussian"])
+    monkeypatch.setitem(_registry._REGISTRY, "dense", _registry.get_variant("dense"))
     monkeypatch.setattr(DenseAttention, "forward", DenseAttention.forward)
     monkeypatch.setattr(torch.backends.mkldnn, "enabled", torch.backends.mkldnn.enabled)
     precision, dtype, threads = torch.get_float32_matmul_precision(), torch.get_default_dtype(), torch.get_num_threads()
