@@ -52,9 +52,8 @@ def load_plugins(targets: Iterable[str]) -> None:
         if changed:
             more = f" (and {len(changed) - SHOWN} more)" if len(changed) > SHOWN else ""
             raise UsageError(
-                f"--plugin {target}: importing it changed {'; '.join(changed[:SHOWN])}{more}, which built-in cells "
-                "would run with; "
-                "a plugin module should only define and register variants and inputs: change such settings inside "
-                "your variant's forward (its cells run in a process of their own)"
+                f"--plugin {target}: importing it changed what built-in cells run with: {'; '.join(changed[:SHOWN])}"
+                f"{more}; a plugin module should only define and register variants and inputs: make such changes "
+                "inside your variant's forward (its cells run in a process of their own)"
             )
         _LOADED.add(target)

@@ -163,7 +163,7 @@ def test_the_refusal_is_one_line_and_exit_2_on_the_command_line(tmp_path):
         timeout=300,
     )
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
-    assert f"--plugin {path}: importing it changed {CHANGES['dtype'][1]}" in done.stderr, done.stderr
+    assert f"--plugin {path}: importing it changed what built-in cells run with: {CHANGES['dtype'][1]};" in done.stderr
 
 
 # a plugin that patches SDPA only where built-in cells are measured apart from the driver (--executor subprocess)
