@@ -24,9 +24,10 @@ import torch
 from harness.env import cpu_name
 from harness.executors.distributions import store_distribution
 from harness.measure import MeasureContext, MeasureSettings, RunInfo, calibration_key, measure_cell
+from harness.plugins import load_plugins
 from harness.safe_files import write_plain, write_saved
 from harness.schema import Cell, json_safe
-from variants import build_variant, get_variant, load_plugin
+from variants import build_variant, get_variant
 from variants.checkpoint import load_variant, save_variant
 
 FITTED_DIR = "fitted"  # RUN_DIR/fitted/<key hash>.pt (+ .json): calibrated variants shared by all workers
@@ -63,7 +64,7 @@ def run_cell(cell: Any, job: CellJob | dict[str, Any], context: Any = None) -> d
     """
     job = job if isinstance(job, CellJob) else CellJob.from_dict(job)
     cell = cell if isinstance(cell, Cell) else Cell.from_dict(cell)
-    _load_plugins(job.plugins)
+    load_plugins(job.plugins)  # once per process; one whose import changed the process is refused (harness.plugins)
     _import_before_any_deadline()
     if job.threads:
         torch.set_num_threads(job.threads)
@@ -110,13 +111,8 @@ CELL_SERVER = "harness.executors.worker:serve_cells"  # the child-process entry 
 def serve_cells(job: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """In a child process (harness.child): the job's plugins imported, then run_cell for each cell sent."""
     cell_job = CellJob.from_dict(job)
-    _load_plugins(cell_job.plugins)
+    load_plugins(cell_job.plugins)
     return lambda cell: run_cell(cell, cell_job)
-
-
-def _load_plugins(plugins: tuple[str, ...]) -> None:
-    for target in plugins:
-        load_plugin(target)  # idempotent: a reused worker imports each plugin once
 
 
 def _import_before_any_deadline() -> None:
