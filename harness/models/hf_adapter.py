@@ -26,6 +26,9 @@ softcapping or sink logits for a variant without the capability, a prepared 4-D 
 causal or bidirectional plus padding (packed sequences, chunked layers, overlays), and everything the variant itself
 refuses.
 
+Constant-memory decoding: with ``past_key_values=VariantStateCache(model)`` (hf_decode_state) each layer keeps its
+variant's decode state (init_state at the prefill, step per new token) instead of transformers' keys and values.
+
 Per-layer variants (fitted per layer) and recording q, k, v go through attributes of each attention module,
 set with ``set_layer_variant`` and ``record_qkv``. Needs ``pip install 'attnsuite[hf]'`` (transformers >= 4.51).
 """
@@ -47,6 +50,7 @@ PREFIX = "attnsuite_"  # every implementation name this module registers starts 
 INSTALL_HINT = "pip install 'attnsuite[hf]'"
 LAYER_VARIANT = "_attnsuite_variant"  # attribute of an attention module: the variant of that layer
 LAYER_RECORD = "_attnsuite_record"  # attribute of an attention module: a list that receives (q, k, v)
+LAYER_STATE = "_attnsuite_state"  # attribute of an attention module: its VariantStateCache layer (hf_decode_state)
 LAYER_WINDOWED = "_attnsuite_windowed"  # attribute of an attention module: (variant, window, its windowed variant)
 _SHARED: dict[str, AttentionVariant] = {}  # implementation name -> the variant used where a layer sets none
 
@@ -170,7 +174,14 @@ def _attention_function(name: str):
         if record is not None:
             record.append((query.detach(), key.detach(), value.detach()))
         features = {"softcap": kwargs.get("softcap"), "sink_logits": kwargs.get("s_aux")}  # Gemma 2's, gpt-oss's
-        out = variant(query, key, value, causal=causal, kv_mask=attention_mask, **features)  # (B, H, N, D)
+        state = module.__dict__.get(LAYER_STATE)  # a VariantStateCache's layer: the constant-memory decode path
+        if state is not None and state.handed_out(key):
+            window = kwargs.get("sliding_window")
+            out = state.attend(
+                variant, query, key, value, causal=causal, kv_mask=attention_mask, features=features, window=window
+            )
+        else:
+            out = variant(query, key, value, causal=causal, kv_mask=attention_mask, **features)  # (B, H, N, D)
         return out.transpose(1, 2).contiguous(), None  # (B, N, H, D)
 
     attnsuite_attention.__name__ = name
