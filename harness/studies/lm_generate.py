@@ -107,6 +107,15 @@ def generation_fields(
     }
 
 
+def agreement_or_refusal(*args: Any) -> float:
+    """generation_fields(*args)'s continuation agreement, or NotSupportedError with its reason where there is none (the
+    variant cannot generate)."""
+    found = generation_fields(*args)
+    if found["generation_status"] != "ok":
+        raise NotSupportedError(found["generation_reason"])
+    return found["continuation_agreement"]
+
+
 def generation_text(row: dict[str, Any]) -> str:
     """The generation columns of a row for a terminal line: agreement and tokens/s, or why there are none."""
     if row.get("generation_status") != "ok":
