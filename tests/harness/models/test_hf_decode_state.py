@@ -118,3 +118,25 @@ def test_the_models_softcap_is_refused_in_the_state_path():
     assert _generate(model, implementation, new=2).sequences.shape == (2, PROMPT + 2)  # the cache path runs it
     with pytest.raises(NotSupportedError, match="the model's softcap in the state path"):
         _generate(model, implementation, cache=_state_cache(model), new=2)
+
+
+def test_the_models_own_narrower_window_is_refused_in_the_state_path():
+    """Mistral's sliding_window=8 under a 12-token prompt: the state would run the variant unrestricted."""
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(tiny_config("mistral", sliding_window=8)).eval()
+    implementation = hf_adapter.register_with_transformers("sliding_window", window=W)
+    with pytest.raises(NotSupportedError, match=r"the model's own sliding window \(sliding_window=8 < 12 positions\)"):
+        _generate(model, implementation, cache=_state_cache(model), new=2)
+
+
+def test_padding_among_the_decoded_tokens_is_refused(llama):
+    ids = torch.randint(0, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(2))
+    llama.set_attn_implementation(hf_adapter.register_with_transformers("sliding_window", window=W))
+    cache = _state_cache(llama)
+    with torch.no_grad():
+        llama(ids, cache=cache, use_cache=True)  # the prompt: init_state
+        padded = torch.cat([torch.ones_like(ids), torch.zeros(1, 1, dtype=ids.dtype)], dim=1)  # the new token padded
+        with pytest.raises(NotSupportedError, match="padding among the decoded tokens"):
+            llama(ids[:, :1], attention_mask=padded, cache=cache, use_cache=True)
