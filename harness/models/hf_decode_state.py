@@ -2,7 +2,7 @@
 (sliding_window's ring, distilled's and window_linear's running sums) where transformers' cache keeps keys and values.
 
     >>> model.set_attn_implementation(register_with_transformers("sliding_window", window=256))
-    >>> out = model.generate(ids, max_new_tokens=32, past_key_values=VariantStateCache(model))
+    >>> out = model.generate(ids, max_new_tokens=32, cache=VariantStateCache(model))
 
 The cache has one StateLayer per attention module. Its ``update`` keeps no keys, only the count of positions, binds
 itself to its module (the adapter's LAYER_STATE attribute) and hands the new keys and values on; the adapter's attention function sees
@@ -97,7 +97,7 @@ class StateLayer(CacheLayerMixin):
     ) -> Tensor:
         """The layer's output (B, H, N, D) for q (B, H, N, D) and the new k, v (B, H_kv, N, D): the prefill's forward and
         init_state, or one step per new token. kv_mask: the padding of every position so far (B, seen) or None."""
-        start = self.fresh[1] if self.fresh is not None else self.seen - q.shape[2]
+        start = self.fresh[1]  # the adapter calls attend only for the keys this layer handed out
         self.fresh = None
         N = q.shape[2]
         new_mask = None if kv_mask is None else kv_mask[:, -N:]  # (B, N)
@@ -147,7 +147,8 @@ class StateLayer(CacheLayerMixin):
 
 class VariantStateCache(Cache):
     """A transformers Cache holding, per attention layer of `model`, its variant's decode state instead of keys and
-    values: pass it as ``past_key_values`` (one per generate call). Memory: ``state_bytes()``."""
+    values: pass it as generate's ``cache=`` (``past_key_values=`` before transformers 5), one per call. Memory:
+    ``state_bytes()``. Written against transformers 5's per-layer Cache (tested on 5.25)."""
 
     def __init__(self, model: nn.Module):
         modules = attention_modules(model)
