@@ -140,3 +140,28 @@ def test_padding_among_the_decoded_tokens_is_refused(llama):
         padded = torch.cat([torch.ones_like(ids), torch.zeros(1, 1, dtype=ids.dtype)], dim=1)  # the new token padded
         with pytest.raises(NotSupportedError, match="padding among the decoded tokens"):
             llama(ids[:, :1], attention_mask=padded, cache=cache, use_cache=True)
+
+
+def test_a_step_by_another_variant_than_the_prefills_is_refused(llama):
+    ids = torch.randint(0, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(3))
+    cache = _state_cache(llama)
+    with torch.no_grad():
+        llama.set_attn_implementation(hf_adapter.register_with_transformers("sliding_window", window=W))
+        llama(ids, cache=cache, use_cache=True)
+        llama.set_attn_implementation(hf_adapter.register_with_transformers("distilled", features=16))
+        with pytest.raises(NotSupportedError, match=r"a step by distilled after sliding_window's prefill"):
+            llama(ids[:, :1], cache=cache, use_cache=True)
+
+
+def test_a_bidirectional_layer_is_refused_in_the_state_path():
+    import transformers
+
+    from harness.models.hf_adapter import attention_modules
+
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(tiny_config("llama")).eval()
+    for module in attention_modules(model):
+        module.is_causal = False  # an encoder's layer: every token sees every other
+    model.set_attn_implementation(hf_adapter.register_with_transformers("sliding_window", window=W))
+    with pytest.raises(NotSupportedError, match=r"decodes causally; this layer is bidirectional"), torch.no_grad():
+        model(torch.zeros(1, 4, dtype=torch.long), cache=_state_cache(model), use_cache=True)
