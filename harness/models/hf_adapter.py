@@ -159,7 +159,10 @@ def _attention_function(name: str):
         variant = module.__dict__.get(LAYER_VARIANT)
         variant = _SHARED[name] if variant is None else variant
         reasons = model_feature_reasons(module, query, key, value, attention_mask, dropout=dropout, kwargs=kwargs)
-        variant, window_reasons = _windowed_variant(module, variant, kwargs.get("sliding_window"), key.shape[2])
+        state = module.__dict__.get(LAYER_STATE)  # a VariantStateCache's layer: the constant-memory decode path
+        state = state if state is not None and state.handed_out(key) else None  # before k, v are repeated for GQA
+        M = math.inf if state is not None else key.shape[2]  # a state runs the model's window from the first token
+        variant, window_reasons = _windowed_variant(module, variant, kwargs.get("sliding_window"), M)
         reasons += window_reasons
         if reasons:
             raise NotSupportedError(variant.name, reasons)
@@ -174,12 +177,8 @@ def _attention_function(name: str):
         if record is not None:
             record.append((query.detach(), key.detach(), value.detach()))
         features = {"softcap": kwargs.get("softcap"), "sink_logits": kwargs.get("s_aux")}  # Gemma 2's, gpt-oss's
-        state = module.__dict__.get(LAYER_STATE)  # a VariantStateCache's layer: the constant-memory decode path
-        if state is not None and state.handed_out(key):
-            window = kwargs.get("sliding_window")
-            out = state.attend(
-                variant, query, key, value, causal=causal, kv_mask=attention_mask, features=features, window=window
-            )
+        if state is not None:
+            out = state.attend(variant, query, key, value, causal=causal, kv_mask=attention_mask, features=features)
         else:
             out = variant(query, key, value, causal=causal, kv_mask=attention_mask, **features)  # (B, H, N, D)
         return out.transpose(1, 2).contiguous(), None  # (B, N, H, D)
@@ -188,9 +187,10 @@ def _attention_function(name: str):
     return attnsuite_attention
 
 
-def _windowed_variant(module: nn.Module, variant: AttentionVariant, window: Any, M: int):
+def _windowed_variant(module: nn.Module, variant: AttentionVariant, window: Any, M: float):
     """(the variant a layer runs under the model's sliding window, [] or the reason it cannot): the variant itself when
-    the window covers the M keys, else ``variant.windowed(window)``, built once per module, variant and window."""
+    the window covers the M keys (math.inf: a decode state's, all to come), else ``variant.windowed(window)``, built once
+    per module, variant and window."""
     if window is None or int(window) >= M:
         return variant, []
     window = int(window)
@@ -199,8 +199,9 @@ def _windowed_variant(module: nn.Module, variant: AttentionVariant, window: Any,
         return cached[2], []
     windowed = variant.windowed(window)
     if windowed is None:
+        keys = f"{M} keys" if M != math.inf else "the keys a decode state sees"
         reason = (
-            f"the model's own sliding-window layer (sliding_window={window} < {M} keys): {variant.name} cannot "
+            f"the model's own sliding-window layer (sliding_window={window} < {keys}): {variant.name} cannot "
             "restrict itself to it exactly (its windowed() gives None; dense and sliding_window can); evaluate at "
             "seq_len <= the model's window"
         )

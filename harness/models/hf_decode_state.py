@@ -5,13 +5,15 @@
     >>> out = model.generate(ids, max_new_tokens=32, cache=VariantStateCache(model))
 
 The cache has one StateLayer per attention module. Its ``update`` keeps no keys, only the count of positions, binds
-itself to its module (the adapter's LAYER_STATE attribute) and hands the new keys and values on; the adapter's attention function sees
-that they are the ones this layer handed out and calls ``attend``: at the prefill the variant's causal forward over the
-prompt and ``init_state(k, v, kv_mask=padding)``, then ``step(q_t, k_t, v_t, state)`` for each new token.
-Refused with NotSupportedError naming why (never computed differently): a variant without init_state/step, a
-bidirectional layer, the model's softcapping or sink logits (step takes neither), the model's own sliding window
-narrower than the positions, padding among the new tokens, gradients (the state is updated in place), and every
-cache operation a state cannot follow: beam search's reordering, cropping (assisted decoding), batch repeats.
+itself to its module (the adapter's LAYER_STATE attribute) and hands the new keys and values on; the adapter's
+attention function sees that they are the ones this layer handed out and calls ``attend``: at the prefill the
+variant's causal forward over the prompt and ``init_state(k, v, kv_mask=padding)``, then ``step(q_t, k_t, v_t,
+state)`` for each new token. A layer with the model's own sliding window (Mistral, Qwen2's sliding layers) runs
+``variant.windowed(window)`` from the first token (dense and sliding_window: sliding_window's ring of that window).
+Refused with NotSupportedError naming why (never computed differently): a variant without init_state/step (or without
+``windowed`` in a sliding layer), a bidirectional layer, the model's softcapping or sink logits (step takes neither),
+padding among the new tokens, gradients (the state is updated in place), and every cache operation a state cannot
+follow: beam search's reordering, cropping (assisted decoding), batch repeats.
 """
 
 from __future__ import annotations
@@ -93,7 +95,6 @@ class StateLayer(CacheLayerMixin):
         causal: bool,
         kv_mask: Tensor | None,
         features: dict[str, Any],
-        window: Any,
     ) -> Tensor:
         """The layer's output (B, H, N, D) for q (B, H, N, D) and the new k, v (B, H_kv, N, D): the prefill's forward and
         init_state, or one step per new token. kv_mask: the padding of every position so far (B, seen) or None."""
@@ -101,7 +102,7 @@ class StateLayer(CacheLayerMixin):
         self.fresh = None
         N = q.shape[2]
         new_mask = None if kv_mask is None else kv_mask[:, -N:]  # (B, N)
-        reasons = self._reasons(variant, start, N, causal=causal, new_mask=new_mask, features=features, window=window)
+        reasons = self._reasons(variant, start, causal=causal, new_mask=new_mask, features=features)
         if reasons:
             raise NotSupportedError(variant.name, reasons)
         if start == 0:  # the prefill: the prompt's output as the cache path computes it, and the state after it
@@ -117,12 +118,10 @@ class StateLayer(CacheLayerMixin):
         self,
         variant: AttentionVariant,
         start: int,
-        N: int,
         *,
         causal: bool,
         new_mask: Tensor | None,
         features: dict[str, Any],
-        window: Any,
     ) -> list[str]:
         reasons = []
         if not causal:
@@ -130,11 +129,6 @@ class StateLayer(CacheLayerMixin):
         for feature, value in features.items():
             if value is not None:
                 reasons.append(f"the model's {feature} in the state path: step() takes none; decode over the KV cache")
-        if window is not None and int(window) < start + N:
-            reasons.append(
-                f"the model's own sliding window (sliding_window={int(window)} < {start + N} positions) in the state "
-                "path: the state runs the variant unrestricted; decode over the KV cache"
-            )
         if torch.is_grad_enabled():
             reasons.append("the state path updates the state in place: run it under torch.no_grad() (generate does)")
         if start and new_mask is not None and not bool(new_mask.all()):

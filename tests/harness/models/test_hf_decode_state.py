@@ -5,6 +5,8 @@ memory stays constant while a KV cache grows, and what it cannot follow is refus
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -120,15 +122,25 @@ def test_the_models_softcap_is_refused_in_the_state_path():
         _generate(model, implementation, cache=_state_cache(model), new=2)
 
 
-def test_the_models_own_narrower_window_is_refused_in_the_state_path():
-    """Mistral's sliding_window=8 under a 12-token prompt: the state would run the variant unrestricted."""
+@pytest.mark.parametrize("name", ["dense", "sliding_window"])
+def test_the_models_own_narrower_window_runs_as_a_ring_of_that_window(name):
+    """Mistral's sliding_window=8 under 12-token prompts: the state path runs variant.windowed(8) from the first token
+    (a ring of 8 keys) and gives the cache path's tokens and logits, where transformers' sliding-window cache drops
+    keys; distilled, which cannot restrict itself to the window, is refused naming it."""
     import transformers
 
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(tiny_config("mistral", sliding_window=8)).eval()
-    implementation = hf_adapter.register_with_transformers("sliding_window", window=W)
-    with pytest.raises(NotSupportedError, match=r"the model's own sliding window \(sliding_window=8 < 12 positions\)"):
-        _generate(model, implementation, cache=_state_cache(model), new=2)
+    implementation = hf_adapter.register_with_transformers(name, **({"window": 16} if name == "sliding_window" else {}))
+    cache = _state_cache(model)
+    stateful = _generate(model, implementation, cache=cache)
+    cached = _generate(model, implementation)
+    assert torch.equal(stateful.sequences, cached.sequences)
+    for step, (mine, theirs) in enumerate(zip(stateful.logits, cached.logits)):
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5, msg=f"logits of step {step}")
+    assert cache.state_bytes() == 2 * (2 * 2 * 2 * 8 * 16 * 4 + 8 * 8 + 2 * 8)  # a ring of 8 per layer (see above)
+    with pytest.raises(NotSupportedError, match=r"sliding_window=8 < the keys a decode state sees\): distilled"):
+        _generate(model, hf_adapter.register_with_transformers("distilled", features=16), cache=_state_cache(model))
 
 
 def test_padding_among_the_decoded_tokens_is_refused(llama):
@@ -165,3 +177,19 @@ def test_a_bidirectional_layer_is_refused_in_the_state_path():
     model.set_attn_implementation(hf_adapter.register_with_transformers("sliding_window", window=W))
     with pytest.raises(NotSupportedError, match=r"decodes causally; this layer is bidirectional"), torch.no_grad():
         model(torch.zeros(1, 4, dtype=torch.long), cache=_state_cache(model), use_cache=True)
+
+
+def test_a_variant_without_gqa_gets_repeated_keys_through_the_state(llama):
+    """A plugin declaring gqa=False is handed K/V repeated to H heads: the state path must still take the keys its
+    cache handed out (before the repeat) for its own, and give the cache path's tokens and logits."""
+    from variants.dense import DenseAttention
+
+    class NoGQADense(DenseAttention):
+        capabilities = dataclasses.replace(DenseAttention.capabilities, gqa=False)
+
+    implementation = hf_adapter.register_with_transformers(NoGQADense())
+    stateful = _generate(llama, implementation, cache=_state_cache(llama))
+    stock = _generate(llama, "sdpa")
+    assert torch.equal(stateful.sequences, stock.sequences)
+    for step, (mine, theirs) in enumerate(zip(stateful.logits, stock.logits)):
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=2e-5, msg=f"logits of step {step}")
