@@ -28,6 +28,9 @@ not know (``KWARGS`` lists each it knows with its meaning: a new model feature i
 everything the variant itself refuses. Each call is tallied per layer (``hf_layers``): a swapped forward in which the
 variant did not run in every layer of the model is refused.
 
+Constant-memory decoding: with ``past_key_values=VariantStateCache(model)`` (hf_decode_state) each layer keeps its
+variant's decode state (init_state at the prefill, step per new token) instead of transformers' keys and values.
+
 Per-layer variants (fitted per layer) and recording q, k, v go through attributes of each attention module,
 set with ``hf_layers.set_layer_variant`` and ``record_qkv``. Needs ``pip install 'attnsuite[hf]'`` (transformers >= 4.51).
 """
@@ -49,6 +52,7 @@ from variants import AttentionVariant, NotSupportedError, build_variant
 PREFIX = "attnsuite_"  # every implementation name this module registers starts with it
 INSTALL_HINT = "pip install 'attnsuite[hf]'"
 LAYER_RECORD = "_attnsuite_record"  # attribute of an attention module: a list that receives (q, k, v)
+LAYER_STATE = "_attnsuite_state"  # attribute of an attention module: its VariantStateCache layer (hf_decode_state)
 LAYER_WINDOWED = "_attnsuite_windowed"  # attribute of an attention module: (variant, window, its windowed variant)
 _SHARED: dict[str, AttentionVariant] = {}  # implementation name -> the variant used where a layer sets none
 
@@ -161,7 +165,10 @@ def _attention_function(name: str):
         variant = _SHARED[name] if variant is None else variant
         hf_layers.tally(module, variant)
         reasons = model_feature_reasons(module, query, key, value, attention_mask, dropout=dropout, kwargs=kwargs)
-        variant, window_reasons = _windowed_variant(module, variant, kwargs.get("sliding_window"), key.shape[2])
+        state = module.__dict__.get(LAYER_STATE)  # a VariantStateCache's layer: the constant-memory decode path
+        state = state if state is not None and state.handed_out(key) else None  # before k, v are repeated for GQA
+        M = math.inf if state is not None else key.shape[2]  # a state runs the model's window from the first token
+        variant, window_reasons = _windowed_variant(module, variant, kwargs.get("sliding_window"), M)
         reasons += window_reasons
         if reasons:
             raise NotSupportedError(variant.name, reasons)
@@ -176,16 +183,20 @@ def _attention_function(name: str):
         if record is not None:
             record.append((query.detach(), key.detach(), value.detach()))
         features = {"softcap": kwargs.get("softcap"), "sink_logits": kwargs.get("s_aux")}  # Gemma 2's, gpt-oss's
-        out = variant(query, key, value, causal=causal, kv_mask=attention_mask, **features)  # (B, H, N, D)
+        if state is not None:
+            out = state.attend(variant, query, key, value, causal=causal, kv_mask=attention_mask, features=features)
+        else:
+            out = variant(query, key, value, causal=causal, kv_mask=attention_mask, **features)  # (B, H, N, D)
         return out.transpose(1, 2).contiguous(), None  # (B, N, H, D)
 
     attnsuite_attention.__name__ = name
     return attnsuite_attention
 
 
-def _windowed_variant(module: nn.Module, variant: AttentionVariant, window: Any, M: int):
+def _windowed_variant(module: nn.Module, variant: AttentionVariant, window: Any, M: float):
     """(the variant a layer runs under the model's sliding window, [] or the reason it cannot): the variant itself when
-    the window covers the M keys, else ``variant.windowed(window)``, built once per module, variant and window."""
+    the window covers the M keys (math.inf: a decode state's, all to come), else ``variant.windowed(window)``, built once
+    per module, variant and window."""
     if window is None or int(window) >= M:
         return variant, []
     window = int(window)
@@ -194,8 +205,9 @@ def _windowed_variant(module: nn.Module, variant: AttentionVariant, window: Any,
         return cached[2], []
     windowed = variant.windowed(window)
     if windowed is None:
+        keys = f"{M} keys" if M != math.inf else "the keys a decode state sees"
         reason = (
-            f"the model's own sliding-window layer (sliding_window={window} < {M} keys): {variant.name} cannot "
+            f"the model's own sliding-window layer (sliding_window={window} < {keys}): {variant.name} cannot "
             "restrict itself to it exactly (its windowed() gives None; dense and sliding_window can); evaluate at "
             "seq_len <= the model's window"
         )

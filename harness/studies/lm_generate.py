@@ -5,8 +5,8 @@ variant swapped in and with exact dense in every layer (through the same adapter
 stopping early at an end-of-sequence token, so both give exactly T tokens. The agreement is the share of those T
 positions, compared position by position to the end (not only up to the first difference), whose token equals
 dense's, over all prompts. Decode speed is the T tokens over the seconds of the variant's generate call (the prefill
-of the prompt included). The variant's own KV/state bytes are not reported: the adapter keeps transformers' cache,
-the same for every variant, and exposes no state of the variant's own.
+of the prompt included). The variant's own KV/state bytes are not reported: generation here keeps transformers'
+cache, the same for every variant (harness.models.hf_decode_state's VariantStateCache holds a variant's own state).
 """
 
 from __future__ import annotations
@@ -101,6 +101,15 @@ def generation_fields(
         "decode_tokens_per_s": tokens * len(prompts) / watch.seconds,
         "generation_status": "ok",
     }
+
+
+def agreement_or_refusal(*args: Any) -> float:
+    """generation_fields(*args)'s continuation agreement, or NotSupportedError with its reason where there is none (the
+    variant cannot generate)."""
+    found = generation_fields(*args)
+    if found["generation_status"] != "ok":
+        raise NotSupportedError(found["generation_reason"])
+    return found["continuation_agreement"]
 
 
 def generation_text(row: dict[str, Any]) -> str:
