@@ -97,26 +97,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(reason)
     load_plugins(args.plugin)
     device = check_device(args.device)
-    max_lens = parse_ints(args.max_lens, "--max-lens", "128,512")
-    try:
-        for n in max_lens:
-            minilm.check_max_len(n)
-    except ValueError as exc:
-        raise UsageError(f"--max-lens: {exc}") from None
-    if args.texts < 2 or args.calibration_texts < 0 or args.calibration_steps < 0:
-        raise UsageError(
-            f"need --texts >= 2 (retrieval needs neighbours), --calibration-texts >= 0, --calibration-steps >= 0; "
-            f"got {args.texts}, {args.calibration_texts}, {args.calibration_steps}"
-        )
+    max_lens = _minilm_lengths(args)
     budgets = _budgets(args, {"cosine": model_eval.ERROR}, args.calibration_texts)
     variants = select_variants(args.variants)
     overrides = parse_overrides(args.set)
     check_overrides(overrides, variants, max(max_lens))
-    for n in max_lens:
-        try:
-            passages.split_passages(n, args.texts, args.calibration_texts)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
     folder = output_dir(model_eval.STEM, run=args.run, out=args.out)
     watch = Stopwatch.started()
     try:
@@ -146,6 +131,27 @@ def run(args: argparse.Namespace) -> int:
     paths = model_eval.write_model_eval(folder, rows, meta)
     print(f"wrote {', '.join(str(p) for p in paths)}")
     return 0
+
+
+def _minilm_lengths(args: argparse.Namespace) -> list[int]:
+    """MiniLM's --max-lens, each within its positions and splittable into --texts and --calibration-texts passages."""
+    max_lens = parse_ints(args.max_lens, "--max-lens", "128,512")
+    try:
+        for n in max_lens:
+            minilm.check_max_len(n)
+    except ValueError as exc:
+        raise UsageError(f"--max-lens: {exc}") from None
+    if args.texts < 2 or args.calibration_texts < 0 or args.calibration_steps < 0:
+        raise UsageError(
+            f"need --texts >= 2 (retrieval needs neighbours), --calibration-texts >= 0, --calibration-steps >= 0; "
+            f"got {args.texts}, {args.calibration_texts}, {args.calibration_steps}"
+        )
+    for n in max_lens:
+        try:
+            passages.split_passages(n, args.texts, args.calibration_texts)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    return max_lens
 
 
 def run_model(args: argparse.Namespace) -> int:

@@ -80,27 +80,34 @@ def build_spec(
 
     try:
         load_plugins(as_list(merged.get("plugins", ())))
-        values = _parsed_values(merged, where)
-        variant_config = variant_config_layers(
-            defaults.get(VARIANT_CONFIG_KEY, {}), merged.get(VARIANT_CONFIG_KEY, {}), where
-        )
-        problem = device_problem(device, present=False)
-        if problem:
-            raise SpecError(f"{where('device')}: {problem}")
-        spec = SweepSpec(
-            **values,
-            device=device,
-            variants=expand_variants(merged["variants"], variant_config, where("variants")),
-            dtypes=_dtypes(merged["dtypes"], device, where("dtypes")),
-            inputs=_inputs(merged["inputs"], where("inputs")),
-            executor_options={key: merged[key] for key in executor_flags if key in merged},
-            device_was_auto=was_auto,
-            sources={key: where(key) for key in merged},
-        )
+        spec = _validated(merged, defaults, where, device=device, was_auto=was_auto, executor_keys=executor_flags)
         check_inputs_fit(spec)  # an input that can make none of its cells: refused before any run folder exists
         return spec
     except SpecError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _validated(
+    merged: dict[str, Any], defaults: dict[str, Any], where, *, device: str, was_auto: bool, executor_keys
+) -> SweepSpec:
+    """The SweepSpec of the merged layers, every value parsed and checked (SpecError names where a bad one came from)."""
+    values = _parsed_values(merged, where)
+    variant_config = variant_config_layers(
+        defaults.get(VARIANT_CONFIG_KEY, {}), merged.get(VARIANT_CONFIG_KEY, {}), where
+    )
+    problem = device_problem(device, present=False)
+    if problem:
+        raise SpecError(f"{where('device')}: {problem}")
+    return SweepSpec(
+        **values,
+        device=device,
+        variants=expand_variants(merged["variants"], variant_config, where("variants")),
+        dtypes=_dtypes(merged["dtypes"], device, where("dtypes")),
+        inputs=_inputs(merged["inputs"], where("inputs")),
+        executor_options={key: merged[key] for key in executor_keys if key in merged},
+        device_was_auto=was_auto,
+        sources={key: where(key) for key in merged},
+    )
 
 
 def _layers(
