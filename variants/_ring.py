@@ -8,6 +8,7 @@ included (as in the forward's band).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -19,6 +20,8 @@ from variants._gqa import sdpa
 class SlidingWindowState:
     """Slots [0, S) hold the sink positions 0..S-1; slot S + p % W holds position p of the band."""
 
+    # the fields holding keys and values: a harness may store them quantized between steps (harness.measure.kv_quant)
+    kv_fields: ClassVar[tuple[str, ...]] = ("k", "v")
     k: Tensor  # (B, H_kv, S + W, D)
     v: Tensor  # (B, H_kv, S + W, D)
     pos: Tensor  # (S + W,) int64: the position each slot holds, -1 = empty

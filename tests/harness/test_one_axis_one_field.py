@@ -110,6 +110,7 @@ def _spec_lists():
         paddings=(0.0,),
         recomputes=("none",),
         precisions=("fp32",),
+        kv_dtypes=("none",),
     )
 
 
