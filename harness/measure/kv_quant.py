@@ -46,7 +46,7 @@ class Quantized:
         """Bytes held: the values and the scales (what variants.live_state_bytes counts of a view of it)."""
         return self.values.nbytes + self.scale.nbytes
 
-    def __getitem__(self, index: Any) -> "Quantized":
+    def __getitem__(self, index: Any) -> Quantized:
         """A view of some rows (an index over the dimensions before D: a KV cache's live part)."""
         return Quantized(self.values[index], self.scale[index], self.dtype)
 
@@ -57,14 +57,14 @@ def quantize(x: Tensor, kv_dtype: str) -> Quantized:
     x32 = x.to(SCALE_DTYPE)
     absmax = x32.abs().amax(dim=-1, keepdim=True)  # (..., 1)
     scale = torch.where(absmax > 0, absmax / largest, torch.ones_like(absmax))
-    scaled = x32 / scale
-    values = scaled.round().clamp(-largest, largest).to(stored) if stored == torch.int8 else scaled.to(stored)
+    scaled = x32 / scale  # a new tensor: rounded (int8; fp8's cast rounds) and clamped in place
+    values = (scaled.round_() if stored == torch.int8 else scaled).clamp_(-largest, largest).to(stored)
     return Quantized(values, scale, x.dtype)
 
 
 def dequantize(q: Quantized) -> Tensor:
     """The stored tensor in its compute dtype: values x scale."""
-    return (q.values.to(SCALE_DTYPE) * q.scale).to(q.dtype)
+    return q.values.to(SCALE_DTYPE).mul_(q.scale).to(q.dtype)  # one float32 copy, scaled in place
 
 
 def round_trip(x: Tensor, kv_dtype: str) -> Tensor:
@@ -141,7 +141,8 @@ def kv_refusals(capabilities: Any, kv_dtype: str) -> list[str]:
     """Why a variant cannot read K/V stored as kv_dtype: it declares Capabilities.quantized_kv False; [] when it can."""
     if kv_dtype == "none" or getattr(capabilities, "quantized_kv", True):
         return []
-    return [
+    reason = (
         f"kv_dtype {kv_dtype}: it declares that it cannot read quantized K/V (Capabilities.quantized_kv=False); "
         "measure it with --kv-dtypes none"
-    ]
+    )
+    return [reason]
