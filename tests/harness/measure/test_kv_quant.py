@@ -155,3 +155,26 @@ def test_every_variant_reads_quantized_kv_or_refuses_it(name):
         stored = attn(q, round_trip(k, "int8"), round_trip(v, "int8"), causal=causal)
     difference = float((stored - plain).norm() / plain.norm())
     assert 0 < difference < 3e-2, f"{name}: output moved {difference:.3g} on int8 K/V"
+
+
+@pytest.mark.parametrize("name", [n for n in list_variants() if get_variant(n).cls.capabilities.decode])
+def test_every_decoding_variant_decodes_from_a_quantized_cache(name):
+    """Registry-wide: a decode cell at int8 runs for every variant that decodes; its state shrinks where the state
+    declares keys and values (kv_fields: dense's and chunked's cache, a ring) and is untouched where it holds none
+    (distilled's running sums); its error stays within int8's reach of the unquantized cell's."""
+    config = dict(get_variant(name).cls.small_config)
+    rows = {
+        kv: run(cell(name, 48, config=config, phase="decode", causal=True, batch=2, padding=0.25, kv_dtype=kv))
+        for kv in ("none", "int8")
+    }
+    assert all(r["status"] == "ok" for r in rows.values()), {kv: r["reason"] for kv, r in rows.items()}
+    attn = build_variant(name, **config)
+    g = torch.Generator().manual_seed(0)
+    k, v = (torch.randn(2, H, 48, D, generator=g) for _ in range(2))
+    state = attn.init_state(k, v)
+    holds_kv = any(hasattr(type(s), "kv_fields") for s in [state, *vars(state).values()])
+    if holds_kv:
+        assert rows["int8"]["state_bytes"] < rows["none"]["state_bytes"]  # (exact counts: the test above)
+    else:
+        assert rows["int8"]["state_bytes"] == rows["none"]["state_bytes"]
+    assert abs(rows["int8"]["rel_l2_error"] - rows["none"]["rel_l2_error"]) < 2e-2
