@@ -167,6 +167,10 @@ class KVCache:
         self.v[:, :, self.length] = v_t[:, :, 0]
         self.length += 1
 
+    def written_rows(self) -> list[int]:
+        """The positions the last append wrote (its one token): what a quantized store of k, v writes back."""
+        return [self.length - 1]
+
     def live_tensors(self) -> tuple[Tensor, ...]:
         """The live keys, values and mask (what live_state_bytes counts; the capacity is state_bytes')."""
         return tuple(t for t in self.live() if t is not None)

@@ -31,6 +31,12 @@ class SlidingWindowState:
     sinks: int  # S, keys 0..S-1 visible to every later query
     padded: bool = True  # some slot may hold a padded token (False: the context had no padding, no mask needed)
 
+    def written_rows(self) -> list[int]:
+        """The slots the last step wrote (position p = length - 1's band slot, and its sink slot while p < sinks): what
+        a quantized store of k, v writes back."""
+        p = self.length - 1
+        return [self.sinks + p % self.window] + ([p] if p < self.sinks else [])
+
 
 def ring_from_context(k: Tensor, v: Tensor, kv_mask: Tensor | None, window: int, sinks: int) -> SlidingWindowState:
     """The state after the context k, v (B, H_kv, N, D): its sinks and its last `window` tokens."""

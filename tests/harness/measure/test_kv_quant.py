@@ -4,13 +4,14 @@ refused; every registered variant reading it, with no test code of its own."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import pytest
 import torch
 
 from harness.inputs import make_inputs
-from harness.measure.kv_quant import dequantize, kv_refusals, quantize, round_trip
+from harness.measure.kv_quant import dequantize, kv_refusals, loaded_state, quantize, round_trip, stored_state
 from tests.harness.measure.test_axes import D, H, cell, run
 from variants import build_variant, get_variant, list_variants
 
@@ -178,3 +179,28 @@ def test_every_decoding_variant_decodes_from_a_quantized_cache(name):
     else:
         assert rows["int8"]["state_bytes"] == rows["none"]["state_bytes"]
     assert abs(rows["int8"]["rel_l2_error"] - rows["none"]["rel_l2_error"]) < 2e-2
+
+
+@pytest.mark.parametrize("name", ["dense", "sliding_window"])
+@pytest.mark.parametrize("kv_dtype", ["int8", "fp8_e4m3"])
+def test_a_step_stores_only_the_rows_it_wrote_and_they_are_what_storing_it_all_gives(name, kv_dtype):
+    """stored_state writes back the rows a state names (written_rows): the store after each step equals, on every
+    live row, the whole cache quantized again; a wrong row (an off-by-one) would leave a stale one behind."""
+    attn = build_variant(name, **dict(get_variant(name).cls.small_config))
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (round_trip(torch.randn(1, 2, 40, 16, generator=g), kv_dtype) for _ in range(3))
+    partial = stored_state(attn.init_state(k[:, :, :20], v[:, :, :20]), kv_dtype)
+    whole = copy.deepcopy(partial)
+    with torch.no_grad():
+        for t in range(20, 40):
+            token = (q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1])
+            _, partial = attn.step(*token, loaded_state(partial))
+            partial = stored_state(partial, kv_dtype)
+            _, whole = attn.step(*token, loaded_state(whole))
+            whole.__dict__.pop("_kv_read")  # forget the stores read: quantized whole
+            whole = stored_state(whole, kv_dtype)
+            live = torch.arange(partial.length) if name == "dense" else torch.nonzero(partial.pos >= 0)[:, 0]
+            for field in ("k", "v"):
+                mine, all_again = getattr(partial, field), getattr(whole, field)
+                assert torch.equal(mine.values[:, :, live].float(), all_again.values[:, :, live].float()), (t, field)
+                assert torch.equal(mine.scale[:, :, live], all_again.scale[:, :, live]), (t, field)
