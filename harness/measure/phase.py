@@ -44,7 +44,8 @@ from harness.measure.reference import TrivialErrors, baseline_errors
 from harness.measure.settings import DTYPES, MeasureSettings
 from harness.measure.speedup import Timing, timed_fields
 from harness.measure.tuning import tune
-from harness.schema import Cell, tricks_reason
+from harness.cell_rules import tricks_reason
+from harness.schema import Cell
 from variants import NotSupportedError, build_variant
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from harness.errors import UsageError
 from harness.plan import MAX_SEARCHED_SEQ_LEN, Longest, longest_within, memory_verdict, plan, search_longest
-from harness.schema import tricks_reason
+from harness.cell_rules import tricks_reason
 from harness.runner import sweep_spec as build_spec
 from harness.schema import Cell
 

@@ -111,6 +111,8 @@ def test_dense_with_a_quantized_cache_on_llm_inputs_costs_a_bounded_nonzero_erro
     assert exact["k_quant_rel_l2"] is None and exact["v_quant_rel_l2"] is None
     if phase == "prefill":  # K and V as held: float32, or one byte a value and a float32 scale a row
         assert exact["kv_bytes"] == 2 * H * N * D * 4 and row["kv_bytes"] == 2 * H * N * (D + 4)
+        # another series than plain dense: paired with it (plain dense, the baseline, is timed alone)
+        assert row["speedup"] is not None and exact["speedup"] is None
 
 
 def _manual(x: torch.Tensor, kv_dtype: str) -> torch.Tensor:
