@@ -27,6 +27,7 @@ from variants._checks import did_you_mean
 def sweep(
     *,
     config: str | Path | None = None,
+    preset: str | None = None,
     out: str | Path = "results",
     run_id: str | None = None,
     quiet: bool = True,
@@ -37,6 +38,7 @@ def sweep(
 
     Args:
         config: a sweep spec file (TOML), as `--config`; `settings` override it, as flags do.
+        preset: an embedded spec by name, as `--preset` (harness.spec.presets: "quick"), under `config` and `settings`.
         out, run_id: where the run folder goes and its name (default: date, time and device).
         quiet: no progress bar.
         trust_config: as `--trust-config` (a spec file's plugins and executor settings are taken only with it).
@@ -44,7 +46,7 @@ def sweep(
             takes ("256,512", "1k..4k") or a list of values ([256, 512], ["dense", "chunked"]).
     Raises harness.errors.UsageError for an unknown key or a bad value, with the flag and the fix.
     """
-    spec = sweep_spec(toml_path=config, cli=cli_values(settings), trust_config=trust_config)
+    spec = sweep_spec(toml_path=config, cli=cli_values(settings), trust_config=trust_config, preset=preset)
     return analyse(run_sweep(spec, out=out, run_id=run_id, quiet=quiet))
 
 

@@ -7,6 +7,10 @@ script). It reads a setup line on stdin, calls ``FACTORY(setup)`` for its job ha
 says it is ready; then each job line on stdin gets one reply line on the pipe FD (a job's prints on stdout cannot
 garble them). It ends when its stdin closes. Its stderr goes to FOLDER/stderr.txt, whose tail a failure quotes.
 
+Each message carries a fresh random token that its reply must echo: code the child runs (a plugin) can name the pipe
+FD and write to it, but a line it writes does not answer the job in flight, so the parent refuses it (ChildFailed,
+the child killed) rather than taking it, or the real reply after it, as the job's result.
+
 A child dies with its parent: on Linux it asks for SIGTERM when the parent dies (PR_SET_PDEATHSIG) and then removes
 FOLDER, so a SIGKILLed sweep leaves no orphan measuring on and no temp folder behind. Users: the subprocess executor
 (harness.executors.isolated), the local executor's plugin child (harness.executors.plugin_worker) and the report's maps
@@ -19,6 +23,7 @@ import ctypes
 import importlib
 import json
 import os
+import secrets
 import select
 import shutil
 import signal
@@ -74,11 +79,12 @@ class ChildProcess:
         """The child's result for `job` (JSON-safe), started first if it is not running; raises ChildFailed."""
         if not self.running:
             self.start()
+        token = secrets.token_hex(16)
         try:
-            self._send(job)
+            self._send(job, token)
         except (BrokenPipeError, OSError):
             pass  # the child died: its exit status below says how
-        return self._reply(timeout_s, started=True)
+        return self._reply(timeout_s, token, started=True)
 
     def start(self) -> None:
         """Start a fresh child and wait until it is ready; raises ChildFailed(started=False) when it cannot start."""
@@ -98,18 +104,21 @@ class ChildProcess:
             )
         os.close(write_end)
         self.replies = os.fdopen(read_end, "r", encoding="utf-8")
+        token = secrets.token_hex(16)
         try:
-            self._send(self.setup)
+            self._send(self.setup, token)
         except (BrokenPipeError, OSError):
             pass
-        self._reply(self.start_timeout_s, started=False)
+        self._reply(self.start_timeout_s, token, started=False)
 
-    def _send(self, message: Any) -> None:
-        self.process.stdin.write(json.dumps(message, default=str) + "\n")  # type: ignore[union-attr]
+    def _send(self, message: Any, token: str) -> None:
+        line = json.dumps({"token": token, "job": message}, default=str)
+        self.process.stdin.write(line + "\n")  # type: ignore[union-attr]
         self.process.stdin.flush()  # type: ignore[union-attr]
 
-    def _reply(self, timeout_s: float | None, *, started: bool) -> Any:
-        """The child's next reply line within `timeout_s` seconds; a timeout, a death or a job's error: ChildFailed."""
+    def _reply(self, timeout_s: float | None, token: str, *, started: bool) -> Any:
+        """The child's next reply line within `timeout_s` seconds, answering the message sent with `token`; a timeout,
+        a death, a job's error or a line that does not carry the token (forged, or left from an earlier job): ChildFailed."""
         ready, _, _ = select.select([self.replies], [], [], timeout_s)
         if not ready:
             self.close(kill=True)
@@ -121,7 +130,15 @@ class ChildProcess:
             tail = self._stderr()
             self.close()
             raise ChildFailed(*death_status(code, tail, who=self.name, result=self.result), started=started)
-        reply = json.loads(line)
+        reply = _parsed(line)
+        if reply.get("token") != token:
+            self.close(kill=True)
+            raise ChildFailed(
+                "error",
+                f"{self.name} sent a reply that does not answer this job (not its token: written by code in the child, "
+                f"such as a plugin, or left from an earlier job); refused, and its process was killed",
+                started=started,
+            )
         if "error" in reply:
             doing = "raised" if started else "could not start:"
             raise ChildFailed("error", f"{self.name} {doing} {reply['error']}", started=started)
@@ -197,6 +214,15 @@ def die_with_parent(folder: Path) -> None:
         on_parent_death(signal.SIGTERM, None)
 
 
+def _parsed(line: str) -> dict[str, Any]:
+    """A reply line as a dict ({} for a line that is not a JSON object: it carries no token)."""
+    try:
+        reply = json.loads(line)
+    except ValueError:
+        return {}
+    return reply if isinstance(reply, dict) else {}
+
+
 def _handler(entry: str, setup: Any) -> Callable[[Any], Any]:
     module, _, factory = entry.partition(":")
     return getattr(importlib.import_module(module), factory)(setup)
@@ -212,23 +238,25 @@ def main(argv: list[str]) -> int:
     entry, folder, replies = argv[0], Path(argv[1]), os.fdopen(int(argv[2]), "w", encoding="utf-8")
     die_with_parent(folder)
 
-    def reply(message: dict[str, Any]) -> None:
-        replies.write(json.dumps(message, default=str) + "\n")
+    def reply(token: str, message: dict[str, Any]) -> None:
+        replies.write(json.dumps({"token": token, **message}, default=str) + "\n")
         replies.flush()
 
+    setup = json.loads(sys.stdin.readline())
     try:
-        handle = _handler(entry, json.loads(sys.stdin.readline()))
+        handle = _handler(entry, setup["job"])
     except Exception as exc:  # noqa: BLE001 - a plugin that fails on import: the parent says so for every job left
         traceback.print_exc()
-        reply({"error": _failure(exc)})
+        reply(setup["token"], {"error": _failure(exc)})
         return 1
-    reply({"result": "ready"})
+    reply(setup["token"], {"result": "ready"})
     for line in sys.stdin:
+        message = json.loads(line)
         try:
-            reply({"result": handle(json.loads(line))})
+            reply(message["token"], {"result": handle(message["job"])})
         except Exception as exc:  # noqa: BLE001 - a job's error is its reply; the child serves the next job
             traceback.print_exc()
-            reply({"error": _failure(exc)})
+            reply(message["token"], {"error": _failure(exc)})
     return 0
 
 

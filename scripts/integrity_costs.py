@@ -1,6 +1,8 @@
 """What the integrity guards cost (docs/reliability.md, "Integrity"): the inputs' checksum per cell against one dense
 call and a whole cell, and a plugin cell in the local executor's plugin child (harness.executors.plugin_worker)
-against the same cell in this process and in a process of its own (--executor subprocess).
+against the same cell in this process and in a process of its own (--executor subprocess); and what keeping plugins apart
+from built-ins costs (harness.plugins): the check of a plugin's import, and a built-in cell's time in the local executor
+with a plugin loaded against without, beside a plugin cell's.
 
     PYTHONPATH=. python scripts/integrity_costs.py [--lengths 1024,4096] [--repeats 5]
 
@@ -103,7 +105,39 @@ def main(argv: list[str]) -> int:
             f"{first_s:.2f} s the first (the child's start), {next_s:.2f} s each next; "
             f"with --executor subprocess {child_s:.2f} s each"
         )
+        plugins_apart(plugin, settings, run, args.repeats)
     return 0
+
+
+def plugins_apart(plugin: Path, settings, run, repeats: int) -> None:
+    """The import check's cost (two snapshots and their comparison), and a built-in cell (dense, N=256) measured by the
+    local executor with and without a plugin loaded, beside the plugin's own cell, alternating so load hits each."""
+    from harness.executors.local import LocalExecutor
+    from harness.executors.worker import CellJob
+    from harness.process_state import changes, snapshot
+
+    check_s = median_s(lambda: changes(snapshot(), snapshot(), "none"), repeats)
+    with_plugin = LocalExecutor(CellJob(settings=settings.to_dict(), run=run.__dict__, plugins=(str(plugin),)))
+    without = LocalExecutor(CellJob(settings=settings.to_dict(), run=run.__dict__))
+    built_in, own = cell_for("dense", 256, H=2, D=16), cell_for("exact_plugin", 256, H=2, D=16)
+    for executor, cell in ((with_plugin, built_in), (without, built_in), (with_plugin, own)):
+        executor.measure(cell)  # warm: inputs, baseline, the plugin child's start
+    times: dict[str, list[float]] = {"without": [], "with": [], "plugin": []}
+    for _ in range(repeats):
+        for key, executor, cell in (
+            ("without", without, built_in),
+            ("with", with_plugin, built_in),
+            ("plugin", with_plugin, own),
+        ):
+            times[key].append(median_s(lambda: executor.measure(cell), 1))
+    with_plugin.close()
+    medians = {key: statistics.median(values) for key, values in times.items()}
+    print(
+        f"plugins apart: the import check {check_s * 1e3:.1f} ms once per plugin and process; a built-in cell (N=256) "
+        f"{medians['without']:.3f} s without a plugin loaded, {medians['with']:.3f} s with one "
+        f"(ratio {medians['with'] / medians['without']:.2f}); a plugin cell in its child {medians['plugin']:.3f} s "
+        f"(ratio {medians['plugin'] / medians['without']:.2f})"
+    )
 
 
 if __name__ == "__main__":

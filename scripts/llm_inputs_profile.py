@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from harness.inputs import make_inputs  # noqa: E402
 from harness.inputs.llm import HEAD_TYPES, llm_head_types  # noqa: E402
+from harness.measure.distribution import head_metrics  # noqa: E402
 from variants import attention_weights  # noqa: E402
 
 
@@ -29,6 +30,11 @@ def profile(N: int, seeds: int, H: int = 16, D: int = 64) -> dict[str, dict[str,
         q, k, _ = make_inputs("llm", B=1, H=H, N=N, D=D, seed=seed)
         types = llm_head_types(1, H, generator=torch.Generator().manual_seed(seed), device="cpu")[0]
         w = attention_weights(q, k, causal=True)[0, :, N // 2 :].float()  # (H, N/2, N)
+        rows = torch.arange(N // 2, N)
+        # entropy and the sink's mass as every report computes them (harness.measure.distribution)
+        metrics = head_metrics(
+            q, k, causal=True, rows=rows, valid=torch.ones(1, len(rows), dtype=torch.bool), chunk=128
+        )
         dist = (torch.arange(N // 2, N)[:, None] - torch.arange(N)[None, :]).clamp(min=0)
         for h in range(H):
             kind = HEAD_TYPES[int(types[h])]
@@ -36,8 +42,8 @@ def profile(N: int, seeds: int, H: int = 16, D: int = 64) -> dict[str, dict[str,
                 [(w[h] * ((dist >= lo) & (dist < hi))).sum(-1).mean() for lo, hi in zip(edges, edges[1:])]
             )
             out[kind]["mass"].append(bins)
-            out[kind]["entropy"].append(float(-(w[h] * w[h].clamp_min(1e-30).log()).sum(-1).mean()))
-            out[kind]["sink"].append(float(w[h, :, 0].mean()))
+            out[kind]["entropy"].append(float(metrics["entropy"][0, h]))
+            out[kind]["sink"].append(float(metrics["first_1"][0, h]))
     return {
         t: {
             "edges": torch.tensor(edges),

@@ -17,7 +17,7 @@ from harness.measure.timer import Stopwatch
 from harness.plugins import load_plugins
 from harness.spec.convert import MAX_BATCH, MAX_HEAD_DIM, MAX_HEADS
 from harness.studies import deploy, deploy_targets, deploy_wasm
-from harness.studies.deploy_table import TARGETS
+from harness.report.deploy_table import TARGETS
 from harness.studies.results_io import output_dir
 from harness.studies.selection import check_overrides, select_variants
 from variants._checks import did_you_mean

@@ -21,7 +21,7 @@ from harness.measure.timer import Stopwatch
 from harness.plugins import load_plugins
 from harness.spec.convert import SpecError, lengths
 from harness.spec.convert import budgets as parse_budgets  # its own name: `budgets` is the parsed value below
-from harness.studies import lm_eval, lm_generate, model_eval, passages
+from harness.studies import budget_search, lm_eval, lm_generate, model_eval, passages
 from harness.studies.results_io import output_dir
 from harness.studies.selection import check_overrides, select_variants
 from variants.calibrate import DEFAULT_STEPS
@@ -64,8 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--error-metric",
         metavar="METRIC",
-        help="--model: what a budget bounds, kl (KL(dense||variant) per token, nats; default) or perplexity "
-        "(relative increase); MiniLM: 1 - mean embedding cosine",
+        help="--model: what a budget bounds, kl (KL(dense||variant) per token, nats; default), perplexity "
+        "(relative increase) or disagreement (1 - greedy continuation agreement with dense: 0.1 asks agreement "
+        ">= 0.9); MiniLM: 1 - mean embedding cosine",
     )
     parser.add_argument(
         "--generate-tokens",
@@ -156,7 +157,7 @@ def run_model(args: argparse.Namespace) -> int:
     device = check_device(args.device)
     seq_lens, layers, n_eval, n_calibration = _lm_sizes(args)
     _check_lm(args, seq_lens, layers)
-    budgets = _budgets(args, lm_eval.ERRORS, n_calibration)
+    budgets = _budgets(args, budget_search.ERRORS, n_calibration)
     text = _read_text(args.text)
     variants = select_variants(args.variants)
     overrides = parse_overrides(args.set)
@@ -177,7 +178,7 @@ def run_model(args: argparse.Namespace) -> int:
             seed=args.seed,
             overrides=overrides,
             budgets=budgets,
-            metric=args.error_metric or next(iter(lm_eval.ERRORS)),
+            metric=args.error_metric or next(iter(budget_search.ERRORS)),
             generate_tokens=args.generate_tokens,
             tokenizer=args.tokenizer,
             log=print,
@@ -241,6 +242,8 @@ def _budgets(args: argparse.Namespace, metrics: dict[str, str], n_calibration: i
             f"--error-metric {args.error_metric!r}: this model's budgets bound {' or '.join(metrics)}; "
             + ("pass one of those" if len(metrics) > 1 else "drop --error-metric")
         )
+    if found and args.error_metric == "disagreement" and args.generate_tokens < 1:
+        raise UsageError("--error-metric disagreement bounds generated tokens: pass --generate-tokens >= 1")
     if found and n_calibration < 1:
         raise UsageError("--error-budgets are searched on calibration texts: pass --calibration-texts >= 1")
     return found

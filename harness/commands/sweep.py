@@ -11,7 +11,7 @@ import dataclasses
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from harness.errors import UsageError
 from harness.executors import option_knobs
@@ -20,6 +20,7 @@ from harness.knobs import Knob, knobs
 from harness.runner import check_resume, plan_lines, resume_spec, run_sweep, sweep_spec, where_keys
 from harness.spec import SweepSpec
 from harness.spec.build import default_text
+from harness.spec.presets import PRESETS
 from harness.spec.toml_io import parse_toml
 
 GROUPS = {
@@ -61,6 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = inputs_help()
     groups = {name: parser.add_argument_group(title) for name, title in GROUPS.items()}
     groups["what"].add_argument("--config", metavar="TOML", help="a sweep spec file (see docs/sweep.md)")
+    groups["what"].add_argument(
+        "--preset",
+        metavar="NAME",
+        help="a small embedded spec in place of the default, under --config and the flags: "
+        + "; ".join(f"{name}: {line}" for name, line in PRESETS.items()),
+    )
     defaults = _embedded_defaults()
     for k in _setting_knobs():
         kwargs: dict[str, Any] = {"dest": k.key, "help": k.help + _default_help(k, defaults)}
@@ -145,8 +152,9 @@ def run(args: argparse.Namespace) -> int:
         cli["executor"] = "subprocess"
     if args.resume is not None:
         given = [k.flag for k in settings if cli[k.key] is not None and k.key not in where_keys()]
-        if given or args.config:
-            raise UsageError(f"--resume replays the run's own spec.toml; drop {', '.join(_flags(given, args.config))}")
+        given += [flag for flag, value in (("--config", args.config), ("--preset", args.preset)) if value is not None]
+        if given:
+            raise UsageError(f"--resume replays the run's own spec.toml; drop {', '.join(given)}")
         # here too, so --dry-run says what the real run would
         check_resume(args.resume, run_id=args.run_id, out=args.out)
         spec = resume_spec(
@@ -156,7 +164,9 @@ def run(args: argparse.Namespace) -> int:
             trust_config=args.trust_config,
         )
     else:
-        spec = sweep_spec(toml_path=args.config, cli=cli, plan_only=args.dry_run, trust_config=args.trust_config)
+        spec = sweep_spec(
+            toml_path=args.config, cli=cli, plan_only=args.dry_run, trust_config=args.trust_config, preset=args.preset
+        )
     if args.dry_run:
         print("\n".join(plan_lines(spec, Path(args.resume) if args.resume else None)))
         return 0
@@ -175,7 +185,3 @@ def _flag_value(value: Any) -> Any:
     if isinstance(value, list):  # repeatable flags
         return [v for v in value if v] or None
     return value
-
-
-def _flags(given: Iterable[str], config: str | None) -> list[str]:
-    return list(given) + (["--config"] if config else [])

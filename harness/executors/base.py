@@ -8,6 +8,7 @@ from typing import Any
 from harness.devices import device_problem
 from harness.executors.worker import CellJob
 from harness.knobs import knob
+from harness.measure import RunInfo, outcome_row
 from harness.spec import convert as c
 
 STARTUP_SLACK_S = 60.0  # a worker's own start-up (importing torch) on top of a cell's limit
@@ -52,6 +53,7 @@ class Executor:
     """Runs cells somewhere and returns their rows. Subclasses implement submit/poll (and close, queued, cancel)."""
 
     name = "base"
+    job: CellJob  # what its workers get besides the cell (set by each executor's constructor)
     options: type = NoOptions  # the dataclass of this executor's own options (knob fields)
     package: tuple[str, str] | None = None  # (module it imports, how to install it)
     remote = False  # cells run on other machines, which pick each cell's device
@@ -128,6 +130,19 @@ class SequentialExecutor(Executor):
     def measure(self, cell: Any) -> dict[str, Any]:
         """The row of one cell."""
         raise NotImplementedError
+
+
+def row_of(cell: Any, row: Any, run: dict[str, Any]) -> dict[str, Any]:
+    """`row` when it is the row of `cell` (the same cell_id), else an `error` row of `cell` naming the mismatch: a row
+    a worker sends back (forged by a plugin, or shifted onto the next cell) never lands on a cell it was not for."""
+    got = row.get("cell_id") if isinstance(row, dict) else None
+    if got == cell.cell_id:
+        return row
+    reason = (
+        f"the row sent back for cell {cell.cell_id} is for cell {got!r} (forged or shifted by code in the worker, "
+        "such as a plugin); refused"
+    )
+    return outcome_row(cell, RunInfo(**run), "error", reason)
 
 
 def check_remote_device(spec: Any, executor: str) -> None:

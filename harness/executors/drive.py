@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
-from harness.executors.base import Executor
+from harness.executors.base import Executor, row_of
 
 POLL_S = 0.5  # how long the driver waits for a row before it looks at limits and queues again
 
@@ -21,7 +21,8 @@ def run_cells(
 
     skip(cell): a "not run" row for a cell that should not run (now), else None; asked when a cell
     is pulled and again for queued cells after each row. on_row(cell, row, measured) is called once
-    per cell, as rows arrive; on_start(cell) when a cell is handed to the executor.
+    per cell, as rows arrive (a row whose cell_id is not its cell's becomes an error row: base.row_of); on_start(cell)
+    when a cell is handed to the executor.
     """
     pending = iter(cells)
     exhausted = False
@@ -46,7 +47,7 @@ def run_cells(
                 return
             continue
         for cell, row in executor.poll(POLL_S):
-            on_row(cell, row, True)
+            on_row(cell, row_of(cell, row, executor.job.run), True)
         doomed = [cell for cell in executor.queued() if skip(cell) is not None]
         for cell in executor.cancel_queued(doomed) if doomed else ():
             on_row(cell, skip(cell), False)

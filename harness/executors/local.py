@@ -15,6 +15,7 @@ from harness.executors.base import SequentialExecutor
 from harness.executors.plugin_worker import PluginWorker
 from harness.executors.worker import CellJob, run_cell
 from harness.measure import MeasureContext
+from harness.plugins import load_plugins
 from variants import get_variant, load_plugin
 
 
@@ -27,7 +28,8 @@ class LocalExecutor(SequentialExecutor):
     def __init__(self, job: CellJob):
         super().__init__(job)
         self.context = MeasureContext()
-        self.plugin_modules = {load_plugin(target) for target in job.plugins}  # imported already: names only
+        load_plugins(job.plugins)  # imported and checked already by the spec (harness.plugins): a no-op then
+        self.plugin_modules = {load_plugin(target) for target in job.plugins}  # their module names
         self.plugin_worker = PluginWorker(job)
 
     def measure(self, cell: Any) -> dict[str, Any]:

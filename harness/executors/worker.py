@@ -5,7 +5,8 @@ the subprocess executor in a child, Ray in a task, submitit in a Slurm job. Meas
 harness.measure.measure_cell; this module only prepares the process (plugins, thread
 count, the row's host and device) and shares calibrated variants through ``RUN_DIR/fitted/``, so a
 learnable variant is fitted once per (variant, config, calibration shape) for the whole run, not
-once per process.
+once per process; after an ok cell it stores its inputs' attention distribution once per run
+(harness.executors.distributions).
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from typing import Any, Callable
 import torch
 
 from harness.env import cpu_name
+from harness.executors.distributions import store_distribution
 from harness.measure import MeasureContext, MeasureSettings, RunInfo, calibration_key, measure_cell
+from harness.plugins import load_plugins
 from harness.safe_files import write_plain, write_saved
 from harness.schema import Cell, json_safe
-from variants import build_variant, get_variant, load_plugin
+from variants import build_variant, get_variant
 from variants.checkpoint import load_variant, save_variant
 
 FITTED_DIR = "fitted"  # RUN_DIR/fitted/<key hash>.pt (+ .json): calibrated variants shared by all workers
@@ -61,7 +64,7 @@ def run_cell(cell: Any, job: CellJob | dict[str, Any], context: Any = None) -> d
     """
     job = job if isinstance(job, CellJob) else CellJob.from_dict(job)
     cell = cell if isinstance(cell, Cell) else Cell.from_dict(cell)
-    _load_plugins(job.plugins)
+    load_plugins(job.plugins)  # once per process; one whose import changed the process is refused (harness.plugins)
     _import_before_any_deadline()
     if job.threads:
         torch.set_num_threads(job.threads)
@@ -90,6 +93,15 @@ def run_cell(cell: Any, job: CellJob | dict[str, Any], context: Any = None) -> d
                 store_fitted(Path(job.run_dir), key, context.calibrated[key])
             except OSError:  # e.g. a read-only folder: other processes fit again
                 pass
+    if shared and row.status == "ok":  # the inputs' attention distribution, once per run (the report shows it)
+        try:
+            store_distribution(cell, settings, context, Path(job.run_dir))
+        except Exception as exc:  # noqa: BLE001 - the cell's row is measured; the report then shows no distribution
+            first_line = (str(exc).splitlines() or [""])[0]
+            warnings.warn(
+                f"attnsuite: no attention distribution for {cell.inputs} ({type(exc).__name__}: {first_line})",
+                stacklevel=2,
+            )
     return row.to_dict()
 
 
@@ -99,13 +111,8 @@ CELL_SERVER = "harness.executors.worker:serve_cells"  # the child-process entry 
 def serve_cells(job: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """In a child process (harness.child): the job's plugins imported, then run_cell for each cell sent."""
     cell_job = CellJob.from_dict(job)
-    _load_plugins(cell_job.plugins)
+    load_plugins(cell_job.plugins)
     return lambda cell: run_cell(cell, cell_job)
-
-
-def _load_plugins(plugins: tuple[str, ...]) -> None:
-    for target in plugins:
-        load_plugin(target)  # idempotent: a reused worker imports each plugin once
 
 
 def _import_before_any_deadline() -> None:

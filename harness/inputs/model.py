@@ -29,7 +29,6 @@ from harness.models import hf_adapter, hf_model
 from harness.models.minilm import corpus
 from harness.safe_files import write_plain
 from harness.text_files import read_user_text
-from variants import NotSupportedError
 
 RUN_DIR_ENV = "ATTNSUITE_RUN_DIR"  # set while a sweep runs: the folder the captures are cached in
 CACHE_FOLDER = "model_inputs"  # <run folder>/model_inputs/<key>.safetensors
@@ -57,9 +56,7 @@ def model_shape_reasons(path: str, layer: int, *, H: int, N: int, M: int, D: int
         config = hf_model.load_config(path)
     except ValueError as exc:
         return [str(exc)]
-    H_model = int(config.num_attention_heads)
-    Hkv_model = int(getattr(config, "num_key_value_heads", None) or H_model)
-    D_model = int(getattr(config, "head_dim", None) or config.hidden_size // H_model)
+    H_model, Hkv_model, D_model = model_heads(config)
     layers = int(config.num_hidden_layers)
     limit = getattr(config, "max_position_embeddings", None)
     reasons = []
@@ -78,7 +75,42 @@ def model_shape_reasons(path: str, layer: int, *, H: int, N: int, M: int, D: int
     return reasons
 
 
-@register_inputs("model", availability=hf_adapter.missing_transformers_reason)
+def model_heads(config) -> tuple[int, int, int]:
+    """(H, H_kv, D) of a transformers config: the shape every capture of the model has."""
+    H = int(config.num_attention_heads)
+    return (
+        H,
+        int(getattr(config, "num_key_value_heads", None) or H),
+        int(getattr(config, "head_dim", None) or config.hidden_size // H),
+    )
+
+
+def model_input_reasons(
+    B: int,
+    H: int,
+    N: int,
+    M: int,
+    D: int,
+    *,
+    kv_heads: int | None = None,
+    path: str = "",
+    layer: int = 0,
+    text: str = "",
+    tokenizer: str = "model",
+) -> list[str]:
+    """The shape check of the `model` input (its params as given): the model's shape, its text, its tokenizer."""
+    reasons = model_shape_reasons(path, layer, H=H, N=N, M=M, D=D, H_kv=kv_heads)
+    if text:
+        try:
+            _text_fingerprint(text)
+        except UsageError as exc:
+            reasons.append(str(exc))
+    if tokenizer not in hf_model.TOKENIZERS:
+        reasons.append(f"tokenizer={tokenizer!r}: expected one of {', '.join(hf_model.TOKENIZERS)}")
+    return reasons
+
+
+@register_inputs("model", availability=hf_adapter.missing_transformers_reason, shape_check=model_input_reasons)
 def model(
     B: int,
     H: int,
@@ -95,16 +127,6 @@ def model(
     kv_heads: int | None = None,
 ) -> QKV:
     """q, k, v a transformers model's layer receives on real text (path=DIR, layer=i): its own H, H_kv, D; extra [hf]."""
-    reasons = model_shape_reasons(path, layer, H=H, N=N, M=M, D=D, H_kv=kv_heads)
-    if text:
-        try:
-            _text_fingerprint(text)
-        except UsageError as exc:
-            reasons.append(str(exc))
-    if tokenizer not in hf_model.TOKENIZERS:
-        reasons.append(f"tokenizer={tokenizer!r}: expected one of {', '.join(hf_model.TOKENIZERS)}")
-    if reasons:
-        raise NotSupportedError("inputs 'model'", reasons)
     starts = torch.randint(0, 2**62, (B,), generator=generator, device=generator.device).tolist()
     q, k, v = captured(path, layer, text, N, starts, tokenizer=tokenizer)
     if kv_heads is None and k.shape[1] != H:  # the caller keeps every G-th K/V head: give each group's its own
@@ -116,7 +138,8 @@ def captured(path: str, layer: int, text: str, N: int, starts: list[int], *, tok
     """The layer's (q, k, v), float32 on the CPU, for windows at `starts`: from the run folder's cache, or the model.
 
     A cached file is used only when its recorded key (model and text fingerprints, layer, N, window starts) is this
-    call's and its tensors have this call's shape and dtype; any other file is captured again and replaced.
+    call's and its tensors have this call's shape (B, N and the model's H, H_kv, D) and dtype; any other file is
+    captured again and replaced.
     """
     from safetensors import safe_open  # the [hf] extra: imported where a capture is asked for
     from safetensors.torch import save as safetensors_bytes
@@ -127,7 +150,8 @@ def captured(path: str, layer: int, text: str, N: int, starts: list[int], *, tok
         Path(folder) / CACHE_FOLDER / f"{hashlib.sha1(key.encode()).hexdigest()[:16]}.safetensors" if folder else None
     )
     if file is not None and file.is_file():
-        cached = _cached_capture(safe_open, file, key, B=len(starts), N=N)
+        heads = model_heads(hf_model.load_config(path))
+        cached = _cached_capture(safe_open, file, key, B=len(starts), N=N, heads=heads)
         if cached is not None:
             return cached
     stream = _stream(path, text, tokenizer)
@@ -150,8 +174,9 @@ def capture_key(path: str, layer: int, text: str, N: int, starts: list[int]) -> 
     return json.dumps([_model_fingerprint(path), layer, _text_fingerprint(text), N, starts])
 
 
-def _cached_capture(safe_open, file: Path, key: str, *, B: int, N: int) -> QKV | None:
-    """The cached (q, k, v) when `file` records `key` and holds float32 (B, *, N, D) tensors; None otherwise."""
+def _cached_capture(safe_open, file: Path, key: str, *, B: int, N: int, heads: tuple[int, int, int]) -> QKV | None:
+    """The cached (q, k, v) when `file` records `key` and holds float32 tensors of the model's shape (`heads`: its H,
+    H_kv, D): q (B, H, N, D), k and v (B, H_kv, N, D); None otherwise."""
     try:
         with safe_open(str(file), framework="pt") as handle:
             if (handle.metadata() or {}).get("key") != key or set(handle.keys()) != {"q", "k", "v"}:
@@ -160,7 +185,10 @@ def _cached_capture(safe_open, file: Path, key: str, *, B: int, N: int) -> QKV |
     except Exception:  # a truncated or foreign file (safetensors raises its own error types): captured again
         return None
     shapes_fit = all(t.dim() == 4 and t.shape[0] == B and t.shape[2] == N for t in (q, k, v))
-    heads_fit = k.shape == v.shape and q.shape[3] == k.shape[3] and q.shape[1] % max(k.shape[1], 1) == 0
+    H, H_kv, D = heads
+    heads_fit = (
+        shapes_fit and q.shape[1] == H and q.shape[3] == D and k.shape == v.shape and k.shape[1:4:2] == (H_kv, D)
+    )
     if not shapes_fit or not heads_fit or any(t.dtype != torch.float32 for t in (q, k, v)):
         return None
     return q, k, v

@@ -10,6 +10,7 @@ is unavailable with a reason naming that command. N is at most the model's 512 p
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -20,8 +21,8 @@ from harness.inputs import QKV, register_inputs
 MAX_SEQ_LEN = realmodel.BertConfig().max_positions  # 512: the model's learned position table
 
 
-def real_input_reasons(B: int, H: int, N: int, M: int, D: int) -> list[str]:
-    """Why the real input cannot have this shape ([] if it can)."""
+def real_input_reasons(B: int, H: int, N: int, M: int, D: int, **_settings: Any) -> list[str]:
+    """Why the real input cannot have this shape ([] if it can); any H_kv is fine (every G-th head's K/V is kept)."""
     reason = realmodel.missing_extra_reason()
     if reason:
         return [reason]
@@ -35,7 +36,8 @@ def real_input_reasons(B: int, H: int, N: int, M: int, D: int) -> list[str]:
         reasons.append(f"real activations are self-attention, so kv_len must equal seq_len, got N={N}, M={M}")
     if H > _pool_size():
         reasons.append(
-            f"the model has {_pool_size()} heads in all ({config.num_layers} layers x {config.num_heads}), got H={H}"
+            f"the model has {_pool_size()} heads in all ({config.num_layers} layers x {config.num_heads}), got H={H}; "
+            f"pass --heads of at most {_pool_size()}"
         )
     if not 2 <= N <= MAX_SEQ_LEN:
         reasons.append(

@@ -33,7 +33,8 @@ class InputGenerator:
     doc: str  # one line: what the distribution is and which variant it favours
     max_seq_len: int | None = None  # longest N (and M) it can produce; None = no limit
     availability: Callable[[], str | None] | None = None  # returns why it cannot run here, or None
-    shape_check: Callable[[int, int, int, int, int], list[str]] | None = None  # (B, H, N, M, D) -> reasons
+    # (B, H, N, M, D, *, kv_heads, **params) -> reasons: the cell's shape and the entry's params ("model:path=...")
+    shape_check: Callable[..., list[str]] | None = None
 
     @property
     def params(self) -> dict[str, Any]:
@@ -47,9 +48,17 @@ class InputGenerator:
         return "kv_heads" in inspect.signature(self.fn).parameters
 
     def unsupported_reason(
-        self, N: int, M: int, *, B: int | None = None, H: int | None = None, D: int | None = None
+        self,
+        N: int,
+        M: int,
+        *,
+        B: int | None = None,
+        H: int | None = None,
+        D: int | None = None,
+        H_kv: int | None = None,
+        params: dict[str, Any] | None = None,
     ) -> str | None:
-        """Why this generator cannot produce inputs of this shape here, or None (B, H, D: when known)."""
+        """Why this generator cannot produce inputs of this shape (and `params`) here, or None (B, H, D: when known)."""
         if self.availability is not None:
             reason = self.availability()
             if reason:
@@ -60,7 +69,7 @@ class InputGenerator:
                 f"pass --seq-lens of at most {self.max_seq_len}"
             )
         if self.shape_check is not None and None not in (B, H, D):
-            reasons = self.shape_check(B, H, N, M, D)
+            reasons = self.shape_check(B, H, N, M, D, kv_heads=H_kv, **(params or {}))
             if reasons:
                 return f"inputs {self.name!r}: " + "; ".join(reasons)
         return None
@@ -77,12 +86,14 @@ def register_inputs(
     *,
     max_seq_len: int | None = None,
     availability: Callable[[], str | None] | None = None,
-    shape_check: Callable[[int, int, int, int, int], list[str]] | None = None,
+    shape_check: Callable[..., list[str]] | None = None,
 ) -> Callable[[Callable[..., QKV]], Callable[..., QKV]]:
     """Decorator: register an input generator under `name` (its docstring's first line documents it).
 
     max_seq_len: the longest N it produces; availability(): why it cannot run here (a missing extra);
-    shape_check(B, H, N, M, D): why it cannot produce that shape. Each refusal becomes an `unsupported` row.
+    shape_check(B, H, N, M, D, *, kv_heads, **params): why it cannot produce that shape with those params (kv_heads:
+    H_kv, or None when unknown). A refusal of a shape the sweep's spec asks for is a usage error before the run when
+    it refuses every cell of the entry (harness.spec.inputs_fit); else each refusal becomes an `unsupported` row.
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"inputs name must be a Python identifier like 'my_inputs', got {name!r}")
@@ -156,7 +167,7 @@ def make_inputs(
             f"{', '.join(spec.params) or '(none)'}{did_you_mean(unknown[0], spec.params)}"
         )
     M = N if M is None else M
-    reason = spec.unsupported_reason(N, M, B=B, H=H, D=D)
+    reason = spec.unsupported_reason(N, M, B=B, H=H, D=D, H_kv=H_kv, params=params)
     if reason:
         raise ValueError(reason)
     device = torch.device(device)

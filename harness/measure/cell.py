@@ -51,7 +51,7 @@ def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: M
     if written:
         ended = f" (the cell had ended {status}: {reason})" if status != "ok" else ""
         status, reason = "error", changed_reason(written) + ended
-    wall_s, load = watch.seconds, larger(load_at_start, load_per_cpu())
+    wall_s, load = watch.seconds, context.timed_load(cell, record.search, larger(load_at_start, load_per_cpu()))
     # what the stages that finished measured stays in the row (backend, errors, memory), also when a later one failed
     fields = {**record.row_fields(), "status": status, "reason": reason, "wall_s": wall_s, "load_per_cpu": load}
     row = base_row(cell, run).update(started_at=started, **fields)

@@ -59,6 +59,13 @@ def _weights(device: torch.device, dtype: torch.dtype) -> Tensor:
     return _WEIGHTS[key]
 
 
+def _keep_last(kept: dict[str, Any], key: str, value: Any) -> None:
+    """Set kept[key] = value, dropping the oldest entries beyond MEASUREMENTS_KEPT."""
+    kept[key] = value
+    while len(kept) > MEASUREMENTS_KEPT:
+        kept.pop(next(iter(kept)))
+
+
 def checksums(tensors: dict[str, Tensor]) -> dict[str, tuple[int, int]]:
     """The checksum of each named tensor."""
     return {name: checksum(t) for name, t in tensors.items()}
@@ -95,6 +102,9 @@ def decode_inputs_extra(cell: Cell, settings: MeasureSettings) -> int:
     return settings.decode_steps if cell.phase == "decode" else 0
 
 
+MEASUREMENTS_KEPT = 16  # budget cells' measurements a context keeps (harness.measure.phase.Measured)
+
+
 @dataclass
 class MeasureContext:
     """Inputs of the last cell (made once, reused by the next cell with the same shape), calibrated variants by key and
@@ -110,6 +120,26 @@ class MeasureContext:
     baseline_call_s: dict[tuple, float] = field(default_factory=dict)
     # error-budget searches: knob value -> error, per search key
     tuned: dict[str, dict[int, float]] = field(default_factory=dict)
+    # the last configs budget cells measured (harness.measure.phase.Measured, by measured_key): another budget whose
+    # search finds one of them takes its measurement (the budgets of a setting and N are planned one after another)
+    measured: dict[str, Any] = field(default_factory=dict)
+
+    # the load while each of those budget cells ran, by its cell id: a row that takes its measurement takes its load
+    measured_loads: dict[str, float | None] = field(default_factory=dict)
+
+    def remember(self, key: str, measurement: Any) -> None:
+        """Keep a budget cell's measurement under `key`, and only the last MEASUREMENTS_KEPT."""
+        _keep_last(self.measured, key, measurement)
+
+    def timed_load(self, cell: Cell, search: dict[str, Any] | None, load: float | None) -> float | None:
+        """The load a row reports: for a budget cell that took another's measurement (its search's measured_with)
+        the load while that one was timed, so both rows are judged alike; else `load`, kept for such a later row."""
+        shared_from = ((search or {}).get("tuning") or {}).get("measured_with")
+        if shared_from is not None:
+            return self.measured_loads.get(shared_from, load)
+        if cell.matched_budget is not None:
+            _keep_last(self.measured_loads, cell.cell_id, load)
+        return load
 
     def baseline(self, device: torch.device, dtype: str) -> torch.nn.Module:
         """The paired timing's baseline (harness.schema.BASELINE, default config: backend auto), built once per device and dtype."""
@@ -124,7 +154,9 @@ class MeasureContext:
         parsed = parse_inputs(cell.inputs)  # once per cell: evaluation and calibration inputs share it
         extra = decode_inputs_extra(cell, settings)
         N, M = cell.seq_len + extra, cell.kv_len + extra
-        reason = get_inputs(parsed[0]).unsupported_reason(N, M, B=cell.batch, H=cell.heads, D=cell.head_dim)
+        reason = get_inputs(parsed[0]).unsupported_reason(
+            N, M, B=cell.batch, H=cell.heads, D=cell.head_dim, H_kv=cell.kv_heads, params=parsed[1]
+        )
         if reason:
             raise NotSupportedError(reason)
         q, k, v = self.get_inputs(cell, device, parsed, extra=extra)

@@ -2,7 +2,8 @@
 
 the memory check (harness.measure.roofline: a CPU cell whose inputs and float64 reference exceed the host's free
 memory is "oom" before anything is allocated) -> inputs (harness.measure.context) -> the trivial answers' errors (prefill attention cells) -> for a cell matched to an
-error budget, build and refuse, then the search for its config (harness.measure.tuning; none found: "unreachable") ->
+error budget, build and refuse, then the search for its config (harness.measure.tuning; none found: "unreachable";
+a config another budget's cell of this process measured: its measurement, `tuning.measured_with` naming it) ->
 build the config measured -> refuse -> calibrate (learnable variants, on other seeds) -> prepare (set-up, untimed) ->
 the checked call (accuracy against float64; also the warm-up and the timer's first estimate) -> peak memory of one
 call and the kernels it ran (harness.measure.memory) -> timing (harness.measure.speedup: paired with the baseline in
@@ -115,7 +116,9 @@ def measure_stages(
                 raise tuned.failure
         if tuned.cell is None:
             return Outcome("unreachable", tuned.reason)
-        cell = tuned.cell  # the config found is measured as any other
+        cell = tuned.cell  # the config found is measured as any other, once for every budget that finds it
+        if measured_key(cell) in context.measured:
+            return shared(context.measured[measured_key(cell)], record)
     with stage("build"):
         attn, record.backend, reasons = built(cell, inputs, device)
         if reasons:
@@ -125,7 +128,37 @@ def measure_stages(
             attn, record.calibration = calibrated(attn, cell, inputs.parsed, settings, context, device)
     with stage("build"):
         attn = attn.to(dtype=DTYPES[cell.dtype]).train(cell.mode == "train")
-    return run_phase(kind_of(attn, cell, inputs, settings, context, device), settings, device, record)
+    outcome = run_phase(kind_of(attn, cell, inputs, settings, context, device), settings, device, record)
+    if cell.matched_budget is not None:
+        context.remember(measured_key(cell), Measured(cell.cell_id, {s: getattr(record, s) for s in MEASURED}, outcome))
+    return outcome
+
+
+# A budget cell's measurement of the config its search found: the slots after the search. Another budget of the same
+# setting whose search finds the same config takes them (and the outcome) instead of measuring it again.
+MEASURED = ("backend", "calibration", "prepared", "errors", "memory", "timing", "flops")
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A found config's measurement: the budget cell that made it, its slots (MEASURED) and how it ended."""
+
+    cell_id: str
+    slots: dict[str, Any]
+    outcome: Outcome
+
+
+def measured_key(cell: Cell) -> str:
+    """What a found config's measurement depends on: the cell, its config as found, without its budget."""
+    return dataclasses.replace(cell, matched_budget=None, error_metric="rel_l2").cell_id
+
+
+def shared(measured: Measured, record: Record) -> Outcome:
+    """Fill `record` with another budget cell's measurement of the same config; its search says whose it is."""
+    for slot, value in measured.slots.items():
+        setattr(record, slot, value)
+    record.search = {**record.search, "tuning": {**record.search["tuning"], "measured_with": measured.cell_id}}
+    return measured.outcome
 
 
 def kind_of(

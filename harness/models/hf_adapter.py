@@ -23,11 +23,16 @@ Refused with ``NotSupportedError`` naming the model feature (never computed diff
 than the keys for a variant whose ``windowed`` gives None, a cache whose keys do not end at the last query (a static
 cache's unwritten slots, a sliding-window cache's dropped ones), attention dropout while training, a position bias,
 softcapping or sink logits for a variant without the capability, a prepared 4-D mask, any mask pattern other than
-causal or bidirectional plus padding (packed sequences, chunked layers, overlays), and everything the variant itself
-refuses.
+causal or bidirectional plus padding (packed sequences, chunked layers, overlays), a keyword argument the adapter does
+not know (``KWARGS`` lists each it knows with its meaning: a new model feature is a refusal until it is mapped), and
+everything the variant itself refuses. Each call is tallied per layer (``hf_layers``): a swapped forward in which the
+variant did not run in every layer of the model is refused.
+
+Constant-memory decoding: with ``past_key_values=VariantStateCache(model)`` (hf_decode_state) each layer keeps its
+variant's decode state (init_state at the prefill, step per new token) instead of transformers' keys and values.
 
 Per-layer variants (fitted per layer) and recording q, k, v go through attributes of each attention module,
-set with ``set_layer_variant`` and ``record_qkv``. Needs ``pip install 'attnsuite[hf]'`` (transformers >= 4.51).
+set with ``hf_layers.set_layer_variant`` and ``record_qkv``. Needs ``pip install 'attnsuite[hf]'`` (transformers >= 4.51).
 """
 
 from __future__ import annotations
@@ -41,12 +46,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from harness.models import hf_layers
 from variants import AttentionVariant, NotSupportedError, build_variant
 
 PREFIX = "attnsuite_"  # every implementation name this module registers starts with it
 INSTALL_HINT = "pip install 'attnsuite[hf]'"
-LAYER_VARIANT = "_attnsuite_variant"  # attribute of an attention module: the variant of that layer
 LAYER_RECORD = "_attnsuite_record"  # attribute of an attention module: a list that receives (q, k, v)
+LAYER_STATE = "_attnsuite_state"  # attribute of an attention module: its VariantStateCache layer (hf_decode_state)
 LAYER_WINDOWED = "_attnsuite_windowed"  # attribute of an attention module: (variant, window, its windowed variant)
 _SHARED: dict[str, AttentionVariant] = {}  # implementation name -> the variant used where a layer sets none
 
@@ -87,29 +93,27 @@ def register_with_transformers(variant: str | AttentionVariant, **config: Any) -
     return name
 
 
-def set_layer_variant(module: nn.Module, variant: AttentionVariant | None) -> None:
-    """Give one attention module its own variant (a per-layer fit); None returns it to the registered one."""
-    module.__dict__[LAYER_VARIANT] = variant  # not a submodule: the model's state_dict stays the model's
-
-
 def record_qkv(module: nn.Module, record: list[tuple[Tensor, Tensor, Tensor]] | None) -> None:
     """Make one attention module append the (q, k, v) its variant receives to `record` (None stops)."""
     module.__dict__[LAYER_RECORD] = record
 
 
-def attention_modules(model: nn.Module) -> list[nn.Module]:
-    """The model's attention modules in layer order: those with q/k/v projections and an ``is_causal`` flag."""
-    found = []
-    for module in model.modules():
-        if _is_attention(module):
-            found.append(module)
-    return found
-
-
-def _is_attention(module: nn.Module) -> bool:
-    # Llama/Qwen/Mistral: q_proj, k_proj; BERT: query, key. Both keep `is_causal` and call the interface.
-    has_projections = hasattr(module, "q_proj") or hasattr(module, "query")
-    return has_projections and hasattr(module, "is_causal")
+# Every keyword argument (besides query, key, value, attention_mask, dropout, scaling, is_causal) a model may pass to the
+# attention function, and what it means here; any other one that is not None is refused (model_feature_reasons), so a
+# new model feature is a refusal until it is mapped.
+KWARGS = {
+    "sliding_window": "the layer's own causal window: the layer runs variant.windowed(window)",
+    "softcap": "Gemma 2's logit softcapping: the contract's softcap=, refused by a variant without it",
+    "s_aux": "gpt-oss's learned sink logits, one per query head: the contract's sink_logits=",
+    "position_bias": "an additive position bias (T5-style): refused when given, the contract has none",
+    # ignored, harmless: each only informs code that ran before the call, or outputs the adapter does not touch
+    "position_ids": "ignored: the positions RoPE has already applied to query and key",
+    "cache_position": "ignored: where the cache wrote the new keys; key and value arrive with the cache's keys",
+    "use_cache": "ignored: whether the model keeps a KV cache; key and value arrive with the cache's keys",
+    "output_attentions": "ignored: the adapter returns no attention weights (None), as transformers' SDPA does",
+    "output_router_logits": "ignored: a mixture-of-experts router's outputs (gpt-oss, JetMoE), not attention",
+    "encoder_hidden_states": "ignored: None in self-attention (BERT passes it); cross-attention's key, value arrive projected",
+}
 
 
 def model_feature_reasons(
@@ -122,9 +126,14 @@ def model_feature_reasons(
     dropout: float,
     kwargs: dict[str, Any],
 ) -> list[str]:
-    """Every feature of this transformers call the variant contract cannot express ([] if none); softcap and s_aux it
-    can (the variant refuses them if it lacks them)."""
-    reasons = []
+    """Every feature of this transformers call the variant contract cannot express ([] if none), a keyword argument
+    not in KWARGS among them; softcap and s_aux it can (the variant refuses them if it lacks them)."""
+    reasons = [
+        f"the model passes {key}, which attnsuite's adapter does not map (it would compute plain attention without it); "
+        "map it in harness/models/hf_adapter.py KWARGS, or evaluate a model that does not pass it"
+        for key in sorted(kwargs)
+        if key not in KWARGS and kwargs[key] is not None
+    ]
     if dropout and module.training:
         reasons.append(f"attention dropout while training (dropout={dropout}); call model.eval() or set it to 0")
     if kwargs.get("position_bias") is not None:
@@ -152,10 +161,14 @@ def _attention_function(name: str):
         is_causal: bool | None = None,
         **kwargs: Any,
     ) -> tuple[Tensor, None]:
-        variant = module.__dict__.get(LAYER_VARIANT)
+        variant = module.__dict__.get(hf_layers.LAYER_VARIANT)
         variant = _SHARED[name] if variant is None else variant
+        hf_layers.tally(module, variant)
         reasons = model_feature_reasons(module, query, key, value, attention_mask, dropout=dropout, kwargs=kwargs)
-        variant, window_reasons = _windowed_variant(module, variant, kwargs.get("sliding_window"), key.shape[2])
+        state = module.__dict__.get(LAYER_STATE)  # a VariantStateCache's layer: the constant-memory decode path
+        state = state if state is not None and state.handed_out(key) else None  # before k, v are repeated for GQA
+        M = math.inf if state is not None else key.shape[2]  # a state runs the model's window from the first token
+        variant, window_reasons = _windowed_variant(module, variant, kwargs.get("sliding_window"), M)
         reasons += window_reasons
         if reasons:
             raise NotSupportedError(variant.name, reasons)
@@ -170,16 +183,20 @@ def _attention_function(name: str):
         if record is not None:
             record.append((query.detach(), key.detach(), value.detach()))
         features = {"softcap": kwargs.get("softcap"), "sink_logits": kwargs.get("s_aux")}  # Gemma 2's, gpt-oss's
-        out = variant(query, key, value, causal=causal, kv_mask=attention_mask, **features)  # (B, H, N, D)
+        if state is not None:
+            out = state.attend(variant, query, key, value, causal=causal, kv_mask=attention_mask, features=features)
+        else:
+            out = variant(query, key, value, causal=causal, kv_mask=attention_mask, **features)  # (B, H, N, D)
         return out.transpose(1, 2).contiguous(), None  # (B, N, H, D)
 
     attnsuite_attention.__name__ = name
     return attnsuite_attention
 
 
-def _windowed_variant(module: nn.Module, variant: AttentionVariant, window: Any, M: int):
+def _windowed_variant(module: nn.Module, variant: AttentionVariant, window: Any, M: float):
     """(the variant a layer runs under the model's sliding window, [] or the reason it cannot): the variant itself when
-    the window covers the M keys, else ``variant.windowed(window)``, built once per module, variant and window."""
+    the window covers the M keys (math.inf: a decode state's, all to come), else ``variant.windowed(window)``, built once
+    per module, variant and window."""
     if window is None or int(window) >= M:
         return variant, []
     window = int(window)
@@ -188,8 +205,9 @@ def _windowed_variant(module: nn.Module, variant: AttentionVariant, window: Any,
         return cached[2], []
     windowed = variant.windowed(window)
     if windowed is None:
+        keys = f"{M} keys" if M != math.inf else "the keys a decode state sees"
         reason = (
-            f"the model's own sliding-window layer (sliding_window={window} < {M} keys): {variant.name} cannot "
+            f"the model's own sliding-window layer (sliding_window={window} < {keys}): {variant.name} cannot "
             "restrict itself to it exactly (its windowed() gives None; dense and sliding_window can); evaluate at "
             "seq_len <= the model's window"
         )

@@ -4,14 +4,15 @@ record the q, k, v its attention receives. Built on ``hf_adapter``; never runs a
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+import contextlib
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 from torch import Tensor, nn
 
 from harness.errors import UsageError
-from harness.models import hf_adapter
-from variants import AttentionVariant, build_variant
+from harness.models import hf_adapter, hf_layers
+from variants import AttentionVariant, NotSupportedError, build_variant
 
 QKVList = list[tuple[Tensor, Tensor, Tensor]]
 
@@ -78,9 +79,17 @@ def load_config(path: str) -> Any:
 
 
 def is_causal_lm(config: Any) -> bool:
-    """Whether a transformers config describes a causal LM (next-token logits), else an encoder."""
+    """Whether a transformers config describes a causal LM (next-token logits), else an encoder: an architecture that
+    ends in ForCausalLM or is one of transformers' causal-LM classes (GPT2LMHeadModel), or a decoder config."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES  # the optional [hf] extra
+
+    causal = {
+        n
+        for names in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()
+        for n in ([names] if isinstance(names, str) else names)
+    }
     architectures = getattr(config, "architectures", None) or []
-    if any(a.endswith("ForCausalLM") for a in architectures):
+    if any(a.endswith("ForCausalLM") or a in causal for a in architectures):
         return True
     return bool(getattr(config, "is_decoder", False)) or (not architectures and hasattr(config, "rope_theta"))
 
@@ -91,7 +100,7 @@ def attention_shape(model: nn.Module) -> dict[str, int]:
     H = int(config.num_attention_heads)
     H_kv = int(getattr(config, "num_key_value_heads", None) or H)
     D = int(getattr(config, "head_dim", None) or config.hidden_size // H)
-    return {"layers": len(hf_adapter.attention_modules(model)), "H": H, "H_kv": H_kv, "D": D}
+    return {"layers": hf_layers.layer_count(model), "H": H, "H_kv": H_kv, "D": D}
 
 
 def swap_layers(
@@ -100,40 +109,60 @@ def swap_layers(
     *,
     layers: Iterable[int] | None = None,
 ) -> nn.Module:
-    """Run every attention layer through the adapter: `make_variant(i)` in the layers listed (default all), exact
-    `dense` in the others. Returns the model (changed in place)."""
-    modules = hf_adapter.attention_modules(model)
-    chosen = set(range(len(modules)) if layers is None else layers)
+    """Run every attention layer through the adapter: `make_variant(i)` in the layers listed (default all; i the
+    model's layer index), exact `dense` in the others. Returns the model (changed in place). NotSupportedError for a
+    model that computes attention itself (ALiBi); use `swapped` to have every forward checked."""
+    reason = hf_layers.unswappable_reason(model)
+    if reason:
+        raise NotSupportedError(reason)
+    modules = hf_layers.attention_modules(model)
+    chosen = set(modules if layers is None else layers)
     model.set_attn_implementation(hf_adapter.register_with_transformers("dense"))
     device = next(model.parameters()).device
-    for index, module in enumerate(modules):
+    for index, module in modules.items():
         variant = make_variant(index) if index in chosen else build_variant("dense")
-        hf_adapter.set_layer_variant(module, variant.to(device))
+        hf_layers.set_layer_variant(module, variant.to(device))
     return model
+
+
+@contextlib.contextmanager
+def swapped(
+    model: nn.Module,
+    make_variant: Callable[[int], AttentionVariant],
+    *,
+    layers: Iterable[int] | None = None,
+) -> Iterator[nn.Module]:
+    """The model swapped as `swap_layers` does for the block, its own attention after; every forward inside raises
+    NotSupportedError (the model's class, the layers the variant ran in) unless each layer ran its variant."""
+    before = model.config._attn_implementation
+    try:
+        swap_layers(model, make_variant, layers=layers)
+        with hf_layers.checked_forwards(model):
+            yield model
+    finally:
+        if model.config._attn_implementation != before:
+            model.set_attn_implementation(before)
 
 
 @torch.no_grad()
 def capture_qkv(model: nn.Module, run: Callable[[], Any], *, layers: Iterable[int] | None = None) -> QKVList:
-    """The (q, k, v) each attention layer (all, or `layers` in order) receives while `run()` runs the model once.
+    """The (q, k, v) each attention layer (all, or `layers` in order: the model's layer indices) receives while `run()`
+    runs the model once, through the adapter's exact `dense` in every layer (checked: NotSupportedError otherwise).
 
     q is (B, H, N, D) as the variant gets it (pre-scaled for a non-default scaling); k, v (B, H_kv, N, D).
-    A model on transformers' own attention runs through the adapter's exact `dense` for the capture.
     """
-    modules = hf_adapter.attention_modules(model)
-    indices = list(range(len(modules)) if layers is None else layers)
-    before = model.config._attn_implementation
-    if not str(before).startswith(hf_adapter.PREFIX):
-        model.set_attn_implementation(hf_adapter.register_with_transformers("dense"))
+    modules = hf_layers.attention_modules(model)
+    indices = list(range(hf_layers.layer_count(model)) if layers is None else layers)
     records: list[QKVList] = [[] for _ in indices]
     try:
-        for index, record in zip(indices, records):
-            hf_adapter.record_qkv(modules[index], record)
-        run()
+        with swapped(model, lambda i: build_variant("dense")):
+            for index, record in zip(indices, records):
+                if index in modules:  # else the checked forward refuses the model, naming the layers that ran
+                    hf_adapter.record_qkv(modules[index], record)
+            run()
     finally:
-        for module in modules:
+        for module in modules.values():
             hf_adapter.record_qkv(module, None)
-        if model.config._attn_implementation != before:
-            model.set_attn_implementation(before)
     return [record[0] for record in records]
 
 

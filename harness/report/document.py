@@ -19,6 +19,13 @@ from harness.report.render import Block, Fold, Heading, Paragraph, render_html, 
 from harness.report.study_results import study_caveats, study_sections
 from harness.safe_files import check_run_folder, write_plain
 
+# the figure sections after the scaling tables, in page order: (Figure.section, its heading)
+SECTIONS = (
+    ("measured", "Figures"),
+    ("decode", "Decoding"),
+    ("distributions", "Attention distributions of the inputs"),
+    ("maps", "Effective attention maps"),
+)
 NO_ROWS = (
     "**This run has no rows**: no cell finished (the run may have been killed before the first cell, or every line "
     "was unreadable). Nothing to answer."
@@ -71,7 +78,7 @@ def write_report(
     if analysed.ok:
         blocks += scaling.scaling(frame)
         blocks += scaling.layer_share(frame)
-        for section, heading in (("measured", "Figures"), ("decode", "Decoding"), ("maps", "Effective attention maps")):
+        for section, heading in SECTIONS:
             paths, figures = figure_section(analysed, out, section, options)
             written += paths
             blocks += [Heading(2, heading)] + figures if figures else []

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Callable
 import pandas as pd
 
 from harness.error_metrics import METRIC_NAMES
-from harness.report import analysis, curves, heatmaps, lengths, tradeoffs
+from harness.measure.distribution import FIRST_TOKENS, WINDOWS
+from harness.report import analysis, curves, distributions, heatmaps, lengths, tradeoffs
 from harness.report.analysis import budget_text
 from harness.report.heatmaps import MapOptions
 from harness.report.plotting import Drawn
@@ -39,7 +40,7 @@ class Figure:
     """One PNG of the report."""
 
     file: str  # a stable name, so README can link a committed run's figures
-    section: str  # "answer" | "measured" | "memory" | "decode" | "maps"
+    section: str  # "answer" | "measured" | "memory" | "decode" | "distributions" | "maps"
     draw: Callable[["AnalysedRun", Path, MapOptions], "Path | Drawn | None"]  # None: nothing to draw (no file)
     caption: Callable[["AnalysedRun"], str]
     when: Callable[["AnalysedRun"], bool] = lambda analysed: True  # drawn at all (e.g. only with decode rows)
@@ -231,6 +232,19 @@ FIGURES: tuple[Figure, ...] = (
             "Colour: recompute; hatched: autocast."
         ),
         when=lambda a: a.longest is not None,
+    ),
+    Figure(
+        "distributions.png",
+        "distributions",
+        lambda a, path, _: distributions.plot_distributions(a.run.distributions, path),
+        lambda a: (
+            "Each head of the exact attention on the inputs, at the longest N of each input distribution (one batch "
+            "row's head is one head: `llm` draws head types per batch row), on the query rows the accuracy check "
+            "samples: its entropy as a bar, heads sorted by it and coloured by kind; dashed: the entropy of uniform "
+            "attention on the same rows (log M, a causal row's log(i + 1)). Points (right axis): the head's mass on "
+            f"the first {FIRST_TOKENS} tokens and within {WINDOWS[0]} tokens of the query."
+        ),
+        when=lambda a: bool(a.run.distributions),
     ),
     Figure(
         "attention_maps.png",

@@ -40,8 +40,10 @@ def sweep_spec(
     cli: dict[str, Any] | None = None,
     plan_only: bool = False,
     trust_config: bool = False,
+    preset: str | None = None,
 ) -> SweepSpec:
-    """build_spec with the executors' option keys, then checked by the executor it names (harness.executors.resolve_spec).
+    """build_spec (over the embedded `preset`, harness.spec.presets, when one is named) with the executors' option
+    keys, then checked by the executor it names (harness.executors.resolve_spec).
 
     A spec file's plugins and the settings that run or connect to something (harness.executors.guarded_keys) are
     taken from it only with `trust_config` or when the command line gives them too."""
@@ -54,6 +56,7 @@ def sweep_spec(
         executor_flags=flags,
         guarded=guarded_keys(),
         trust_config=trust_config,
+        preset=preset,
     )
     spec = resolve_spec(spec, plan_only=plan_only)
     _check_plans_cells(spec)

@@ -21,6 +21,8 @@ from harness.inputs import parse_inputs
 from harness.knobs import knobs
 from harness.plugins import load_plugins
 from harness.spec.convert import SpecError, as_list, choices
+from harness.spec.inputs_fit import check_inputs_fit
+from harness.spec.presets import preset_values
 from harness.spec.sweep_spec import DTYPE_ALIASES, DTYPES, RENAMED_KEYS, VARIANT_CONFIG_KEY, SweepSpec
 from harness.spec.toml_io import load_toml, parse_toml
 from harness.spec.variants import expand_variants, variant_config_layers
@@ -46,8 +48,10 @@ def build_spec(
     executor_flags: Mapping[str, str] | None = None,
     guarded: Mapping[str, tuple[Any, ...]] | None = None,
     trust_config: bool = False,
+    preset: str | None = None,
 ) -> SweepSpec:
-    """Merge defaults < TOML < CLI (CLI values are the flags' raw strings) and validate every measurement key.
+    """Merge defaults < a preset (harness.spec.presets) < TOML < CLI (CLI values are the flags' raw strings) and
+    validate every measurement key.
 
     Loads plugins first (their variants may be named). The device is checked for its form here;
     whether it exists is the executor's question (harness.executors.resolve_spec), so a GPU sweep
@@ -66,7 +70,9 @@ def build_spec(
         _check_file_trust(source, file_values, cli, guarded or {})
     device, was_auto = _raw_device(cli, file_values, source)
     defaults = parse_toml(default_text(device))
-    merged, origin = _merged(defaults, file_values, cli, source, {**FLAGS, **executor_flags})
+    presets = [(f"preset {preset}", preset_values(preset))] if preset is not None else []
+    layers = [("default spec", defaults), *presets, (source, file_values), ("cli", cli)]
+    merged, origin = _merged(layers, {**FLAGS, **executor_flags})
     merged["device"] = device
 
     def where(key: str) -> str:
@@ -81,7 +87,7 @@ def build_spec(
         problem = device_problem(device, present=False)
         if problem:
             raise SpecError(f"{where('device')}: {problem}")
-        return SweepSpec(
+        spec = SweepSpec(
             **values,
             device=device,
             variants=expand_variants(merged["variants"], variant_config, where("variants")),
@@ -91,6 +97,8 @@ def build_spec(
             device_was_auto=was_auto,
             sources={key: where(key) for key in merged},
         )
+        check_inputs_fit(spec)  # an input that can make none of its cells: refused before any run folder exists
+        return spec
     except SpecError as exc:
         raise UsageError(str(exc)) from None
 
@@ -115,12 +123,13 @@ def _layers(
 
 
 def _merged(
-    defaults: dict[str, Any], file_values: dict[str, Any], cli: dict[str, Any], source: str, flags: Mapping[str, str]
+    layers: list[tuple[str, dict[str, Any]]], flags: Mapping[str, str]
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """defaults < file < flags, and where each key's value came from (a flag's name, or "<source>: <key>")."""
+    """The (label, values) layers merged, later over earlier (defaults < preset < file < flags), and where each key's
+    value came from (a flag's name, or "<label>: <key>")."""
     merged: dict[str, Any] = {}
     origin: dict[str, str] = {}
-    for label, layer in (("default spec", defaults), (source, file_values), ("cli", cli)):
+    for label, layer in layers:
         for key, value in layer.items():
             if key == VARIANT_CONFIG_KEY and label == "default spec":
                 continue  # applied below, only to the variants it names that are selected

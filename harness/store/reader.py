@@ -1,4 +1,4 @@
-"""Read a run folder (rows.jsonl, env.json, spec.toml): the one tolerant reader the sweep, report and compare share.
+"""Read a run folder (rows.jsonl, env.json, spec.toml, distributions/): the one tolerant reader the sweep, report and compare share.
 
 Tolerant by design: a truncated line (a killed run) is skipped with a warning, never fatal;
 fields an older writer did not record become missing values; a folder that is not a run is a
@@ -20,6 +20,7 @@ from harness.entries import length_fields, searched_fields
 from harness.row import NUMERIC_FIELDS, ROW_FIELDS, Row
 from harness.schema import CELL_FIELDS, SCHEMA_VERSION, DECLARED, canonical, legacy_value, series_suffix
 from harness.store.columns import COL, SERIES
+from harness.store.distributions import read_distributions
 from harness.store.row_lines import read_row_lines, regular_file, warn_note
 from harness.store.row_types import MAX_LINE_CHARS, row_problem, shown, too_deep
 from harness.store.run_dir import ENV_FILE, ROWS_FILE, SPEC_FILE
@@ -37,6 +38,8 @@ class Run:
     spec_text: str | None  # spec.toml verbatim (None when absent)
     notes: list[str] = field(default_factory=list)  # what was skipped or filled in while reading, for the report
     records: list[dict[str, Any]] = field(default_factory=list)  # the rows as written (JSON objects), for rows.csv
+    # the inputs' attention distributions (RUN_DIR/distributions/, harness.store.distributions)
+    distributions: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -129,6 +132,7 @@ def load_run(run_dir: str | Path) -> Run:
         spec_text=spec_text,
         notes=notes,
         records=[row for row in rows if row.get("cell_id")],
+        distributions=read_distributions(path, notes),
     )
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from harness.errors import UsageError
 from harness.executors.isolated import CELL_TEMP_DIR
+from harness.executors.distributions import DISTRIBUTIONS_DIR
 from harness.executors.worker import FITTED_DIR
 from harness.spec.sweep_spec import CLOCKS
 from harness.inputs.model import CACHE_FOLDER as MODEL_INPUTS_DIR
@@ -27,6 +28,7 @@ WRITTEN_FILES = (ROWS_FILE, ENV_FILE, SPEC_FILE, CSV_FILE, PARQUET_FILE, LOCK_FI
 CLOCK_REPORT_DIR = "report-{clock}"  # `report --clock X` on a run answered on another clock: its own page and figures
 WRITTEN_FOLDERS = (
     FITTED_DIR,
+    DISTRIBUTIONS_DIR,
     CELL_TEMP_DIR,
     MODEL_INPUTS_DIR,
     "slurm",

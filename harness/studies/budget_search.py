@@ -5,19 +5,21 @@ The semantics are the sweep's (harness.measure.tuning): a variant is matched to 
 quality knob the user left free (harness.plan.matched_budgets), the knob is searched over knob_range's range (the
 declared one at the length, its top capped at half dense attention's FLOPs) by the same search_knob (the top first,
 doubling from the bottom, geometric bisection), and the errors of the values tried are kept across a variant's
-budgets at one length. Only the error differs: the study's (a causal LM's relative perplexity increase, the encoder's
-1 - mean embedding cosine), measured on calibration texts, never on the ones evaluated.
+budgets at one length. Only the error differs: the study's (for a causal LM one of ERRORS: KL, the relative perplexity
+increase, or greedy disagreement with dense; the encoder's 1 - mean embedding cosine), measured on calibration texts,
+never on the ones evaluated.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from harness.measure.knob_range import knob_range_at, search_knob
 from harness.measure.timer import Stopwatch
 from harness.plan import matched_budgets
-from harness.studies.outcomes import with_outcome
+from harness.report.study_outcomes import with_outcome
 from variants import build_variant, get_variant
 
 Shape = tuple[int, int, int, int, int, bool]  # (B, H, N, M, D, causal) the knob's FLOP cap is counted on
@@ -105,3 +107,23 @@ def found(row: dict[str, Any]) -> str:
     """'window 64: ' for a row whose knob a budget chose, else ''."""
     tuning = row.get("tuning")
     return "" if not tuning or not row.get("config") else f"{tuning['knob']} {row['config'].get(tuning['knob'])}: "
+
+
+# what --error-budgets can bound for a causal LM (--error-metric), and its name for people; the first is the default:
+# KL is never negative, so a budget on it bounds the size of a change (a perplexity that fell passes any budget)
+ERRORS = {
+    "kl": "KL(dense||variant)",  # mean over next-token positions, in nats (0: the same distributions)
+    "perplexity": "perplexity increase",  # perplexity / the unmodified model's - 1 (relative; negative: better)
+    # 1 - greedy continuation agreement with dense (lm_generate) over --generate-tokens: a budget of 0.1 asks
+    # agreement >= 0.9; searched by generating after the calibration windows
+    "disagreement": "greedy disagreement with dense",
+}
+
+
+def budget_error(totals: dict[str, float], metric: str) -> float:
+    """The error a budget in `metric` bounds, from lm_eval's sums over windows (inf when a sum is not finite)."""
+    if not all(math.isfinite(v) for v in totals.values()):
+        return math.inf
+    if metric == "kl":
+        return totals["kl"] / totals["count"]
+    return math.exp((totals["nll"] - totals["nll_reference"]) / totals["count"]) - 1

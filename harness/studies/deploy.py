@@ -28,11 +28,11 @@ from harness.report.render import Block, Heading, Paragraph, render_markdown
 from harness.safe_files import open_plain, write_plain
 from harness.studies import deploy_targets as targets
 from harness.studies.deploy_numbers import first_line, target_scores, timed_fields
-from harness.studies.deploy_table import DEPLOY, deploy_note, deployable_table
+from harness.report.deploy_table import DEPLOY, deploy_note, deployable_table
 from harness.studies.deploy_wasm import WasmUnavailable, run_graph
 from harness.studies.results_io import write_table
 from harness.studies.selection import variant_fields
-from harness.studies.outcomes import succeeded
+from harness.report.study_outcomes import succeeded
 from variants import build_variant, reference_attention
 
 STEM = DEPLOY

@@ -32,7 +32,7 @@ from harness.studies import budget_search, lm_generate
 from harness.studies.plots import plot_lm_eval
 from harness.studies.results_io import write_results
 from harness.studies.selection import variant_fields
-from harness.studies.outcomes import FAILURES, failed, outcome_text, succeeded, with_outcome
+from harness.report.study_outcomes import FAILURES, failed, outcome_text, succeeded, with_outcome
 from variants import AttentionVariant, build_variant, get_variant
 
 STEM = LM_EVAL  # lm_eval.csv/.json/.md/.png
@@ -103,6 +103,11 @@ class AtLength:
         """Dense's greedy continuation of each evaluation window, generated once per length, on first use."""
         return lm_generate.dense_continuations(self.model, self.own, self.windows, self.tokens)
 
+    @functools.cached_property
+    def dense_calibration_continuations(self) -> list[list[int]]:
+        """Dense's greedy continuation of each calibration window (what a disagreement budget is searched against)."""
+        return lm_generate.dense_continuations(self.model, self.own, self.calibration_windows(), self.tokens)
+
     def calibration_windows(self) -> list[Tensor]:
         """The calibration windows (the text's last quarter, never evaluated), (1, N) each."""
         if "windows" not in self.cache:
@@ -121,15 +126,18 @@ class AtLength:
         return self.cache["qkv"]
 
     def error_of(self, name: str, metric: str) -> Callable[[dict[str, Any]], float]:
-        """fields -> the budget's error (ERRORS[metric]) of `name` with them, on the calibration windows."""
+        """fields -> the budget's error (budget_search.ERRORS[metric]) of `name` with them, on the calibration windows."""
 
         def error(fields: dict[str, Any]) -> float:
             per_layer, _ = calibrated_variants(
                 name, fields, self.batches, layers=self.chosen, steps=self.steps, device=self.device, seed=self.seed
             )
+            if metric == "disagreement":  # greedy continuations after the calibration windows, against dense's
+                windows, reference = self.calibration_windows(), lambda: self.dense_calibration_continuations
+                at = (self.model, self.own, per_layer, self.chosen, windows, self.tokens, reference, self.device)
+                return 1 - lm_generate.agreement_or_refusal(*at)
             totals = _totals(self.model, self.own, per_layer, self.chosen, self.calibration_windows())
-            self.model.set_attn_implementation(self.own)
-            return budget_error(totals, metric)
+            return budget_search.budget_error(totals, metric)
 
         return error
 
@@ -150,7 +158,7 @@ def rows_at(
         fields = variant_fields(name, at.N, overrides.get(name))
         cost_shape = (1, shape["H"], at.N, at.N, shape["D"], True)
         searcher = budget_search.Searcher(
-            name, fields, cost_shape, shape["H_kv"], ERRORS[metric], at.error_of(name, metric)
+            name, fields, cost_shape, shape["H_kv"], budget_search.ERRORS[metric], at.error_of(name, metric)
         )
         for budget in budget_search.budgets_for(name, budgets, overrides.get(name)):
             row = _evaluate(at, name, fields, budget, searcher)
@@ -181,9 +189,11 @@ def run_lm_eval(
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows for every (seq_len, variant, budget) and meta (model shape, tokenizer, reference perplexity per length).
 
-    budgets: error budgets on `metric` (a key of ERRORS), searched on the calibration windows (budget_search).
+    budgets: error budgets on `metric` (a key of budget_search.ERRORS), searched on the calibration windows (budget_search).
     generate_tokens: tokens greedily generated after each evaluation window (lm_generate; 0: none).
     """
+    if budgets and metric == "disagreement" and generate_tokens < 1:
+        raise ValueError("a disagreement budget bounds generated tokens: generate_tokens must be >= 1")
     model = hf_model.load_pretrained(path, device=device, causal_lm=True)
     shape = hf_model.attention_shape(model)
     chosen = list(range(shape["layers"])) if layers is None else layers
@@ -201,29 +211,11 @@ def run_lm_eval(
         )
         found = rows_at(at, variants, shape=shape, overrides=overrides or {}, budgets=budgets, metric=metric, log=log)
         rows += [{"model": path, "layers": shown_layers, "tokenizer": used, **row} for row in found]
-        model.set_attn_implementation(own)
     meta = {"model": path, "kind": "causal-lm", **shape, "tokenizer": used, "tokenizer_class": tokenizer_class}
     meta.update(text_tokens=len(stream))
     meta.update(seq_lens=seq_lens, texts=n_eval, calibration_texts=n_calibration, calibration_steps=steps)
     meta.update(error_budgets=list(budgets), error_metric=metric if budgets else None, generate_tokens=generate_tokens)
     return rows, meta
-
-
-# what --error-budgets can bound for a causal LM (--error-metric), and its name for people; the first is the default:
-# KL is never negative, so a budget on it bounds the size of a change (a perplexity that fell passes any budget)
-ERRORS = {
-    "kl": "KL(dense||variant)",  # mean over next-token positions, in nats (0: the same distributions)
-    "perplexity": "perplexity increase",  # perplexity / the unmodified model's - 1 (relative; negative: better)
-}
-
-
-def budget_error(totals: dict[str, float], metric: str) -> float:
-    """The error a budget in `metric` bounds, from _totals' sums (inf when a sum is not finite)."""
-    if not all(math.isfinite(v) for v in totals.values()):
-        return math.inf
-    if metric == "kl":
-        return totals["kl"] / totals["count"]
-    return math.exp((totals["nll"] - totals["nll_reference"]) / totals["count"]) - 1
 
 
 def _totals(model, own, per_layer, layers, windows) -> dict[str, float]:
@@ -232,8 +224,11 @@ def _totals(model, own, per_layer, layers, windows) -> dict[str, float]:
     for ids in windows:
         model.set_attn_implementation(own)
         reference = _logits(model, ids)
-        hf_model.swap_layers(model, lambda i: per_layer[i], layers=layers)
-        for key, value in _window_stats(ids, reference, _logits(model, ids)).items():
+        with hf_model.swapped(
+            model, lambda i: per_layer[i], layers=layers
+        ):  # each forward checked: every layer swapped
+            candidate = _logits(model, ids)
+        for key, value in _window_stats(ids, reference, candidate).items():
             totals[key] = totals.get(key, 0.0) + value
     return totals
 

@@ -5,8 +5,8 @@ variant swapped in and with exact dense in every layer (through the same adapter
 stopping early at an end-of-sequence token, so both give exactly T tokens. The agreement is the share of those T
 positions, compared position by position to the end (not only up to the first difference), whose token equals
 dense's, over all prompts. Decode speed is the T tokens over the seconds of the variant's generate call (the prefill
-of the prompt included). The variant's own KV/state bytes are not reported: the adapter keeps transformers' cache,
-the same for every variant, and exposes no state of the variant's own.
+of the prompt included). The variant's own KV/state bytes are not reported: generation here keeps transformers'
+cache, the same for every variant (harness.models.hf_decode_state's VariantStateCache holds a variant's own state).
 """
 
 from __future__ import annotations
@@ -58,11 +58,9 @@ def agreement(candidate: list[list[int]], reference: list[list[int]]) -> float:
 
 def dense_continuations(model: nn.Module, own: str, prompts: list[Tensor], tokens: int) -> list[list[int]]:
     """Every prompt's continuation with exact dense in every layer (the reference); the model's own attention after."""
-    hf_model.swap_layers(model, lambda i: build_variant("dense"))
-    try:
+    model.set_attn_implementation(own)
+    with hf_model.swapped(model, lambda i: build_variant("dense")):  # each of generate's forwards checked
         return [continuation(model, ids, tokens) for ids in prompts]
-    finally:
-        model.set_attn_implementation(own)
 
 
 def generation_fields(
@@ -91,20 +89,27 @@ def generation_fields(
         )
         return {**fields, "generation_status": "unsupported", "generation_reason": reason}
     expected = reference()
-    hf_model.swap_layers(model, lambda i: per_layer[i], layers=layers)
+    model.set_attn_implementation(own)
     try:
-        with Stopwatch(device) as watch:
+        with hf_model.swapped(model, lambda i: per_layer[i], layers=layers), Stopwatch(device) as watch:
             found = [continuation(model, ids, tokens) for ids in prompts]
     except NotSupportedError as exc:
         return {**fields, "generation_status": "unsupported", "generation_reason": "; ".join(exc.reasons)}
-    finally:
-        model.set_attn_implementation(own)
     return {
         **fields,
         "continuation_agreement": agreement(found, expected),
         "decode_tokens_per_s": tokens * len(prompts) / watch.seconds,
         "generation_status": "ok",
     }
+
+
+def agreement_or_refusal(*args: Any) -> float:
+    """generation_fields(*args)'s continuation agreement, or NotSupportedError with its reason where there is none (the
+    variant cannot generate)."""
+    found = generation_fields(*args)
+    if found["generation_status"] != "ok":
+        raise NotSupportedError(found["generation_reason"])
+    return found["continuation_agreement"]
 
 
 def generation_text(row: dict[str, Any]) -> str:

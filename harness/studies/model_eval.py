@@ -30,7 +30,7 @@ from harness.studies.passages import AtLength, at_length, Encoded, LayerBatches,
 from harness.studies.plots import plot_model_eval
 from harness.studies.results_io import write_results
 from harness.studies.selection import variant_fields
-from harness.studies.outcomes import FAILURES, failed, outcome_text, succeeded, with_outcome
+from harness.report.study_outcomes import FAILURES, failed, outcome_text, succeeded, with_outcome
 from variants import AttentionVariant, build_variant, get_variant
 
 STEM = MODEL_EVAL  # model_eval.csv/.json/.md/.png

@@ -8,7 +8,7 @@ from typing import Any
 from harness.report.plotting import pyplot, save
 from harness.report.study_results import series_label
 from harness.studies.budget_search import label
-from harness.studies.outcomes import succeeded
+from harness.report.study_outcomes import succeeded
 
 DPI = 120
 

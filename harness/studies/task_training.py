@@ -21,7 +21,7 @@ from harness.measure.timer import Stopwatch
 from harness.studies.selection import variant_fields
 from harness.studies.task_data import IGNORE, TASK_NAMES, Batch, ListOpsSpec, MQARSpec, listops_batch, mqar_batch
 from harness.studies.task_model import TinyTransformer
-from harness.studies.outcomes import FAILURES, failed, with_outcome
+from harness.report.study_outcomes import FAILURES, failed, with_outcome
 from variants import build_variant
 from variants._checks import did_you_mean
 

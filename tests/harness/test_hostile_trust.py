@@ -116,7 +116,9 @@ def run_copy(finished_run, tmp_path):
 
 def _plant(run_dir: Path, name: str, kind: str, victim: Path) -> None:
     path = run_dir / name
-    if path.exists():
+    if path.is_dir() and not path.is_symlink():  # a folder the run wrote (distributions/)
+        shutil.rmtree(path)
+    elif path.exists():
         path.unlink()
     if kind == "link":
         path.symlink_to(victim)
@@ -139,6 +141,7 @@ PLANTED = [
     ("fitted", "link"),  # calibrated variants are stored there
     (".cells", "link"),  # isolated cells' temp folders
     ("model_inputs", "link"),  # the `model` inputs' captures (issue 40)
+    ("distributions", "link"),  # the inputs' attention distributions (issue 39)
 ]
 
 
@@ -150,6 +153,7 @@ def test_resume_refuses_a_planted_link_fifo_or_folder_and_writes_nothing_through
         "fitted",
         ".cells",
         "model_inputs",
+        "distributions",
     ):  # folders the run writes into: a link to a folder of someone else's
         victim = run_copy.parent / "victim_folder"
         victim.mkdir()

@@ -11,7 +11,8 @@ VOCAB = 128  # token ids 0..127; the models have no tokenizer, text is mapped by
 
 def tiny_config(kind: str, **overrides):
     """A transformers config of `kind`: llama (GQA 4/2, RoPE), qwen2 (q/k/v biases, GQA 4/1), gemma2 (another scaling),
-    gpt_oss (learned sink logits, 4 experts of which 2 per token; alternating 128-token windows)."""
+    gpt_oss (learned sink logits, 4 experts of which 2 per token; alternating 128-token windows), and the kinds of
+    OTHER_PROJECTIONS."""
     import transformers
 
     common = dict(
@@ -38,12 +39,39 @@ def tiny_config(kind: str, **overrides):
         config = transformers.GptOssConfig(
             **common, num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2
         )
+    elif kind in OTHER_PROJECTIONS:
+        config = OTHER_PROJECTIONS[kind](transformers, common)
     else:
         raise ValueError(f"no tiny config {kind!r}")
     for key, value in overrides.items():
         setattr(config, key, value)
-    config.architectures = [type(config).__name__.replace("Config", "ForCausalLM")]
+    config.architectures = [transformers.AutoModelForCausalLM._model_mapping[type(config)].__name__]
     return config
+
+
+# Models whose attention projections are not named q_proj/query (GPT-NeoX query_key_value, Phi-3 qkv_proj, GPT-2
+# c_attn, Persimmon, JetMoE) yet call transformers' attention interface, and an ALiBi model (Bloom) that computes attention itself.
+OTHER_PROJECTIONS = {
+    "gpt_neox": lambda t, common: t.GPTNeoXConfig(**common),
+    "phi3": lambda t, common: t.Phi3Config(**common, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    "gpt2": lambda t, common: t.GPT2Config(
+        vocab_size=VOCAB,
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        n_positions=1024,
+        attn_pdrop=0.0,
+        bos_token_id=1,
+        eos_token_id=2,
+    ),
+    "persimmon": lambda t, common: t.PersimmonConfig(**common),  # query_key_value, q/k layer norms, partial RoPE
+    "jetmoe": lambda t, common: t.JetMoeConfig(  # mixture of attention experts: experts.input_linear
+        **{k: v for k, v in common.items() if k != "num_attention_heads"}, num_key_value_heads=2, kv_channels=16
+    ),  # 4 query heads: num_key_value_heads x num_experts_per_tok
+    "bloom": lambda t, common: t.BloomConfig(
+        vocab_size=VOCAB, hidden_size=64, n_layer=2, n_head=4, attention_dropout=0.0
+    ),
+}
 
 
 def save_tiny(folder: Path, kind: str, *, seed: int = 0, **overrides) -> Path:

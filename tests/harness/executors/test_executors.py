@@ -75,6 +75,7 @@ class ScriptedExecutor(Executor):
         self.max_flight = 0
         self.submissions: list[list[str]] = []
         self.cancelled: list[Cell] = []
+        self.job = CellJob(settings={}, run=dataclasses.asdict(RUN))  # the run fields of a row the driver makes
 
     @property
     def slots(self):

@@ -103,7 +103,7 @@ def test_a_generator_can_be_unsupported_with_a_reason_and_a_max_length():
 
 def test_a_generator_can_refuse_a_shape_with_a_reason():
     @register_inputs(
-        "t_fixed_dim", shape_check=lambda B, H, N, M, D: [] if D == 32 else [f"head_dim must be 32, got D={D}"]
+        "t_fixed_dim", shape_check=lambda B, H, N, M, D, **_: [] if D == 32 else [f"head_dim must be 32, got D={D}"]
     )
     def fixed(B, H, N, M, D, *, generator, device):
         """Test: only head_dim 32."""

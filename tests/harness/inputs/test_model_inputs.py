@@ -10,10 +10,14 @@ import torch
 
 from harness import inputs
 from harness.commands import main
-from harness.models import hf_adapter, hf_model
+from harness.executors.distributions import store_distribution
 from harness.inputs import model as model_inputs
+from harness.measure import MeasureContext, MeasureSettings
+from harness.measure.reference import sample_rows
+from harness.models import hf_adapter, hf_model
+from harness.schema import Cell
+from harness.store.distributions import read_distributions
 from tests.helpers.tiny_hf import save_tiny
-from variants import NotSupportedError
 
 pytestmark = pytest.mark.skipif(
     hf_adapter.missing_transformers_reason() is not None, reason=str(hf_adapter.missing_transformers_reason())
@@ -52,9 +56,9 @@ def test_the_layers_own_qkv_seeded_and_post_rope(llama):
     ],
 )
 def test_a_shape_other_than_the_models_is_refused_with_its_values(llama, shape, message):
-    with pytest.raises(NotSupportedError, match=message):
+    with pytest.raises(ValueError, match=message):
         inputs.make_inputs("model", {"path": str(llama), "tokenizer": "bytes"}, B=1, N=64, seed=0, **shape)
-    with pytest.raises(NotSupportedError, match=r"model:path=DIR"):
+    with pytest.raises(ValueError, match=r"model:path=DIR"):
         inputs.make_inputs("model", {}, B=1, H=4, N=64, D=16, seed=0)
 
 
@@ -95,5 +99,26 @@ def test_a_qwen2_style_model_gives_its_own_mqa_shape(tmp_path):
     q, k, v = inputs.make_inputs(name, params, B=1, H=4, N=32, D=16, seed=0, H_kv=1)
     assert q.shape == (1, 4, 32, 16) and k.shape == v.shape == (1, 1, 32, 16)
     assert torch.isfinite(q).all() and k.abs().sum() > 0
-    with pytest.raises(NotSupportedError, match=r"H_kv=1 key/value heads.*--kv-heads 1"):
+    with pytest.raises(ValueError, match=r"H_kv=1 key/value heads.*--kv-heads 1"):
         inputs.make_inputs(name, params, B=1, H=4, N=32, D=16, seed=0, H_kv=2)
+
+
+def test_a_model_layers_attention_distribution_is_stored_like_any_inputs(llama, tmp_path):
+    """--inputs model runs show the model layer's heads: the worker's path (harness.executors.distributions) on the
+    layer's own q, k (GQA: head h reads K/V head h // 2), its entropies as computed here from those q, k."""
+    entry = f"model:path={llama},layer=1,tokenizer=bytes"
+    cell = Cell(
+        variant="dense", config={}, seq_len=64, kv_len=64, batch=2, heads=4, kv_heads=2, head_dim=16,
+        dtype="float32", device="cpu", causal=True, mode="forward", inputs=entry, seed=3,
+    )  # fmt: skip
+    settings = MeasureSettings(error_rows=16)
+    path = store_distribution(cell, settings, MeasureContext(), tmp_path)
+    record = read_distributions(tmp_path)[0]
+    assert path is not None and record["key"]["inputs"] == entry and len(record["heads"]) == 2 * 4
+    name, params = inputs.parse_inputs(entry)
+    q, k, _ = inputs.make_inputs(name, params, B=2, H=4, N=64, D=16, seed=3, H_kv=2)
+    scores = q.double() @ k.double().repeat_interleave(2, dim=1).transpose(-1, -2) / 4  # (B, H, N, N)
+    future = torch.ones(64, 64, dtype=torch.bool).triu(1)
+    w = torch.softmax(scores.masked_fill(future, float("-inf")), -1)[:, :, sample_rows(64, 16, 3)]  # (B, H, R, N)
+    entropy = -(w * w.clamp_min(1e-300).log()).sum(-1).mean(-1)  # (B, H)
+    assert [h["entropy"] for h in record["heads"]] == pytest.approx(entropy.flatten().tolist(), abs=1e-9)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.models import hf_adapter, hf_model
+from harness.models import hf_adapter, hf_layers, hf_model
 from tests.helpers.tiny_hf import VOCAB, save_tiny
 from variants import AttentionVariant, Capabilities, NotSupportedError, build_variant, get_variant, list_variants
 
@@ -88,7 +88,7 @@ def test_a_narrower_window_changes_the_logits(folders):
 
 def test_a_scaling_other_than_one_over_sqrt_d_is_honoured(folders):
     model = hf_model.load_pretrained(str(folders["llama"]))
-    for module in hf_adapter.attention_modules(model):
+    for module in hf_layers.attention_modules(model).values():
         module.scaling = 0.05  # not 1/sqrt(16): q is pre-scaled by scaling * sqrt(D)
     ids, _ = _batch()
     stock = _logits(model, ids)

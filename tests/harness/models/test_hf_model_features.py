@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 
-from harness.models import hf_adapter
+from harness.models import hf_adapter, hf_layers
 from tests.harness.models.test_hf_generate import NEW, PROMPT, _generate, _prompt
 from tests.helpers.tiny_hf import tiny_config
 from variants import NotSupportedError
@@ -45,7 +45,7 @@ def _model(kind: str):
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(tiny_config(kind, **overrides), attn_implementation="eager")
     with torch.no_grad():
-        for module in hf_adapter.attention_modules(model):
+        for module in hf_layers.attention_modules(model).values():
             if kind == "gemma2":
                 module.q_proj.weight.mul_(SCORE_GAIN)
                 module.k_proj.weight.mul_(SCORE_GAIN)
@@ -62,7 +62,7 @@ def _logits(model, implementation: str) -> torch.Tensor:
 
 
 def _without_the_feature(model, kind: str) -> None:
-    for module in hf_adapter.attention_modules(model):
+    for module in hf_layers.attention_modules(model).values():
         if kind == "gemma2":
             module.attn_logit_softcapping = None
         else:

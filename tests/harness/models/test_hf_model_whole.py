@@ -13,7 +13,6 @@ from harness.commands import main
 from harness.errors import UsageError
 from harness.models import hf_adapter, hf_model
 from tests.helpers.tiny_hf import save_tiny
-from variants import NotSupportedError
 
 pytestmark = pytest.mark.skipif(
     hf_adapter.missing_transformers_reason() is not None, reason=str(hf_adapter.missing_transformers_reason())
@@ -117,7 +116,7 @@ def test_the_model_input_needs_its_tokenizer_or_bytes(tmp_path):
     shape = dict(B=1, H=4, N=32, D=16, seed=0, H_kv=2)
     with pytest.raises(ValueError, match=r"the tokenizer in '.*llama' does not load: .*model:tokenizer=bytes"):
         inputs.make_inputs("model", {"path": str(folder)}, **shape)
-    with pytest.raises(NotSupportedError, match=r"tokenizer='utf8': expected one of model, bytes"):
+    with pytest.raises(ValueError, match=r"tokenizer='utf8': expected one of model, bytes"):
         inputs.make_inputs("model", {"path": str(folder), "tokenizer": "utf8"}, **shape)
     q, _, _ = inputs.make_inputs("model", {"path": str(folder), "tokenizer": "bytes"}, **shape)
     assert q.shape == (1, 4, 32, 16)

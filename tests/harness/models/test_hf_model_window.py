@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.models import hf_adapter
+from harness.models import hf_adapter, hf_layers
 from tests.helpers.tiny_hf import VOCAB, tiny_config
 from variants import NotSupportedError, build_variant, get_variant, list_variants
 
@@ -65,7 +65,7 @@ def test_the_window_changes_what_a_full_attention_variant_would_give():
     """The stock model really is windowed here: the same model with its window removed generates other logits."""
     windowed, full = _model("mistral"), _model("mistral")
     full.config.sliding_window = None
-    for module in hf_adapter.attention_modules(full):
+    for module in hf_layers.attention_modules(full).values():
         module.config.sliding_window = None
     name = hf_adapter.register_with_transformers("dense")
     assert not torch.allclose(_generate(windowed, name).logits[-1], _generate(full, name).logits[-1], atol=1e-4)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from harness.studies.deploy_numbers import MATCH_TOLERANCE, first_line, latency_ratio, target_scores, timed_fields
-from harness.studies.deploy_table import deploy_caveat, deployable_table, ok_summary
+from harness.report.deploy_table import deploy_caveat, deployable_table, ok_summary
 
 
 def test_errors_are_max_abs_against_the_call_and_rel_l2_against_float64():

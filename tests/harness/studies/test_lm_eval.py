@@ -101,9 +101,19 @@ def test_a_learnable_variant_is_calibrated_on_other_windows_and_refusals_are_row
         (["--texts", "10000"], r"windows of 256, asked for 10000; pass a longer --text FILE"),
         (["--text", "/no/such/file"], r"--text '/no/such/file' cannot be read"),
         (["--error-budgets", "0.05,x"], r"--error-budgets: expected a number, got 'x'"),
-        (["--error-budgets", "3"], r"must be in \(0, 2\] \(KL\(dense\|\|variant\) or perplexity increase\), got '3'"),
+        (
+            ["--error-budgets", "3"],
+            r"must be in \(0, 2\] \(KL\(dense\|\|variant\) or perplexity increase or greedy disagreement",
+        ),
         (["--error-budgets", "0,0.1"], r"--error-budgets: an error budget must be in \(0, 2\]"),
-        (["--error-budgets", "0.1", "--error-metric", "cosine"], r"--error-metric 'cosine'.*kl or perplexity"),
+        (
+            ["--error-budgets", "0.1", "--error-metric", "cosine"],
+            r"--error-metric 'cosine'.*kl or perplexity or disagreement",
+        ),
+        (
+            ["--error-budgets", "0.1", "--error-metric", "disagreement", "--generate-tokens", "0"],
+            r"--error-metric disagreement bounds generated tokens: pass --generate-tokens >= 1",
+        ),
         (["--error-budgets", "0.1", "--calibration-texts", "0"], r"pass --calibration-texts >= 1"),
         (["--generate-tokens", "-1"], r"--generate-tokens >= 0; got 4, 2, \d+, -1"),
     ],
@@ -230,3 +240,40 @@ def test_the_perplexity_budget_is_the_relative_increase_on_calibration_windows(l
     expected = _calibration_totals(llama, 64, lambda i: build_variant("sliding_window", window=16))
     increase = math.exp((expected["nll"] - expected["nll_reference"]) / expected["count"]) - 1
     assert row["tuning"]["tried"]["16"] == pytest.approx(increase, rel=1e-3, abs=1e-7)
+
+
+def test_a_disagreement_budget_bounds_greedy_agreement_with_dense_on_calibration_windows(llama):
+    """--error-metric disagreement: 1 - greedy continuation agreement (0.0001 asks agreement 1, 1.0 asks nothing)."""
+    T = 16
+    rows, meta = lm_eval.run_lm_eval(
+        str(llama),
+        ["dense", "sliding_window"],
+        [64],
+        text=lm_eval_text(),
+        n_eval=1,
+        n_calibration=1,
+        steps=0,
+        budgets=(0.0001, 1.0),
+        metric="disagreement",
+        generate_tokens=T,
+        tokenizer="bytes",
+    )
+    dense, strict, loose = rows
+    assert meta["error_metric"] == "disagreement" and dense["budget"] is None  # dense has no knob: no search
+    assert dense["continuation_agreement"] == 1.0
+    assert loose["status"] == "ok" and loose["config"]["window"] == 16  # any window meets disagreement <= 1
+    assert loose["tuning"]["metric"] == "greedy disagreement with dense"
+    # the searched error: 1 - agreement of sliding_window(16)'s greedy tokens with the stock model's, on the
+    # calibration window, generated here without the harness's generation code
+    model = hf_model.load_pretrained(str(llama))
+    stream, _ = hf_model.token_ids(str(llama), lm_eval_text(), 128, tokenizer="bytes")
+    ids = torch.tensor(hf_model.token_windows(stream, 64, 1, calibration=True))
+    options = dict(max_new_tokens=T, do_sample=False, eos_token_id=None, pad_token_id=0)
+    with torch.no_grad():
+        stock = model.generate(ids, **options)[0, 64:]
+        model.set_attn_implementation(hf_adapter.register_with_transformers("sliding_window", window=16))
+        windowed = model.generate(ids, **options)[0, 64:]
+    assert loose["tuning"]["tried"]["16"] == pytest.approx(1 - float((stock == windowed).float().mean()))
+    top = strict["tuning"]["high"]  # a narrow window's tokens leave dense's: agreement 1 is out of reach
+    assert strict["status"] == "unreachable" and strict["tuning"]["tried"][str(top)] > 0.0001
+    assert "greedy disagreement with dense" in strict["reason"]

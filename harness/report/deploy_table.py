@@ -11,7 +11,7 @@ from typing import Any
 
 from harness.report.render import Table, format_bytes, format_error, format_n, format_ratio, short_reason
 from harness.store import COL
-from harness.studies.outcomes import succeeded
+from harness.report.study_outcomes import succeeded
 
 DEPLOY = "deploy"  # the file stem harness.studies.deploy writes
 TARGETS = ("torch.export", "onnxruntime", "onnxruntime-web")  # in the order they are tried (each needs the one before)

@@ -1,8 +1,8 @@
-"""A study row's outcome (harness.studies.outcomes): what a refusal, an error and a cut reason become."""
+"""A study row's outcome (harness.report.study_outcomes): what a refusal, an error and a cut reason become."""
 
 from __future__ import annotations
 
-from harness.studies.outcomes import failed, outcome_text, succeeded, with_outcome
+from harness.report.study_outcomes import failed, outcome_text, succeeded, with_outcome
 from variants import NotSupportedError
 
 
