@@ -1,11 +1,12 @@
 """spec -> cells: the list of measurements a sweep makes, in order. Pure: no device (the registry only for length fields).
 
 Order: for each value of the Cell fields that are axes (harness.schema: inputs, dtype, head dim, causal, mode,
-phase, scope, kv heads, padding, recompute, precision, outermost first), lengths ascending, and at each length every
-variant. Decode cells are planned for mode forward only (decoding is inference) and are always causal (one per causal
-setting collapses into one cell); the memory tricks (recompute, precision) are planned for train cells only
-(harness.schema.tricks_reason). So consecutive cells share their q, k, v (generated once),
-and a variant meets its lengths in ascending order (an OOM at N marks longer N as OOM untried).
+phase, scope, kv heads, padding, recompute, precision, kv dtype, outermost first), lengths ascending, and at each
+length every variant. Decode cells are planned for mode forward only (decoding is inference) and are always causal
+(one per causal setting collapses into one cell); the memory tricks (recompute, precision) are planned for train cells
+only, a quantized K/V store for forward cells at the attention scope only (harness.cell_rules.tricks_reason). So
+consecutive cells share their q, k, v (generated once), and a variant meets its lengths in ascending order (an OOM at
+N marks longer N as OOM untried).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from harness.schema import DECLARED, Cell, tricks_reason
+from harness.cell_rules import tricks_reason
+from harness.schema import DECLARED, Cell
 from harness.spec.sweep_spec import SweepSpec, describe
 from variants import get_variant
 
@@ -60,7 +62,7 @@ def plan_header(spec: SweepSpec) -> str:
     if len(settings) != full:
         line += (
             f"; {len(settings)} of the {full} combinations of settings planned (decode: forward and causal only; "
-            "recompute and precision: train only)"
+            "recompute and precision: train only; kv_dtype: forward, attention scope)"
         )
     return line + f" = {series * len(spec.seq_lens) * len(settings)} cells"
 

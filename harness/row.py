@@ -67,6 +67,13 @@ class Row:
     memory_method: str | None = None
     state_bytes: int | None = _measured()  # decode: bytes of the state after the N-token context (capacity held)
     state_live_bytes: int | None = _measured()  # decode: of which live, what a step reads (a KV cache's K/V so far)
+    # K and V as held (Cell.kv_dtype, harness.measure.kv_quant): prefill attention cells' stored K and V (values and
+    # scales); a decode cell's cache is its state_bytes
+    kv_bytes: int | None = _measured()
+    # quantization's own error: rel L2 of dequantize(quantize(K)) against K (a decode cell's context), and of V; None
+    # for kv_dtype none
+    k_quant_rel_l2: float | None = _measured()
+    v_quant_rel_l2: float | None = _measured()
     flops: int | None = _measured()  # analytic, what the backend executes, forward or forward+backward per mode
     useful_flops: int | None = _measured()  # the same for the algorithm's useful work (a band's pairs, not its blocks)
     tflops: float | None = _measured()

@@ -111,6 +111,9 @@ class Cell:
     precision: str = _field(
         "fp32", role="setting", axis="precisions", text=lambda v, _: str(v), added=True, caches=("baseline",)
     )
+    # K/V stored quantized (harness.measure.kv_quant; forward attention cells): "none" | "int8" | "fp8_e4m3"; a series
+    # field: dense with an int8 cache is the series "dense[kv=int8]", beside plain dense (the baseline) in every table
+    kv_dtype: str = _field("none", role="variant", axis="kv_dtypes", text=eq_text("kv"), added=True)
     # blocks in a layer cell's stack (SweepSpec.layer_depth; 1 at the attention scope): "recompute layer" keeps the
     # activations of one block at a time, so its saving grows with the depth
     layer_depth: int = _field(1, role="setting", text=eq_text("L"), added=True, cast=int)
@@ -187,6 +190,13 @@ def fields_of(*roles: str) -> tuple[str, ...]:
     return tuple(name for name, s in DECLARED.items() if s.role in roles)
 
 
+def series_suffix(values: Mapping[str, Any]) -> str:
+    """'[kv=int8]': a cell's series fields (role "variant") beyond its variant and config, away from their defaults;
+    '' for a plain series (the baseline's among them)."""
+    parts = describe(values, [name for name in fields_of("variant") if name not in ("variant", "config")])
+    return f"[{','.join(parts)}]" if parts else ""
+
+
 def caches_of(cache: str) -> tuple[str, ...]:
     """Cell fields whose values key the per-process cache `cache` (CellField.caches), in field order."""
     return tuple(name for name, s in DECLARED.items() if cache in s.caches)
@@ -196,24 +206,6 @@ def default_of(name: str, values: Mapping[str, Any]) -> Any:
     """A field's value when unset: the field it follows (kv_heads: heads), else its dataclass default (MISSING if none)."""
     follows = DECLARED[name].follows
     return values.get(follows) if follows else _FIELDS[name].default
-
-
-def tricks_reason(values: Mapping[str, Any]) -> str | None:
-    """Why a cell's recompute, precision and layer_depth are not worth measuring (planning skips it, measuring refuses
-    it), or None. The tricks trade memory of the backward pass (recompute) and of training activations and weights
-    (autocast), so a forward cell keeps Cell's defaults; checkpointing a block, or a stack of them, needs a block;
-    autocast runs float32 inputs and weights."""
-    plain = {name: default_of(name, values) for name in ("recompute", "precision", "layer_depth")}  # Cell's defaults
-    recompute, precision = (values.get(name) or plain[name] for name in ("recompute", "precision"))
-    if (values.get("layer_depth") or plain["layer_depth"]) != plain["layer_depth"] and values.get("scope") != "layer":
-        return f"a stack of layer_depth {values.get('layer_depth')} blocks needs --scopes layer"
-    if values.get("mode") != "train" and (recompute, precision) != (plain["recompute"], plain["precision"]):
-        return f"recompute {recompute} and precision {precision} are measured for train cells only (--modes train)"
-    if recompute == "layer" and values.get("scope") != "layer":
-        return "recompute layer checkpoints a transformer block: it needs --scopes layer (at the attention scope: recompute attention)"
-    if precision != "fp32" and (dtype := values.get("dtype")) != "float32":
-        return f"precision {precision} autocasts float32 inputs and weights; dtype {dtype} is cast already"
-    return None
 
 
 def legacy_value(name: str, values: Mapping[str, Any]) -> Any:

@@ -23,6 +23,7 @@ LAYERS = (
         "harness.error_metrics",
         "harness.cell_fields",
         "harness.schema",
+        "harness.cell_rules",
         "harness.row",
         "harness.entries",
         "harness.devices",

@@ -70,6 +70,9 @@ class Capabilities:
     # honours forward(..., sink_logits=(H,)): one logit per query head in the softmax's denominator, no value (gpt-oss's
     # s_aux; not sliding_window's sink tokens); False refuses it
     sink_logits: bool = False
+    # reads K and V that a harness stored quantized (int8, fp8) and dequantized to the compute dtype before the call
+    # (harness.measure.kv_quant); False refuses such a cell with the reason (a variant whose K/V must stay exact)
+    quantized_kv: bool = True
 
 
 @dataclass(frozen=True)

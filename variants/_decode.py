@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import torch
 from torch import Tensor
@@ -54,7 +54,7 @@ def checked_once(state: Any, q_t: Any, k_t: Any, v_t: Any, check: Callable[[], N
 def _collect(obj: Any, seen: dict[int, int], *, live: bool = False) -> None:
     if live and hasattr(obj, "live_tensors"):
         for t in obj.live_tensors():
-            seen[id(t)] = t.numel() * t.element_size()
+            seen[id(t)] = t.nbytes  # a tensor, or a view of a quantized store (its values and scales)
         return
     if isinstance(obj, Tensor):
         storage = obj.untyped_storage()
@@ -139,6 +139,8 @@ class KVCache:
     once into twice the room). ``state_bytes`` counts the capacity, which is what is allocated.
     """
 
+    # the fields holding keys and values: a harness may store them quantized between steps (harness.measure.kv_quant)
+    kv_fields: ClassVar[tuple[str, ...]] = ("k", "v")
     k: Tensor  # (B, H_kv, capacity, D); [:, :, :length] is live
     v: Tensor  # (B, H_kv, capacity, D)
     mask: Tensor | None  # (B, capacity) bool, True = real token; None while no padding was seen
@@ -164,6 +166,10 @@ class KVCache:
         self.k[:, :, self.length] = k_t[:, :, 0]
         self.v[:, :, self.length] = v_t[:, :, 0]
         self.length += 1
+
+    def written_rows(self) -> list[int]:
+        """The positions the last append wrote (its one token): what a quantized store of k, v writes back."""
+        return [self.length - 1]
 
     def live_tensors(self) -> tuple[Tensor, ...]:
         """The live keys, values and mask (what live_state_bytes counts; the capacity is state_bytes')."""

@@ -8,6 +8,7 @@ included (as in the forward's band).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -19,6 +20,8 @@ from variants._gqa import sdpa
 class SlidingWindowState:
     """Slots [0, S) hold the sink positions 0..S-1; slot S + p % W holds position p of the band."""
 
+    # the fields holding keys and values: a harness may store them quantized between steps (harness.measure.kv_quant)
+    kv_fields: ClassVar[tuple[str, ...]] = ("k", "v")
     k: Tensor  # (B, H_kv, S + W, D)
     v: Tensor  # (B, H_kv, S + W, D)
     pos: Tensor  # (S + W,) int64: the position each slot holds, -1 = empty
@@ -27,6 +30,12 @@ class SlidingWindowState:
     window: int  # W, the band: a query at p sees p - W < j <= p
     sinks: int  # S, keys 0..S-1 visible to every later query
     padded: bool = True  # some slot may hold a padded token (False: the context had no padding, no mask needed)
+
+    def written_rows(self) -> list[int]:
+        """The slots the last step wrote (position p = length - 1's band slot, and its sink slot while p < sinks): what
+        a quantized store of k, v writes back."""
+        p = self.length - 1
+        return [self.sinks + p % self.window] + ([p] if p < self.sinks else [])
 
 
 def ring_from_context(k: Tensor, v: Tensor, kv_mask: Tensor | None, window: int, sinks: int) -> SlidingWindowState:

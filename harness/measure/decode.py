@@ -8,6 +8,9 @@ context (variants.state_bytes). Accuracy: the S outputs of the first (untimed) g
 exact causal attention over the whole prefix (rows N .. N+S-1; the variant's own pattern with
 accuracy_reference "pattern"), and the last timed generation's against the same reference (a state that
 decays between generations is an error row). Decoding is inference: forward only, under no_grad, always causal.
+With a kv_dtype the state's keys and values are stored quantized between steps and the tokens' K/V reach the variant
+as the cache gives them back (harness.measure.kv_quant); state_bytes then counts the stored values and scales, and the
+reference is computed from the unquantized K/V, so the error shows what quantization costs.
 The stages are harness.measure.phase's; this module supplies the decode cell's part of them (harness.measure.kind).
 """
 
@@ -20,6 +23,7 @@ from torch import Tensor
 
 from harness.measure.flops import Flops, attention_flops, flops_fields
 from harness.measure.kind import Checked, Phase, Prepared, TimedStep
+from harness.measure.kv_quant import loaded_state, quantization_errors, round_trip, stored_state
 from harness.measure.reference import nonfinite, output_errors
 from harness.measure.settings import MeasureSettings
 from harness.measure.timer import Stopwatch
@@ -54,6 +58,8 @@ class DecodePhase(Phase):
         self.kv_mask = kv_mask
         N, S = self.N, self.S = cell.seq_len, settings.decode_steps
         q, k, v = qkv
+        self.kv_dtype = cell.kv_dtype
+        k, v = (round_trip(t, cell.kv_dtype) for t in (k, v))  # as the cache gives them back (untimed; "none": k, v)
         self.context_kv = k[:, :, :N], v[:, :, :N]
         # each token's q_t, k_t, v_t as views, made untimed
         self.tokens = [(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1]) for t in range(N, N + S)]
@@ -63,21 +69,27 @@ class DecodePhase(Phase):
     def fresh_state(self) -> Any:
         """The state after the context, built from scratch (outside any timed region)."""
         with torch.no_grad():
-            return self.attn.init_state(*self.context_kv, kv_mask=self.kv_mask)
+            return stored_state(self.attn.init_state(*self.context_kv, kv_mask=self.kv_mask), self.kv_dtype)
 
     def generate(self, state: Any) -> list[Tensor]:
         """The S tokens generated one at a time from `state`: each step's output (B, H, 1, D)."""
-        outs = []
+        outs, quantized = [], self.kv_dtype != "none"
         with torch.no_grad():
             for q_t, k_t, v_t in self.tokens:
-                out_t, state = self.attn.step(q_t, k_t, v_t, state)
+                if quantized:  # the stored cache read, the step, the cache stored again (harness.measure.kv_quant)
+                    out_t, state = self.attn.step(q_t, k_t, v_t, loaded_state(state))
+                    state = stored_state(state, self.kv_dtype)
+                else:
+                    out_t, state = self.attn.step(q_t, k_t, v_t, state)
                 outs.append(out_t)
         return outs
 
     def prepare(self) -> Prepared:
         with Stopwatch(self.device) as watch:
             state = self._prepared = self.fresh_state()
-        return Prepared(watch.seconds, int(self.attn.state_bytes(state)), int(live_state_bytes(state)))
+        N = self.N
+        errors = quantization_errors(self.k[:, :, :N], self.v[:, :, :N], self.kv_dtype)  # the context's K and V
+        return Prepared(watch.seconds, int(self.attn.state_bytes(state)), int(live_state_bytes(state)), **errors)
 
     def check(self) -> Checked:
         state, self._prepared = self._prepared, None

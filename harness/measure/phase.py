@@ -36,6 +36,7 @@ from harness.measure.decode import DecodePhase
 from harness.measure.flops import Flops
 from harness.measure.roofline import host_memory_reason
 from harness.measure.kind import Phase, Prepared
+from harness.measure.kv_quant import kv_refusals
 from harness.measure.layer import LayerPhase
 from harness.measure.memory import Memory, memory_and_kernel
 from harness.measure.outcome import Deadline
@@ -44,7 +45,8 @@ from harness.measure.reference import TrivialErrors, baseline_errors
 from harness.measure.settings import DTYPES, MeasureSettings
 from harness.measure.speedup import Timing, timed_fields
 from harness.measure.tuning import tune
-from harness.schema import Cell, tricks_reason
+from harness.cell_rules import tricks_reason
+from harness.schema import Cell
 from variants import NotSupportedError, build_variant
 
 
@@ -189,7 +191,7 @@ def built(cell: Cell, inputs: CellInputs, device: torch.device) -> tuple[Any, st
         reasons = ["decode is measured for the attention scope only (a layer cell times a prefill block)"]
     else:
         reasons = attn.decode_reasons(q[:, :, N : N + 1], k[:, :, :N], v[:, :, :N], kv_mask=kv_mask)
-    return attn, backend, reasons
+    return attn, backend, reasons + kv_refusals(attn.capabilities, cell.kv_dtype)
 
 
 def run_phase(phase: Phase, settings: MeasureSettings, device: torch.device, record: Record) -> Outcome:

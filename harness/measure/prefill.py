@@ -5,9 +5,12 @@ The checked call scores sampled rows against the float64 reference (gradients of
 timer's first estimate; the timed step is built on AttentionVariant.prepare_call, so the variant's checks and its
 backend resolution run before timing, never inside a timed call; the memory tricks wrap it; the baseline (dense,
 backend auto) gets the same inputs, padding mask and tricks (harness.measure.speedup); the last timed call's output is
-scored against the checked call's reference.
+scored against the checked call's reference. With a kv_dtype (Cell.kv_dtype, forward cells) K and V are stored
+quantized before the checked call and every call of the variant dequantizes them inside it
+(harness.measure.kv_quant.StoredKV); the baseline, plain dense, reads K and V as they are (kv_dtype is a series field:
+dense with an int8 cache is paired with dense); the reference is computed from the unquantized K and V.
 
-The tricks (train cells only: harness.schema.tricks_reason, for planning and refusal alike). recompute (Cell.recompute):
+The tricks (train cells only: harness.cell_rules.tricks_reason, for planning and refusal alike). recompute (Cell.recompute):
 "attention" runs the attention call under torch.utils.checkpoint (non-reentrant), so its backward recomputes the
 call's forward instead of keeping what it saved; "layer" does so for the whole transformer block
 (harness.measure.layer.Block). A variant that already recomputes inside its own backward (chunked) is checkpointed
@@ -33,6 +36,7 @@ from harness.measure.accuracy import Accuracy, check_accuracy, check_output, sco
 from harness.measure.context import MeasureContext
 from harness.measure.flops import Flops, attention_flops, flops_fields
 from harness.measure.kind import Checked, Phase, Prepared, TimedStep
+from harness.measure.kv_quant import StoredKV, quantization_errors
 from harness.measure.reference import nonfinite
 from harness.measure.settings import MeasureSettings
 from harness.measure.speedup import baseline_for
@@ -57,12 +61,17 @@ class PrefillPhase(Phase):
         self.q, self.k, self.v = qkv
         self.kv_mask = kv_mask
         self.training = cell.mode == "train"
-        self.wrap = tricked(cell, device)  # the call under the cell's memory tricks
+        self.stored = StoredKV(self.k, self.v, cell.kv_dtype)  # K and V as held: quantized once, untimed
+        self.tricks = tricked(cell, device)  # the call under the cell's memory tricks (the baseline's too)
+        # the variant's call also reads the stored K and V (dequantized inside the call)
+        self.wrap = lambda call: self.tricks(self.stored.reading(call))
         self.accuracy: Accuracy | None = None
         self._step: Callable[[], Any] | None = None
 
     def prepare(self) -> Prepared:
-        return Prepared(setup_s=_prepare(self.attn, self.q, self.k, self.v, self.cell, self.training, self.kv_mask))
+        setup_s = _prepare(self.attn, self.q, self.k, self.v, self.cell, self.training, self.kv_mask)
+        errors = quantization_errors(self.k, self.v, self.cell.kv_dtype)
+        return Prepared(setup_s=setup_s, kv_bytes=self.stored.nbytes, **errors)
 
     def check(self) -> Checked:
         self.accuracy = check_accuracy(
@@ -88,7 +97,7 @@ class PrefillPhase(Phase):
         return self._step
 
     def timed_step(self) -> TimedStep:
-        make_step = partial(timed_call, wrap=self.wrap)  # the baseline under the same tricks
+        make_step = partial(timed_call, wrap=self.tricks)  # the baseline under the same tricks, on K and V as they are
         baseline = baseline_for(self.cell, self.q, self.k, self.v, self.context, self.device, make_step, self.kv_mask)
         return TimedStep(self.ready(), baseline=baseline)
 

@@ -29,7 +29,7 @@ from harness.measure.pairing import (
 )
 from harness.measure.settings import MeasureSettings
 from harness.measure.timer import Measurement, StepTimer
-from harness.schema import BASELINE, Cell
+from harness.schema import BASELINE, Cell, series_suffix
 from variants import NotSupportedError
 
 Step = Callable[[], Any]
@@ -96,9 +96,9 @@ def baseline_for(
     except Exception as exc:  # noqa: BLE001 - a baseline that cannot be built leaves the speed-up None, not the row failed
         return Baseline(None, note=f"no paired speed-up: baseline {BASELINE} not built: {type(exc).__name__}: {exc}")
     key = cell.cache_key("baseline", device=str(device))  # where its warm per-call seconds are kept
-    if cell.variant == BASELINE and cell.config == dataclasses.asdict(
-        base.config
-    ):  # timed alone; its time warms the cache
+    if (
+        cell.variant == BASELINE and cell.config == dataclasses.asdict(base.config) and not series_suffix(cell.fields())
+    ):  # timed alone (dense with an int8 cache is another series); its time warms the cache
         return Baseline(None, cache_key=key, known_call_s=context.baseline_call_s)
     try:  # make_step checks the baseline's call once (a refusal raises NotSupportedError), as it does the variant's
         step = make_step(base, q, k, v, cell.causal, training, kv_mask)

@@ -64,7 +64,7 @@ def with_dense_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     out["dense_status"] = None
     if not len(out):
         return out
-    dense = out[out[COL.variant] == BASELINE]
+    dense = out[baseline_rows(out)]
     exact: dict[tuple, pd.Series] = {}
     loose: dict[tuple, pd.Series] = {}
     status: dict[tuple, str] = {}
@@ -111,8 +111,14 @@ def auto_backend(rows: pd.DataFrame) -> np.ndarray:
 
 
 def is_baseline_series(label) -> bool:
-    """Whether a series label is the dense baseline's: 'dense' or 'dense(backend=math)'."""
-    return label == BASELINE or str(label).startswith(BASELINE + "(")
+    """Whether a series label is the dense baseline's: 'dense' or 'dense(backend=math)', not 'dense[kv=int8]' (a
+    series field away from its default: harness.schema.series_suffix)."""
+    return label == BASELINE or (str(label).startswith(BASELINE + "(") and "[" not in str(label))
+
+
+def baseline_rows(frame: pd.DataFrame) -> pd.Series:
+    """Which rows are the dense baseline's (is_baseline_series of their series label)."""
+    return frame[COL.series].map(is_baseline_series).astype(bool)
 
 
 def _norm(value):

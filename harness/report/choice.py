@@ -28,7 +28,7 @@ from harness.report.analysis import SETTING_KEYS
 from harness.report.clock import refusal
 from harness.report.render import finite, format_seconds, format_times
 from harness.schema import BASELINE
-from harness.schema import describe as describe_cell
+from harness.schema import describe as describe_cell, series_suffix
 from harness.store import COL
 
 NONE_RAN = "none within budget ran"
@@ -131,7 +131,7 @@ def pick(candidates: pd.DataFrame, *, dense_status: str | None = None) -> Pick:
             rows[0], tie=rows[1] if len(rows) > 1 and _overlap(rows[0], rows[1]) else None, dense_status=dense_status
         )
     dense = next((r for r in rows if r[COL.variant] == BASELINE and r["dense_speedup"] == 1), None)
-    dense = dense if dense is not None else next((r for r in rows if r[COL.variant] == BASELINE), None)
+    dense = dense if dense is not None else next((r for r in rows if analysis.is_baseline_series(r[COL.series])), None)
     faster = [r for r in rows if r is not dense and _beats_dense(r, dense)]
     if faster:
         winner = faster[0]
@@ -180,12 +180,11 @@ def _pick_of(r: pd.Series, *, tie: pd.Series | None = None, dense_status: str | 
 
 
 def config_text(r: pd.Series) -> str:
-    """A row's variant and config as the answer names it, its quality knob named even at its default:
-    'sliding_window(window=512)'."""
+    """A row's variant and config as the answer names it, its quality knob named even at its default, and its series
+    fields away from their defaults: 'sliding_window(window=512)', 'dense[kv=int8]'."""
     field = knob_field(str(r[COL.variant]))
-    return config_label(
-        str(r[COL.variant]), r[COL.config] if isinstance(r[COL.config], dict) else {}, show=(field,) if field else ()
-    )
+    config = r[COL.config] if isinstance(r[COL.config], dict) else {}
+    return config_label(str(r[COL.variant]), config, show=(field,) if field else ()) + series_suffix(r)
 
 
 def _over_budget(winner: Pick, candidates: pd.DataFrame, budget: float) -> Pick:
@@ -218,12 +217,12 @@ def why_none(at_n: pd.DataFrame, ok_candidates: int) -> str | None:
     outside the budget'. None when there is nothing to say."""
     not_run = analysis.not_run_rows(at_n)
     parts = []
-    dense = at_n[at_n[COL.variant] == BASELINE]
+    dense = at_n[analysis.baseline_rows(at_n)]
     if len(dense) and not (dense[COL.status] == "ok").any():
         status = str(dense[COL.status].iloc[0])
         fate = FATES.get(status, status)
         parts.append(f"dense not run ({fate} at a shorter N)" if not_run[dense.index[0]] else f"dense {fate}")
-    others = at_n[COL.variant] != BASELINE
+    others = ~analysis.baseline_rows(at_n)
     statuses = at_n[COL.status].astype(str).where(~not_run, "not run")[others & (at_n[COL.status] != "ok")]
     if len(statuses):
         parts.append(", ".join(f"{int(k)} {s}" for s, k in statuses.value_counts().items()))
@@ -237,7 +236,7 @@ FATES = {"timeout": "timed out", "oom": "ran out of memory"}  # how a status rea
 
 def _dense_status(at_n: pd.DataFrame) -> str | None:
     """Dense's status at one N where it did not run ok (None when it ran, or was not in the run)."""
-    dense = at_n[at_n[COL.variant] == BASELINE]
+    dense = at_n[analysis.baseline_rows(at_n)]
     if not len(dense) or (dense[COL.status] == "ok").any():
         return None
     return str(dense[COL.status].iloc[0])

@@ -10,7 +10,6 @@ import pandas as pd
 
 from harness.report import analysis
 from harness.report.render import Block, Heading, Paragraph, Table, format_number, format_ratio
-from harness.schema import BASELINE
 from harness.store import COL
 
 # Linformer (Wang et al. 2020), Table 3: inference speed-up over the Transformer, NVIDIA V100.
@@ -189,6 +188,6 @@ def _measured(value) -> bool:
 
 def _dense_backends(ok: pd.DataFrame) -> str:
     """The backends our dense baseline ran (dense rows whose config asks for 'auto'): 'dense, backend auto = sdpa'."""
-    dense = ok[(ok[COL.variant] == BASELINE).to_numpy() & analysis.auto_backend(ok)]
+    dense = ok[analysis.baseline_rows(ok).to_numpy() & analysis.auto_backend(ok)]
     ran = ", ".join(sorted({str(b) for b in dense[COL.backend].dropna()}))
     return f"dense, backend auto = {ran}" if ran else "dense"

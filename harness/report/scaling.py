@@ -24,7 +24,6 @@ from harness.report.render import (
     format_ratio,
     format_seconds,
 )
-from harness.schema import BASELINE
 from harness.store import COL
 
 
@@ -141,7 +140,7 @@ def crossovers(frame: pd.DataFrame, *, inputs: str | None = None) -> pd.DataFram
     """
     columns = list(analysis.SETTING_KEYS) + ["series", "kind", "length", "longest", "dense_oom_from"]
     inputs = inputs or analysis.primary_inputs(frame)
-    rows = frame[(frame[COL.inputs] == inputs) & (frame[COL.variant] != BASELINE)] if len(frame) else frame
+    rows = frame[(frame[COL.inputs] == inputs) & ~analysis.baseline_rows(frame)] if len(frame) else frame
     records = []
     for key, group in rows.groupby(list(analysis.SETTING_KEYS) + [COL.series], dropna=False, sort=True):
         ok = (
@@ -266,13 +265,13 @@ def _share_table(setting: pd.DataFrame) -> Table | None:
         return setting[setting[COL.scope] == scope]
 
     dense = {
-        s: at(s)[at(s)[COL.variant] == BASELINE].groupby(COL.seq_len)[COL.latency_s].median()
+        s: at(s)[analysis.baseline_rows(at(s))].groupby(COL.seq_len)[COL.latency_s].median()
         for s in ("attention", "layer")
     }
     lengths = sorted(set(dense["attention"].index) & set(dense["layer"].index))
     if not lengths:
         return None
-    series = sorted(set(setting.loc[setting[COL.variant] != BASELINE, COL.series]))
+    series = sorted(set(setting.loc[~analysis.baseline_rows(setting), COL.series]))
     speed = {s: at(s).groupby([COL.series, COL.seq_len])["dense_speedup"].median() for s in ("attention", "layer")}
     errors = at("layer").groupby([COL.series, COL.seq_len])["error"].median() if "error" in setting else pd.Series()
     headers = ["N", "dense attention", "dense layer", "attention share"] + [

@@ -14,11 +14,11 @@ import numpy as np
 import pandas as pd
 
 from harness.entries import searched_fields
-from harness.report.analysis import SETTING_KEYS, axes_title, not_run_rows, searched_extras
+from harness.report.analysis import SETTING_KEYS, axes_title, is_baseline_series, not_run_rows, searched_extras
 from harness.report.reach import top_error
 from harness.report.render import format_n, format_times, short_reason
 from harness.report.tables import COLUMNS, NOISY_MARK, Column, is_noisy
-from harness.schema import BASELINE, describe
+from harness.schema import describe
 from harness.store import COL
 
 if TYPE_CHECKING:
@@ -109,7 +109,9 @@ def _cell_text(column: Column, marks: Callable[[pd.Series], str]) -> Callable[[p
     def text(r: pd.Series) -> str:
         plain = (column.compact or column.text)(r)
         mark = marks(r)
-        timed = column.field == COL.latency_s or (column.field == "dense_speedup" and r[COL.variant] != BASELINE)
+        timed = column.field == COL.latency_s or (
+            column.field == "dense_speedup" and not is_baseline_series(r[COL.series])
+        )
         if not mark or not timed:  # the baseline's own 1.00x is a definition, not a measurement
             return plain
         low, high = r.get(COL.speedup_low, np.nan), r.get(COL.speedup_high, np.nan)

@@ -68,7 +68,8 @@ def _check_plans_cells(spec: SweepSpec) -> None:
     if not plan(spec):
         raise UsageError(
             f"the spec plans 0 cells ({describe(spec)}): every combination of its settings is skipped "
-            "(decode needs forward and causal; recompute and precision need train); change the axes"
+            "(decode needs forward and causal; recompute and precision need train; kv_dtype needs forward at the attention "
+            "scope); change the axes"
         )
 
 

@@ -28,6 +28,7 @@ PHASES = ("prefill", "decode")  # the values of each axis list: what the spec ac
 SCOPES = ("attention", "layer")
 RECOMPUTES = ("none", "attention", "layer")
 PRECISIONS = ("fp32", "autocast-bf16", "autocast-fp16")
+KV_DTYPES = ("none", "int8", "fp8_e4m3")  # harness.measure.kv_quant
 # Keys added after the first spec.toml files were written, with the value a run's spec.toml without them means
 # (the run predates them): a resumed run replays what it measured, not today's defaults.
 RESUMED_SPEC_DEFAULTS = {"error_budgets": [], "layer_depth": 1}  # before error budgets: none; before stacks: 1 block
@@ -139,6 +140,14 @@ class SweepSpec:
         metavar="LIST",
         parse=c.choices(PRECISIONS),
         help="train cells, --dtypes float32: fp32, autocast-bf16, autocast-fp16 (torch.autocast, float32 weights)",
+    )
+    kv_dtypes: tuple[str, ...] = knob(
+        ("none",),
+        flag="--kv-dtypes",
+        metavar="LIST",
+        parse=c.choices(KV_DTYPES),
+        help="forward cells, attention scope: K/V stored as none, int8 (per-token absmax scales) or fp8_e4m3 "
+        "(torch.float8_e4m3fn, per-token scales), dequantized where the variant reads them",
     )
     layer_depth: int = knob(
         2,

@@ -18,7 +18,7 @@ import pandas as pd
 from harness.errors import UsageError
 from harness.entries import length_fields, searched_fields
 from harness.row import NUMERIC_FIELDS, ROW_FIELDS, Row
-from harness.schema import CELL_FIELDS, SCHEMA_VERSION, DECLARED, canonical, legacy_value
+from harness.schema import CELL_FIELDS, SCHEMA_VERSION, DECLARED, canonical, legacy_value, series_suffix
 from harness.store.columns import COL, SERIES
 from harness.store.distributions import read_distributions
 from harness.store.row_lines import read_row_lines, regular_file, warn_note
@@ -176,7 +176,8 @@ def series_labels(frame: pd.DataFrame) -> list[str]:
     A variant's length fields (they follow N: Linformer's max_seq_len) never split a series. Rows
     matched to an error budget form one series per budget, "sliding_window@0.05" (the knob's value
     varies with N; the row's config says which), "sliding_window@cos0.05" for a cosine budget, and
-    "sliding_window(sinks=4)@0.05" when another field varies among the variant's matched rows.
+    "sliding_window(sinks=4)@0.05" when another field varies among the variant's matched rows. A series field away
+    from its default is appended: "dense[kv=int8]" (harness.schema.series_suffix).
     """
     if not len(frame):
         return []
@@ -198,9 +199,13 @@ def series_labels(frame: pd.DataFrame) -> list[str]:
             f for f in fields if len({json.dumps(c.get(f), sort_keys=True, default=str) for c in found.values()}) > 1
         ]
     labels = []
-    for variant, key, is_matched, budget, metric in zip(frame["variant"], keys, matched, budgets, metrics):
+    suffixes = [series_suffix(r) for r in frame.to_dict("records")]  # '[kv=int8]': a series of its own
+    for variant, key, is_matched, budget, metric, suffix in zip(
+        frame["variant"], keys, matched, budgets, metrics, suffixes
+    ):
         fields, config = varying[(variant, is_matched)], json.loads(key)
         label = f"{variant}(" + ",".join(f"{f}={config.get(f)}" for f in fields) + ")" if fields else str(variant)
+        label += suffix
         labels.append(f"{label}@{'cos' if metric == 'cosine' else ''}{float(budget):g}" if is_matched else label)
     return labels
 

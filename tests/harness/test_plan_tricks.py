@@ -10,7 +10,7 @@ import pytest
 
 from harness.errors import UsageError
 from harness.plan import MAX_SEARCHED_SEQ_LEN, Longest, longest_within, memory_verdict, plan, search_longest
-from harness.schema import tricks_reason
+from harness.cell_rules import tricks_reason
 from harness.runner import sweep_spec as build_spec
 from harness.schema import Cell
 
@@ -149,3 +149,30 @@ def test_the_search_reuses_what_was_measured_and_treats_a_failure_as_not_fitting
     assert memory_verdict("ok", float("nan"), 1) == "no peak memory"
     found = longest_within({1024: None, 2048: "timeout", 4096: None})  # the first failure bounds it
     assert (found.fits, found.fails, found.why) == (1024, 2048, "timeout")
+
+
+def test_a_quantized_kv_store_is_planned_for_forward_attention_cells_labelled_and_ids_kept():
+    cells = plan(
+        _spec(modes="forward,train", scopes="attention,layer", phases="prefill,decode", kv_dtypes="none,int8,fp8_e4m3")
+    )
+    quantized = {(c.mode, c.scope, c.phase, c.kv_dtype) for c in cells if c.kv_dtype != "none"}
+    assert quantized == {("forward", "attention", p, kv) for p in ("prefill", "decode") for kv in ("int8", "fp8_e4m3")}
+    plain = [c for c in cells if c.kv_dtype == "none"]
+    assert {(c.mode, c.scope, c.phase) for c in plain} == {
+        ("forward", "attention", "prefill"),
+        ("forward", "attention", "decode"),
+        ("forward", "layer", "prefill"),
+        ("forward", "layer", "decode"),
+        ("train", "attention", "prefill"),
+        ("train", "layer", "prefill"),
+    }  # decode is forward only
+    one = next(c for c in cells if c.kv_dtype == "int8")
+    assert "kv=int8" in one.label and "kv=" not in dataclasses.replace(one, kv_dtype="none").label
+    # at its default the field stays out of the id: the ids of runs made before it hold
+    assert dataclasses.replace(one, kv_dtype="none").cell_id == plan(_spec(phases=one.phase))[0].cell_id != one.cell_id
+    assert tricks_reason({"mode": "train", "scope": "attention", "kv_dtype": "int8"}).endswith("attention scope")
+
+
+def test_an_unknown_kv_dtype_is_a_usage_error_naming_the_choices():
+    with pytest.raises(UsageError, match="unknown value 'int4'; expected one of none, int8, fp8_e4m3"):
+        _spec(kv_dtypes="int4")

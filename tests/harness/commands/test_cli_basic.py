@@ -21,8 +21,8 @@ def test_list_shows_every_variant_with_backend_availability(capsys):
     # every flag Capabilities declares and the variant sets, in declaration order (causal_offset: generate() works;
     # softcap, sink_logits: Gemma 2 and gpt-oss features)
     assert (
-        "  capabilities: exact, causal, causal_offset, kv_mask, backward, gqa, decode, softcap, sink_logits; devices: cpu"
-        in out
+        "  capabilities: exact, causal, causal_offset, kv_mask, backward, gqa, decode, softcap, sink_logits, quantized_kv; "
+        "devices: cpu" in out
     )
     linformer = out[out.index("linformer:") :]
     assert "causal_offset" not in linformer[: linformer.index("devices:")]
