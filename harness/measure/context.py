@@ -14,7 +14,7 @@ arithmetic does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import torch
@@ -102,7 +102,35 @@ def decode_inputs_extra(cell: Cell, settings: MeasureSettings) -> int:
     return settings.decode_steps if cell.phase == "decode" else 0
 
 
-MEASUREMENTS_KEPT = 16  # budget cells' measurements a context keeps (harness.measure.phase.Measured)
+# A budget cell's measurement of the config its search found: the slots after the search. Another budget of the same
+# setting whose search finds the same config takes them (and the outcome) instead of measuring it again.
+MEASURED = ("backend", "calibration", "prepared", "errors", "memory", "timing", "flops")
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A found config's measurement: the budget cell that made it, its slots (MEASURED) and how it ended."""
+
+    cell_id: str
+    slots: dict[str, Any]
+    outcome: Any  # harness.measure.phase.Outcome: how the measured cell ended
+
+
+def measured_key(cell: Cell) -> str:
+    """What a found config's measurement depends on: the cell, its config as found, without its budget."""
+    return replace(cell, matched_budget=None, error_metric="rel_l2").cell_id
+
+
+def shared(measured: Measured, record: Any) -> Any:
+    """Fill `record` (the cell's harness.measure.phase.Record) with another budget cell's measurement of the same
+    config; its search says whose it is. Returns that measurement's outcome."""
+    for slot, value in measured.slots.items():
+        setattr(record, slot, value)
+    record.search = {**record.search, "tuning": {**record.search["tuning"], "measured_with": measured.cell_id}}
+    return measured.outcome
+
+
+MEASUREMENTS_KEPT = 16  # budget cells' measurements a context keeps (Measured)
 
 
 @dataclass
@@ -120,7 +148,7 @@ class MeasureContext:
     baseline_call_s: dict[tuple, float] = field(default_factory=dict)
     # error-budget searches: knob value -> error, per search key
     tuned: dict[str, dict[int, float]] = field(default_factory=dict)
-    # the last configs budget cells measured (harness.measure.phase.Measured, by measured_key): another budget whose
+    # the last configs budget cells measured (Measured, by measured_key): another budget whose
     # search finds one of them takes its measurement (the budgets of a setting and N are planned one after another)
     measured: dict[str, Any] = field(default_factory=dict)
 

@@ -31,7 +31,7 @@ import torch
 
 from harness.measure.accuracy import BadOutput
 from harness.measure.calibration import Calibration, calibrated
-from harness.measure.context import CellInputs, MeasureContext
+from harness.measure.context import MEASURED, CellInputs, MeasureContext, Measured, measured_key, shared
 from harness.measure.decode import DecodePhase
 from harness.measure.flops import Flops
 from harness.measure.roofline import host_memory_reason
@@ -132,33 +132,6 @@ def measure_stages(
     if cell.matched_budget is not None:
         context.remember(measured_key(cell), Measured(cell.cell_id, {s: getattr(record, s) for s in MEASURED}, outcome))
     return outcome
-
-
-# A budget cell's measurement of the config its search found: the slots after the search. Another budget of the same
-# setting whose search finds the same config takes them (and the outcome) instead of measuring it again.
-MEASURED = ("backend", "calibration", "prepared", "errors", "memory", "timing", "flops")
-
-
-@dataclass(frozen=True)
-class Measured:
-    """A found config's measurement: the budget cell that made it, its slots (MEASURED) and how it ended."""
-
-    cell_id: str
-    slots: dict[str, Any]
-    outcome: Outcome
-
-
-def measured_key(cell: Cell) -> str:
-    """What a found config's measurement depends on: the cell, its config as found, without its budget."""
-    return dataclasses.replace(cell, matched_budget=None, error_metric="rel_l2").cell_id
-
-
-def shared(measured: Measured, record: Record) -> Outcome:
-    """Fill `record` with another budget cell's measurement of the same config; its search says whose it is."""
-    for slot, value in measured.slots.items():
-        setattr(record, slot, value)
-    record.search = {**record.search, "tuning": {**record.search["tuning"], "measured_with": measured.cell_id}}
-    return measured.outcome
 
 
 def kind_of(
