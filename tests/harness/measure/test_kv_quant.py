@@ -206,3 +206,24 @@ def test_a_step_stores_only_the_rows_it_wrote_and_they_are_what_storing_it_all_g
                 mine, all_again = getattr(partial, field), getattr(whole, field)
                 assert torch.equal(mine.values[:, :, live].float(), all_again.values[:, :, live].float()), (t, field)
                 assert torch.equal(mine.scale[:, :, live], all_again.scale[:, :, live]), (t, field)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kv_dtype", ["int8", "fp8_e4m3"])
+def test_the_quantizer_on_cuda_keeps_the_cpus_bounds(kv_dtype):
+    """The CUDA path of the store (the GPU check runs it): its values on the device, within the bounds the CPU tests
+    above hold them to (half an int8 level of the row's absmax; half an e4m3 step of the value)."""
+    x = _rows(2)
+    stored = quantize(x.cuda(), kv_dtype)
+    assert stored.values.device.type == "cuda" and stored.values.dtype == (
+        torch.int8 if kv_dtype == "int8" else torch.float8_e4m3fn
+    )
+    back = dequantize(stored).cpu()
+    assert back.dtype == x.dtype
+    error, scale = (back - x).abs(), stored.scale.cpu()
+    if kv_dtype == "int8":
+        bound = x.abs().amax(dim=-1, keepdim=True) / 254 * (1 + 1e-5) + 1e-30
+    else:
+        bound = torch.maximum(x.abs() * FP8_MANTISSA_ULP / 2, scale * FP8_SUBNORMAL_STEP / 2) * (1 + 1e-5)
+    assert int((error > bound).sum()) == 0
+    assert int((error > 0).sum()) > x.numel() // 4  # a quantizer that does nothing fails
