@@ -49,6 +49,7 @@ def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: M
         del exc, error
     written = context.check_inputs()  # one read of q, k, v: harness.measure.context
     if written:
+        context.forget_measurements()  # another budget's row must not take this cell's numbers as measured
         ended = f" (the cell had ended {status}: {reason})" if status != "ok" else ""
         status, reason = "error", changed_reason(written) + ended
     wall_s, load = watch.seconds, context.timed_load(cell, record.search, larger(load_at_start, load_per_cpu()))

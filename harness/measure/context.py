@@ -227,6 +227,11 @@ class MeasureContext:
             self.clear()
         return names
 
+    def forget_measurements(self) -> None:
+        """Drop the budget cells' measurements: one made while a variant wrote into its inputs serves no later row."""
+        self.measured.clear()
+        self.measured_loads.clear()
+
     def _named_inputs(self) -> dict[str, torch.Tensor]:
         return dict(zip(("q", "k", "v"), self.inputs))  # type: ignore[arg-type]
 

@@ -78,3 +78,17 @@ def test_a_sweep_writes_a_row_per_budget_and_measures_each_config_found_once(mea
     assert len(measurements) == len(configs) == 2  # one measurement per length: both budgets found one config
     for n in (64, 128):
         assert len({r["latency_s"] for r in rows if r["seq_len"] == n}) == 1, n
+
+
+def test_a_measurement_whose_variant_wrote_into_its_inputs_serves_no_other_budget(measurements, monkeypatch):
+    """The first budget's cell ends `error` (its variant changed q in place, found after its stages): the second budget,
+    whose search finds the same config, measures it itself instead of taking the refused numbers as `ok`."""
+    context = MeasureContext()
+    checks = iter([["q"], []])  # what each cell's input check finds written: the first cell's variant wrote into q
+    original = context.check_inputs
+    monkeypatch.setattr(context, "check_inputs", lambda: next(checks) or original())
+    first = measure_cell(matched("sliding_window", 0.1), FAST, RUN, context).to_dict()
+    second = measure_cell(matched("sliding_window", 0.1001), FAST, RUN, context).to_dict()
+    assert first["status"] == "error" and "changed its input q" in first["reason"]
+    assert second["status"] == "ok" and "measured_with" not in second["tuning"]
+    assert len(measurements) == 2 and second["config"] == first["config"]
