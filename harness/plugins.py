@@ -14,6 +14,9 @@ from harness.errors import UsageError
 
 SHOWN = 3  # changes a refusal names; more are counted
 _LOADED: set[str] = set()  # targets imported and checked in this process: importing again is a no-op
+# targets refused for what their import changed, with the refusal: the module stays imported (and its changes made),
+# so asking again in this process (a reused worker, a second sweep from Python) is refused again, never taken
+_REFUSED: dict[str, str] = {}
 
 
 def load_plugins(targets: Iterable[str]) -> None:
@@ -29,6 +32,9 @@ def load_plugins(targets: Iterable[str]) -> None:
     from variants import list_variants, load_plugin
 
     targets = [str(target) for target in targets if str(target) not in _LOADED]
+    for target in targets:
+        if target in _REFUSED:
+            raise UsageError(_REFUSED[target])
     if targets:  # the built-in variants and inputs (and installed plugins) registered before the snapshot
         list_variants()
         list_inputs()
@@ -51,9 +57,11 @@ def load_plugins(targets: Iterable[str]) -> None:
         changed = changes(before, snapshot(), module)
         if changed:
             more = f" (and {len(changed) - SHOWN} more)" if len(changed) > SHOWN else ""
-            raise UsageError(
+            _REFUSED[target] = (
                 f"--plugin {target}: importing it changed what built-in cells run with: {'; '.join(changed[:SHOWN])}"
                 f"{more}; a plugin module should only define and register variants and inputs: make such changes "
-                "inside your variant's forward (its cells run in a process of their own)"
+                "inside your variant's forward, with the local or subprocess executor (there its cells run in a "
+                "process of their own; Ray and Slurm workers run built-in cells in the same process)"
             )
+            raise UsageError(_REFUSED[target])
         _LOADED.add(target)

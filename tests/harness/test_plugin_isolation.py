@@ -122,6 +122,10 @@ def test_a_plugin_whose_import_changes_what_built_in_cells_run_is_refused_naming
     path = _plugin(tmp_path, name, body)
     with pytest.raises(UsageError, match=rf"^--plugin {path}: .*{re.escape(change)}"):
         load_plugins([str(path)])
+    # asked again in the same process (a reused Ray/Slurm worker, a second sweep from Python): the module is imported
+    # and its change made already, so a second snapshot sees nothing new; the refusal must stand, not turn into a load
+    with pytest.raises(UsageError, match=rf"^--plugin {path}: .*{re.escape(change)}"):
+        load_plugins([str(path)])
 
 
 def test_a_plugin_that_only_defines_and_registers_is_loaded_once(tmp_path):
