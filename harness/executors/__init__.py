@@ -30,6 +30,7 @@ from harness.executors.drive import run_cells
 from harness.executors.worker import CellJob
 from harness.knobs import Knob, knobs
 from harness.spec.convert import SpecError
+from harness.spec.inputs_fit import check_inputs_fit
 from variants._checks import did_you_mean
 
 # name -> (module, class name, one line for --help)
@@ -128,6 +129,8 @@ def resolve_spec(spec: Any, *, plan_only: bool = False) -> Any:
                 )
         options = cls.options(**typed)
         cls.check(spec, options, plan_only=plan_only)
+        if not cls.remote:  # cells run on this machine: an input it cannot make for any cell is refused now; a remote
+            check_inputs_fit(spec)  # executor's workers may hold the model folder or extra that this machine lacks
     except SpecError as exc:
         raise UsageError(str(exc)) from None
     return dataclasses.replace(spec, executor_options=dataclasses.asdict(options))

@@ -69,10 +69,19 @@ class InputGenerator:
                 f"pass --seq-lens of at most {self.max_seq_len}"
             )
         if self.shape_check is not None and None not in (B, H, D):
-            reasons = self.shape_check(B, H, N, M, D, kv_heads=H_kv, **(params or {}))
+            reasons = self.shape_check(B, H, N, M, D, **self._check_keywords(H_kv, params or {}))
             if reasons:
                 return f"inputs {self.name!r}: " + "; ".join(reasons)
         return None
+
+    def _check_keywords(self, H_kv: int | None, params: dict[str, Any]) -> dict[str, Any]:
+        """What shape_check takes of kv_heads and the entry's params: all for a check with **kwargs, else those it
+        names, so a check written as shape_check(B, H, N, M, D) (the form documented first) keeps working."""
+        given = {"kv_heads": H_kv, **params}
+        accepted = inspect.signature(self.shape_check).parameters
+        if any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
+            return given
+        return {name: value for name, value in given.items() if name in accepted}
 
 
 _INPUTS: dict[str, InputGenerator] = {}

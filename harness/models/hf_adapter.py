@@ -28,7 +28,7 @@ not know (``KWARGS`` lists each it knows with its meaning: a new model feature i
 everything the variant itself refuses. Each call is tallied per layer (``hf_layers``): a swapped forward in which the
 variant did not run in every layer of the model is refused.
 
-Constant-memory decoding: with ``past_key_values=VariantStateCache(model)`` (hf_decode_state) each layer keeps its
+Constant-memory decoding: with ``cache=VariantStateCache(model)`` (hf_decode_state) each layer keeps its
 variant's decode state (init_state at the prefill, step per new token) instead of transformers' keys and values.
 
 Per-layer variants (fitted per layer) and recording q, k, v go through attributes of each attention module,
@@ -113,6 +113,8 @@ KWARGS = {
     "output_attentions": "ignored: the adapter returns no attention weights (None), as transformers' SDPA does",
     "output_router_logits": "ignored: a mixture-of-experts router's outputs (gpt-oss, JetMoE), not attention",
     "encoder_hidden_states": "ignored: None in self-attention (BERT passes it); cross-attention's key, value arrive projected",
+    "output_hidden_states": "ignored: whether the model also returns each layer's hidden states; attention is the same",
+    "num_items_in_batch": "ignored: the Trainer's count of label tokens, for the loss's normalisation, not attention",
 }
 
 

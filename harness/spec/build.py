@@ -21,7 +21,6 @@ from harness.inputs import parse_inputs
 from harness.knobs import knobs
 from harness.plugins import load_plugins
 from harness.spec.convert import SpecError, as_list, choices
-from harness.spec.inputs_fit import check_inputs_fit
 from harness.spec.presets import preset_values
 from harness.spec.sweep_spec import DTYPE_ALIASES, DTYPES, RENAMED_KEYS, VARIANT_CONFIG_KEY, SweepSpec
 from harness.spec.toml_io import load_toml, parse_toml
@@ -80,9 +79,7 @@ def build_spec(
 
     try:
         load_plugins(as_list(merged.get("plugins", ())))
-        spec = _validated(merged, defaults, where, device=device, was_auto=was_auto, executor_keys=executor_flags)
-        check_inputs_fit(spec)  # an input that can make none of its cells: refused before any run folder exists
-        return spec
+        return _validated(merged, defaults, where, device=device, was_auto=was_auto, executor_keys=executor_flags)
     except SpecError as exc:
         raise UsageError(str(exc)) from None
 

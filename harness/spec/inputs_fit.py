@@ -1,5 +1,8 @@
 """Before any cell runs: an input distribution that can make none of the sweep's shapes is a usage error.
 
+Checked by harness.executors.resolve_spec for the executors whose cells run on this machine (local, subprocess); a
+remote executor's workers judge their own cells (the model folder or extra may be theirs only).
+
 An entry's shapes are the spec's (batch, heads, kv heads, head dims, lengths) with its params; the generator's own
 checks judge them (harness.inputs: availability, max_seq_len, shape_check; the `model` input reads only its folder's
 config.json, `real` MiniLM's fixed config). An entry that fits some shapes and not others is measured: the cells it

@@ -126,4 +126,6 @@ def budget_error(totals: dict[str, float], metric: str) -> float:
         return math.inf
     if metric == "kl":
         return totals["kl"] / totals["count"]
+    if metric != "perplexity":  # disagreement is generated, not summed over windows (lm_eval searches it apart)
+        raise ValueError(f"budget_error: {metric!r} is not a summed metric; expected 'kl' or 'perplexity'")
     return math.exp((totals["nll"] - totals["nll_reference"]) / totals["count"]) - 1

@@ -119,3 +119,39 @@ def test_a_generator_can_refuse_a_shape_with_a_reason():
         from harness.inputs import registry as inputs
 
         inputs._INPUTS.pop("t_fixed_dim", None)
+
+
+def test_a_shape_check_gets_only_the_keywords_it_names():
+    """A check written as shape_check(B, H, N, M, D) (the first documented form) keeps working; one naming kv_heads or
+    a param gets it; one with **kwargs gets all."""
+    seen = {}
+
+    def plain(B, H, N, M, D):
+        return [] if D == 32 else [f"D={D}"]
+
+    def named(B, H, N, M, D, *, kv_heads=None):
+        seen["named"] = kv_heads
+        return []
+
+    def every(B, H, N, M, D, **kwargs):
+        seen["every"] = kwargs
+        return []
+
+    def make(B, H, N, M, D, *, generator, device, scale: float = 1.0):
+        """Test: zeros."""
+        return tuple(torch.zeros(B, H, L, D) for L in (N, M, M))
+
+    from harness.inputs import registry as inputs
+
+    try:
+        for name, check in (("t_plain", plain), ("t_named", named), ("t_every", every)):
+            register_inputs(name, shape_check=check)(make)
+        assert get_inputs("t_plain").unsupported_reason(8, 8, B=1, H=2, D=64, H_kv=1, params={"scale": 2.0}) == (
+            "inputs 't_plain': D=64"
+        )
+        assert get_inputs("t_named").unsupported_reason(8, 8, B=1, H=2, D=32, H_kv=1, params={"scale": 2.0}) is None
+        assert get_inputs("t_every").unsupported_reason(8, 8, B=1, H=2, D=32, H_kv=1, params={"scale": 2.0}) is None
+        assert seen == {"named": 1, "every": {"kv_heads": 1, "scale": 2.0}}
+    finally:
+        for name in ("t_plain", "t_named", "t_every"):
+            inputs._INPUTS.pop(name, None)

@@ -148,6 +148,10 @@ def test_an_unknown_keyword_argument_is_refused_naming_it(folders):
         _logits(model, _ids(), block_indices=selection)  # transformers hands it to the attention function
     # None is no feature: the same model runs
     torch.testing.assert_close(_logits(model, _ids(), block_indices=None), _logits(model, _ids()), atol=0, rtol=0)
+    # what transformers passes down from an ordinary call (hidden states for embeddings, the Trainer's token count)
+    # changes no attention: allowed, and the logits are the plain call's
+    for extra in ({"output_hidden_states": True}, {"output_hidden_states": False}, {"num_items_in_batch": 7}):
+        torch.testing.assert_close(_logits(model, _ids(), **extra), _logits(model, _ids()), atol=0, rtol=0)
 
 
 def test_model_eval_of_gpt2_runs_and_measures_a_window_end_to_end(folders, tmp_path, capsys):

@@ -94,3 +94,14 @@ def test_an_input_that_fits_some_shapes_is_measured_and_fitting_shapes_pass(llam
     assert sweep_spec(cli={**fits, "seq_lens": "64", "head_dims": "16,32"}).head_dims == (16, 32)
     with pytest.raises(UsageError, match=r"none of this sweep's 2 shapes"):
         sweep_spec(cli={**fits, "seq_lens": "64", "head_dims": "8,32"})
+
+
+@needs_hf
+def test_a_remote_executors_workers_judge_their_own_inputs(tmp_path, capsys):
+    """A Slurm sweep's model folder may exist on the cluster only: planning it here is not refused for its inputs."""
+    argv = ["sweep", *SMALL, "--executor", "slurm", "--device", "cuda", "--dry-run"]
+    argv += ["--inputs", f"model:path={tmp_path / 'on-the-cluster'}", "--heads", "4", "--head-dims", "16"]
+    assert main(argv) == 0, capsys.readouterr().err
+    local = ["sweep", *SMALL, "--dry-run", "--inputs", f"model:path={tmp_path / 'on-the-cluster'}"]
+    assert main(local + ["--heads", "4", "--head-dims", "16"]) == 2  # run here: the missing folder is refused at once
+    assert "error: --inputs: " in capsys.readouterr().err
