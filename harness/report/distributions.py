@@ -115,8 +115,8 @@ def plot_distributions(records: list[dict[str, Any]], path: Path) -> Drawn | Non
         plt.Line2D([], [], color="black", marker="o", mfc="white", linestyle="none", label=f"mass within {WINDOWS[0]}"),
         plt.Line2D([], [], color="black", linestyle=":", label="the sink and local rules' mass"),
     ]
-    fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
-    fig.suptitle("Attention per head: entropy (bars) and where the mass goes (points)", fontsize=11, x=0.02, ha="left")
+    fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=8, frameon=False)  # under the panels
+    fig.suptitle("Attention per head: entropy (bars)\nand where the mass goes (points)", fontsize=11)
     plotting.save(plt, fig, path)
     rule = Paragraph(f"A head's kind: {KIND_RULE}. Means over the heads of each kind:")
     return Drawn(path, after=[rule, distribution_table(records)])
