@@ -6,23 +6,43 @@ from typing import Any, Mapping
 
 from harness.schema import default_of
 
+# Cell.precision's value for a layer cell whose blocks' projections are dynamically quantized to int8
+# (harness.measure.layer_quant); the other precisions autocast a train cell
+INT8_DYNAMIC = "int8-dynamic"
+
 
 def tricks_reason(values: Mapping[str, Any]) -> str | None:
     """Why a cell's recompute, precision, layer_depth and kv_dtype are not worth measuring (planning skips it, measuring
     refuses it), or None. The tricks trade backward-pass memory (recompute) and training memory (autocast), so a forward
     cell keeps Cell's defaults; checkpointing a block (or a stack) needs one; autocast runs float32 inputs and weights;
-    a quantized K/V store is an inference cache of the attention call."""
+    a quantized K/V store is an inference cache of the attention call; int8-dynamic quantizes an inference block's
+    projections on CPU."""
     plain = {name: default_of(name, values) for name in ("recompute", "precision", "layer_depth")}  # Cell's defaults
     recompute, precision = (values.get(name) or plain[name] for name in ("recompute", "precision"))
     if (values.get("layer_depth") or plain["layer_depth"]) != plain["layer_depth"] and values.get("scope") != "layer":
         return f"a stack of layer_depth {values.get('layer_depth')} blocks needs --scopes layer"
-    if values.get("mode") != "train" and (recompute, precision) != (plain["recompute"], plain["precision"]):
+    if precision == INT8_DYNAMIC and (reason := _int8_reason(values)) is not None:
+        return reason
+    autocast = plain["precision"] if precision == INT8_DYNAMIC else precision  # the train-only precisions
+    if values.get("mode") != "train" and (recompute, autocast) != (plain["recompute"], plain["precision"]):
         return f"recompute {recompute} and precision {precision} are measured for train cells only (--modes train)"
     if recompute == "layer" and values.get("scope") != "layer":
         return "recompute layer checkpoints a transformer block: it needs --scopes layer (at the attention scope: recompute attention)"
-    if precision != "fp32" and (dtype := values.get("dtype")) != "float32":
+    if autocast != plain["precision"] and (dtype := values.get("dtype")) != "float32":
         return f"precision {precision} autocasts float32 inputs and weights; dtype {dtype} is cast already"
     kv, mode, scope = values.get("kv_dtype") or "none", values.get("mode"), values.get("scope") or "attention"
     if kv != "none" and (mode, scope) != ("forward", "attention"):
         return f"kv_dtype {kv} (a quantized K/V store) is measured for forward cells at the attention scope"
     return None
+
+
+def _int8_reason(values: Mapping[str, Any]) -> str | None:
+    """Why a cell cannot take precision int8-dynamic (a forward layer cell over float32 on CPU), or None."""
+    where = (values.get("mode"), values.get("scope") or "attention", values.get("dtype"), values.get("device"))
+    if where == ("forward", "layer", "float32", "cpu"):
+        return None
+    return (
+        f"precision {INT8_DYNAMIC} (a block's projections dynamically quantized to int8) is measured for forward cells "
+        f"at the layer scope over float32 on CPU (torch's dynamically quantized Linear has no CUDA kernel); got mode "
+        f"{where[0]}, scope {where[1]}, dtype {where[2]}, device {where[3]}"
+    )

@@ -4,7 +4,8 @@ Order: for each value of the Cell fields that are axes (harness.schema: inputs, 
 phase, scope, kv heads, padding, recompute, precision, kv dtype, outermost first), lengths ascending, and at each
 length every variant. Decode cells are planned for mode forward only (decoding is inference) and are always causal
 (one per causal setting collapses into one cell); the memory tricks (recompute, precision) are planned for train cells
-only, a quantized K/V store for forward cells at the attention scope only (harness.cell_rules.tricks_reason). So
+only, a quantized K/V store for forward cells at the attention scope only, int8-dynamic projections for forward
+layer cells on CPU only (harness.cell_rules.tricks_reason). So
 consecutive cells share their q, k, v (generated once), and a variant meets its lengths in ascending order (an OOM at
 N marks longer N as OOM untried).
 """
@@ -62,7 +63,8 @@ def plan_header(spec: SweepSpec) -> str:
     if len(settings) != full:
         line += (
             f"; {len(settings)} of the {full} combinations of settings planned (decode: forward and causal only; "
-            "recompute and precision: train only; kv_dtype: forward, attention scope)"
+            "recompute and autocast: train only; kv_dtype: forward, attention scope; int8-dynamic: forward, layer scope, "
+            "CPU)"
         )
     return line + f" = {series * len(spec.seq_lens) * len(settings)} cells"
 
@@ -116,7 +118,21 @@ def matched_budgets(budgets: tuple[float, ...], cls: Any, overrides: dict[str, A
 
 def _settings(spec: SweepSpec) -> Iterator[dict[str, Any]]:
     """The product of the spec's lists of every Cell field that declares one (CellField.axis), in Cell field order (an
-    empty list: the field's default); decode is planned for forward and causal only."""
+    empty list: the field's default); decode is planned for forward and causal only; a combination tricks_reason
+    refuses is skipped."""
+    for setting, reason in _combinations(spec):
+        if reason is None:
+            yield setting
+
+
+def skipped_reasons(spec: SweepSpec) -> list[str]:
+    """Why the spec's skipped combinations of settings are skipped (tricks_reason's words), each once, in plan order."""
+    return list(dict.fromkeys(reason for _, reason in _combinations(spec) if reason is not None))
+
+
+def _combinations(spec: SweepSpec) -> Iterator[tuple[dict[str, Any], str | None]]:
+    """Every combination of the axes' values (decode's made forward and causal, or left out) with tricks_reason's verdict
+    on it on the spec's device."""
     names = [name for name, declared in DECLARED.items() if declared.axis]
     lists = [getattr(spec, DECLARED[name].axis) or (None,) for name in names]
     for values in itertools.product(*lists):
@@ -125,9 +141,7 @@ def _settings(spec: SweepSpec) -> Iterator[dict[str, Any]]:
             if setting.get("mode") != "forward":
                 continue
             setting["causal"] = True  # decoding is causal: the causal settings collapse into one cell
-        if tricks_reason(setting) is not None:
-            continue
-        yield setting
+        yield setting, tricks_reason({**setting, "device": spec.device_type})
 
 
 # The memory budget search (SweepSpec.memory_budget): per train series, the longest N whose peak memory fits, by

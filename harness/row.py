@@ -74,6 +74,9 @@ class Row:
     # for kv_dtype none
     k_quant_rel_l2: float | None = _measured()
     v_quant_rel_l2: float | None = _measured()
+    # a layer cell's blocks' own weights as held (norms and projections; int8-dynamic: packed int8 values, scales, biases;
+    # harness.measure.layer_quant); None at the attention scope
+    weight_bytes: int | None = _measured()
     flops: int | None = _measured()  # analytic, what the backend executes, forward or forward+backward per mode
     useful_flops: int | None = _measured()  # the same for the algorithm's useful work (a band's pairs, not its blocks)
     tflops: float | None = _measured()

@@ -107,7 +107,8 @@ class Cell:
     recompute: str = _field(
         "none", role="setting", axis="recomputes", text=eq_text("recompute"), added=True, caches=("baseline",)
     )
-    # "fp32" | "autocast-bf16" | "autocast-fp16": torch.autocast around the forward, float32 inputs and parameters
+    # "fp32" | "autocast-bf16" | "autocast-fp16": torch.autocast around a train cell's forward, float32 inputs and
+    # parameters | "int8-dynamic": a forward layer cell's projections dynamically quantized (harness.measure.layer_quant)
     precision: str = _field(
         "fp32", role="setting", axis="precisions", text=lambda v, _: str(v), added=True, caches=("baseline",)
     )

@@ -17,7 +17,8 @@ from harness.measure.speedup import Baseline
 
 @dataclass(frozen=True)
 class Prepared:
-    """The set-up before the checked call, untimed: its seconds, a decode cell's state and the K/V store (row fields)."""
+    """The set-up before the checked call, untimed: its seconds, a decode cell's state, the K/V store and a layer
+    cell's weights (row fields)."""
 
     setup_s: float | None = None  # compilation, block masks, a decode cell's state for its context
     state_bytes: int | None = None  # a decode cell's state right after the context: the capacity it holds
@@ -25,6 +26,7 @@ class Prepared:
     kv_bytes: int | None = None  # a prefill attention cell's K and V as stored (harness.measure.kv_quant)
     k_quant_rel_l2: float | None = None  # quantization's own error on K (None: kv_dtype none)
     v_quant_rel_l2: float | None = None  # and on V
+    weight_bytes: int | None = None  # a layer cell's blocks' weights as held (harness.measure.layer_quant)
 
 
 @dataclass(frozen=True)

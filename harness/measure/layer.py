@@ -7,6 +7,8 @@ Weights are random, seeded by the cell; x is the cell's q inputs laid out as (B,
 still chooses x. Accuracy (harness.measure.layer_accuracy): the stack's output on sampled rows against the same stack
 (same weights) in float64 with exact attention (or the variant's pattern), so it shows how much of the attention error
 survives the projections, the residuals and the MLPs; in train mode also the gradients of x and of the blocks' weights.
+precision int8-dynamic (forward, CPU) measures an int8 copy of the stack (harness.measure.layer_quant) against the
+float64 reference of the float weights it was made from; every layer row records its stack's weight_bytes.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ from torch import Tensor, nn
 from harness.measure.accuracy import check_output
 from harness.measure.flops import Flops, attention_flops, flops_fields
 from harness.measure.layer_accuracy import layer_accuracy
+from harness.measure.layer_quant import quantized_stack, weight_bytes
 from harness.measure.kind import Checked, Phase, Prepared, TimedStep
 from harness.measure.reference import nonfinite
 from harness.measure.settings import MeasureSettings
 from harness.measure.timer import Stopwatch
 from harness.measure.prefill import autocast, recomputed
+from harness.cell_rules import INT8_DYNAMIC
 from harness.schema import Cell
 
 MLP_RATIO = 2.7  # SwiGLU hidden width / model width (LLaMA's 8/3, rounded up)
@@ -42,6 +46,8 @@ class Block(nn.Module):
     recompute (Cell.recompute, harness.measure.prefill): "attention" checkpoints the variant's call, "layer" the whole
     block, so the backward recomputes their forward instead of keeping its activations.
     """
+
+    projections = ("wq", "wk", "wv", "wo", "w1", "w3", "w2")  # its nn.Linear weights (int8-dynamic quantizes them)
 
     def __init__(self, attn: nn.Module, *, heads: int, kv_heads: int, head_dim: int, recompute: str = "none"):
         super().__init__()
@@ -94,7 +100,7 @@ class Block(nn.Module):
 
     def linear_flops(self, B: int, N: int) -> int:
         """Forward FLOPs of the projections and the MLP (2 per multiply-add)."""
-        linears = (self.wq, self.wk, self.wv, self.wo, self.w1, self.w3, self.w2)
+        linears = [getattr(self, name) for name in self.projections]
         return 2 * B * N * sum(m.in_features * m.out_features for m in linears)
 
     def own_parameters(self) -> list[nn.Parameter]:
@@ -154,12 +160,15 @@ class LayerPhase(Phase):
         )
         self.training, self.precision = cell.mode == "train", autocast(cell, device)
         self.x = rearrange(q, "b h n d -> b n (h d)").contiguous()  # (B, N, E)
-        self.stack: Stack | None = None
+        self.stack: Stack | None = None  # the stack measured: the float one, or its int8-dynamic copy
+        self.float_stack: Stack | None = None  # the weights the float64 reference copies
         self._step: Callable[[], Any] | None = None
 
     def prepare(self) -> Prepared:
-        self.stack = build_stack(self.attn, self.cell, self.q.dtype, self.device).train(self.training)
-        return Prepared()
+        self.float_stack = build_stack(self.attn, self.cell, self.q.dtype, self.device).train(self.training)
+        int8 = self.cell.precision == INT8_DYNAMIC
+        self.stack = quantized_stack(self.float_stack) if int8 else self.float_stack
+        return Prepared(weight_bytes=weight_bytes(self.stack))
 
     def check(self) -> Checked:
         cell, x = self.cell, self.x
@@ -169,7 +178,9 @@ class LayerPhase(Phase):
         bad = nonfinite(out)
         if bad:
             return Checked({}, watch.seconds, bad)
-        fields = layer_accuracy(self.stack, x, out, self.kv_mask, cell, self.settings, self.precision)
+        fields = layer_accuracy(
+            self.stack, x, out, self.kv_mask, cell, self.settings, self.precision, unquantized=self.float_stack
+        )
         return Checked(fields, watch.seconds)
 
     def ready(self) -> Callable[[], Any]:

@@ -33,11 +33,15 @@ def layer_accuracy(
     cell: Cell,
     settings: MeasureSettings,
     precision: Callable[[], ContextManager[Any]],
+    *,
+    unquantized: Any = None,
 ) -> dict[str, Any]:
-    """Row fields: the output's errors on sampled rows and, for a train cell, grad_rel_l2_x and grad_rel_l2_params."""
+    """Row fields: the output's errors on sampled rows and, for a train cell, grad_rel_l2_x and grad_rel_l2_params.
+    `unquantized`: the float stack a quantized `stack` was made from, whose weights the reference copies (default
+    `stack`)."""
     B, N = x.shape[0], x.shape[1]
     pattern = stack.attn.pattern if settings.accuracy_reference == "pattern" else None
-    gold = _gold(stack)
+    gold = _gold(unquantized if unquantized is not None else stack)
     rows = sample_rows(N, settings.error_rows, cell.seed).to(x.device)
     chunk = max(1, REFERENCE_CHUNK_BYTES[x.device.type] // (B * cell.heads * N * 8))
     every = torch.arange(N, device=x.device)

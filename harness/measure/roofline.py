@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from harness.cell_rules import INT8_DYNAMIC
 from harness.devices import free_host_memory_bytes
 from harness.measure.noise import HIGH_LOAD_PER_CPU
 from harness.measure.prefill import AUTOCAST_DTYPES
@@ -47,7 +48,10 @@ def judged(cell: Cell, row: dict[str, Any], limits: dict[str, Any] | None, load:
 
 
 def compute_dtype(cell: Cell) -> str:
-    """The dtype a cell's matmuls run in: its dtype, or its autocast precision's ("autocast-bf16": bfloat16)."""
+    """The dtype a cell's matmuls run in: its dtype, or its autocast precision's ("autocast-bf16": bfloat16); int8 for
+    int8-dynamic's projections (no int8 peak is measured: such a row gets no percentages and is never flagged)."""
+    if cell.precision == INT8_DYNAMIC:
+        return "int8"
     dtype = AUTOCAST_DTYPES.get(cell.precision)
     return str(dtype).removeprefix("torch.") if dtype is not None else cell.dtype
 

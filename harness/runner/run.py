@@ -15,7 +15,7 @@ from typing import Any
 from harness.errors import RunFailed, UsageError
 from harness.executors import guarded_keys, option_knobs, resolve_spec
 from harness.inputs.model import run_folder
-from harness.plan import plan, plan_header
+from harness.plan import plan, plan_header, skipped_reasons
 from harness.runner.estimate import wall_time_line
 from harness.runner.finish import finish_run, resume_command  # noqa: F401 - finish_run re-exported (harness.runner)
 from harness.runner.signals import sigterm_stops
@@ -67,9 +67,9 @@ def _check_plans_cells(spec: SweepSpec) -> None:
     """UsageError when the spec's axes leave no cell to measure (each combination is skipped by the planner)."""
     if not plan(spec):
         raise UsageError(
-            f"the spec plans 0 cells ({describe(spec)}): every combination of its settings is skipped "
-            "(decode needs forward and causal; recompute and precision need train; kv_dtype needs forward at the attention "
-            "scope); change the axes"
+            f"the spec plans 0 cells ({describe(spec)}): every combination of its settings is skipped ("
+            + "; ".join(skipped_reasons(spec) or ["decode needs forward and causal"])
+            + "); change the axes"
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.cell_rules import INT8_DYNAMIC
 from harness.entries import format_entry
 from harness.knobs import knob
 from harness.schema import DECLARED
@@ -27,7 +28,7 @@ CLOCKS = ("wall", "cpu")  # what a CPU run's speed-ups and answer come from (har
 PHASES = ("prefill", "decode")  # the values of each axis list: what the spec accepts
 SCOPES = ("attention", "layer")
 RECOMPUTES = ("none", "attention", "layer")
-PRECISIONS = ("fp32", "autocast-bf16", "autocast-fp16")
+PRECISIONS = ("fp32", "autocast-bf16", "autocast-fp16", INT8_DYNAMIC)  # autocast: train; int8-dynamic: forward layer
 KV_DTYPES = ("none", "int8", "fp8_e4m3")  # harness.measure.kv_quant
 # Keys added after the first spec.toml files were written, with the value a run's spec.toml without them means
 # (the run predates them): a resumed run replays what it measured, not today's defaults.
@@ -139,7 +140,8 @@ class SweepSpec:
         old_flags=("--precision",),
         metavar="LIST",
         parse=c.choices(PRECISIONS),
-        help="train cells, --dtypes float32: fp32, autocast-bf16, autocast-fp16 (torch.autocast, float32 weights)",
+        help="fp32; train cells over --dtypes float32: autocast-bf16, autocast-fp16 (torch.autocast, float32 weights); "
+        "forward layer cells on CPU: int8-dynamic (the blocks' projections dynamically quantized to int8)",
     )
     kv_dtypes: tuple[str, ...] = knob(
         ("none",),
