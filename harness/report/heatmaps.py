@@ -220,7 +220,8 @@ def draw_maps(a: "AnalysedRun", path: Path, options: MapOptions) -> Drawn | None
     run_dir = a.path if options.fitted else None
     kwargs = dict(n=n, causal=causal, run_dir=run_dir, timeout_s=a.cell_timeout_s, plugins=options.plugins)
     try:  # on gaussian inputs when the run's cannot make the N = M = D probe: a plugin's distribution not registered
-        found = isolated_maps(series, inputs=inputs, **kwargs)  # here (ValueError), `model` inputs (NotSupportedError)
+        # here or a model of another shape (ValueError), a model the swap refuses while capturing (NotSupportedError)
+        found = isolated_maps(series, inputs=inputs, **kwargs)
     except (ValueError, NotSupportedError):
         found = isolated_maps(series, inputs="gaussian", **kwargs)
     path = plot_attention_maps(found, path, colors=variant_colors(list(frame[COL.variant])))

@@ -153,3 +153,24 @@ def test_the_report_of_a_model_inputs_run_draws_its_maps_on_gaussian_inputs(tmp_
     rows = make_rows(variants=("dense",), lengths=(256,), inputs=(f"model:path={tmp_path / 'llama'},tokenizer=bytes",))
     drawn = draw_maps(analysed_rows(rows), tmp_path / "attention_maps.png", MapOptions(n=8, fitted=False))
     assert drawn is not None and drawn.path.is_file() and "on 'gaussian' inputs" in drawn.caption
+
+
+def test_maps_fall_back_to_gaussian_when_the_runs_model_refuses_the_probe(tmp_path, monkeypatch):
+    """A model the swap refuses (an ALiBi model, a layer that bypasses the adapter) raises NotSupportedError while the
+    probe is captured: the maps are drawn on gaussian inputs, the report does not fail."""
+    from harness.report import maps_isolated
+    from harness.report.heatmaps import MapOptions, draw_maps
+    from tests.helpers.synthetic_run import analysed_rows, make_rows
+    from variants import NotSupportedError
+
+    made = maps_isolated.make_probe
+
+    def refusing(n, inputs, **kwargs):
+        if inputs != "gaussian":
+            raise NotSupportedError("BloomForCausalLM: ALiBi position biases bypass the attention interface")
+        return made(n, inputs, **kwargs)
+
+    monkeypatch.setattr(maps_isolated, "make_probe", refusing)
+    rows = make_rows(variants=("dense",), lengths=(256,), inputs=(f"model:path={tmp_path / 'bloom'}",))
+    drawn = draw_maps(analysed_rows(rows), tmp_path / "attention_maps.png", MapOptions(n=8, fitted=False))
+    assert drawn is not None and drawn.path.is_file() and "on 'gaussian' inputs" in drawn.caption

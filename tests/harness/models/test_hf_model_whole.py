@@ -125,3 +125,12 @@ def test_the_model_input_needs_its_tokenizer_or_bytes(tmp_path):
 def test_tokenizer_bytes_without_a_model_is_refused(capsys):
     assert main(["model-eval", "--tokenizer", "bytes"]) == 2
     assert "--tokenizer bytes is for --model" in capsys.readouterr().err
+
+
+def test_a_tokenizer_that_gives_no_tokens_is_an_error_naming_the_fix(tmp_path):
+    """A Qwen2 folder without tokenizer files: transformers builds an empty tokenizer that maps any text to no tokens;
+    taken as it is, every window would be empty. An error naming the folder and the bytes fix instead."""
+    folder = save_tiny(tmp_path / "qwen2", "qwen2")
+    with pytest.raises(ValueError, match=r"the tokenizer in '.*qwen2' gives no tokens for the text .*tokenizer bytes"):
+        hf_model.token_ids(str(folder), "hello world", 100)
+    assert hf_model.token_ids(str(folder), "hi", 100, tokenizer="bytes") == ([104 % 100, 105 % 100], "bytes")
