@@ -178,7 +178,8 @@ class WindowLinearAttention(AttentionVariant):
             b = min(M, e + offset if causal else e + W - 1)
             a = min(max(0, s + offset - W + 1), b)  # keys [a, b) may be in a window of the chunk; the others are far
             if causal:
-                prefix, done = _add(prefix, _sums(fk[..., done:a, :], v5[..., done:a, :])), a
+                left = _sums(fk[..., done:a, :], v5[..., done:a, :])  # keys [done, a): newly out of the window
+                prefix, done = (prefix[0] + left[0], prefix[1] + left[1]), a
                 far = prefix
             else:
                 span = _sums(fk[..., a:b, :], v5[..., a:b, :])
@@ -241,8 +242,7 @@ class WindowLinearAttention(AttentionVariant):
         return WindowLinearState(ring_from_context(k, v, kv_mask, self.config.window, 0), kv, z)
 
     def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: WindowLinearState) -> tuple[Tensor, WindowLinearState]:
-        """Move the key leaving the window into the sums, write the token into the ring, then attend as the forward:
-        every key in the ring is in the query's window, so only the leaving key's phi is computed, never the ring's."""
+        """Move the leaving key into the sums, write the token into the ring, attend (every ring key is in the window)."""
         check_state(state, WindowLinearState, self.name)
         ring = state.ring
         B, Hkv, _, D = ring.k.shape
@@ -256,7 +256,9 @@ class WindowLinearAttention(AttentionVariant):
         slot, cut = p % W, slice(p % W, p % W + 1)
         if p >= W:  # the slot holds position p - W: from now on a far key
             k5, v5, real = _keys(ring.k[:, :, cut], ring.v[:, :, cut], ring.real[:, cut])
-            state.kv, state.z = _add((state.kv, state.z), _sums(self._phi(k5, real), v5))
+            fk = self._phi(k5, real).transpose(-1, -2)  # (B, H_kv, 1, 2F, 1)
+            state.kv.addcmul_(fk, v5)  # in place: += phi(k) v^T, the state's own sums (no new tensors per step)
+            state.z.add_(fk)
         ring.k[:, :, slot], ring.v[:, :, slot] = k_t[:, :, 0], v_t[:, :, 0]
         ring.pos[slot], ring.real[:, slot], ring.length = p, True, p + 1
         q5, i, j = group(q_t.float(), Hkv), torch.full((1, 1), p, device=q_t.device), ring.pos[None, :].clamp_min(0)
@@ -294,7 +296,3 @@ def _keys(k: Tensor, v: Tensor, kv_mask: Tensor | None) -> tuple[Tensor, Tensor,
 def _sums(fk: Tensor, v5: Tensor) -> tuple[Tensor, Tensor]:
     """(sum_j phi(k_j) v_j^T (B, H_kv, 1, 2F, D), sum_j phi(k_j) (B, H_kv, 1, 2F, 1)) over the keys given."""
     return fk.transpose(-1, -2) @ v5, fk.sum(-2).unsqueeze(-1)
-
-
-def _add(a: tuple[Tensor, Tensor], b: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
-    return a[0] + b[0], a[1] + b[1]
