@@ -262,10 +262,8 @@ class WindowLinearAttention(AttentionVariant):
         ring.k[:, :, slot], ring.v[:, :, slot] = k_t[:, :, 0], v_t[:, :, 0]
         ring.pos[slot], ring.real[:, slot], ring.length = p, True, p + 1
         q5, i, j = group(q_t.float(), Hkv), torch.full((1, 1), p, device=q_t.device), ring.pos[None, :].clamp_min(0)
-        if ring.padded or p < W - 1:  # a padded or empty slot: zero it and mask it out
-            k5, v5, real = _keys(ring.k, ring.v, ring.real & (ring.pos >= 0))
-        else:  # every slot holds a real key of the window: the ring as it is, no copy (float32)
-            k5, v5, real = ring.k.float()[:, :, None], ring.v.float()[:, :, None], ring.real[:, None, None, None, :]
+        # The ring as it is (no copy in float32): its empty and padded slots hold zeros (ring_from_context), masked here.
+        k5, v5, real = ring.k.float()[:, :, None], ring.v.float()[:, :, None], ring.real[:, None, None, None, :]
         out = self._combine(q5, k5, v5, None, i, j, real, (state.kv, state.z), True)  # (B, H_kv, G, 1, D)
         return ungroup(out).to(q_t.dtype), state
 
