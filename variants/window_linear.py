@@ -193,9 +193,9 @@ class WindowLinearAttention(AttentionVariant):
         """One chunk's output: exact softmax over its span's window keys, gamma phi.phi over the rest, one normaliser.
 
         q (B, H_kv, G, C, D); k, v, fk over the span (B, H_kv, 1, L, ·), fk None when all of it is in the window (a
-        decode step's ring); i (C, 1), j (1, L) positions; real (B, 1, 1, 1, L); far: sums over the keys outside it."""
+        decode step's ring: i, j unused); i (C, 1), j (1, L) positions; real (B, 1, 1, 1, L); far: sums over the rest."""
         fq = self._phi(q)  # (B, H_kv, G, C, 2F)
-        in_window = band(i, j, window=self.config.window, causal=causal) & real  # (B, 1, 1, C, L)
+        in_window = real if fk is None else band(i, j, window=self.config.window, causal=causal) & real  # (B,1,1,C,L)
         scores = (q @ k.transpose(-1, -2) * softmax_scale(q.shape[-1])).masked_fill(~in_window, -math.inf)
         log_gamma = self.log_gamma.float().view(1, -1, 1, 1, 1)
         m = torch.maximum(scores.amax(-1, keepdim=True), log_gamma)  # (B, H_kv, G, C, 1)
@@ -261,10 +261,10 @@ class WindowLinearAttention(AttentionVariant):
             state.z.add_(fk)
         ring.k[:, :, slot], ring.v[:, :, slot] = k_t[:, :, 0], v_t[:, :, 0]
         ring.pos[slot], ring.real[:, slot], ring.length = p, True, p + 1
-        q5, i, j = group(q_t.float(), Hkv), torch.full((1, 1), p, device=q_t.device), ring.pos[None, :].clamp_min(0)
+        q5 = group(q_t.float(), Hkv)  # (B, H_kv, G, 1, D)
         # The ring as it is (no copy in float32): its empty and padded slots hold zeros (ring_from_context), masked here.
         k5, v5, real = ring.k.float()[:, :, None], ring.v.float()[:, :, None], ring.real[:, None, None, None, :]
-        out = self._combine(q5, k5, v5, None, i, j, real, (state.kv, state.z), True)  # (B, H_kv, G, 1, D)
+        out = self._combine(q5, k5, v5, None, None, None, real, (state.kv, state.z), True)  # (B, H_kv, G, 1, D)
         return ungroup(out).to(q_t.dtype), state
 
     def _phi(self, x: Tensor, real: Tensor | None = None) -> Tensor:
