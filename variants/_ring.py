@@ -58,8 +58,9 @@ def ring_from_context(k: Tensor, v: Tensor, kv_mask: Tensor | None, window: int,
         (positions[: min(S, N)], positions[: min(S, N)]),
         (positions[max(0, N - W) :], S + positions[max(0, N - W) :] % W),
     ):
-        state.k[:, :, slots] = k[:, :, keep]
-        state.v[:, :, slots] = v[:, :, keep]
+        kept = real[:, None, keep, None]  # (B, 1, L, 1): a padded token is stored as zeros, so no step reads its values
+        state.k[:, :, slots] = torch.where(kept, k[:, :, keep], 0.0)
+        state.v[:, :, slots] = torch.where(kept, v[:, :, keep], 0.0)
         state.pos[slots] = keep
         state.real[:, slots] = real[:, keep]
     return state

@@ -19,8 +19,8 @@ approximated, so a narrow window with a cheap map can meet a budget that either 
   first call; length-independent, so one fit at a short N serves every N.
 - GQA: the G query heads of a K/V head are viewed as (B, H_kv, G, N, D); phi(k) and the sums stay per K/V head.
 - kv_mask: padded keys are out of the window's softmax and get phi = 0, v = 0.
-- Decoding: a ring buffer of the last `window` keys (variants._ring) and the float32 running sums of the
-  keys that left it: state bytes depend on window, F and D, never on N.
+- Decoding: a ring buffer of the last `window` keys (variants._ring) and the float32 running sums of the keys that
+  left it (state bytes depend on window, F and D, never on N); a step computes phi of the query and the leaving key.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from variants._band import band, band_pairs
 from variants._checks import check_int, query_offset
-from variants._decode import check_context, check_state, check_step
+from variants._decode import check_context, check_state, check_step, checked_once
 from variants._gqa import group, ungroup
 from variants._hedgehog import float_map, hedgehog_features
 from variants._registry import register_variant
@@ -167,10 +167,7 @@ class WindowLinearAttention(AttentionVariant):
     ) -> Tensor:
         self.materialize(k.shape[1], q.shape[3], q.device)
         N, M, W, C = q.shape[2], k.shape[2], self.config.window, self.config.chunk
-        q5, (k5, v5, real) = (
-            group(q.float(), k.shape[1]),
-            _keys(k, v, kv_mask),
-        )  # (B, H_kv, G, N, D), (B, H_kv, 1, M, D)
+        q5, (k5, v5, real) = group(q.float(), k.shape[1]), _keys(k, v, kv_mask)  # (B, H_kv, G|1, N|M, D)
         fk = self._phi(k5, real)  # (B, H_kv, 1, M, 2F)
         total = _sums(fk, v5)  # ((B, H_kv, 1, 2F, D), (B, H_kv, 1, 2F, 1)) over every key
         prefix, done = _sums(fk[..., :0, :], v5[..., :0, :]), 0  # causal: the sums over keys [0, done)
@@ -181,7 +178,8 @@ class WindowLinearAttention(AttentionVariant):
             b = min(M, e + offset if causal else e + W - 1)
             a = min(max(0, s + offset - W + 1), b)  # keys [a, b) may be in a window of the chunk; the others are far
             if causal:
-                prefix, done = _add(prefix, _sums(fk[..., done:a, :], v5[..., done:a, :])), a
+                left = _sums(fk[..., done:a, :], v5[..., done:a, :])  # keys [done, a): newly out of the window
+                prefix, done = (prefix[0] + left[0], prefix[1] + left[1]), a
                 far = prefix
             else:
                 span = _sums(fk[..., a:b, :], v5[..., a:b, :])
@@ -194,18 +192,20 @@ class WindowLinearAttention(AttentionVariant):
     def _combine(self, q, k, v, fk, i, j, real, far, causal):  # type: ignore[no-untyped-def]
         """One chunk's output: exact softmax over its span's window keys, gamma phi.phi over the rest, one normaliser.
 
-        q (B, H_kv, G, C, D); k, v, fk over the span (B, H_kv, 1, L, ·); i (C, 1), j (1, L) positions; real
-        (B, 1, 1, 1, L); far: the sums over the keys outside the span."""
+        q (B, H_kv, G, C, D); k, v, fk over the span (B, H_kv, 1, L, ·), fk None when all of it is in the window (a
+        decode step's ring: i, j unused); i (C, 1), j (1, L) positions; real (B, 1, 1, 1, L); far: sums over the rest."""
         fq = self._phi(q)  # (B, H_kv, G, C, 2F)
-        in_window = band(i, j, window=self.config.window, causal=causal) & real  # (B, 1, 1, C, L)
-        outside = ((j <= i) if causal else torch.ones_like(i == j)) & ~in_window & real
+        in_window = real if fk is None else band(i, j, window=self.config.window, causal=causal) & real  # (B,1,1,C,L)
         scores = (q @ k.transpose(-1, -2) * softmax_scale(q.shape[-1])).masked_fill(~in_window, -math.inf)
         log_gamma = self.log_gamma.float().view(1, -1, 1, 1, 1)
         m = torch.maximum(scores.amax(-1, keepdim=True), log_gamma)  # (B, H_kv, G, C, 1)
         exact, g = torch.exp(scores - m), torch.exp(log_gamma - m)
-        linear = (fq @ fk.transpose(-1, -2)) * outside  # (B, H_kv, G, C, L)
-        num = exact @ v + g * (linear @ v + fq @ far[0])
-        den = exact.sum(-1, keepdim=True) + g * (linear.sum(-1, keepdim=True) + fq @ far[1])
+        num, den = fq @ far[0], fq @ far[1]  # the far keys' linear part
+        if fk is not None:  # the span's keys outside the window join it
+            outside = ((j <= i) if causal else torch.ones_like(i == j)) & ~in_window & real
+            linear = (fq @ fk.transpose(-1, -2)) * outside  # (B, H_kv, G, C, L)
+            num, den = num + linear @ v, den + linear.sum(-1, keepdim=True)
+        num, den = exact @ v + g * num, exact.sum(-1, keepdim=True) + g * den
         return num / den.clamp_min(_TINY)  # (B, H_kv, G, C, D)
 
     # ---- the calibration hook -----------------------------------------------------------
@@ -242,24 +242,29 @@ class WindowLinearAttention(AttentionVariant):
         return WindowLinearState(ring_from_context(k, v, kv_mask, self.config.window, 0), kv, z)
 
     def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: WindowLinearState) -> tuple[Tensor, WindowLinearState]:
-        """Move the key leaving the window into the sums, write the token into the ring, then attend as the forward."""
+        """Move the leaving key into the sums, write the token into the ring, attend (every ring key is in the window)."""
         check_state(state, WindowLinearState, self.name)
         ring = state.ring
         B, Hkv, _, D = ring.k.shape
-        check_step(q_t, k_t, v_t, batch=B, kv_heads=Hkv, head_dim=D)
-        self.check_decode(q_t, k_t, v_t)
+
+        def check() -> None:
+            check_step(q_t, k_t, v_t, batch=B, kv_heads=Hkv, head_dim=D)
+            self.check_decode(q_t, k_t, v_t)
+
+        checked_once(state, q_t, k_t, v_t, check)  # once per sequence, not per token
         p, W = ring.length, ring.window
-        slot = p % W
+        slot, cut = p % W, slice(p % W, p % W + 1)
         if p >= W:  # the slot holds position p - W: from now on a far key
-            k5, v5, real = _keys(
-                ring.k[:, :, slot : slot + 1], ring.v[:, :, slot : slot + 1], ring.real[:, slot : slot + 1]
-            )
-            state.kv, state.z = _add((state.kv, state.z), _sums(self._phi(k5, real), v5))
+            k5, v5, real = _keys(ring.k[:, :, cut], ring.v[:, :, cut], ring.real[:, cut])
+            fk = self._phi(k5, real).transpose(-1, -2)  # (B, H_kv, 1, 2F, 1)
+            state.kv.addcmul_(fk, v5)  # in place: += phi(k) v^T, the state's own sums (no new tensors per step)
+            state.z.add_(fk)
         ring.k[:, :, slot], ring.v[:, :, slot] = k_t[:, :, 0], v_t[:, :, 0]
         ring.pos[slot], ring.real[:, slot], ring.length = p, True, p + 1
-        q5, (k5, v5, real) = group(q_t.float(), Hkv), _keys(ring.k, ring.v, ring.real & (ring.pos >= 0))
-        i, j = torch.full((1, 1), p, device=q_t.device), ring.pos[None, :].clamp_min(0)
-        out = self._combine(q5, k5, v5, self._phi(k5, real), i, j, real, (state.kv, state.z), True)
+        q5 = group(q_t.float(), Hkv)  # (B, H_kv, G, 1, D)
+        # The ring as it is (no copy in float32): its empty and padded slots hold zeros (ring_from_context), masked here.
+        k5, v5, real = ring.k.float()[:, :, None], ring.v.float()[:, :, None], ring.real[:, None, None, None, :]
+        out = self._combine(q5, k5, v5, None, None, None, real, (state.kv, state.z), True)  # (B, H_kv, G, 1, D)
         return ungroup(out).to(q_t.dtype), state
 
     def _phi(self, x: Tensor, real: Tensor | None = None) -> Tensor:
@@ -281,8 +286,7 @@ class WindowLinearState:
 def _keys(k: Tensor, v: Tensor, kv_mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
     """k, v (B, H_kv, M, D) as (B, H_kv, 1, M, D) float32, zero at padded keys; which keys are real, (B, 1, 1, 1, M)."""
     B, M = k.shape[0], k.shape[2]
-    real = torch.ones(B, M, dtype=torch.bool, device=k.device) if kv_mask is None else kv_mask
-    real = real[:, None, None, None, :]
+    real = (torch.ones(B, M, dtype=torch.bool, device=k.device) if kv_mask is None else kv_mask)[:, None, None, None, :]
     k5, v5 = (torch.where(real[:, :, :, 0, :, None], t.float()[:, :, None], 0.0) for t in (k, v))
     return k5, v5, real
 
@@ -290,7 +294,3 @@ def _keys(k: Tensor, v: Tensor, kv_mask: Tensor | None) -> tuple[Tensor, Tensor,
 def _sums(fk: Tensor, v5: Tensor) -> tuple[Tensor, Tensor]:
     """(sum_j phi(k_j) v_j^T (B, H_kv, 1, 2F, D), sum_j phi(k_j) (B, H_kv, 1, 2F, 1)) over the keys given."""
     return fk.transpose(-1, -2) @ v5, fk.sum(-2).unsqueeze(-1)
-
-
-def _add(a: tuple[Tensor, Tensor], b: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
-    return a[0] + b[0], a[1] + b[1]
