@@ -37,6 +37,7 @@ def test_an_unknown_setting_names_the_close_key():
         harness.sweep(seq_len=[16])
 
 
+@pytest.mark.slow  # a whole sweep, report or compile: seconds on 2 cores (the full suite runs it)
 def test_sweep_returns_the_run_analysed_with_its_frame_and_figures(tmp_path):
     run = harness.sweep(variants=["dense", "chunked"], seq_lens=[16, 32], out=tmp_path, run_id="py", **TINY)
     assert run.path == tmp_path / "py" and (run.path / "report.html").is_file()

@@ -85,6 +85,7 @@ def test_gradients_match_float64_band_reference(backend, causal, n):
         assert _rel(got, want) < 1e-5
 
 
+@pytest.mark.slow  # a whole sweep, report or compile: seconds on 2 cores (the full suite runs it)
 def test_flex_matches_reference_on_cpu():
     """One compiled graph, several block masks: ragged N, cross-attention, padding, a band narrower than a block."""
     attn = build_variant("sliding_window", window=5, backend="flex")
@@ -278,6 +279,7 @@ def test_flex_block_mask_with_sinks_covers_the_pattern(n, m, window, sinks, caus
             assert visible[qb * S : (qb + 1) * S, kb * S : (kb + 1) * S].all(), (qb, kb)
 
 
+@pytest.mark.slow  # a whole sweep, report or compile: seconds on 2 cores (the full suite runs it)
 def test_flex_with_sinks_spanning_whole_blocks_matches_reference():
     """sinks=140 > one 128-key block: that block is 'full' for late queries, so it skips the mask_mod."""
     causal = True

@@ -65,6 +65,7 @@ def test_a_budget_that_finds_another_config_is_measured_itself(measurements):
     assert longer["status"] == "ok" and len(measurements) == 3 and "measured_with" not in longer["tuning"]
 
 
+@pytest.mark.slow  # a whole sweep, report or compile: seconds on 2 cores (the full suite runs it)
 def test_a_sweep_writes_a_row_per_budget_and_measures_each_config_found_once(measurements, tmp_path, capsys):
     argv = ["sweep", "--device", "cpu", "--variants", "sliding_window", "--seq-lens", "64,128", "--batch", "1"]
     argv += ["--heads", "2", "--head-dims", "16", "--inputs", "local", "--error-budgets", "0.1,0.1001"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from harness.executors.distributions import distribution_path
 from harness.measure.distribution import KIND_RULE
 from harness.report import write_report
@@ -55,6 +57,7 @@ def test_the_figure_has_one_panel_per_inputs_at_its_longest_n(tmp_path):
     assert plot_distributions([], tmp_path / "none.png") is None
 
 
+@pytest.mark.slow  # a whole sweep, report or compile: seconds on 2 cores (the full suite runs it)
 def test_the_report_shows_the_stored_distributions(tmp_path):
     run = write_run(tmp_path / "run")
     path = distribution_path(run, KEY)
@@ -68,6 +71,7 @@ def test_the_report_shows_the_stored_distributions(tmp_path):
     assert "| llm | 512 | sink | 2 of 3 (67%) | 1.50 | 6.00 | 0.35 | 0.70 | 0.20 | 0.70 | 0.90 |" in section
 
 
+@pytest.mark.slow  # a whole sweep, report or compile: seconds on 2 cores (the full suite runs it)
 def test_a_run_without_distributions_has_no_such_section(tmp_path):
     run = write_run(tmp_path / "run")
     write_report(run, maps=False)

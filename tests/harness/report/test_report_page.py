@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from harness.__main__ import main
 from harness.report import write_report
 from harness.report.document import folded
@@ -35,6 +37,7 @@ def test_a_table_scrolls_in_its_box_and_only_long_cells_wrap(tmp_path):
     assert "td.text{white-space:normal;min-width:24em" in page
 
 
+@pytest.mark.slow  # a whole sweep, report or compile: seconds on 2 cores (the full suite runs it)
 def test_the_report_opens_on_the_answer_and_folds_every_later_section(tmp_path):
     run = write_run(tmp_path / "r")
     write_report(run, maps=False)
@@ -46,6 +49,7 @@ def test_the_report_opens_on_the_answer_and_folds_every_later_section(tmp_path):
     assert not re.search(r"</details>\s*<h2>", page)  # no section left open after the folds
 
 
+@pytest.mark.slow  # a whole sweep, report or compile: seconds on 2 cores (the full suite runs it)
 def test_report_clock_cpu_writes_a_second_page_and_leaves_the_runs_own_alone(tmp_path, capsys):
     run = write_run(tmp_path / "r", contended_rows(contended=0), spec_text='variants = ["dense"]\n')
     assert main(["report", str(run), "--no-maps"]) == 0

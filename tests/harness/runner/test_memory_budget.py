@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from harness.plan import memory_verdict
 from harness.report.analysed import analyse
 from harness.report.document import write_report
@@ -33,6 +35,7 @@ def _spec():
     return sweep_spec(cli=cli)
 
 
+@pytest.mark.slow  # a whole sweep, report or compile: seconds on 2 cores (the full suite runs it)
 def test_the_search_finds_the_longest_n_within_the_budget_and_resumes_without_measuring_again(tmp_path, no_report):
     run_dir = run_sweep(_spec(), out=tmp_path, run_id="budget")
     rows = read_rows(run_dir)

@@ -36,6 +36,7 @@ def _stock_perplexity(folder, windows) -> float:
     return math.exp(nll / count)
 
 
+@pytest.mark.slow  # a whole sweep, report or compile: seconds on 2 cores (the full suite runs it)
 def test_end_to_end_dense_equals_the_stock_model(llama, tmp_path, capsys):
     argv = [
         "model-eval",
@@ -74,6 +75,7 @@ def lm_eval_text() -> str:
     return _read_text(None)
 
 
+@pytest.mark.slow  # a whole sweep, report or compile: seconds on 2 cores (the full suite runs it)
 def test_a_learnable_variant_is_calibrated_on_other_windows_and_refusals_are_rows(llama, tmp_path):
     rows, _ = lm_eval.run_lm_eval(
         str(llama),
@@ -221,6 +223,7 @@ def test_error_budgets_pick_the_cheapest_window_on_calibration_windows(llama, tm
     assert f"| sliding_window(window={loose['config']['window']}) | 128 | 0.01 |" in md
 
 
+@pytest.mark.slow  # a whole sweep, report or compile: seconds on 2 cores (the full suite runs it)
 def test_the_perplexity_budget_is_the_relative_increase_on_calibration_windows(llama):
     rows, meta = lm_eval.run_lm_eval(
         str(llama),
