@@ -1,10 +1,14 @@
-"""Which combinations of a cell's settings are measured: the one rule planning skips by and measuring refuses by."""
+"""Which cells are measured: the one rule planning skips by and measuring refuses by, and a variant's declared refusals.
+
+tricks_reason judges a combination of settings (planning skips it, measuring refuses it with the same words);
+kv_refusals what a variant declares it cannot take (a quantized K/V store).
+"""
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from harness.schema import default_of
+from harness.schema import DEFAULTS
 
 # Cell.precision's value for a layer cell whose blocks' projections are dynamically quantized to int8
 # (harness.measure.layer_quant); the other precisions autocast a train cell
@@ -17,7 +21,7 @@ def tricks_reason(values: Mapping[str, Any]) -> str | None:
     cell keeps Cell's defaults; checkpointing a block (or a stack) needs one; autocast runs float32 inputs and weights;
     a quantized K/V store is an inference cache of the attention call; int8-dynamic quantizes an inference block's
     projections on CPU."""
-    plain = {name: default_of(name, values) for name in ("recompute", "precision", "layer_depth")}  # Cell's defaults
+    plain = {name: DEFAULTS[name] for name in ("recompute", "precision", "layer_depth")}  # Cell's defaults
     recompute, precision = (values.get(name) or plain[name] for name in ("recompute", "precision"))
     if (values.get("layer_depth") or plain["layer_depth"]) != plain["layer_depth"] and values.get("scope") != "layer":
         return f"a stack of layer_depth {values.get('layer_depth')} blocks needs --scopes layer"
@@ -46,3 +50,14 @@ def _int8_reason(values: Mapping[str, Any]) -> str | None:
         f"at the layer scope over float32 on CPU (torch's dynamically quantized Linear has no CUDA kernel); got mode "
         f"{where[0]}, scope {where[1]}, dtype {where[2]}, device {where[3]}"
     )
+
+
+def kv_refusals(capabilities: Any, kv_dtype: str) -> list[str]:
+    """Why a variant cannot read K/V stored as kv_dtype: it declares Capabilities.quantized_kv False; [] when it can."""
+    if kv_dtype == "none" or getattr(capabilities, "quantized_kv", True):
+        return []
+    reason = (
+        f"kv_dtype {kv_dtype}: it declares that it cannot read quantized K/V (Capabilities.quantized_kv=False); "
+        "measure it with --kv-dtypes none"
+    )
+    return [reason]

@@ -124,11 +124,6 @@ class Row:
         raise AttributeError(f"{type(self).__name__} has no field {name!r}{hint}")
 
     @classmethod
-    def for_cell(cls, cell: Cell, **fields: Any) -> "Row":
-        """A row with the cell (and its cell_id) filled in."""
-        return cls(cell=cell, cell_id=cell.cell_id, **fields)
-
-    @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Row":
         """A row from a complete JSON object (its cell's fields present); keys outside the schema are refused."""
         record = row_record(data)

@@ -206,7 +206,7 @@ def caches_of(cache: str) -> tuple[str, ...]:
 def default_of(name: str, values: Mapping[str, Any]) -> Any:
     """A field's value when unset: the field it follows (kv_heads: heads), else its dataclass default (MISSING if none)."""
     follows = DECLARED[name].follows
-    return values.get(follows) if follows else _FIELDS[name].default
+    return values.get(follows) if follows else DEFAULTS[name]
 
 
 def legacy_value(name: str, values: Mapping[str, Any]) -> Any:
@@ -272,6 +272,8 @@ def canonical(data: Any) -> str:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Cell)}
+# each field's dataclass default (MISSING if none): what a field that follows none is when unset (default_of)
+DEFAULTS: dict[str, Any] = {name: f.default for name, f in _FIELDS.items()}
 
 
 def json_safe(value: Any) -> Any:

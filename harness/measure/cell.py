@@ -69,8 +69,9 @@ def now() -> str:
 
 def base_row(cell: Cell, run: RunInfo) -> Row:
     """A row with the cell's and the run's identity filled in and every measurement None."""
-    return Row.for_cell(
-        cell,
+    return Row(
+        cell=cell,
+        cell_id=cell.cell_id,
         run_id=run.run_id,
         device_name=run.device_name,
         host=run.host,

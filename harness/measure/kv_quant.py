@@ -164,14 +164,3 @@ def _each_kv_field(state: Any, convert: Callable[[Any, str, Any], Any]) -> None:
             setattr(state, f.name, convert(state, f.name, value))
         else:
             _each_kv_field(value, convert)
-
-
-def kv_refusals(capabilities: Any, kv_dtype: str) -> list[str]:
-    """Why a variant cannot read K/V stored as kv_dtype: it declares Capabilities.quantized_kv False; [] when it can."""
-    if kv_dtype == "none" or getattr(capabilities, "quantized_kv", True):
-        return []
-    reason = (
-        f"kv_dtype {kv_dtype}: it declares that it cannot read quantized K/V (Capabilities.quantized_kv=False); "
-        "measure it with --kv-dtypes none"
-    )
-    return [reason]

@@ -36,7 +36,6 @@ from harness.measure.decode import DecodePhase
 from harness.measure.flops import Flops
 from harness.measure.roofline import host_memory_reason
 from harness.measure.kind import Phase, Prepared
-from harness.measure.kv_quant import kv_refusals
 from harness.measure.layer import LayerPhase
 from harness.measure.memory import Memory, memory_and_kernel
 from harness.measure.outcome import Deadline
@@ -45,7 +44,7 @@ from harness.measure.reference import TrivialErrors, baseline_errors
 from harness.measure.settings import DTYPES, MeasureSettings
 from harness.measure.speedup import Timing, timed_fields
 from harness.measure.tuning import tune
-from harness.cell_rules import tricks_reason
+from harness.cell_rules import kv_refusals, tricks_reason
 from harness.schema import Cell
 from variants import NotSupportedError, build_variant
 

@@ -61,8 +61,8 @@ class PrefillPhase(Phase):
         self.q, self.k, self.v = qkv
         self.kv_mask = kv_mask
         self.training = cell.mode == "train"
-        self.stored = StoredKV(self.k, self.v, cell.kv_dtype)  # K and V as held: quantized once, untimed
         self.tricks = tricked(cell, device)  # the call under the cell's memory tricks (the baseline's too)
+        self.stored = StoredKV(self.k, self.v, cell.kv_dtype)  # K and V as held: quantized once, untimed
         # the variant's call also reads the stored K and V (dequantized inside the call)
         self.wrap = lambda call: self.tricks(self.stored.reading(call))
         self.accuracy: Accuracy | None = None

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from harness.inputs import make_inputs
-from harness.measure.kv_quant import dequantize, kv_refusals, loaded_state, quantize, round_trip, stored_state
+from harness.cell_rules import kv_refusals
+from harness.measure.kv_quant import dequantize, loaded_state, quantize, round_trip, stored_state
 from tests.harness.measure.test_axes import D, H, cell, run
 from variants import build_variant, get_variant, list_variants
 

@@ -27,8 +27,8 @@ def _searched():
     def row_of(cell) -> Row:
         peak = PER_TOKEN[cell.variant] * cell.seq_len
         if cell.variant == "chunked" and peak > BUDGET:  # a series that fails by running out of memory
-            return Row.for_cell(cell, status="oom", reason="out of memory")
-        return Row.for_cell(cell, status="ok", peak_memory_bytes=peak)
+            return Row(cell=cell, cell_id=cell.cell_id, status="oom", reason="out of memory")
+        return Row(cell=cell, cell_id=cell.cell_id, status="ok", peak_memory_bytes=peak)
 
     def measure(cells):
         rounds.append(cells)

@@ -42,7 +42,7 @@ def test_the_line_shows_counts_full_labels_and_the_last_latency():
     stream = _Terminal()
     progress = Progress(cells, enabled=True, stream=stream)
     progress.start(cells[0])
-    progress.finish(cells[0], Row.for_cell(cells[0], status="ok", latency_s=0.0123))
+    progress.finish(cells[0], Row(cell=cells[0], cell_id=cells[0].cell_id, status="ok", latency_s=0.0123))
     progress.close()
     text = stream.getvalue()
     assert "1/2 cells" in text and "sliding_window N=256 forward float32 D=64 gaussian: ok 12.3ms" in text
@@ -53,10 +53,10 @@ def test_the_eta_is_weighted_by_cost_and_skipped_cells_leave_the_total():
     progress = Progress(cells, {cells[0].cell_id}, enabled=False)
     assert progress.done == 1 and progress.planned_cost == expected_cost(cells[1]) + expected_cost(cells[2])
     progress.finish(
-        cells[1], Row.for_cell(cells[1], status="oom"), measured=False
+        cells[1], Row(cell=cells[1], cell_id=cells[1].cell_id, status="oom"), measured=False
     )  # not run: its cost leaves the total
     assert progress.planned_cost == expected_cost(cells[2]) and progress.measured_cost == 0
-    progress.finish(cells[2], Row.for_cell(cells[2], status="ok", latency_s=1.0))
+    progress.finish(cells[2], Row(cell=cells[2], cell_id=cells[2].cell_id, status="ok", latency_s=1.0))
     assert progress.measured_cost == progress.planned_cost and progress.done == 3
 
 
@@ -66,7 +66,10 @@ def test_without_a_terminal_a_plain_line_comes_every_30_seconds_with_the_counts(
     stream = io.StringIO()  # not a terminal: a log file or CI
     progress = Progress(cells, enabled=True, stream=stream, clock=lambda: next(now))
     for cell, status in zip(cells, ["ok", "timeout", "ok", "ok"]):
-        progress.finish(cell, Row.for_cell(cell, status=status, latency_s=0.001, contended=cell.seq_len >= 256 or None))
+        progress.finish(
+            cell,
+            Row(cell=cell, cell_id=cell.cell_id, status=status, latency_s=0.001, contended=cell.seq_len >= 256 or None),
+        )
     lines = stream.getvalue().splitlines()
     assert lines == [
         "progress: 2/4 cells (1 ok, 1 timeout); last dense N=128 forward float32 D=64 gaussian: timeout",
@@ -75,5 +78,5 @@ def test_without_a_terminal_a_plain_line_comes_every_30_seconds_with_the_counts(
     ], lines
     quiet = io.StringIO()
     progress = Progress(cells, enabled=False, stream=quiet, clock=lambda: 1e9)
-    progress.finish(cells[0], Row.for_cell(cells[0], status="ok"))
+    progress.finish(cells[0], Row(cell=cells[0], cell_id=cells[0].cell_id, status="ok"))
     assert quiet.getvalue() == ""  # --quiet

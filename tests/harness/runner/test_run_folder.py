@@ -218,9 +218,14 @@ def test_an_oom_after_an_unreachable_budget_still_stops_the_series_and_a_resume_
     )
     cells = {c.seq_len: c for c in plan(spec)}
     rows = [
-        Row.for_cell(cells[256], status="unreachable", reason="relative L2 error 0.7 at features 42 ..."),
-        Row.for_cell(cells[512], status="ok"),
-        Row.for_cell(cells[1024], status="oom", reason="out of memory"),
+        Row(
+            cell=cells[256],
+            cell_id=cells[256].cell_id,
+            status="unreachable",
+            reason="relative L2 error 0.7 at features 42 ...",
+        ),
+        Row(cell=cells[512], cell_id=cells[512].cell_id, status="ok"),
+        Row(cell=cells[1024], cell_id=cells[1024].cell_id, status="oom", reason="out of memory"),
     ]
     blocked = blocked_series(rows, list(cells.values()))
     key = cells[256].series_key
