@@ -16,13 +16,14 @@ def _spec(**cli):
             "variants": "dense,dense:backend=reference",
             "seq_lens": "512,128,256",
             "inputs": "gaussian",
+            "causals": "false",  # the CPU default's is causal: these ids and labels are the non-causal ones
             **cli,
         }
     )
 
 
 def test_one_cell_per_combination():
-    spec = _spec(causal="both", modes="forward,train", head_dims="16,32", inputs="gaussian,local")
+    spec = _spec(causals="both", modes="forward,train", head_dims="16,32", inputs="gaussian,local")
     cells = plan(spec)
     assert len(cells) == 2 * 3 * 2 * 2 * 2 * 2
     assert len({c.cell_id for c in cells}) == len(cells)
@@ -147,7 +148,7 @@ def test_error_budgets_plan_one_cell_per_budget_for_a_free_quality_knob():
 def test_without_budgets_cell_ids_are_those_of_earlier_versions():
     """matched_budget and error_metric stay out of a cell's id at their defaults: the ids of the reference run committed
     before error budgets (347793c) are still planned, so such runs resume."""
-    base = dict(device="cpu", variants="dense,sliding_window", seq_lens="256", inputs="local")
+    base = dict(device="cpu", variants="dense,sliding_window", seq_lens="256", inputs="local", causals="false")
     plain = plan(build_spec(cli={**base, "error_budgets": ""}))
     assert [c.cell_id for c in plain] == ["227573f7762f0a11", "f459e8fb783da18e"]
     with_budgets = plan(build_spec(cli={**base, "error_budgets": "0.1", "error_metric": "cosine"}))

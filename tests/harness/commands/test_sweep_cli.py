@@ -36,6 +36,8 @@ TINY = [
     "gaussian",
     "--error-budgets",
     "",
+    "--causals",
+    "false",
 ]  # every variant at its config as given (budget searches: tests/harness/measure/test_tuning.py)
 # The same, as a spec's cli values, for the tests that build the spec themselves.
 TINY_CLI = {
@@ -46,6 +48,7 @@ TINY_CLI = {
     "repeats": "1",
     "error_rows": "8",
     "inputs": "gaussian",
+    "causals": "false",
 }
 BUILTINS = [n for n in ("dense", "sliding_window", "chunked", "linformer", "distilled") if n in list_variants()]
 

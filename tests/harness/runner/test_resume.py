@@ -223,7 +223,9 @@ def test_a_run_from_before_error_budgets_resumes_without_searching(tmp_path, cap
         (run_dir / "spec.toml").read_text() + "error_budgets = [0.1]\n", encoding="utf-8"
     )
     assert main(["sweep", "--resume", str(run_dir), "--dry-run"]) == 0
-    assert "sliding_window N=64 forward float32 D=64 rel_l2<=0.1 local" in capsys.readouterr().out
+    assert (
+        "sliding_window N=64 forward float32 D=64 causal rel_l2<=0.1 local" in capsys.readouterr().out
+    )  # the default: causal
 
 
 def test_a_row_without_a_cell_id_is_not_a_result_and_its_cell_is_measured_on_resume(tmp_path, no_report):
