@@ -56,7 +56,7 @@ def measure_cell(cell: Cell, settings: MeasureSettings, run: RunInfo, context: M
     # what the stages that finished measured stays in the row (backend, errors, memory), also when a later one failed
     fields = {**record.row_fields(), "status": status, "reason": reason, "wall_s": wall_s, "load_per_cpu": load}
     row = base_row(cell, run).update(started_at=started, **fields)
-    row.update(**judged(cell, row.to_dict(), run.limits, load))  # the machine's limits, the timing's noise
+    row.update(**judged(row, run.limits, load))  # the machine's limits, the timing's noise
     if status != "ok":
         release_memory(settings.device)
     return row

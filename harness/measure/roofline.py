@@ -27,6 +27,7 @@ from harness.cell_rules import INT8_DYNAMIC
 from harness.devices import free_host_memory_bytes
 from harness.measure.noise import HIGH_LOAD_PER_CPU
 from harness.measure.prefill import AUTOCAST_DTYPES
+from harness.row import Row
 from harness.schema import Cell
 
 # Tolerance above 100%: the limits are the best of a short measurement on a machine that may be shared.
@@ -39,11 +40,11 @@ BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
 FLOAT64_BYTES = 8
 
 
-def judged(cell: Cell, row: dict[str, Any], limits: dict[str, Any] | None, load: float | None) -> dict[str, Any]:
-    """The fields a finished row (`row`, as Row.to_dict gives it) gets from being judged: an ok row's against the
-    machine's `limits` (roofline_fields), every row's noisy and noise_reason for its `load` (noise_fields)."""
-    ok = row["status"] == "ok"
-    roofline = roofline_fields(cell, row, limits, precision_dtype=compute_dtype(cell)) if ok else {}
+def judged(row: Row, limits: dict[str, Any] | None, load: float | None) -> dict[str, Any]:
+    """The fields a finished row gets from being judged: an ok row's against the machine's `limits`
+    (roofline_fields), every row's noisy and noise_reason for its `load` (noise_fields)."""
+    ok = row.status == "ok"
+    roofline = roofline_fields(row, limits, precision_dtype=compute_dtype(row.cell)) if ok else {}
     return {**roofline, **noise_fields(row, load)}
 
 
@@ -73,23 +74,20 @@ def bytes_moved(cell: Cell, state_bytes: int | None = None) -> int:
     return 2 * forward if cell.mode == "train" else forward
 
 
-def roofline_fields(
-    cell: Cell, row: dict[str, Any], limits: dict[str, Any] | None, *, precision_dtype: str | None = None
-) -> dict[str, Any]:
+def roofline_fields(row: Row, limits: dict[str, Any] | None, *, precision_dtype: str | None = None) -> dict[str, Any]:
     """bytes_moved, bytes_per_s, pct_of_compute_peak, pct_of_bandwidth and impossible of an ok row.
 
     `row` holds latency_s, flops (executed) and (decode) state_live_bytes (else state_bytes); `limits` is the run's (run_limits' output);
     `precision_dtype` the dtype the call computes in when autocast changes it. Without limits for the dtype the
     percentages are None.
     """
-    latency = row.get("latency_s")
-    live = row.get("state_live_bytes")
-    moved = bytes_moved(cell, live if live is not None else row.get("state_bytes"))
+    cell, latency, live = row.cell, row.latency_s, row.state_live_bytes
+    moved = bytes_moved(cell, live if live is not None else row.state_bytes)
     fields: dict[str, Any] = {"bytes_moved": moved, "bytes_per_s": moved / latency if latency else None}
     entry = ((limits or {}).get("dtypes") or {}).get(precision_dtype or cell.dtype)
     if not entry or not latency:
         return fields
-    executed = row.get("flops")  # what the backend executes (harness.measure.flops)
+    executed = row.flops  # what the backend executes (harness.measure.flops)
     peak, bandwidth = entry.get("ceiling_flops") or entry.get("peak_flops"), entry.get("bandwidth_bytes_per_s")
     compute_pct = 100.0 * executed / latency / peak if executed and peak else None
     bandwidth_pct = 100.0 * fields["bytes_per_s"] / bandwidth if bandwidth else None
@@ -114,24 +112,24 @@ def roofline_fields(
     return fields
 
 
-def noise_fields(fields: dict[str, Any], load: float | None) -> dict[str, Any]:
-    """noisy and noise_reason for a timed row's fields (latency_p20_s/p80_s, speedup_low/high) and its load.
+def noise_fields(row: Row, load: float | None) -> dict[str, Any]:
+    """noisy and noise_reason for a timed row (its latency_p20_s/p80_s, speedup_low/high) and its load.
 
     A row that was not timed (no latency_s) gets noisy None; a note already in noise_reason (e.g. why
     there is no paired speed-up) is kept after the reasons.
     """
-    if fields.get("latency_s") is None:
+    if row.latency_s is None:
         return {"noisy": None}
     reasons = []
     if load is not None and load >= HIGH_LOAD_PER_CPU:
         reasons.append(f"load {load:.2f} per CPU >= {HIGH_LOAD_PER_CPU}")
-    low, high = fields.get("speedup_low"), fields.get("speedup_high")
+    low, high = row.speedup_low, row.speedup_high
     if low and high and high / low > WIDE_INTERVAL:
         reasons.append(f"speed-up interval wide ({low:.3g}-{high:.3g})")
-    p20, p80 = fields.get("latency_p20_s"), fields.get("latency_p80_s")
+    p20, p80 = row.latency_p20_s, row.latency_p80_s
     if p20 and p80 and p80 / p20 > WIDE_SPREAD:
         reasons.append(f"timed blocks spread p80/p20 {p80 / p20:.2f}")
-    note = fields.get("noise_reason")
+    note = row.noise_reason
     text = "; ".join(reasons + ([note] if note else []))
     return {"noisy": bool(reasons), "noise_reason": text or None}
 

@@ -8,6 +8,7 @@ import torch
 
 from harness.measure import MeasureSettings, RunInfo, measure_cell
 from harness.measure import limits as limits_mod
+from harness.row import Row
 from harness.measure.roofline import IMPOSSIBLE_ABOVE_PCT, bytes_moved, roofline_fields
 from harness.schema import Cell
 
@@ -88,25 +89,25 @@ def test_a_planted_wrong_flop_formula_is_flagged_impossible(cpu_limits):
 
 
 def test_a_row_without_limits_gets_bytes_but_no_percentages():
-    fields = roofline_fields(_cell(), {"latency_s": 1.0, "flops": 10}, None)
+    fields = roofline_fields(Row(cell=_cell(), latency_s=1.0, flops=10), None)
     assert fields == {"bytes_moved": bytes_moved(_cell()), "bytes_per_s": float(bytes_moved(_cell()))}
 
 
 def test_compute_just_beyond_the_tolerance_is_impossible_and_at_the_peak_is_not():
     # the field's wrong numbers are 1.5-2x the chip (a causal FLOP count doubled), not a million times it
     limits = {"dtypes": {"float32": {"peak_flops": 100.0, "bandwidth_bytes_per_s": 1e18, "cache_bytes": 10**9}}}
-    at_peak = roofline_fields(_cell(), {"latency_s": 1.0, "flops": 100}, limits)
+    at_peak = roofline_fields(Row(cell=_cell(), latency_s=1.0, flops=100), limits)
     assert at_peak["pct_of_compute_peak"] == 100.0 and "impossible" not in at_peak
-    doubled = roofline_fields(_cell(), {"latency_s": 1.0, "flops": 200}, limits)
+    doubled = roofline_fields(Row(cell=_cell(), latency_s=1.0, flops=200), limits)
     assert doubled["pct_of_compute_peak"] == 200.0 and "200% of the measured compute peak" in doubled["impossible"]
 
 
 def test_bandwidth_above_the_limit_is_impossible_only_beyond_the_cache():
     limits = {"dtypes": {"float32": {"peak_flops": 1e18, "bandwidth_bytes_per_s": 1.0, "cache_bytes": 10**9}}}
-    row = {"latency_s": 1.0, "flops": 1}
-    assert "impossible" not in roofline_fields(_cell(), row, limits)  # it fits in the cache
+    row = Row(cell=_cell(), latency_s=1.0, flops=1)
+    assert "impossible" not in roofline_fields(row, limits)  # it fits in the cache
     limits["dtypes"]["float32"]["cache_bytes"] = 1
-    assert "bandwidth" in roofline_fields(_cell(), row, limits)["impossible"]
+    assert "bandwidth" in roofline_fields(row, limits)["impossible"]
 
 
 @pytest.mark.cuda
@@ -139,5 +140,5 @@ def test_limits_measured_under_load_are_not_cached_and_flag_nothing(tmp_path, mo
     measured = limits_mod.run_limits("cpu", ["float32"])
     limits_mod.run_limits("cpu", ["float32"])
     assert len(calls) == 2  # measured again: the first was not cached
-    fields = roofline_fields(_cell(), {"latency_s": 1.0, "flops": 10**6}, measured)
+    fields = roofline_fields(Row(cell=_cell(), latency_s=1.0, flops=10**6), measured)
     assert fields["pct_of_compute_peak"] > 100 and "impossible" not in fields

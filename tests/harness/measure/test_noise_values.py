@@ -7,6 +7,7 @@ import pytest
 
 from harness.measure import noise
 from harness.measure.roofline import WIDE_INTERVAL, WIDE_SPREAD, noise_fields
+from tests.helpers.synthetic_run import timed_row
 
 
 @pytest.fixture
@@ -33,12 +34,14 @@ def test_without_proc_the_load_average_less_our_threads_per_cpu(four_cpus, monke
 
 def test_the_noisy_flag_at_its_thresholds():
     timed = {"latency_s": 1.0}
-    assert noise_fields(timed, noise.HIGH_LOAD_PER_CPU)["noisy"] is True  # at the threshold: loaded
-    assert noise_fields(timed, noise.HIGH_LOAD_PER_CPU - 0.01) == {"noisy": False, "noise_reason": None}
+    assert noise_fields(timed_row(**timed), noise.HIGH_LOAD_PER_CPU)["noisy"] is True  # at the threshold: loaded
+    assert noise_fields(timed_row(**timed), noise.HIGH_LOAD_PER_CPU - 0.01) == {"noisy": False, "noise_reason": None}
     wide = {**timed, "speedup_low": 1.0, "speedup_high": WIDE_INTERVAL * 1.01}
-    assert noise_fields(wide, 0.0)["noise_reason"] == f"speed-up interval wide (1-{WIDE_INTERVAL * 1.01:.3g})"
-    assert noise_fields({**wide, "speedup_high": WIDE_INTERVAL}, 0.0)["noisy"] is False
+    assert (
+        noise_fields(timed_row(**wide), 0.0)["noise_reason"] == f"speed-up interval wide (1-{WIDE_INTERVAL * 1.01:.3g})"
+    )
+    assert noise_fields(timed_row(**{**wide, "speedup_high": WIDE_INTERVAL}), 0.0)["noisy"] is False
     spread = {**timed, "latency_p20_s": 1.0, "latency_p80_s": WIDE_SPREAD * 1.01}
-    assert noise_fields(spread, 0.0)["noisy"] is True
-    assert noise_fields({**spread, "latency_p80_s": WIDE_SPREAD}, 0.0)["noisy"] is False
-    assert noise_fields({"latency_s": None}, 9.0) == {"noisy": None}
+    assert noise_fields(timed_row(**spread), 0.0)["noisy"] is True
+    assert noise_fields(timed_row(**{**spread, "latency_p80_s": WIDE_SPREAD}), 0.0)["noisy"] is False
+    assert noise_fields(timed_row(**{"latency_s": None}), 9.0) == {"noisy": None}

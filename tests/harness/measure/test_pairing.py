@@ -13,6 +13,7 @@ from harness.measure.pairing import bootstrap_interval, calls_per_block, spread,
 from harness.measure.speedup import Baseline, paired_speedup, timed_fields
 from harness.measure.settings import MeasureSettings
 from harness.measure.timer import Block
+from tests.helpers.synthetic_run import timed_row
 
 
 class FakeClock:
@@ -167,15 +168,15 @@ def test_load_per_cpu_from_a_monkeypatched_loadavg(monkeypatch):
 
 def test_noisy_flags_name_their_reason():
     quiet = {"latency_s": 1.0, "latency_p20_s": 0.99, "latency_p80_s": 1.01, "speedup_low": 1.9, "speedup_high": 2.1}
-    assert roofline.noise_fields(quiet, 0.1) == {"noisy": False, "noise_reason": None}
-    loaded = roofline.noise_fields(quiet, noise.HIGH_LOAD_PER_CPU)
+    assert roofline.noise_fields(timed_row(**quiet), 0.1) == {"noisy": False, "noise_reason": None}
+    loaded = roofline.noise_fields(timed_row(**quiet), noise.HIGH_LOAD_PER_CPU)
     assert loaded["noisy"] and "load 0.60 per CPU" in loaded["noise_reason"]
-    wide = roofline.noise_fields({**quiet, "speedup_low": 1.0, "speedup_high": 2.0}, None)
+    wide = roofline.noise_fields(timed_row(**{**quiet, "speedup_low": 1.0, "speedup_high": 2.0}), None)
     assert wide["noisy"] and "interval wide" in wide["noise_reason"]
-    spread_out = roofline.noise_fields({**quiet, "latency_p80_s": 2.0}, 0.0)
+    spread_out = roofline.noise_fields(timed_row(**{**quiet, "latency_p80_s": 2.0}), 0.0)
     assert spread_out["noisy"] and "spread" in spread_out["noise_reason"]
-    assert roofline.noise_fields({"latency_s": None}, 5.0) == {"noisy": None}
-    kept = roofline.noise_fields({**quiet, "noise_reason": "no paired speed-up: baseline dense oom"}, 0.0)
+    assert roofline.noise_fields(timed_row(**{"latency_s": None}), 5.0) == {"noisy": None}
+    kept = roofline.noise_fields(timed_row(**{**quiet, "noise_reason": "no paired speed-up: baseline dense oom"}), 0.0)
     assert kept == {"noisy": False, "noise_reason": "no paired speed-up: baseline dense oom"}
 
 

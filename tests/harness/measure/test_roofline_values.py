@@ -12,6 +12,7 @@ import torch
 
 from harness.measure import limits as limits_mod
 from harness.measure.roofline import bytes_moved, compute_dtype, judged, roofline_fields
+from harness.row import Row
 from harness.schema import Cell
 
 
@@ -50,9 +51,9 @@ def test_decode_bytes_are_the_live_state_and_one_tokens_q_k_v_and_output():
     cell = _cell(phase="decode", causal=True, kv_len=48, dtype="bfloat16")
     token = (3 * 4 * 8 + 3 * 2 * 8 + 3 * 2 * 8 + 3 * 4 * 8) * 2  # q, k, v (H_kv heads), out
     assert bytes_moved(cell, state_bytes=12_345) == 12_345 + token
-    row = {"latency_s": 0.5, "flops": 1, "state_live_bytes": 1000, "state_bytes": 10**9}  # live, not the capacity
-    assert roofline_fields(cell, row, None)["bytes_moved"] == 1000 + token
-    assert roofline_fields(cell, {**row, "state_live_bytes": None}, None)["bytes_moved"] == 10**9 + token
+    row = Row(cell=cell, latency_s=0.5, flops=1, state_live_bytes=1000, state_bytes=10**9)  # live, not the capacity
+    assert roofline_fields(row, None)["bytes_moved"] == 1000 + token
+    assert roofline_fields(row.update(state_live_bytes=None), None)["bytes_moved"] == 10**9 + token
 
 
 @pytest.mark.parametrize(
@@ -73,19 +74,19 @@ def _limits(**per_dtype) -> dict:
 def test_percentages_are_against_the_ceiling_of_the_dtype_the_cell_computes_in():
     limits = _limits(float32=(1e9, 1e9), bfloat16=(4e9, 1e9))
     cell = _cell(precision="autocast-bf16")
-    row = {"status": "ok", "latency_s": 0.25, "flops": 2e9}  # 8 GFLOP/s
-    fields = judged(cell, row, limits, load=0.0)
+    row = Row(cell=cell, status="ok", latency_s=0.25, flops=2e9)  # 8 GFLOP/s
+    fields = judged(row, limits, load=0.0)
     assert fields["pct_of_compute_peak"] == pytest.approx(200.0)  # 8 over bf16's 4, not 800% of fp32's 1
     assert fields["bytes_moved"] == _by_hand() and fields["bytes_per_s"] == pytest.approx(_by_hand() / 0.25)
     assert fields["pct_of_bandwidth"] == pytest.approx(100.0 * _by_hand() / 0.25 / 1e9)
     assert "200% of the measured compute peak (0.004 TFLOP/s)" in fields["impossible"]
-    assert judged(cell, {**row, "status": "oom"}, limits, load=0.0).get("pct_of_compute_peak") is None
+    assert judged(row.update(status="oom"), limits, load=0.0).get("pct_of_compute_peak") is None
 
 
 def test_the_row_is_held_to_the_ceiling_not_the_dtypes_own_peak():
     limits = _limits(bfloat16=(1e9, 1e12))
     limits["dtypes"]["bfloat16"]["ceiling_flops"] = 4e9  # a CPU bf16 kernel computing in float32
-    fields = roofline_fields(_cell(dtype="bfloat16"), {"latency_s": 1.0, "flops": 2e9}, limits)
+    fields = roofline_fields(Row(cell=_cell(dtype="bfloat16"), latency_s=1.0, flops=2e9), limits)
     assert fields["pct_of_compute_peak"] == pytest.approx(50.0) and "impossible" not in fields
 
 
