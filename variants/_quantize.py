@@ -1,5 +1,6 @@
-"""Per-row quantization of a tensor (..., D): the one quantizer of the project (harness.measure.kv_quant stores K and V
-with it; dense's int8 scores quantize Q and K with it, variants._int8_scores).
+"""The project's one quantizer: a tensor (..., D) to int8 or fp8_e4m3 with one float32 absmax scale per row over D.
+
+harness.measure.kv_quant stores K and V with it; dense's int8 scores quantize Q and K with it (variants._int8_scores).
 
 int8: one float32 scale per row over D (a (b, h, position) row of q, k or v: per token, per head), scale = absmax /
 127, values round(x / scale) in [-127, 127]. fp8_e4m3: torch.float8_e4m3fn values with the same per-row float32
