@@ -24,6 +24,7 @@ LAYERS = (
         "harness.cell_fields",
         "harness.schema",
         "harness.cell_rules",
+        "harness.scores_rule",
         "harness.row",
         "harness.entries",
         "harness.devices",

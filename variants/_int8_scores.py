@@ -24,10 +24,10 @@ def int8_scores(q: Tensor, k: Tensor) -> Tensor:
     B, H, R, D = q.shape
     M = k.shape[2]
     q8, k8 = quantize(q, "int8"), quantize(k, "int8")
-    exact = torch.empty(B * H, R, M, dtype=torch.int32, device=q.device)  # sum_d q8 k8, exact
     rows, keys = q8.values.reshape(B * H, R, D), k8.values.reshape(B * H, M, D)
-    for i in range(B * H):
-        torch._int_mm(rows[i], keys[i].t(), out=exact[i])  # (R, D) @ (D, M): int8 in, int32 out
+    exact = torch.empty(B * H, R, M, dtype=torch.int32, device=q.device)  # sum_d q8 k8, exact
+    for i in range(B * H):  # (R, D) @ (D, M), int8 in, int32 out, into its slice (stacking would copy R x M again)
+        torch._int_mm(rows[i], keys[i].t(), out=exact[i])  # K^T a view (column-major), no copy
     scores = exact.view(B, H, R, M).to(torch.float32)
     return scores.mul_(q8.scale).mul_(k8.scale.transpose(-2, -1))  # (B, H, R, M) * (B, H, R, 1) * (B, H, 1, M)
 
