@@ -2,13 +2,13 @@
 
 Order: for each value of the Cell fields that are axes (harness.schema: inputs, dtype, head dim, causal, mode,
 phase, scope, kv heads, padding, recompute, precision, kv dtype, scores dtype, outermost first), lengths ascending,
-and at each length every variant. Decode cells are planned for mode forward only (decoding is inference) and are always causal
-(one per causal setting collapses into one cell); the memory tricks (recompute, precision) are planned for train cells
-only, a quantized K/V store for forward cells at the attention scope only, int8-dynamic projections for forward
-layer cells on CPU only (harness.cell_rules.tricks_reason); int8 scores for forward prefill cells at the attention
-scope of the variants that declare them only (harness.scores_rule.scores_reason). So
-consecutive cells share their q, k, v (generated once), and a variant meets its lengths in ascending order (an OOM at
-N marks longer N as OOM untried).
+and at each length every variant. Decode cells are planned for mode forward only (decoding is inference) and are
+always causal (one per causal setting collapses into one cell); the memory tricks (recompute, precision) are planned
+for train cells only, a quantized K/V store for forward cells at the attention scope only, int8-dynamic projections
+for forward layer cells on CPU only (harness.cell_rules.tricks_reason); int8 scores for forward prefill cells at the
+attention scope of the variants that declare them only (harness.scores_rule.scores_reason). So consecutive cells share
+their q, k, v (generated once), and a variant meets its lengths in ascending order (an OOM at N marks longer N as OOM
+untried).
 """
 
 from __future__ import annotations
@@ -55,7 +55,11 @@ def plan_header(spec: SweepSpec) -> str:
         if len(matched_budgets(spec.error_budgets, get_variant(e.name).cls, e.overrides)) > 1
     ]
     series = len(spec.variants) + len(budgeted) * (len(spec.error_budgets) - 1)
-    refused = sum(len(_refused(spec, dict(setting))) for setting in settings)  # (setting, series) a variant refuses
+    refused = sum(  # the (setting, series) pairs a variant refuses by what it declares: not planned
+        len(matched_budgets(spec.error_budgets, get_variant(e.name).cls, e.overrides))
+        for setting in settings
+        for e in _refused(spec, dict(setting))
+    )
     if budgeted:
         budgets = ", ".join(f"{b:g}" for b in spec.error_budgets)
         line = line.replace(
@@ -70,7 +74,7 @@ def plan_header(spec: SweepSpec) -> str:
             "CPU; scores_dtype int8: forward prefill, attention scope)"
         )
     if refused:
-        line += f"; less {refused} series x settings (scores_dtype int8: variants declaring Capabilities.int8_scores)"
+        line += f"; less {refused} (series, setting) refused by their variant (scores_dtype int8 needs int8_scores)"
     return line + f" = {(series * len(settings) - refused) * len(spec.seq_lens)} cells"
 
 
@@ -97,14 +101,9 @@ def _series(spec: SweepSpec) -> Iterator[list[Callable[[int], Cell]]]:
 
 
 def _refused(spec: SweepSpec, setting: dict[str, Any]) -> list[Any]:
-    """The spec's variant entries (each once per budget it is matched to) that refuse a planned setting by what their
-    class declares: int8 scores without Capabilities.int8_scores (harness.scores_rule)."""
-    refused = []
-    for entry in spec.variants:
-        cls = get_variant(entry.name).cls
-        if scores_reason(setting, cls.capabilities) is not None:
-            refused += [entry] * len(matched_budgets(spec.error_budgets, cls, entry.overrides))
-    return refused
+    """The spec's variant entries that refuse a planned setting by what their class declares: int8 scores without
+    Capabilities.int8_scores (harness.scores_rule)."""
+    return [e for e in spec.variants if scores_reason(setting, get_variant(e.name).cls.capabilities) is not None]
 
 
 def _cell(spec: SweepSpec, cls: Any, entry: Any, setting: dict[str, Any], seq_len: int) -> Cell:

@@ -5,7 +5,8 @@ k and v of shape (B, H_kv, M, D) with H % H_kv == 0 (grouped-query attention: qu
 h // (H // H_kv); H_kv = H is plain multi-head) and returns (B, H, N, D) in q's dtype. ``causal=True`` needs M >= N: the queries are the last N of the M positions
 (bottom-right, query i sees keys j <= i + M - N); a variant serving M > N declares ``Capabilities.causal_offset``.
 Call features (``softcap=``, ``sink_logits=``, ``int8_scores=``: variants/_model_features.py) reach ``forward`` only
-when given and declared. Everything except ``forward`` has a default, so a user's variant can be a config dataclass and one method.
+when given and declared. Everything except ``forward`` has a default, so a user's variant can be a config dataclass and
+one method.
 
 Decoding (optional, ``Capabilities.decode``): ``init_state(k, v, *, kv_mask=None)`` builds the
 state for a context, ``step(q_t, k_t, v_t, state) -> (out_t, state)`` adds one token and returns
@@ -236,7 +237,7 @@ class AttentionVariant(DecodeContract, nn.Module):
     def __call__(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None, **features
     ):
-        """The checked call; `features`: softcap=, sink_logits=, int8_scores= (variants/_model_features.py), where declared."""
+        """The checked call; `features`: softcap=, sink_logits=, int8_scores= where declared (_model_features.py)."""
         return self.prepare_call(q, k, v, causal=causal, kv_mask=kv_mask, **features)(q, k, v)
 
     def prepare_call(
@@ -268,10 +269,8 @@ class AttentionVariant(DecodeContract, nn.Module):
         reasons = self.not_supported_reasons(q, k, v, causal=causal, kv_mask=kv_mask, training=training, **features)
         if reasons:
             raise NotSupportedError(self.name, reasons)
-        backend, module_call = (
-            self.resolve_backend(q, training=training),
-            super().__call__,
-        )  # nn.Module's: hooks, forward
+        backend = self.resolve_backend(q, training=training)
+        module_call = super().__call__  # nn.Module's: hooks, forward
 
         def call(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
             pinned = self._pinned_backend

@@ -75,10 +75,9 @@ class PrefillPhase(Phase):
 
     def prepare(self) -> Prepared:
         setup_s = _prepare(self.attn, self.q, self.k, self.v, self.cell, self.training, self.kv_mask)
-        errors = quantization_errors(self.k, self.v, self.cell.kv_dtype) | scores_fields(
-            self.q, self.k, self.cell.scores_dtype
-        )
-        return Prepared(setup_s=setup_s, kv_bytes=self.stored.nbytes, **errors)
+        errors = quantization_errors(self.k, self.v, self.cell.kv_dtype)
+        scores = scores_fields(self.q, self.k, self.cell.scores_dtype)  # kernel, error: of int8 scores, else None
+        return Prepared(setup_s=setup_s, kv_bytes=self.stored.nbytes, **errors, **scores)
 
     def check(self) -> Checked:
         self.accuracy = check_accuracy(
