@@ -1,13 +1,14 @@
 """spec -> cells: the list of measurements a sweep makes, in order. Pure: no device (the registry only for length fields).
 
 Order: for each value of the Cell fields that are axes (harness.schema: inputs, dtype, head dim, causal, mode,
-phase, scope, kv heads, padding, recompute, precision, kv dtype, outermost first), lengths ascending, and at each
-length every variant. Decode cells are planned for mode forward only (decoding is inference) and are always causal
-(one per causal setting collapses into one cell); the memory tricks (recompute, precision) are planned for train cells
-only, a quantized K/V store for forward cells at the attention scope only, int8-dynamic projections for forward
-layer cells on CPU only (harness.cell_rules.tricks_reason). So
-consecutive cells share their q, k, v (generated once), and a variant meets its lengths in ascending order (an OOM at
-N marks longer N as OOM untried).
+phase, scope, kv heads, padding, recompute, precision, kv dtype, scores dtype, outermost first), lengths ascending,
+and at each length every variant. Decode cells are planned for mode forward only (decoding is inference) and are
+always causal (one per causal setting collapses into one cell); the memory tricks (recompute, precision) are planned
+for train cells only, a quantized K/V store for forward cells at the attention scope only, int8-dynamic projections
+for forward layer cells on CPU only (harness.cell_rules.tricks_reason); int8 scores for forward prefill cells at the
+attention scope of the variants that declare them only (harness.cell_rules.scores_reason). So consecutive cells share
+their q, k, v (generated once), and a variant meets its lengths in ascending order (an OOM at N marks longer N as OOM
+untried).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from harness.cell_rules import tricks_reason
+from harness.cell_rules import scores_reason, tricks_reason
 from harness.schema import DECLARED, Cell
 from harness.spec.sweep_spec import SweepSpec, describe
 from variants import get_variant
@@ -53,6 +54,11 @@ def plan_header(spec: SweepSpec) -> str:
         if len(matched_budgets(spec.error_budgets, get_variant(e.name).cls, e.overrides)) > 1
     ]
     series = len(spec.variants) + len(budgeted) * (len(spec.error_budgets) - 1)
+    refused = sum(  # the (setting, series) pairs a variant refuses by what it declares: not planned
+        len(matched_budgets(spec.error_budgets, get_variant(e.name).cls, e.overrides))
+        for setting in settings
+        for e in _refused(spec, dict(setting))
+    )
     if budgeted:
         budgets = ", ".join(f"{b:g}" for b in spec.error_budgets)
         line = line.replace(
@@ -64,9 +70,11 @@ def plan_header(spec: SweepSpec) -> str:
         line += (
             f"; {len(settings)} of the {full} combinations of settings planned (decode: forward and causal only; "
             "recompute and autocast: train only; kv_dtype: forward, attention scope; int8-dynamic: forward, layer scope, "
-            "CPU)"
+            "CPU; scores_dtype int8: forward prefill, attention scope)"
         )
-    return line + f" = {series * len(spec.seq_lens) * len(settings)} cells"
+    if refused:
+        line += f"; less {refused} (series, setting) refused by their variant (scores_dtype int8 needs int8_scores)"
+    return line + f" = {(series * len(settings) - refused) * len(spec.seq_lens)} cells"
 
 
 def length_series(spec: SweepSpec) -> list[Callable[[int], Cell]]:
@@ -83,12 +91,18 @@ def _series(spec: SweepSpec) -> Iterator[list[Callable[[int], Cell]]]:
     """Per setting (the axes' product), the series of every variant entry and budget: N -> the cell at N."""
     classes = {entry.name: get_variant(entry.name).cls for entry in spec.variants}
     for setting in _settings(spec):
-        series = []
-        for entry in spec.variants:
+        series, refused = [], _refused(spec, setting)
+        for entry in (e for e in spec.variants if e not in refused):  # a cell made by hand is refused in measuring
             for budget in matched_budgets(spec.error_budgets, classes[entry.name], entry.overrides):
                 matched = dict(matched_budget=budget, error_metric=spec.error_metric) if budget is not None else {}
                 series.append(partial(_cell, spec, classes[entry.name], entry, {**setting, **matched}))
         yield series
+
+
+def _refused(spec: SweepSpec, setting: dict[str, Any]) -> list[Any]:
+    """The spec's variant entries that refuse a planned setting by what their class declares: int8 scores without
+    Capabilities.int8_scores (harness.cell_rules)."""
+    return [e for e in spec.variants if scores_reason(setting, get_variant(e.name).cls.capabilities) is not None]
 
 
 def _cell(spec: SweepSpec, cls: Any, entry: Any, setting: dict[str, Any], seq_len: int) -> Cell:
@@ -126,8 +140,13 @@ def _settings(spec: SweepSpec) -> Iterator[dict[str, Any]]:
 
 
 def skipped_reasons(spec: SweepSpec) -> list[str]:
-    """Why the spec's skipped combinations of settings are skipped (tricks_reason's words), each once, in plan order."""
-    return list(dict.fromkeys(reason for _, reason in _combinations(spec) if reason is not None))
+    """Why the spec's skipped combinations of settings are skipped (tricks_reason's and scores_reason's words), and its
+    variants' series a setting is refused for (scores_reason's, by what they declare), each once, in plan order."""
+    reasons = [reason for _, reason in _combinations(spec) if reason is not None]
+    for setting in _settings(spec):
+        for entry in _refused(spec, setting):
+            reasons.append(f"{entry.name}: {scores_reason(setting, get_variant(entry.name).cls.capabilities)}")
+    return list(dict.fromkeys(reasons))
 
 
 def _combinations(spec: SweepSpec) -> Iterator[tuple[dict[str, Any], str | None]]:
@@ -141,7 +160,8 @@ def _combinations(spec: SweepSpec) -> Iterator[tuple[dict[str, Any], str | None]
             if setting.get("mode") != "forward":
                 continue
             setting["causal"] = True  # decoding is causal: the causal settings collapse into one cell
-        yield setting, tricks_reason({**setting, "device": spec.device_type})
+        values = {**setting, "device": spec.device_type}
+        yield setting, tricks_reason(values) or scores_reason(values)
 
 
 # The memory budget search (SweepSpec.memory_budget): per train series, the longest N whose peak memory fits, by

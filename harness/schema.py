@@ -115,6 +115,10 @@ class Cell:
     # K/V stored quantized (harness.measure.kv_quant; forward attention cells): "none" | "int8" | "fp8_e4m3"; a series
     # field: dense with an int8 cache is the series "dense[kv=int8]", beside plain dense (the baseline) in every table
     kv_dtype: str = _field("none", role="variant", axis="kv_dtypes", text=eq_text("kv"), added=True)
+    # how the variant computes its scores (forward prefill attention cells, harness.cell_rules): "none" (as it does) |
+    # "int8" (from Q and K quantized to int8, a variant declaring Capabilities.int8_scores); a series field too:
+    # "dense[scores=int8]"
+    scores_dtype: str = _field("none", role="variant", axis="scores_dtypes", text=eq_text("scores"), added=True)
     # blocks in a layer cell's stack (SweepSpec.layer_depth; 1 at the attention scope): "recompute layer" keeps the
     # activations of one block at a time, so its saving grows with the depth
     layer_depth: int = _field(1, role="setting", text=eq_text("L"), added=True, cast=int)

@@ -1,5 +1,5 @@
-"""Why a call is refused by what a variant declares: device, causality and its offset, padding, backward, GQA, model
-features. AttentionVariant.not_supported_reasons adds its backend's and the variant's own reasons to these."""
+"""Why a call is refused by what a variant declares: device, causality and its offset, padding, backward, GQA, call
+features (int8 scores also by the integer kernel's shapes). AttentionVariant.not_supported_reasons adds its backend's and the variant's own reasons to these."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from torch import Tensor
 
 from variants._declarations import Capabilities
 from variants._gqa import gqa_reasons
+from variants._int8_scores import int8_scores_reasons
 from variants._model_features import feature_reasons
 
 
@@ -32,5 +33,7 @@ def capability_reasons(
     if training and not caps.backward:
         reasons.append("has no backward pass (training mode)")
     reasons += gqa_reasons(caps.gqa, q.shape[1], k.shape[1])
+    if features.get("int8_scores") and caps.int8_scores:
+        reasons += int8_scores_reasons(q, k)
     backend = getattr(variant.config, "backend", "auto")
     return reasons + feature_reasons(caps, variant.feature_backends, backend, features)

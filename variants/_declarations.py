@@ -73,6 +73,9 @@ class Capabilities:
     # reads K and V that a harness stored quantized (int8, fp8) and dequantized to the compute dtype before the call
     # (harness.measure.kv_quant); False refuses such a cell with the reason (a variant whose K/V must stay exact)
     quantized_kv: bool = True
+    # honours forward(..., int8_scores=True): its scores from Q and K quantized to int8 per token and head, summed by an
+    # integer matmul (variants._int8_scores); False refuses it (a harness asks for it: Cell.scores_dtype)
+    int8_scores: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,12 @@
-"""The model features a call may carry besides q, k, v: logit softcapping and learned sink logits, checked and refused.
+"""The features a call may carry besides q, k, v: logit softcapping, learned sink logits, int8 scores; checked, refused.
 
 - ``softcap`` (Gemma 2's ``attn_logit_softcapping``): each scaled score s becomes softcap * tanh(s / softcap) before
   the mask and the softmax;
 - ``sink_logits`` (gpt-oss's ``s_aux``), (H,): one logit per query head that joins each row's softmax denominator
   and brings no value: out_i = sum_j exp(s_ij) v_j / (sum_j exp(s_ij) + exp(sink_logits[h])). Not sliding_window's
   ``sinks`` config, which keeps the first keys visible (attention-sink *tokens*).
+- ``int8_scores=True``: not the model's but how the scores are computed, from Q and K quantized to int8 per token and
+  head, summed by an integer matmul (variants._int8_scores); a harness asks for it (Cell.scores_dtype).
 
 A variant that honours one declares it in ``Capabilities``; otherwise a call with it is refused naming the feature.
 ``feature_backends`` (a variant class attribute) names the backends that honour a feature where not all do: "auto"
@@ -22,11 +24,18 @@ from torch import Tensor
 from variants._declarations import Capabilities
 from variants._gqa import sdpa
 
-FEATURE_NAMES = {"softcap": "logit softcapping", "sink_logits": "learned sink logits"}
+FEATURE_NAMES = {
+    "softcap": "logit softcapping",
+    "sink_logits": "learned sink logits",
+    "int8_scores": "scores computed from int8 Q and K",
+}
 
 
-def check_model_features(q: Tensor, *, softcap: Any = None, sink_logits: Any = None) -> None:
-    """Raise TypeError/ValueError unless softcap is None or a finite number > 0 and sink_logits None or (H,) floats."""
+def check_model_features(q: Tensor, *, softcap: Any = None, sink_logits: Any = None, int8_scores: Any = None) -> None:
+    """Raise TypeError/ValueError unless softcap is None or a finite number > 0, sink_logits None or (H,) floats and
+    int8_scores None or a bool."""
+    if int8_scores is not None and not isinstance(int8_scores, bool):
+        raise TypeError(f"int8_scores must be True, False or None, got {int8_scores!r} ({type(int8_scores).__name__})")
     if softcap is not None:
         if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
             raise TypeError(f"softcap must be a positive number or None, got {softcap!r} ({type(softcap).__name__})")
@@ -47,9 +56,12 @@ def check_model_features(q: Tensor, *, softcap: Any = None, sink_logits: Any = N
         raise ValueError(f"sink_logits must be on q's device {q.device}, got {sink_logits.device}")
 
 
-def given_features(softcap: float | None, sink_logits: Tensor | None) -> dict[str, Any]:
-    """The features a call carries, by argument name: only those given, so a variant without them gets none."""
-    features = {"softcap": softcap, "sink_logits": sink_logits}
+def given_features(
+    softcap: float | None, sink_logits: Tensor | None, int8_scores: bool | None = None
+) -> dict[str, Any]:
+    """The features a call carries, by argument name: only those given (int8_scores only when True), so a variant
+    without them gets none."""
+    features = {"softcap": softcap, "sink_logits": sink_logits, "int8_scores": int8_scores or None}
     return {name: value for name, value in features.items() if value is not None}
 
 
@@ -59,7 +71,9 @@ def feature_reasons(
     """Why a variant with these capabilities, configured `backend`, cannot take the given `features` ([] if it can)."""
     reasons = []
     for name, value in features.items():
-        shown = f"softcap={value}" if name == "softcap" else "sink_logits, one per query head: gpt-oss's s_aux"
+        shown = {"softcap": f"softcap={value}", "int8_scores": "int8_scores=True"}.get(
+            name, "sink_logits, one per query head: gpt-oss's s_aux"
+        )
         if not getattr(caps, name):
             reasons.append(f"does not support {FEATURE_NAMES[name]} ({shown}); Capabilities.{name} is False")
         elif backend != "auto" and backend not in feature_backends.get(name, (backend,)):

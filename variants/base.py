@@ -4,8 +4,9 @@ A variant is an ``nn.Module`` whose ``forward(q, k, v, *, causal=False, kv_mask=
 k and v of shape (B, H_kv, M, D) with H % H_kv == 0 (grouped-query attention: query head h reads K/V head
 h // (H // H_kv); H_kv = H is plain multi-head) and returns (B, H, N, D) in q's dtype. ``causal=True`` needs M >= N: the queries are the last N of the M positions
 (bottom-right, query i sees keys j <= i + M - N); a variant serving M > N declares ``Capabilities.causal_offset``.
-Model features (``softcap=``, ``sink_logits=``: variants/_model_features.py) reach ``forward`` only when given and
-declared. Everything except ``forward`` has a default, so a user's variant can be a config dataclass and one method.
+Call features (``softcap=``, ``sink_logits=``, ``int8_scores=``: variants/_model_features.py) reach ``forward`` only
+when given and declared. Everything except ``forward`` has a default, so a user's variant can be a config dataclass and
+one method.
 
 Decoding (optional, ``Capabilities.decode``): ``init_state(k, v, *, kv_mask=None)`` builds the
 state for a context, ``step(q_t, k_t, v_t, state) -> (out_t, state)`` adds one token and returns
@@ -126,16 +127,17 @@ class AttentionVariant(DecodeContract, nn.Module):
         kv_mask: Tensor | None = None,
         softcap: float | None = None,
         sink_logits: Tensor | None = None,
+        int8_scores: bool | None = None,
         training: bool | None = None,
     ) -> list[str]:
         """Every reason this variant cannot run this call ([] if it can).
 
         `training` (default: grad enabled and an input or parameter requires grad) asks whether
-        a backward pass will follow. softcap, sink_logits: the model features (refused unless declared).
+        a backward pass will follow. softcap, sink_logits, int8_scores: the call features (refused unless declared).
         """
         if training is None:
             training = _wants_grad(self, q, k, v)
-        features = given_features(softcap, sink_logits)
+        features = given_features(softcap, sink_logits, int8_scores)
         reasons = capability_reasons(self, q, k, causal=causal, kv_mask=kv_mask, training=training, features=features)
         if self.backends:
             backend = self.resolve_backend(q, training=training)
@@ -235,7 +237,7 @@ class AttentionVariant(DecodeContract, nn.Module):
     def __call__(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None, **features
     ):
-        """The checked call; `features`: softcap=, sink_logits= (variants/_model_features.py), where declared."""
+        """The checked call; `features`: softcap=, sink_logits=, int8_scores= where declared (_model_features.py)."""
         return self.prepare_call(q, k, v, causal=causal, kv_mask=kv_mask, **features)(q, k, v)
 
     def prepare_call(
@@ -248,6 +250,7 @@ class AttentionVariant(DecodeContract, nn.Module):
         kv_mask: Tensor | None = None,
         softcap: float | None = None,
         sink_logits: Tensor | None = None,
+        int8_scores: bool | None = None,
         training: bool | None = None,
     ) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
         """Check a call once and return it ready to repeat: ``call(q, k, v)`` runs the module (forward) unchecked.
@@ -257,20 +260,17 @@ class AttentionVariant(DecodeContract, nn.Module):
         is this called once; a benchmark times the returned call, since on a GPU at small N the Python of the checks
         would be most of a latency. Give it tensors like these (shapes, dtype, device; causal and kv_mask are bound).
         `training` (default: whether autograd would record this call): whether a backward pass follows.
-        softcap, sink_logits (bound too) reach forward only when given.
+        softcap, sink_logits, int8_scores (bound too) reach forward only when given.
         """
         check_qkv(q, k, v, causal=causal, kv_mask=kv_mask)
-        check_model_features(q, softcap=softcap, sink_logits=sink_logits)
-        features = given_features(softcap, sink_logits)
+        check_model_features(q, softcap=softcap, sink_logits=sink_logits, int8_scores=int8_scores)
+        features = given_features(softcap, sink_logits, int8_scores)
         training = _wants_grad(self, q, k, v, *features.values()) if training is None else training
         reasons = self.not_supported_reasons(q, k, v, causal=causal, kv_mask=kv_mask, training=training, **features)
         if reasons:
             raise NotSupportedError(self.name, reasons)
-        # nn.Module's: hooks, forward
-        backend, module_call = (
-            self.resolve_backend(q, training=training),
-            super().__call__,
-        )
+        backend = self.resolve_backend(q, training=training)
+        module_call = super().__call__  # nn.Module's: hooks, forward
 
         def call(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
             pinned = self._pinned_backend

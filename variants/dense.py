@@ -6,7 +6,9 @@ Causal with fewer queries than keys (N < M, the last N positions: bottom-right) 
 a bool mask (its is_causal aligns top-left), xformers' bottom-right causal bias, the textbook's offset triangle.
 Model features: logit softcapping runs on the textbook backend only (fused SDPA and xformers cannot cap scores; "auto"
 takes the textbook path for a softcap call, a named sdpa or xformers is refused); sink logits on sdpa (the sink as a
-zero-valued extra key whose bias is its logit: a float mask of N x (M + 1)) and the textbook backend.
+zero-valued extra key whose bias is its logit: a float mask of N x (M + 1)) and the textbook backend. int8 scores
+(int8_scores=True) on the textbook backend: Q and K quantized per token and head, QK^T summed by torch._int_mm in int32
+and rescaled to float32 (variants._int8_scores), the softmax in float32, P @ V in v's dtype.
 Decoding keeps a KV cache (preallocated, doubling; variants._decode.KVCache) and runs each new
 query through the configured backend over the cached keys.
 """
@@ -22,6 +24,7 @@ from torch import Tensor
 from variants._checks import check_choice, query_offset
 from variants._decode import KVCacheDecoding
 from variants._gqa import from_xformers_layout, group, sdpa, ungroup, xformers_layout
+from variants._int8_scores import int8_scores as int8_qk
 from variants._model_features import feature_backend, given_features, sdpa_with_sinks, softcapped, softmax_with_sinks
 from variants._registry import register_variant
 from variants.base import dense_flops, AttentionVariant, Capabilities, VariantConfig, softmax_scale
@@ -43,9 +46,11 @@ class DenseConfig(VariantConfig):
 class DenseAttention(PatternWeights, KVCacheDecoding, AttentionVariant):
     """Exact softmax attention, O(N*M) memory for the scores (the fused backends avoid storing them)."""
 
-    capabilities = Capabilities(exact=True, gqa=True, decode=True, causal_offset=True, softcap=True, sink_logits=True)
+    capabilities = Capabilities(
+        exact=True, gqa=True, decode=True, causal_offset=True, softcap=True, sink_logits=True, int8_scores=True
+    )
     backends = DENSE_BACKENDS
-    feature_backends = {"softcap": ("reference",), "sink_logits": ("sdpa", "reference")}
+    feature_backends = {"softcap": ("reference",), "sink_logits": ("sdpa", "reference"), "int8_scores": ("reference",)}
     flops_tolerance = 0.0  # the CPU count is exact: fused SDPA's two matmuls, or the textbook's two
 
     def executed_flops(
@@ -84,8 +89,9 @@ class DenseAttention(PatternWeights, KVCacheDecoding, AttentionVariant):
         kv_mask: Tensor | None = None,
         softcap: float | None = None,
         sink_logits: Tensor | None = None,
+        int8_scores: bool | None = None,
     ) -> Tensor:
-        features = given_features(softcap, sink_logits)
+        features = given_features(softcap, sink_logits, int8_scores)
         backend = feature_backend(self.feature_backends, self.active_backend(q, k, v), features)
         if backend == "sdpa":
             return _sdpa(q, k, v, causal=causal, kv_mask=kv_mask, sink_logits=sink_logits)
@@ -113,6 +119,7 @@ def _textbook(
     kv_mask: Tensor | None,
     softcap: float | None = None,
     sink_logits: Tensor | None = None,
+    int8_scores: bool | None = None,
 ) -> Tensor:
     """softmax(q k^T / sqrt(D) + bias) v with the N x M scores materialised (nanoGPT's slow path).
 
@@ -120,12 +127,14 @@ def _textbook(
     some query row sees no key (a padded first key when causal, an all-padded sequence) those rows set to 0 before the
     softmax and after it (zeros, with finite gradients).
     GQA: the G query heads of a K/V head are stacked as rows, (B, H_kv, G*N, D), so K/V are not repeated.
-    softcap caps the scores before the bias; sink_logits (H,) join each head's softmax denominator.
+    softcap caps the scores before the bias; sink_logits (H,) join each head's softmax denominator; int8_scores computes
+    q k^T from int8 q (scale folded in) and k, float32 scores.
     """
     B, H, N, D = q.shape
     Hkv, M = k.shape[1], k.shape[2]
     qg = group(q * softmax_scale(D), Hkv).flatten(2, 3)  # (B, H_kv, G*N, D)
-    scores = softcapped(torch.matmul(qg, k.transpose(-2, -1)).view(B, H, N, M), softcap)  # (B, H, N, M)
+    scores = int8_qk(qg, k) if int8_scores else torch.matmul(qg, k.transpose(-2, -1))  # (B, H_kv, G*N, M)
+    scores = softcapped(scores.view(B, H, N, M), softcap)  # (B, H, N, M)
     bias = _additive_mask(N, M, causal=causal, kv_mask=kv_mask, dtype=scores.dtype, device=q.device)  # (B|1, 1, N|1, M)
     if bias is not None:
         scores += bias  # -inf, not -1e20: -1e20 overflows float16

@@ -9,7 +9,7 @@ The call is also the cell's warm-up: its seconds are a first estimate of the lat
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 from torch import Tensor
@@ -60,16 +60,18 @@ def check_accuracy(
     kv_mask: Tensor | None = None,
     wrap: Callable[[Callable], Callable] | None = None,
     weights: bool = True,
+    features: Mapping[str, Any] | None = None,
 ) -> Accuracy:
     """One call of `attn` scored against float64 on sampled rows; `reference` "pattern" scores against its own pattern.
 
     kv_mask (B, M) goes to the call and the reference; only sampled rows that are real tokens are scored. `wrap` puts
     the call under the cell's memory tricks (harness.measure.prefill.tricked), so autocast's error is in the scores.
     `weights`: also score the variant's attention weights on those rows (topk_recall, harness.measure.reference).
+    `features`: the call features the call carries (int8_scores=True: harness.measure.scores_quant).
     """
 
     def call(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        return attn(q, k, v, causal=causal, kv_mask=kv_mask)
+        return attn(q, k, v, causal=causal, kv_mask=kv_mask, **(features or {}))
 
     call = wrap(call) if wrap is not None else call
 

@@ -23,12 +23,13 @@ from torch import Tensor
 
 from harness.measure.flops import Flops, attention_flops, flops_fields
 from harness.measure.kind import Checked, Phase, Prepared, TimedStep
-from harness.measure.kv_quant import loaded_state, quantization_errors, round_trip, stored_state
+from harness.measure.kv_quant import loaded_state, quantization_errors, stored_state
 from harness.measure.reference import nonfinite, output_errors
 from harness.measure.settings import MeasureSettings
 from harness.measure.timer import Stopwatch
 from harness.schema import Cell
 from variants import live_state_bytes, reference_attention
+from variants._quantize import round_trip
 
 
 def full_mask(kv_mask: Tensor | None, steps: int) -> Tensor | None:

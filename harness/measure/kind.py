@@ -26,6 +26,8 @@ class Prepared:
     kv_bytes: int | None = None  # a prefill attention cell's K and V as stored (harness.measure.kv_quant)
     k_quant_rel_l2: float | None = None  # quantization's own error on K (None: kv_dtype none)
     v_quant_rel_l2: float | None = None  # and on V
+    scores_kernel: str | None = None  # the integer matmul of a prefill attention cell's int8 scores (Cell.scores_dtype)
+    scores_quant_rel_l2: float | None = None  # the int8 scores' own error (harness.measure.scores_quant; None: none)
     weight_bytes: int | None = None  # a layer cell's blocks' weights as held (harness.measure.layer_quant)
 
 

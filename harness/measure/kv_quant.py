@@ -1,9 +1,7 @@
-"""K and V stored quantized (Cell.kv_dtype), around any variant: quantize, dequantize, the bytes held, the error.
+"""K and V stored quantized (Cell.kv_dtype), around any variant: the store, the bytes held, the error.
 
-int8: one float32 scale per (b, h, position) row over D, scale = absmax / 127, values round(x / scale) in [-127, 127].
-fp8_e4m3: torch.float8_e4m3fn values with the same per-row float32 scale, absmax / 448 (e4m3's largest finite value):
-per token rather than per head, because a decode cache grows a token at a time and a per-head scale fixed in advance
-would clip later tokens (a rescaled one would re-round the whole cache). A row of zeros gets scale 1.
+The quantizer (int8 and fp8_e4m3, one float32 absmax scale per token and head), the round trip and a prefill's store
+(StoredKV) are variants._quantize's, shared with dense's int8 scores.
 
 The harness applies it around the variant, never inside it. A prefill cell stores K and V quantized once (untimed) and
 its timed call dequantizes them to the compute dtype before calling the variant (reading). A decode cell's state keeps
@@ -14,63 +12,19 @@ state names in ``written_rows()``; a state that names none, or a cache that grew
 around any variant: a fused kernel reads the int8 cache inside attention, so the latency is an upper bound of
 quantization's cost; the bytes and errors are exact. The
 context's and each new token's K/V reach the variant as they would come out of the cache (round_trip, untimed).
-Re-quantizing a dequantized row gives back the same values and scale (absmax maps to the largest value), so storing
-a row again adds no error.
+Re-quantizing a dequantized row gives back the same values and scale, so storing a row again adds no error.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 from torch import Tensor
 
 from harness.measure.reference import rel_l2
-
-# kv_dtype -> (the stored dtype, the largest value a row's absmax maps to)
-_STORED = {"int8": (torch.int8, 127.0), "fp8_e4m3": (torch.float8_e4m3fn, 448.0)}
-SCALE_DTYPE = torch.float32  # one scale per (b, h, position) row
-
-
-@dataclass
-class Quantized:
-    """A tensor (..., D) stored quantized: its values and one scale per row over D, and the dtype it is read in."""
-
-    values: Tensor  # (..., D) int8 or float8_e4m3fn
-    scale: Tensor  # (..., 1) float32: the row's absmax / the stored dtype's largest value
-    dtype: torch.dtype  # the compute dtype dequantize returns
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held: the values and the scales (what variants.live_state_bytes counts of a view of it)."""
-        return self.values.nbytes + self.scale.nbytes
-
-    def __getitem__(self, index: Any) -> Quantized:
-        """A view of some rows (an index over the dimensions before D: a KV cache's live part)."""
-        return Quantized(self.values[index], self.scale[index], self.dtype)
-
-
-def quantize(x: Tensor, kv_dtype: str) -> Quantized:
-    """x (..., D) quantized per row over D (see the module doc); kv_dtype "int8" or "fp8_e4m3"."""
-    stored, largest = _STORED[kv_dtype]
-    x32 = x.to(SCALE_DTYPE)
-    absmax = x32.abs().amax(dim=-1, keepdim=True)  # (..., 1)
-    scale = torch.where(absmax > 0, absmax / largest, torch.ones_like(absmax))
-    scaled = x32 / scale  # a new tensor: rounded (int8; fp8's cast rounds) and clamped in place
-    values = (scaled.round_() if stored == torch.int8 else scaled).clamp_(-largest, largest).to(stored)
-    return Quantized(values, scale, x.dtype)
-
-
-def dequantize(q: Quantized) -> Tensor:
-    """The stored tensor in its compute dtype: values x scale."""
-    return q.values.to(SCALE_DTYPE).mul_(q.scale).to(q.dtype)  # one float32 copy, scaled in place
-
-
-def round_trip(x: Tensor, kv_dtype: str) -> Tensor:
-    """dequantize(quantize(x)): x as a cache of kv_dtype gives it back; x itself for "none"."""
-    return x if kv_dtype == "none" else dequantize(quantize(x, kv_dtype))
+from variants._quantize import Quantized, dequantize, quantize, round_trip
 
 
 def quantization_errors(k: Tensor, v: Tensor, kv_dtype: str) -> dict[str, float | None]:
@@ -78,38 +32,6 @@ def quantization_errors(k: Tensor, v: Tensor, kv_dtype: str) -> dict[str, float 
     if kv_dtype == "none":
         return {"k_quant_rel_l2": None, "v_quant_rel_l2": None}
     return {"k_quant_rel_l2": rel_l2(round_trip(k, kv_dtype), k), "v_quant_rel_l2": rel_l2(round_trip(v, kv_dtype), v)}
-
-
-class StoredKV:
-    """A prefill cell's K and V as held: quantized once (untimed), or the tensors themselves for "none"."""
-
-    def __init__(self, k: Tensor, v: Tensor, kv_dtype: str):
-        self.kv_dtype = kv_dtype
-        self.k, self.v = (t if kv_dtype == "none" else quantize(t, kv_dtype) for t in (k, v))
-
-    @property
-    def nbytes(self) -> int:
-        """K and V as stored: their values and scales."""
-        return self.k.nbytes + self.v.nbytes
-
-    def read(self) -> tuple[Tensor, Tensor]:
-        """K and V in the compute dtype (dequantized: inside the timed call)."""
-        if self.kv_dtype == "none":
-            return self.k, self.v
-        return dequantize(self.k), dequantize(self.v)
-
-    def reading(self, call: Callable[[Tensor, Tensor, Tensor], Tensor]) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
-        """call(q, k, v) -> the same call on the stored K and V (k, v must be those they were made from)."""
-        if self.kv_dtype == "none":
-            return call
-
-        def read_and_call(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-            stored_k, stored_v = self.read()
-            if stored_k.shape != k.shape or stored_v.shape != v.shape:
-                raise ValueError(f"stored K/V {tuple(stored_k.shape)} read for a call on {tuple(k.shape)}")
-            return call(q, stored_k, stored_v)
-
-        return read_and_call
 
 
 def stored_state(state: Any, kv_dtype: str) -> Any:

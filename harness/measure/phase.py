@@ -44,7 +44,8 @@ from harness.measure.reference import TrivialErrors, baseline_errors
 from harness.measure.settings import DTYPES, MeasureSettings
 from harness.measure.speedup import Timing, timed_fields
 from harness.measure.tuning import tune
-from harness.cell_rules import kv_refusals, tricks_reason
+from harness.cell_rules import kv_refusals, scores_reason, tricks_reason
+from harness.measure.scores_quant import call_backend, scores_features
 from harness.schema import Cell
 from variants import NotSupportedError, build_variant
 
@@ -147,18 +148,21 @@ def kind_of(
 
 def built(cell: Cell, inputs: CellInputs, device: torch.device) -> tuple[Any, str, list[str]]:
     """The variant built from the cell's config on `device` (seeded: its initialisation is part of the cell), the
-    backend it resolves and every reason it cannot run the cell: a combination of memory tricks not measured (planning
-    skips these; a cell made by hand is refused with the same words), its prefill refusals, or for a decode cell its
-    decode refusals."""
+    backend it resolves (with the cell's call features: harness.measure.scores_quant) and every reason it cannot run the
+    cell: a combination of memory tricks or a scores_dtype not measured (planning skips these; a cell made by hand is
+    refused with the same words), its prefill refusals, or for a decode cell its decode refusals."""
     training, q, k, v, kv_mask = cell.mode == "train", inputs.q, inputs.k, inputs.v, inputs.kv_mask
     torch.manual_seed(cell.seed)
     attn = build_variant(cell.variant, **cell.config).to(device)
-    backend = attn.resolve_backend(q, training=training)
-    tricks, N = tricks_reason(cell.fields()), cell.seq_len
+    backend = call_backend(attn, q, training=training, scores_dtype=cell.scores_dtype)
+    tricks, N = tricks_reason(cell.fields()) or scores_reason(cell.fields(), attn.capabilities), cell.seq_len
     if tricks is not None:
         reasons = [tricks]
     elif cell.phase != "decode":
-        reasons = attn.not_supported_reasons(q, k, v, causal=cell.causal, kv_mask=kv_mask, training=training)
+        features = scores_features(cell.scores_dtype)  # int8 scores: the variant's own refusals of them too
+        reasons = attn.not_supported_reasons(
+            q, k, v, causal=cell.causal, kv_mask=kv_mask, training=training, **features
+        )
     elif cell.scope == "layer":
         reasons = ["decode is measured for the attention scope only (a layer cell times a prefill block)"]
     else:

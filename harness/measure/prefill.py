@@ -8,7 +8,10 @@ backend auto) gets the same inputs, padding mask and tricks (harness.measure.spe
 scored against the checked call's reference. With a kv_dtype (Cell.kv_dtype, forward cells) K and V are stored
 quantized before the checked call and every call of the variant dequantizes them inside it
 (harness.measure.kv_quant.StoredKV); the baseline, plain dense, reads K and V as they are (kv_dtype is a series field:
-dense with an int8 cache is paired with dense); the reference is computed from the unquantized K and V.
+dense with an int8 cache is paired with dense); the reference is computed from the unquantized K and V. With a
+scores_dtype int8 (Cell.scores_dtype) the variant's checked and timed calls carry int8_scores=True, the baseline's do
+not (harness.measure.scores_quant); the checked call then scores no attention weights (a variant's attention_weights
+are its float scores', not the int8 ones).
 
 The tricks (train cells only: harness.cell_rules.tricks_reason, for planning and refusal alike). recompute (Cell.recompute):
 "attention" runs the attention call under torch.utils.checkpoint (non-reentrant), so its backward recomputes the
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 from functools import partial
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, Mapping
 
 import torch
 from torch import Tensor
@@ -36,12 +39,14 @@ from harness.measure.accuracy import Accuracy, check_accuracy, check_output, sco
 from harness.measure.context import MeasureContext
 from harness.measure.flops import Flops, attention_flops, flops_fields
 from harness.measure.kind import Checked, Phase, Prepared, TimedStep
-from harness.measure.kv_quant import StoredKV, quantization_errors
+from harness.measure.kv_quant import quantization_errors
 from harness.measure.reference import nonfinite
+from harness.measure.scores_quant import call_backend, scores_features, scores_fields
 from harness.measure.settings import MeasureSettings
 from harness.measure.speedup import baseline_for
 from harness.measure.timer import Stopwatch
 from harness.schema import Cell
+from variants._quantize import StoredKV
 
 
 class PrefillPhase(Phase):
@@ -61,6 +66,7 @@ class PrefillPhase(Phase):
         self.q, self.k, self.v = qkv
         self.kv_mask = kv_mask
         self.training = cell.mode == "train"
+        self.features = scores_features(cell.scores_dtype)  # what the variant's calls carry (int8_scores=True)
         self.tricks = tricked(cell, device)  # the call under the cell's memory tricks (the baseline's too)
         self.stored = StoredKV(self.k, self.v, cell.kv_dtype)  # K and V as held: quantized once, untimed
         # the variant's call also reads the stored K and V (dequantized inside the call)
@@ -71,7 +77,8 @@ class PrefillPhase(Phase):
     def prepare(self) -> Prepared:
         setup_s = _prepare(self.attn, self.q, self.k, self.v, self.cell, self.training, self.kv_mask)
         errors = quantization_errors(self.k, self.v, self.cell.kv_dtype)
-        return Prepared(setup_s=setup_s, kv_bytes=self.stored.nbytes, **errors)
+        scores = scores_fields(self.q, self.k, self.cell.scores_dtype)  # kernel, error: of int8 scores, else None
+        return Prepared(setup_s=setup_s, kv_bytes=self.stored.nbytes, **errors, **scores)
 
     def check(self) -> Checked:
         self.accuracy = check_accuracy(
@@ -86,14 +93,15 @@ class PrefillPhase(Phase):
             reference=self.settings.accuracy_reference,
             kv_mask=self.kv_mask,
             wrap=self.wrap,
+            features=self.features,
+            weights=not self.features,
         )
         return Checked(self.accuracy.fields, self.accuracy.call_s, self.accuracy.nonfinite)
 
     def ready(self) -> Callable[[], Any]:
         if self._step is None:
-            self._step = timed_call(
-                self.attn, self.q, self.k, self.v, self.cell.causal, self.training, self.kv_mask, wrap=self.wrap
-            )
+            args = (self.attn, self.q, self.k, self.v, self.cell.causal, self.training, self.kv_mask)
+            self._step = timed_call(*args, wrap=self.wrap, features=self.features)
         return self._step
 
     def timed_step(self) -> TimedStep:
@@ -108,7 +116,7 @@ class PrefillPhase(Phase):
         return ({}, bad) if bad else (score_output(self.accuracy, output), None)
 
     def flops(self, latency_s: float) -> Flops:
-        backend = self.attn.resolve_backend(self.q, training=self.training)
+        backend = call_backend(self.attn, self.q, training=self.training, scores_dtype=self.cell.scores_dtype)
         executed, useful = attention_flops(self.attn, self.cell, backend=backend)
         return flops_fields(executed, latency_s, training=self.training, useful_attention_flops=useful)
 
@@ -123,15 +131,16 @@ def timed_call(
     kv_mask: Tensor | None = None,
     *,
     wrap: Callable[[Callable], Callable] | None = None,
+    features: Mapping[str, Any] | None = None,
 ) -> Callable[[], Any]:
     """The timed call: forward under no_grad (returns the output), or forward + backward w.r.t. q, k, v and parameters
     (returns the output and the gradients); `wrap` puts the call under the cell's memory tricks
-    (tricked).
+    (tricked); `features`: the call features it carries (int8_scores=True: harness.measure.scores_quant).
 
     The variant's checks and its backend resolution run here, once (AttentionVariant.prepare_call; a refusal raises
     NotSupportedError), never inside the timed call.
     """
-    call = attn.prepare_call(q, k, v, causal=causal, kv_mask=kv_mask, training=training)
+    call = attn.prepare_call(q, k, v, causal=causal, kv_mask=kv_mask, training=training, **(features or {}))
     call = wrap(call) if wrap is not None else call
     if not training:
 

@@ -30,6 +30,7 @@ SCOPES = ("attention", "layer")
 RECOMPUTES = ("none", "attention", "layer")
 PRECISIONS = ("fp32", "autocast-bf16", "autocast-fp16", INT8_DYNAMIC)  # autocast: train; int8-dynamic: forward layer
 KV_DTYPES = ("none", "int8", "fp8_e4m3")  # harness.measure.kv_quant
+SCORES_DTYPES = ("none", "int8")  # harness.cell_rules: the scores as the variant computes them, or from int8 Q and K
 # Keys added after the first spec.toml files were written, with the value a run's spec.toml without them means
 # (the run predates them): a resumed run replays what it measured, not today's defaults.
 RESUMED_SPEC_DEFAULTS = {"error_budgets": [], "layer_depth": 1}  # before error budgets: none; before stacks: 1 block
@@ -150,6 +151,14 @@ class SweepSpec:
         parse=c.choices(KV_DTYPES),
         help="forward cells, attention scope: K/V stored as none, int8 (per-token absmax scales) or fp8_e4m3 "
         "(torch.float8_e4m3fn, per-token scales), dequantized where the variant reads them",
+    )
+    scores_dtypes: tuple[str, ...] = knob(
+        ("none",),
+        flag="--scores-dtypes",
+        metavar="LIST",
+        parse=c.choices(SCORES_DTYPES),
+        help="forward prefill cells, attention scope: none (the variant's scores), int8 (QK^T from Q and K quantized to "
+        "int8 per token and head, an integer matmul; variants declaring Capabilities.int8_scores: dense)",
     )
     layer_depth: int = knob(
         2,

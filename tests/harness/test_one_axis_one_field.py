@@ -111,6 +111,7 @@ def _spec_lists():
         recomputes=("none",),
         precisions=("fp32",),
         kv_dtypes=("none",),
+        scores_dtypes=("none",),
         device_type="cpu",  # not an axis: the device the rule (harness.cell_rules) judges a combination on
     )
 

@@ -12,7 +12,8 @@ import torch
 
 from harness.inputs import make_inputs
 from harness.cell_rules import kv_refusals
-from harness.measure.kv_quant import dequantize, loaded_state, quantize, round_trip, stored_state
+from harness.measure.kv_quant import loaded_state, stored_state
+from variants._quantize import dequantize, quantize, round_trip
 from tests.harness.measure.test_axes import D, H, cell, run
 from variants import build_variant, get_variant, list_variants
 

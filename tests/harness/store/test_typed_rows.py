@@ -61,6 +61,9 @@ def test_an_older_row_fills_the_cell_fields_it_lacks_as_the_frame_does(tmp_path)
     assert row.kv_heads == record["heads"] == frame[COL.kv_heads].iloc[0]
     assert row.phase == "prefill" == frame[COL.phase].iloc[0] and row.padding == 0.0
     assert "kv_dtype" not in record and row.kv_dtype == "none" == frame[COL.kv_dtype].iloc[0]  # K/V held unquantized
+    assert (
+        "scores_dtype" not in record and row.scores_dtype == "none" == frame[COL.scores_dtype].iloc[0]
+    )  # float scores
 
 
 def _first_reference_lines() -> list[str]:
