@@ -1,6 +1,7 @@
 """What an error budget bounds: the metrics, their names for people, a row's error in one, and how a budget reads.
 
-A leaf (it imports nothing of ours): the search (harness.measure.tuning), the planner and the report share it.
+A leaf (it imports nothing of ours): the search (harness.measure.tuning, its scoring in harness.measure.accuracy), the
+planner and the report share it.
 """
 
 from __future__ import annotations

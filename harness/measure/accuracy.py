@@ -1,23 +1,45 @@
-"""Accuracy of one call against exact float64 attention on sampled query rows (and of dq, dk, dv in train mode).
+"""Accuracy against exact float64 attention on sampled query rows: of one call (grads too), of a searched knob value.
 
 The output is checked first (shape, dtype, device): a wrong one is an error row, never a score
 computed from broadcasting or an IndexError later.
 
 The call is also the cell's warm-up: its seconds are a first estimate of the latency.
+
+Scoring an error-budget search's candidate value (score_value; the search is harness.measure.tuning): the candidate
+built, calibrated when learnable (with the run's calibration budget: the same fit the matched cell then uses, cached by
+harness.measure.calibration), cast to the cell's dtype and called on TUNING_SEEDS input batches drawn with calibration
+seeds at the cell's N (padding masks with those seeds too); its error on the sampled query rows is the worst over those
+batches. The evaluation seed is never scored here. In float32, a variant that gives its attention weights is scored by
+them on the sampled rows applied to v (weights_accuracy: R x M work, not the N-row call; the weights contract holds
+them to the call's output); the cell measured at the value found is always the real call.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import torch
 from torch import Tensor
 
+from harness.error_metrics import metric_error
+from harness.inputs import make_inputs
+from harness.inputs.padding import padding_mask
+from harness.measure.calibration import calibrated
+from harness.measure.context import MeasureContext
 from harness.measure.reference import nonfinite, output_errors, reference_rows, reference_with_grads, rel_l2, sampled
-from harness.measure.timer import Stopwatch
 from harness.measure.reference import topk_recall
+from harness.measure.settings import CALIBRATION_SEED_OFFSET, DTYPES, MeasureSettings
+from harness.measure.timer import Stopwatch
+from harness.schema import Cell
+from variants import NotSupportedError, build_variant
 from variants._gqa import weighted_values
+
+TUNING_SEEDS = 4  # seeds scored per value, the worst counting (2 left the evaluation seed 15% above at N=8192)
+# the dtype whose searches score a value by the variant's attention weights on the sampled rows (when it gives them)
+SCORED_BY_WEIGHTS = "float32"
 
 
 @dataclass
@@ -183,3 +205,79 @@ def score_output(accuracy: Accuracy, out: Tensor) -> dict[str, Any]:
     """rel L2, max abs and cosine of an output (B, H, N, D) of the checked call, or of a timed one, against the checked
     call's reference on its sampled rows."""
     return output_errors(out.detach()[:, :, accuracy.rows].double(), accuracy.reference, accuracy.valid)
+
+
+def scoring_seeds(seed: int, calibration_batches: int) -> list[int]:
+    """The seeds a search scores on: after the calibration batches' (a fitted variant is scored on inputs it was not
+    fitted on), never the evaluation seed `seed`."""
+    return [seed + CALIBRATION_SEED_OFFSET + calibration_batches + i for i in range(TUNING_SEEDS)]
+
+
+def score_value(
+    cell: Cell,
+    knob_field: str,
+    value: int,
+    batches: list,
+    settings: MeasureSettings,
+    context: MeasureContext,
+    device: torch.device,
+    inputs: tuple[str, dict[str, Any]],
+    fits: dict[int, dict[str, Any]] | None = None,
+) -> float:
+    """The worst error over `batches` of the cell's variant with knob_field = value (inf when the output is not finite);
+    a learnable variant's calibration errors (train, held-out) go into fits[value]."""
+    candidate = dataclasses.replace(cell, config={**cell.config, knob_field: value})
+    torch.manual_seed(cell.seed)  # the same initialisation the measured cell gets
+    attn = build_variant(cell.variant, **candidate.config).to(device)
+    q, k, v, kv_mask, _ = batches[0]
+    reasons = attn.not_supported_reasons(q, k, v, causal=cell.causal, kv_mask=kv_mask, training=False)
+    if reasons:
+        raise NotSupportedError(cell.variant, reasons)
+    if attn.capabilities.learnable:
+        attn, fitted = calibrated(attn, candidate, inputs, settings, context, device)
+        if fits is not None:
+            fits[value] = {
+                "calibration_train_error": fitted.calibration_train_error,
+                "calibration_heldout_error": fitted.calibration_heldout_error,
+            }
+    attn = attn.to(dtype=DTYPES[cell.dtype]).eval()
+    worst = 0.0
+    for q, k, v, kv_mask, seed in batches:
+        common = dict(
+            causal=cell.causal, error_rows=settings.error_rows, seed=seed, reference=settings.accuracy_reference,
+            kv_mask=kv_mask,
+        )  # fmt: skip
+        # float32: the weights on the sampled rows stand for the N-row call (R x M work); in a half dtype the call's
+        # own rounding is part of the error, so it is called
+        accuracy = weights_accuracy(attn, q, k, v, **common) if cell.dtype == SCORED_BY_WEIGHTS else None
+        if accuracy is None:  # the output error only
+            accuracy = check_accuracy(attn, q, k, v, training=False, weights=False, **common)
+        if accuracy.nonfinite:
+            return math.inf
+        error = metric_error(accuracy.fields, cell.error_metric)
+        worst = max(worst, error if math.isfinite(error) else math.inf)
+    return worst
+
+
+def scoring_batches(
+    cell: Cell, seeds: list[int], inputs: tuple[str, dict[str, Any]], device: torch.device
+) -> list[tuple]:
+    """(q, k, v, kv_mask, seed) per scoring seed, at the cell's shape and dtype."""
+    name, knobs = inputs
+    out = []
+    for seed in seeds:
+        q, k, v = make_inputs(
+            name,
+            knobs,
+            B=cell.batch,
+            H=cell.heads,
+            N=cell.seq_len,
+            M=cell.kv_len,
+            D=cell.head_dim,
+            dtype=DTYPES[cell.dtype],
+            device=device,
+            seed=seed,
+            H_kv=cell.kv_heads,
+        )
+        out.append((q, k, v, padding_mask(cell.batch, cell.kv_len, cell.padding, seed=seed, device=device), seed))
+    return out

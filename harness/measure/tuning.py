@@ -1,27 +1,19 @@
 """Error-budget search: the cheapest value of a variant's quality knob whose error meets a budget, on calibration seeds.
 
-Range (harness.measure.knob_range): the knob's declared range at the cell's key length, its top lowered to the
-largest value doing at most MAX_FLOPS_FRACTION of dense attention's analytic FLOPs (more is dense attention done
-the slow way, not worth finding).
+Range (knob_range): the knob's declared range at the cell's key length, its top lowered to the largest value doing at
+most MAX_FLOPS_FRACTION of dense attention's analytic FLOPs (more is dense attention done the slow way, not worth
+finding).
 
 Fields searched with the knob (QualityKnob.searched_with, sliding_window's sinks in {0, 4}): the knob is searched at
 each of their combinations, and the config with the fewest FLOPs (counted with those fields) that meets the budget wins.
 
-Search (harness.measure.knob_range.search_knob): the largest value first (if even it misses the budget, the budget is unreachable
-after one evaluation), then doubling from the smallest until a value meets it, then geometric bisection
-between the last value that missed and the first that met until they are within TOLERANCE of each
-other. Errors are taken to fall as the knob grows (a wider window, a longer projection, more features).
-Each value is scored once per cell setting in one process: MeasureContext.tuned keeps the errors across a
-run's budgets, so with the local executor a second budget mostly reuses the first one's evaluations (the
-subprocess, Ray and Slurm executors give each cell a fresh process, which searches afresh).
-
-Scoring (score_value): the candidate built, calibrated when learnable (with the run's calibration
-budget: the same fit the matched cell then uses, cached by harness.measure.calibration), cast to the
-cell's dtype and called on TUNING_SEEDS input batches drawn with calibration seeds at the cell's N
-(padding masks with those seeds too); its error on the sampled query rows is the worst over those
-batches. The evaluation seed is never scored here. In float32, a variant that gives its attention weights is scored by
-them on the sampled rows applied to v (harness.measure.accuracy.weights_accuracy: R x M work, not the N-row call; the
-weights contract holds them to the call's output); the cell measured at the value found is always the real call.
+Search (search_knob): the largest value first (if even it misses the budget, the budget is unreachable after one
+evaluation), then doubling from the smallest until a value meets it, then geometric bisection between the last value
+that missed and the first that met until they are within TOLERANCE of each other. Errors are taken to fall as the knob
+grows (a wider window, a longer projection, more features). Each value is scored (harness.measure.accuracy.score_value,
+on scoring_seeds) once per cell setting in one process: MeasureContext.tuned keeps the errors across a run's budgets,
+so with the local executor a second budget mostly reuses the first one's evaluations (the subprocess, Ray and Slurm
+executors give each cell a fresh process, which searches afresh).
 """
 
 from __future__ import annotations
@@ -31,25 +23,23 @@ import itertools
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
-from harness.error_metrics import METRIC_NAMES, metric_error
-from harness.inputs import make_inputs
-from harness.inputs.padding import padding_mask
-from harness.measure.accuracy import check_accuracy, weights_accuracy
-from harness.measure.calibration import calibrated
+from harness.error_metrics import METRIC_NAMES
+from harness.measure.accuracy import score_value, scoring_batches, scoring_seeds
 from harness.measure.context import MeasureContext
-from harness.measure.knob_range import config_flops, knob_range, search_knob
-from harness.measure.settings import CALIBRATION_SEED_OFFSET, DTYPES, MeasureSettings
+from harness.measure.settings import MeasureSettings
 from harness.measure.timer import Stopwatch
 from harness.schema import Cell
-from variants import NotSupportedError, build_variant, get_variant
+from variants import build_config, build_variant, count_flops, dense_flops, get_variant
 
-TUNING_SEEDS = 4  # seeds scored per value, the worst counting (2 left the evaluation seed 15% above at N=8192)
-# the dtype whose searches score a value by the variant's attention weights on the sampled rows (when it gives them)
-SCORED_BY_WEIGHTS = "float32"
+# The top of a searched range: values doing at most this fraction of dense attention's analytic FLOPs. The
+# structured variants run at a lower FLOP rate than a fused dense kernel (a window covering 55% of the pairs
+# measured 0.91x dense on CPU), so a config doing more than half the work cannot be what a budget is met with.
+MAX_FLOPS_FRACTION = 0.5
+TOLERANCE = 1.25  # bisection stops when the passing value is within 25% of the largest value known to miss
 
 
 @dataclass(frozen=True)
@@ -61,12 +51,6 @@ class Tuned:
     reason: str | None = None  # why the budget is unreachable
     # what stopped the search (out of memory, the time limit): raised by the caller
     failure: BaseException | None = None
-
-
-def scoring_seeds(seed: int, calibration_batches: int) -> list[int]:
-    """The seeds a search scores on: after the calibration batches' (a fitted variant is scored on inputs it was not
-    fitted on), never the evaluation seed `seed`."""
-    return [seed + CALIBRATION_SEED_OFFSET + calibration_batches + i for i in range(TUNING_SEEDS)]
 
 
 def tune(
@@ -136,8 +120,8 @@ def _search(
     """The search of the cell's knob with the rest of its config as given (tune's one combination)."""
     field_name, low, high, bound = knob_range(cell)
     budget, metric = float(cell.matched_budget), cell.error_metric
-    seeds = scoring_seeds(cell.seed, settings.calibration_batches)
     tried = context.tuned.setdefault(search_key(cell), {})
+    seeds = scoring_seeds(cell.seed, settings.calibration_batches)
     record = {
         "knob": field_name,
         "low": low,
@@ -154,7 +138,7 @@ def _search(
 
     def evaluate(value: int) -> float:
         if not batches:
-            batches.extend(_batches(cell, seeds, inputs, device))
+            batches.extend(scoring_batches(cell, seeds, inputs, device))
         record["evaluated"] += 1
         return score_value(cell, field_name, value, batches, settings, context, device, inputs, fits)
 
@@ -203,52 +187,6 @@ def search_key(cell: Cell) -> str:
     return json.dumps(data, sort_keys=True, default=str)
 
 
-def score_value(
-    cell: Cell,
-    knob_field: str,
-    value: int,
-    batches: list,
-    settings: MeasureSettings,
-    context: MeasureContext,
-    device: torch.device,
-    inputs: tuple[str, dict[str, Any]],
-    fits: dict[int, dict[str, Any]] | None = None,
-) -> float:
-    """The worst error over `batches` of the cell's variant with knob_field = value (inf when the output is not finite);
-    a learnable variant's calibration errors (train, held-out) go into fits[value]."""
-    candidate = dataclasses.replace(cell, config={**cell.config, knob_field: value})
-    torch.manual_seed(cell.seed)  # the same initialisation the measured cell gets
-    attn = build_variant(cell.variant, **candidate.config).to(device)
-    q, k, v, kv_mask, _ = batches[0]
-    reasons = attn.not_supported_reasons(q, k, v, causal=cell.causal, kv_mask=kv_mask, training=False)
-    if reasons:
-        raise NotSupportedError(cell.variant, reasons)
-    if attn.capabilities.learnable:
-        attn, fitted = calibrated(attn, candidate, inputs, settings, context, device)
-        if fits is not None:
-            fits[value] = {
-                "calibration_train_error": fitted.calibration_train_error,
-                "calibration_heldout_error": fitted.calibration_heldout_error,
-            }
-    attn = attn.to(dtype=DTYPES[cell.dtype]).eval()
-    worst = 0.0
-    for q, k, v, kv_mask, seed in batches:
-        common = dict(
-            causal=cell.causal, error_rows=settings.error_rows, seed=seed, reference=settings.accuracy_reference,
-            kv_mask=kv_mask,
-        )  # fmt: skip
-        # float32: the weights on the sampled rows stand for the N-row call (R x M work); in a half dtype the call's
-        # own rounding is part of the error, so it is called
-        accuracy = weights_accuracy(attn, q, k, v, **common) if cell.dtype == SCORED_BY_WEIGHTS else None
-        if accuracy is None:  # the output error only
-            accuracy = check_accuracy(attn, q, k, v, training=False, weights=False, **common)
-        if accuracy.nonfinite:
-            return math.inf
-        error = metric_error(accuracy.fields, cell.error_metric)
-        worst = max(worst, error if math.isfinite(error) else math.inf)
-    return worst
-
-
 def _unreachable(record: dict[str, Any], top_error: float, fit: dict[str, Any] | None) -> str:
     """Why a search's budget is unreachable: the error at the top of its range, with a learnable variant's fit."""
     knob, low, high = record["knob"], record["low"], record["high"]
@@ -268,23 +206,92 @@ def _fit_note(fit: dict[str, Any] | None) -> str:
     )
 
 
-def _batches(cell: Cell, seeds: list[int], inputs: tuple[str, dict[str, Any]], device: torch.device) -> list[tuple]:
-    """(q, k, v, kv_mask, seed) per scoring seed, at the cell's shape and dtype."""
-    name, knobs = inputs
-    out = []
-    for seed in seeds:
-        q, k, v = make_inputs(
-            name,
-            knobs,
-            B=cell.batch,
-            H=cell.heads,
-            N=cell.seq_len,
-            M=cell.kv_len,
-            D=cell.head_dim,
-            dtype=DTYPES[cell.dtype],
-            device=device,
-            seed=seed,
-            H_kv=cell.kv_heads,
-        )
-        out.append((q, k, v, padding_mask(cell.batch, cell.kv_len, cell.padding, seed=seed, device=device), seed))
-    return out
+def search_knob(
+    evaluate: Callable[[int], float],
+    budget: float,
+    low: int,
+    high: int,
+    *,
+    tried: dict[int, float] | None = None,
+    tolerance: float = TOLERANCE,
+) -> int | None:
+    """The smallest value in [low, high] found to meet `budget` (evaluate(value) <= budget), or None when high misses.
+
+    `tried` holds errors already known (value -> error) and receives the new ones; a NaN error misses.
+    """
+    tried = {} if tried is None else tried
+
+    def meets(value: int) -> bool:
+        if value not in tried:
+            tried[value] = float(evaluate(value))
+        return tried[value] <= budget
+
+    if not meets(high):
+        return None
+    value = low
+    while not meets(value):
+        value = min(2 * value, high)
+    misses = [v for v, e in tried.items() if v < value and not e <= budget]
+    miss = max(misses) if misses else None
+    while miss is not None and value > miss * tolerance and value - miss > 1:
+        middle = min(max(round(math.sqrt(miss * value)), miss + 1), value - 1)
+        if meets(middle):
+            value = middle
+        else:
+            miss = middle
+    return value
+
+
+def knob_range(cell: Cell) -> tuple[str, int, int | None, str]:
+    """(the knob's field, low, high, what bounds high) searched for the cell: the knob's declared range at the cell's M,
+    with high lowered to the largest value whose useful FLOPs (variants.count_flops; K/V heads and the config's other
+    fields, sinks, counted) are at most MAX_FLOPS_FRACTION of dense attention's analytic FLOPs (None: even low does
+    more, nothing is worth searching). A variant whose FLOPs do not change with the knob (the base class counts dense
+    FLOPs) keeps its declared range."""
+    return knob_range_at(cell.variant, cell.config, _shape(cell), kv_heads=cell.kv_heads)
+
+
+def knob_range_at(
+    name: str, config: dict[str, Any], shape: tuple[int, int, int, int, int, bool], *, kv_heads: int | None = None
+) -> tuple[str, int, int | None, str]:
+    """knob_range for variant `name` with `config` (its other fields) on shape (B, H, N, M, D, causal) and kv_heads:
+    what model-eval's search, which has no sweep cell, asks."""
+    knob = get_variant(name).cls.quality_knob
+    low, high = knob.range_for(shape[3])
+
+    def flops(value: int) -> int:
+        return config_flops_at(name, {**config, knob.field: value}, shape, kv_heads=kv_heads)
+
+    limit = MAX_FLOPS_FRACTION * dense_flops(*shape)
+    at_low, at_high = flops(low), flops(high)
+    if at_high <= limit or at_low == at_high:
+        return knob.field, low, high, "the largest declared"
+    if at_low > limit:
+        return knob.field, low, None, f"the smallest declared, already does over {MAX_FLOPS_FRACTION:g}x dense's FLOPs"
+    cheap, costly = low, high  # flops(cheap) <= limit < flops(costly)
+    while costly - cheap > 1:
+        middle = (cheap + costly) // 2
+        cheap, costly = (middle, costly) if flops(middle) <= limit else (cheap, middle)
+    return knob.field, low, cheap, f"the largest doing at most {MAX_FLOPS_FRACTION:g}x dense's FLOPs"
+
+
+def config_flops(cell: Cell, config: dict[str, Any]) -> int:
+    """The useful FLOPs (variants.count_flops) of the cell's variant with `config` at the cell's shape and K/V heads."""
+    return config_flops_at(cell.variant, config, _shape(cell), kv_heads=cell.kv_heads)
+
+
+def config_flops_at(
+    name: str, config: dict[str, Any], shape: tuple[int, int, int, int, int, bool], *, kv_heads: int | None
+) -> int:
+    """The useful FLOPs of variant `name` with `config` on shape (B, H, N, M, D, causal) and kv_heads."""
+    cls = get_variant(name).cls
+    try:  # the analytic count reads the config only: no parameters allocated (Linformer's E, F are k x M)
+        variant = cls.__new__(cls)  # not __init__: nn.Module's set-up and the parameters are not needed
+        object.__setattr__(variant, "config", build_config(name, **config))
+        return count_flops(variant, *shape, H_kv=kv_heads)
+    except AttributeError:  # a plugin's count that reads more of the built variant
+        return count_flops(build_variant(name, **config), *shape, H_kv=kv_heads)
+
+
+def _shape(cell: Cell) -> tuple[int, int, int, int, int, bool]:
+    return (cell.batch, cell.heads, cell.seq_len, cell.kv_len, cell.head_dim, cell.causal)

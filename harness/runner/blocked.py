@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+from harness.measure.tuning import knob_range
 from harness.row import Row
-from harness.schema import NOT_RUN_PREFIX
+from harness.schema import NOT_RUN_PREFIX, Cell
+from variants import get_variant
 
 # Statuses at N that spare a series its longer N: out of memory, the time limit, and an error budget no value of the
-# knob met (skipped only where the knob's range is the one searched: harness.measure.tuning.unreachable_carries_over).
+# knob met (skipped only where the knob's range is the one searched: unreachable_carries_over).
 BLOCKING = ("oom", "timeout", "unreachable")
 
 
@@ -30,3 +34,21 @@ def block(blocked: dict[tuple[str, str], tuple[str, int]], cell, status: str) ->
     current = blocked.get((cell.series_key, kind))
     if current is None or (cell.seq_len > current[1] if kind == "unreachable" else cell.seq_len < current[1]):
         blocked[(cell.series_key, kind)] = (status, cell.seq_len)
+
+
+def unreachable_carries_over(cell: Cell, unreachable_at: int) -> str | None:
+    """Why the cell need not be searched, its budget being unreachable at the shorter N `unreachable_at` over the same
+    knob range (at a fixed knob value a longer sequence is no easier to approximate); None when its range is wider."""
+    shorter = dataclasses.replace(
+        cell,
+        seq_len=unreachable_at,
+        kv_len=unreachable_at,
+        config=get_variant(cell.variant).cls.config_for_length(dict(cell.config), unreachable_at),
+    )
+    field_name, low, high, _ = knob_range(cell)
+    if (low, high) != knob_range(shorter)[1:3]:
+        return None
+    return (
+        f"unreachable at N={unreachable_at} over the same {field_name} range {low}-{high}, "
+        "and a longer N at a fixed value is no easier"
+    )

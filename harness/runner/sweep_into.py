@@ -22,12 +22,11 @@ from harness.errors import RunFailed, Terminated
 from harness.executors import CellJob, executor_class, make_executor
 from harness.executors.isolated import clean_cell_temp
 from harness.measure import CALIBRATION_SEED_OFFSET, MeasureSettings, RunInfo, outcome_row
-from harness.measure.knob_range import unreachable_carries_over
+from harness.measure.accuracy import scoring_seeds
 from harness.measure.limits import limit_dtypes, run_limits
-from harness.measure.tuning import scoring_seeds
 from harness.plan import plan
 from harness.row import Row
-from harness.runner.blocked import BLOCKING, block, blocked_series
+from harness.runner.blocked import BLOCKING, block, blocked_series, unreachable_carries_over
 from harness.runner.finish import finish_run, resume_command
 from harness.runner.longest import budget_bytes, search_memory_budget
 from harness.runner.progress import Progress

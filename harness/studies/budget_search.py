@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from harness.measure.knob_range import knob_range_at, search_knob
 from harness.measure.timer import Stopwatch
+from harness.measure.tuning import knob_range_at, search_knob
 from harness.plan import matched_budgets
 from harness.report.study_outcomes import with_outcome
 from variants import build_variant, get_variant

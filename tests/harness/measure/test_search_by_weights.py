@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 import torch
 
-import harness.measure.tuning as tuning
+import harness.measure.accuracy as accuracy
 from harness.measure import MeasureSettings, RunInfo, measure_cell
 from harness.measure.accuracy import check_accuracy, weights_accuracy
 from tests.harness.measure.test_tuning import matched
@@ -47,8 +47,8 @@ def test_the_weights_score_a_value_as_its_call_does(name, backend, causal, padde
 def test_a_float32_search_never_calls_the_variant_and_a_bfloat16_one_does(monkeypatch):
     """Counted: check_accuracy (the N-row call) runs in a float32 search only for the measured cell's own check."""
     calls = []
-    real = tuning.check_accuracy
-    monkeypatch.setattr(tuning, "check_accuracy", lambda *a, **k: calls.append(a[1].shape) or real(*a, **k))
+    real = accuracy.check_accuracy
+    monkeypatch.setattr(accuracy, "check_accuracy", lambda *a, **k: calls.append(a[1].shape) or real(*a, **k))
     row = measure_cell(matched("sliding_window", 0.1), FAST, RUN).to_dict()
     assert row["status"] == "ok", row["reason"]
     assert len(row["tuning"]["tried"]) >= 2 and calls == []  # values were scored, none by calling the variant

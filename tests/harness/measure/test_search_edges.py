@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from harness.measure.knob_range import TOLERANCE, search_knob, unreachable_carries_over
+from harness.measure.tuning import TOLERANCE, search_knob
+from harness.runner.blocked import unreachable_carries_over
 from tests.harness.measure.test_tuning import counting, matched
 
 
@@ -60,9 +61,9 @@ def test_nan_between_finite_errors_is_never_taken_as_meeting():
 def test_an_unreachable_verdict_is_not_carried_over_a_range_that_differs_only_at_its_low_end(monkeypatch):
     cell = matched("sliding_window", 0.1, N=512)
     ranges = {512: ("window", 8, 256, "x"), 256: ("window", 16, 256, "x")}  # same top, lower bottom at the longer N
-    import harness.measure.knob_range as knob_range  # where unreachable_carries_over reads the range
+    import harness.runner.blocked as blocked  # where unreachable_carries_over reads the range
 
-    monkeypatch.setattr(knob_range, "knob_range", lambda c: ranges[c.seq_len])
+    monkeypatch.setattr(blocked, "knob_range", lambda c: ranges[c.seq_len])
     assert unreachable_carries_over(cell, 256) is None
     ranges[256] = ranges[512]
     assert unreachable_carries_over(cell, 256)

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from harness.measure import tuning
+from harness.measure import accuracy, tuning
 from harness.inputs import make_inputs
 from harness.inputs.padding import padding_mask
 from harness.measure import MeasureSettings
@@ -88,7 +88,7 @@ def test_the_scorer_gets_the_cells_kv_heads_and_padding_on_the_scoring_seeds(mon
     c = cell()
     search(c)
     seeds = [5 + OFFSET + 3 + i for i in range(4)]  # after the 3 calibration batches' seeds 5 + OFFSET + 0..2
-    assert tuning.scoring_seeds(5, 3) == seeds and 5 not in seeds
+    assert accuracy.scoring_seeds(5, 3) == seeds and 5 not in seeds
     made = {id(call.batches): call.batches for call in calls}  # once per combination of sinks searched
     assert len(made) == 2 and all([b[4] for b in batches] == seeds for batches in made.values())
     eval_mask = padding_mask(4, 256, 0.5, seed=5)
@@ -114,11 +114,11 @@ def test_a_values_score_is_the_worst_over_the_scoring_batches(monkeypatch):
         assert kv_mask is given[seed]  # each batch's own mask
         return SimpleNamespace(nonfinite=None, fields={"rel_l2_error": made_up[seed]})
 
-    monkeypatch.setattr(tuning, "weights_accuracy", by_seed)
+    monkeypatch.setattr(accuracy, "weights_accuracy", by_seed)
     c = cell()
-    batches = tuning._batches(c, list(made_up), ("gaussian", {}), CPU)
+    batches = accuracy.scoring_batches(c, list(made_up), ("gaussian", {}), CPU)
     given = {b[4]: b[3] for b in batches}
-    assert tuning.score_value(c, "window", 16, batches, SETTINGS, MeasureContext(), CPU, ("gaussian", {})) == 0.07
+    assert accuracy.score_value(c, "window", 16, batches, SETTINGS, MeasureContext(), CPU, ("gaussian", {})) == 0.07
 
 
 def test_no_value_within_budget_is_unreachable_with_the_closest_error_at_the_top(monkeypatch):
@@ -177,7 +177,7 @@ def test_the_run_records_the_seeds_its_searches_and_fits_use(monkeypatch):
     assert seeds == {
         "evaluation": 5,
         "calibration": calibration_seeds(c, settings),
-        "tuning": tuning.scoring_seeds(c.seed, settings.calibration_batches),
+        "tuning": accuracy.scoring_seeds(c.seed, settings.calibration_batches),
     }
     assert seeds["calibration"] == [5 + OFFSET + i for i in range(3)]
     assert seeds["tuning"] == [5 + OFFSET + 3 + i for i in range(4)]

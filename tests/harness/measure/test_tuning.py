@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from harness.measure import MeasureContext, MeasureSettings, RunInfo, measure_cell
-from harness.measure.knob_range import TOLERANCE, knob_range, search_knob, unreachable_carries_over
+from harness.measure.tuning import TOLERANCE, knob_range, search_knob
+from harness.runner.blocked import unreachable_carries_over
 from harness.schema import Cell
 
 RUN = RunInfo(run_id="test", device_name="cpu", host="h", threads=torch.get_num_threads())
@@ -81,11 +82,11 @@ def matched(variant, budget, *, N=128, inputs="local", config=None, metric="rel_
 
 
 def test_a_matched_sliding_window_is_searched_on_calibration_seeds_and_measured_at_the_window_found(monkeypatch):
-    import harness.measure.tuning as tuning
+    import harness.measure.accuracy as accuracy
 
     seeds = []
-    original = tuning.make_inputs
-    monkeypatch.setattr(tuning, "make_inputs", lambda *a, **k: seeds.append(k["seed"]) or original(*a, **k))
+    original = accuracy.make_inputs
+    monkeypatch.setattr(accuracy, "make_inputs", lambda *a, **k: seeds.append(k["seed"]) or original(*a, **k))
     row = measure_cell(matched("sliding_window", 0.1), FAST, RUN).to_dict()
     assert row["status"] == "ok", row["reason"]
     assert row["matched_budget"] == 0.1 and row["error_metric"] == "rel_l2"
@@ -239,12 +240,12 @@ def test_a_search_that_fails_keeps_the_values_it_tried_and_claims_no_knob_value(
 
 
 def test_the_search_scores_on_seeds_apart_from_the_calibration_batches(monkeypatch):
+    import harness.measure.accuracy as accuracy
     import harness.measure.calibration as calibration
-    import harness.measure.tuning as tuning
 
     scored, fitted = [], []
-    make = tuning.make_inputs
-    monkeypatch.setattr(tuning, "make_inputs", lambda *a, **k: scored.append(k["seed"]) or make(*a, **k))
+    make = accuracy.make_inputs
+    monkeypatch.setattr(accuracy, "make_inputs", lambda *a, **k: scored.append(k["seed"]) or make(*a, **k))
     monkeypatch.setattr(calibration, "make_inputs", lambda *a, **k: fitted.append(k["seed"]) or make(*a, **k))
     row = measure_cell(matched("distilled", 0.95, N=256, inputs="gaussian"), FAST, RUN).to_dict()
     assert row["status"] == "ok", row["reason"]
