@@ -68,7 +68,18 @@ def test_a_budget_that_finds_another_config_is_measured_itself(measurements):
 @pytest.mark.slow  # a whole sweep, report or compile: seconds on 2 cores (the full suite runs it)
 def test_a_sweep_writes_a_row_per_budget_and_measures_each_config_found_once(measurements, tmp_path, capsys):
     argv = ["sweep", "--device", "cpu", "--variants", "sliding_window", "--seq-lens", "64,128", "--batch", "1"]
-    argv += ["--heads", "2", "--head-dims", "16", "--inputs", "local", "--error-budgets", "0.1,0.1001"]
+    argv += [
+        "--heads",
+        "2",
+        "--head-dims",
+        "16",
+        "--inputs",
+        "local",
+        "--error-budgets",
+        "0.1,0.1001",
+        "--causals",
+        "false",
+    ]
     argv += ["--time-budget", "0.01", "--repeats", "1", "--quiet", "--out", str(tmp_path), "--run-id", "r"]
     assert main(argv) == 0, capsys.readouterr().err
     rows = [row.to_dict() for row in load_rows(tmp_path / "r")]
