@@ -12,6 +12,7 @@ from torch import Tensor
 
 from variants._declarations import Capabilities, NotSupportedError
 from variants._decode import state_bytes
+from variants._decode_step import DecodeStep
 from variants._gqa import gqa_reasons
 
 
@@ -20,6 +21,12 @@ class DecodeContract:
 
     capabilities: ClassVar[Capabilities]  # declared by AttentionVariant and its subclasses
     name: str  # AttentionVariant's property: the registry name
+    _decode_step: DecodeStep | None = None  # a variant whose config chooses its step (decode_backend) sets its own
+
+    def decode_kind(self) -> str | None:
+        """What ran the last decode step where the config chooses (decode_backend): "compiled", "eager" or "eager
+        (compile failed: why)"; None for a variant with one way to step."""
+        return None if self._decode_step is None else self._decode_step.kind
 
     def decode_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> list[str]:
         """Every reason this variant cannot decode after the context k, v ([] if it can).

@@ -1,27 +1,25 @@
 """A linear-attention student trained to mimic softmax attention (Hedgehog, ICLR 2024; LoLCATs, 2024).
 
-out_i = sum_j phi(q_i).phi(k_j) v_j / sum_j phi(q_i).phi(k_j), with a trainable feature map
-phi(x) = [softmax(x W + b), softmax(-(x W + b))] over F learned directions (Hedgehog's map, 2F
-features), W initialised to a scaled identity D^-1/4 * I (D x F) so phi(q).phi(k) starts as a
-smooth function of q.k. No N x M matrix: O(N*F*D) time and memory.
+out_i = sum_j phi(q_i).phi(k_j) v_j / sum_j phi(q_i).phi(k_j), with a trainable feature map phi(x) = [softmax(x W + b),
+softmax(-(x W + b))] over F learned directions (Hedgehog's map, 2F features), W initialised to a scaled identity
+D^-1/4 * I (D x F) so phi(q).phi(k) starts as a smooth function of q.k. No N x M matrix: O(N*F*D) time and memory.
 
 - Length-independent: phi acts on one token, so a student fitted at N=1024 serves every N.
-- Parameters are created on the first call (their shape needs D, and H_kv when per_head=True);
-  later calls with another D or H_kv are refused with a reason.
-- GQA (k, v with H_kv < H heads): phi is applied on the K/V heads, one map per K/V head when
-  per_head=True; the G query heads of a group use their K/V head's map, and the (2F, D) sums are
-  kept per K/V head, never repeated (q is viewed as (B, H_kv, G, N, D)).
-- Decoding: the state is the running sums kv = sum_j phi(k_j) v_j^T (B, H_kv, 2F, D) and
-  z = sum_j phi(k_j) (B, H_kv, 2F, 1) in float32, O(F*D) whatever N; a step adds one key and reads
-  the sums, matching the causal forward's row for that token up to float32 rounding.
-- Numerically stable in float16/bfloat16: phi is computed in float32 and is a softmax, so every
-  feature lies in [0, 1] (no exp overflow, whatever the scale of q and k); the sums over keys
-  (and the causal prefix sums) accumulate in float32; the normaliser is >= 0 and clamped away
-  from 0, and only the final output is cast back to q's dtype.
-- causal: chunked prefix sums. Keys before a chunk enter through a running (2F, D) state; keys
-  inside the chunk through a (C x C) lower-triangular block. With N < M queries (the last N positions,
-  bottom-right) the first M - N keys enter the state before the first chunk. Extra memory beyond the output:
-  O(C*(F + C)) per chunk without autograd; with autograd the saved per-chunk states, O(N*F*D / C).
+- Parameters are created on the first call (their shape needs D, and H_kv when per_head=True); later calls with another
+  D or H_kv are refused with a reason.
+- GQA (k, v with H_kv < H heads): phi is applied on the K/V heads, one map per K/V head when per_head=True; a group's G
+  query heads use their K/V head's map; the (2F, D) sums are per K/V head, never repeated (q as (B, H_kv, G, N, D)).
+- Decoding: the state is the running sums kv = sum_j phi(k_j) v_j^T (B, H_kv, 2F, D) and z = sum_j phi(k_j)
+  (B, H_kv, 2F, 1) in float32, O(F*D) whatever N; a step adds one key and reads the sums, matching the causal forward's
+  row for that token up to float32 rounding. The step is one pure function, run eagerly or compiled into one C++ kernel
+  (config decode_backend; variants._decode_step).
+- Numerically stable in float16/bfloat16: phi is computed in float32 and is a softmax, so every feature lies in [0, 1]
+  (no exp overflow, whatever the scale of q and k); the sums over keys (and the causal prefix sums) accumulate in
+  float32; the normaliser is >= 0 and clamped away from 0, and only the final output is cast back to q's dtype.
+- causal: chunked prefix sums. Keys before a chunk enter through a running (2F, D) state; keys inside the chunk through
+  a (C x C) lower-triangular block. With N < M queries (the last N positions, bottom-right) the first M - N keys enter
+  the state before the first chunk. Extra memory beyond the output: O(C*(F + C)) per chunk without autograd; with
+  autograd the saved per-chunk states, O(N*F*D / C).
 - kv_mask: padded keys get phi(k) = 0 and v = 0, so they contribute to neither sum.
 """
 
@@ -32,8 +30,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from variants._checks import check_int, query_offset
+from variants._checks import check_choice, check_int, query_offset
 from variants._decode import check_context, check_state, check_step, checked_once
+from variants._decode_step import DECODE_BACKENDS, DecodeStep
 from variants._gqa import group, ungroup
 from variants._hedgehog import float_map, hedgehog_features
 from variants._registry import register_variant
@@ -49,6 +48,7 @@ class DistilledConfig(VariantConfig):
     per_head: bool = True  # one feature map per K/V head (H_kv fixed by the first call) or one shared by all heads
     chunk: int = 64  # C: causal prefix sums run over chunks of C queries (C x C block inside each)
     init_noise: float = 0.01  # std of the noise added to the scaled-identity W, to break ties
+    decode_backend: str = "auto"  # a decode step eager, compiled (AOTInductor), or auto: compiled on CPU (_decode_step)
 
     def validate(self) -> None:
         check_int("features", self.features, minimum=1)
@@ -57,6 +57,7 @@ class DistilledConfig(VariantConfig):
         check_int("chunk", self.chunk, minimum=1)
         if isinstance(self.init_noise, bool) or not isinstance(self.init_noise, (int, float)) or self.init_noise < 0:
             raise ValueError(f"init_noise must be a number >= 0, got {self.init_noise!r}")
+        check_choice("decode_backend", self.decode_backend, DECODE_BACKENDS)
 
 
 @register_variant("distilled", config=DistilledConfig)
@@ -70,7 +71,7 @@ class DistilledAttention(AttentionVariant):
         causal_offset=True,
         approximates="softmax attention by linear attention phi(q).phi(k) with a learned softmax feature map (Hedgehog)",
     )
-    small_config = {"features": 16, "chunk": 8}
+    small_config = {"features": 16, "chunk": 8, "decode_backend": "eager"}  # compiling: test_decode_step.py
     flops_tolerance = 0.0  # every matmul of the forward is in executed_flops
     quality_knob = QualityKnob("features", 16, 512)  # more is more accurate and slower
 
@@ -78,6 +79,7 @@ class DistilledAttention(AttentionVariant):
         super().__init__(config)
         self.register_parameter("weight", None)  # (H_kv or 1, D, F), created by the first call
         self.register_parameter("bias", None)  # (H_kv or 1, 1, F)
+        self._decode_step = DecodeStep(_step_sums, self.config.decode_backend)
 
     # ---- parameters ---------------------------------------------------------------------
     def materialize(self, H: int, D: int, device: torch.device | str = "cpu") -> None:
@@ -183,15 +185,18 @@ class DistilledAttention(AttentionVariant):
         return self.extra_reasons(q, k, v, causal=True, kv_mask=kv_mask, training=False)
 
     def init_state(self, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> "DistilledState":
-        """The sums phi(k_j) v_j^T and phi(k_j) over the real context keys k, v (B, H_kv, N, D)."""
+        """The sums phi(k_j) v_j^T and phi(k_j) over the real context keys k, v (B, H_kv, N, D); compiles the step."""
         check_context(k, v, kv_mask)
         self.check_decode(k, k, v, kv_mask=kv_mask)
         self.materialize(k.shape[1], k.shape[3], k.device)
         v32 = v.float() if kv_mask is None else torch.where(kv_mask[:, None, :, None], v.float(), 0.0)
-        return DistilledState(**self._sums_over(k[:, :, None], v32[:, :, None], kv_mask))
+        state = DistilledState(**self._sums_over(k[:, :, None], v32[:, :, None], kv_mask))
+        token = k.new_zeros(k.shape[0], k.shape[1], 1, k.shape[3])  # (B, H_kv, 1, D); GQA's queries compile at step 1
+        self._decode_step.prepare(token, token, token, state.kv, state.z, *float_map(self))
+        return state
 
     def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: "DistilledState") -> tuple[Tensor, "DistilledState"]:
-        """Add phi(k_t) v_t^T and phi(k_t) to the sums, then out_t = phi(q_t) kv / phi(q_t).z."""
+        """Add phi(k_t) v_t^T and phi(k_t) to the sums, then out_t = phi(q_t) kv / phi(q_t).z (_step_sums)."""
         check_state(state, DistilledState, self.name)
         B, Hkv, _, _, D = state.kv.shape
 
@@ -200,12 +205,8 @@ class DistilledAttention(AttentionVariant):
             self.check_decode(q_t, k_t, v_t)
 
         checked_once(state, q_t, k_t, v_t, check)  # once per sequence, not per token
-        fk = self._phi(k_t[:, :, None]).transpose(-1, -2)  # (B, H_kv, 1, 2F, 1)
-        state.kv.addcmul_(fk, v_t[:, :, None].float())  # in place: += phi(k_t) v_t^T, (B, H_kv, 1, 2F, D)
-        state.z.add_(fk)
-        fq = self._phi(group(q_t, Hkv))  # (B, H_kv, G, 1, 2F)
-        out = (fq @ state.kv) / (fq @ state.z).clamp_min(_EPS)  # (B, H_kv, G, 1, D)
-        return ungroup(out).to(q_t.dtype), state
+        tokens = (t.contiguous() for t in (q_t, k_t, v_t))  # views of a longer sequence: the compiled step's layout
+        return self._decode_step(*tokens, state.kv, state.z, *float_map(self)), state
 
     def _sums_over(self, k5: Tensor, v5: Tensor, kv_mask: Tensor | None) -> dict[str, Tensor]:
         """{"kv": sum_j phi(k_j) v_j^T, "z": sum_j phi(k_j)}, (B, H_kv, 1, 2F, D or 1), over k5, v5 (B, H_kv, 1, L, D)."""
@@ -271,6 +272,17 @@ class DistilledAttention(AttentionVariant):
             # padded keys: phi = 0, by where, not multiply: an inf/nan padded key must not leak through 0 * nan
             phi = torch.where(kv_mask[:, None, None, :, None], phi, torch.zeros((), device=phi.device))
         return phi
+
+
+def _step_sums(q_t: Tensor, k_t: Tensor, v_t: Tensor, kv: Tensor, z: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """One decode step as a pure tensor function (what variants._decode_step compiles): kv (B, H_kv, 1, 2F, D) and z
+    (B, H_kv, 1, 2F, 1) gain phi(k_t) v_t^T and phi(k_t) in place; out_t = phi(q_t) kv / phi(q_t).z, (B, H, 1, D)."""
+    fk = hedgehog_features(k_t[:, :, None], weight, bias).transpose(-1, -2)  # (B, H_kv, 1, 2F, 1)
+    kv.addcmul_(fk, v_t[:, :, None].float())
+    z.add_(fk)
+    fq = hedgehog_features(group(q_t, kv.shape[1]), weight, bias)  # (B, H_kv, G, 1, 2F)
+    out = (fq @ kv) / (fq @ z).clamp_min(_EPS)  # (B, H_kv, G, 1, D)
+    return ungroup(out).to(q_t.dtype)
 
 
 def _spans(length: int) -> list[slice]:

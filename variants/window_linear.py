@@ -20,11 +20,13 @@ approximated, so a narrow window with a cheap map can meet a budget that either 
 - GQA: the G query heads of a K/V head are viewed as (B, H_kv, G, N, D); phi(k) and the sums stay per K/V head.
 - kv_mask: padded keys are out of the window's softmax and get phi = 0, v = 0.
 - Decoding: a ring buffer of the last `window` keys (variants._ring) and the float32 running sums of the keys that
-  left it (state bytes depend on window, F and D, never on N); a step computes phi of the query and the leaving key.
+  left it (state bytes depend on window, F and D, never on N); a step computes phi of the query and the leaving key,
+  one pure function run eagerly or compiled into one C++ kernel (config decode_backend; variants._decode_step).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -35,14 +37,14 @@ from torch import Tensor, nn
 from variants._band import band, band_pairs
 from variants._checks import check_int, query_offset
 from variants._decode import check_context, check_state, check_step, checked_once
+from variants._decode_step import DecodeStep
 from variants._gqa import group, ungroup
-from variants._hedgehog import float_map, hedgehog_features
+from variants._hedgehog import float_map
 from variants._registry import register_variant
-from variants._ring import SlidingWindowState, ring_from_context
+from variants._ring import ring_from_context
+from variants._window_linear_math import TINY, WindowLinearState, combine, features, keys, ring_step, sums
 from variants.base import AttentionVariant, Capabilities, QualityKnob, softmax_scale
 from variants.distilled import DistilledConfig
-
-_TINY = 1e-30  # floor of the normaliser: a query that sees no real key gets a zero output
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,7 +72,7 @@ class WindowLinearAttention(AttentionVariant):
         causal_offset=True,
         approximates="softmax attention outside a sliding window by linear attention with a learned feature map",
     )
-    small_config = {"window": 4, "features": 8, "chunk": 8}
+    small_config = {"window": 4, "features": 8, "chunk": 8, "decode_backend": "eager"}  # see distilled's
     flops_tolerance = 0.0  # executed_flops follows forward chunk by chunk
     quality_knob = QualityKnob("window", 16, 8192, at_most_length=True)  # more is more accurate and slower
 
@@ -85,6 +87,7 @@ class WindowLinearAttention(AttentionVariant):
         self.register_parameter("weight", None)  # (P, D, F), created by the first call
         self.register_parameter("bias", None)  # (P, 1, F)
         self.register_parameter("log_gamma", None)  # (P,): gamma phi(q).phi(k) stands in for e^(q.k/sqrt(D))
+        self._decode_step = DecodeStep(ring_step, self.config.decode_backend)
 
     # ---- parameters ---------------------------------------------------------------------
     def materialize(self, H: int, D: int, device: torch.device | str = "cpu") -> None:
@@ -167,10 +170,10 @@ class WindowLinearAttention(AttentionVariant):
     ) -> Tensor:
         self.materialize(k.shape[1], q.shape[3], q.device)
         N, M, W, C = q.shape[2], k.shape[2], self.config.window, self.config.chunk
-        q5, (k5, v5, real) = group(q.float(), k.shape[1]), _keys(k, v, kv_mask)  # (B, H_kv, G|1, N|M, D)
+        q5, (k5, v5, real) = group(q.float(), k.shape[1]), keys(k, v, kv_mask)  # (B, H_kv, G|1, N|M, D)
         fk = self._phi(k5, real)  # (B, H_kv, 1, M, 2F)
-        total = _sums(fk, v5)  # ((B, H_kv, 1, 2F, D), (B, H_kv, 1, 2F, 1)) over every key
-        prefix, done = _sums(fk[..., :0, :], v5[..., :0, :]), 0  # causal: the sums over keys [0, done)
+        total = sums(fk, v5)  # ((B, H_kv, 1, 2F, D), (B, H_kv, 1, 2F, 1)) over every key
+        prefix, done = sums(fk[..., :0, :], v5[..., :0, :]), 0  # causal: the sums over keys [0, done)
         offset = query_offset(N, M, causal)  # causal: query row i sits at position i + offset
         out = v5.new_empty(q5.shape)
         for s in range(0, N, C):
@@ -178,35 +181,27 @@ class WindowLinearAttention(AttentionVariant):
             b = min(M, e + offset if causal else e + W - 1)
             a = min(max(0, s + offset - W + 1), b)  # keys [a, b) may be in a window of the chunk; the others are far
             if causal:
-                left = _sums(fk[..., done:a, :], v5[..., done:a, :])  # keys [done, a): newly out of the window
+                left = sums(fk[..., done:a, :], v5[..., done:a, :])  # keys [done, a): newly out of the window
                 prefix, done = (prefix[0] + left[0], prefix[1] + left[1]), a
                 far = prefix
             else:
-                span = _sums(fk[..., a:b, :], v5[..., a:b, :])
+                span = sums(fk[..., a:b, :], v5[..., a:b, :])
                 far = (total[0] - span[0], (total[1] - span[1]).clamp_min(0))
             i, j = torch.arange(s, e, device=q.device)[:, None] + offset, torch.arange(a, b, device=q.device)[None, :]
-            out[..., s:e, :] = self._combine(q5[..., s:e, :], k5[..., a:b, :], v5[..., a:b, :], fk[..., a:b, :], i, j,
-                                             real[..., a:b], far, causal)  # fmt: skip
+            out[..., s:e, :] = self._chunk(q5[..., s:e, :], k5[..., a:b, :], v5[..., a:b, :], fk[..., a:b, :], i, j,
+                                           real[..., a:b], far, causal)  # fmt: skip
         return ungroup(out).to(q.dtype)  # (B, H, N, D)
 
-    def _combine(self, q, k, v, fk, i, j, real, far, causal):  # type: ignore[no-untyped-def]
-        """One chunk's output: exact softmax over its span's window keys, gamma phi.phi over the rest, one normaliser.
+    def _chunk(self, q, k, v, fk, i, j, real, far, causal):  # type: ignore[no-untyped-def]
+        """One chunk's output (_window_linear_math.combine): its span's keys in the window exact, the others linear.
 
-        q (B, H_kv, G, C, D); k, v, fk over the span (B, H_kv, 1, L, ·), fk None when all of it is in the window (a
-        decode step's ring: i, j unused); i (C, 1), j (1, L) positions; real (B, 1, 1, 1, L); far: sums over the rest."""
+        q (B, H_kv, G, C, D); k, v, fk over the span (B, H_kv, 1, L, ·); i (C, 1), j (1, L) positions; real
+        (B, 1, 1, 1, L); far: sums over the keys before the span (causal) or outside it."""
         fq = self._phi(q)  # (B, H_kv, G, C, 2F)
-        in_window = real if fk is None else band(i, j, window=self.config.window, causal=causal) & real  # (B,1,1,C,L)
-        scores = (q @ k.transpose(-1, -2) * softmax_scale(q.shape[-1])).masked_fill(~in_window, -math.inf)
-        log_gamma = self.log_gamma.float().view(1, -1, 1, 1, 1)
-        m = torch.maximum(scores.amax(-1, keepdim=True), log_gamma)  # (B, H_kv, G, C, 1)
-        exact, g = torch.exp(scores - m), torch.exp(log_gamma - m)
-        num, den = fq @ far[0], fq @ far[1]  # the far keys' linear part
-        if fk is not None:  # the span's keys outside the window join it
-            outside = ((j <= i) if causal else torch.ones_like(i == j)) & ~in_window & real
-            linear = (fq @ fk.transpose(-1, -2)) * outside  # (B, H_kv, G, C, L)
-            num, den = num + linear @ v, den + linear.sum(-1, keepdim=True)
-        num, den = exact @ v + g * num, exact.sum(-1, keepdim=True) + g * den
-        return num / den.clamp_min(_TINY)  # (B, H_kv, G, C, D)
+        in_window = band(i, j, window=self.config.window, causal=causal) & real  # (B, 1, 1, C, L)
+        outside = ((j <= i) if causal else torch.ones_like(i == j)) & ~in_window & real
+        linear = (fq @ fk.transpose(-1, -2)) * outside  # (B, H_kv, G, C, L)
+        return combine(q, fq, k, v, in_window, self.log_gamma.float().view(1, -1, 1, 1, 1), far, linear)
 
     # ---- the calibration hook -----------------------------------------------------------
     def attention_weights(
@@ -219,7 +214,7 @@ class WindowLinearAttention(AttentionVariant):
         self.materialize(k.shape[1], q.shape[3], q.device)
         N, M = q.shape[2], k.shape[2]
         rows = torch.arange(N, device=q.device) if rows is None else rows.to(q.device)
-        q5, (k5, _, real) = group(q[:, :, rows].float(), k.shape[1]), _keys(k, k, kv_mask)
+        q5, (k5, _, real) = group(q[:, :, rows].float(), k.shape[1]), keys(k, k, kv_mask)
         fq, fk = self._phi(q5), self._phi(k5, real)
         i, j = rows[:, None] + query_offset(N, M, causal), torch.arange(M, device=q.device)[None, :]  # positions
         in_window = band(i, j, window=self.config.window, causal=causal) & real
@@ -228,21 +223,26 @@ class WindowLinearAttention(AttentionVariant):
         log_gamma = self.log_gamma.float().view(1, -1, 1, 1, 1)
         m = torch.maximum(scores.amax(-1, keepdim=True), log_gamma)
         weights = torch.exp(scores - m) + torch.exp(log_gamma - m) * (fq @ fk.transpose(-1, -2)) * outside
-        return ungroup(weights / weights.sum(-1, keepdim=True).clamp_min(_TINY))
+        return ungroup(weights / weights.sum(-1, keepdim=True).clamp_min(TINY))
 
     # ---- decoding: a ring buffer for the window, running sums for the keys that left it -------
     def init_state(self, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> WindowLinearState:
-        """The last `window` tokens of the context k, v (B, H_kv, N, D) and the sums over the real ones before them."""
+        """The last `window` tokens of the context k, v (B, H_kv, N, D) and the sums over the real ones before them;
+        compiles the step (decode_backend) for queries with H_kv heads (GQA's queries compile at their first step)."""
         check_context(k, v, kv_mask)
         self.check_decode(k, k, v, kv_mask=kv_mask)
         self.materialize(k.shape[1], k.shape[3], k.device)
         far = max(0, k.shape[2] - self.config.window)
-        k5, v5, real = _keys(k[:, :, :far], v[:, :, :far], None if kv_mask is None else kv_mask[:, :far])
-        kv, z = _sums(self._phi(k5, real), v5)
-        return WindowLinearState(ring_from_context(k, v, kv_mask, self.config.window, 0), kv, z)
+        k5, v5, real = keys(k[:, :, :far], v[:, :, :far], None if kv_mask is None else kv_mask[:, :far])
+        state = WindowLinearState(
+            ring_from_context(k, v, kv_mask, self.config.window, 0), *sums(self._phi(k5, real), v5)
+        )
+        token = k.new_zeros(k.shape[0], k.shape[1], 1, k.shape[3])  # (B, H_kv, 1, D)
+        self._decode_step.prepare(token, token, token, *self._step_args(state, 0))
+        return state
 
     def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: WindowLinearState) -> tuple[Tensor, WindowLinearState]:
-        """Move the leaving key into the sums, write the token into the ring, attend (every ring key is in the window)."""
+        """Move the leaving key into the sums, write the token into the ring, attend (_window_linear_math.ring_step)."""
         check_state(state, WindowLinearState, self.name)
         ring = state.ring
         B, Hkv, _, D = ring.k.shape
@@ -252,45 +252,25 @@ class WindowLinearAttention(AttentionVariant):
             self.check_decode(q_t, k_t, v_t)
 
         checked_once(state, q_t, k_t, v_t, check)  # once per sequence, not per token
-        p, W = ring.length, ring.window
-        slot, cut = p % W, slice(p % W, p % W + 1)
-        if p >= W:  # the slot holds position p - W: from now on a far key
-            k5, v5, real = _keys(ring.k[:, :, cut], ring.v[:, :, cut], ring.real[:, cut])
-            fk = self._phi(k5, real).transpose(-1, -2)  # (B, H_kv, 1, 2F, 1)
-            state.kv.addcmul_(fk, v5)  # in place: += phi(k) v^T, the state's own sums (no new tensors per step)
-            state.z.add_(fk)
-        ring.k[:, :, slot], ring.v[:, :, slot] = k_t[:, :, 0], v_t[:, :, 0]
-        ring.pos[slot], ring.real[:, slot], ring.length = p, True, p + 1
-        q5 = group(q_t.float(), Hkv)  # (B, H_kv, G, 1, D)
-        # The ring as it is (no copy in float32): its empty and padded slots hold zeros (ring_from_context), masked here.
-        k5, v5, real = ring.k.float()[:, :, None], ring.v.float()[:, :, None], ring.real[:, None, None, None, :]
-        out = self._combine(q5, k5, v5, None, None, None, real, (state.kv, state.z), True)  # (B, H_kv, G, 1, D)
-        return ungroup(out).to(q_t.dtype), state
+        p = ring.length
+        tokens = (t.contiguous() for t in (q_t, k_t, v_t))  # views of a longer sequence: the compiled step's layout
+        out = self._decode_step(*tokens, *self._step_args(state, p % ring.window))
+        ring.pos[p % ring.window], ring.length = p, p + 1
+        return out, state
+
+    def _step_args(self, state: WindowLinearState, slot: int) -> tuple[Tensor, ...]:
+        """ring_step's arguments after the token's: the ring, the slot the token takes, the sums, the parameters."""
+        ring = state.ring
+        weight, bias = float_map(self)
+        at = _slots(ring.window, ring.k.device)[slot : slot + 1]  # (1,) int64, a view: no tensor made per step
+        return ring.k, ring.v, ring.real, at, state.kv, state.z, weight, bias, self.log_gamma
 
     def _phi(self, x: Tensor, real: Tensor | None = None) -> Tensor:
-        """Hedgehog's feature map (variants._hedgehog) on x (B, H_kv, G or 1, L, D) -> (B, H_kv, G or 1, L, 2F); 0 at
-        padded keys."""
-        phi = hedgehog_features(x, *float_map(self))
-        return phi if real is None else torch.where(real[..., 0, :, None], phi, 0.0)
+        """Hedgehog's feature map (_window_linear_math.features) with this module's parameters; 0 at padded keys."""
+        return features(x, *float_map(self), real)
 
 
-@dataclass
-class WindowLinearState:
-    """window_linear's decode state: the window's ring buffer and float32 sums over the keys that left it (constant in N)."""
-
-    ring: SlidingWindowState  # the last `window` keys and values (variants._ring)
-    kv: Tensor  # (B, H_kv, 1, 2F, D): sum_j phi(k_j) v_j^T over the far keys
-    z: Tensor  # (B, H_kv, 1, 2F, 1): sum_j phi(k_j)
-
-
-def _keys(k: Tensor, v: Tensor, kv_mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-    """k, v (B, H_kv, M, D) as (B, H_kv, 1, M, D) float32, zero at padded keys; which keys are real, (B, 1, 1, 1, M)."""
-    B, M = k.shape[0], k.shape[2]
-    real = (torch.ones(B, M, dtype=torch.bool, device=k.device) if kv_mask is None else kv_mask)[:, None, None, None, :]
-    k5, v5 = (torch.where(real[:, :, :, 0, :, None], t.float()[:, :, None], 0.0) for t in (k, v))
-    return k5, v5, real
-
-
-def _sums(fk: Tensor, v5: Tensor) -> tuple[Tensor, Tensor]:
-    """(sum_j phi(k_j) v_j^T (B, H_kv, 1, 2F, D), sum_j phi(k_j) (B, H_kv, 1, 2F, 1)) over the keys given."""
-    return fk.transpose(-1, -2) @ v5, fk.sum(-2).unsqueeze(-1)
+@functools.lru_cache(maxsize=16)
+def _slots(window: int, device: torch.device) -> Tensor:
+    """The ring's slot indices 0 .. window - 1 (int64), made once per window and device."""
+    return torch.arange(window, device=device)

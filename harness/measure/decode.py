@@ -90,7 +90,8 @@ class DecodePhase(Phase):
             state = self._prepared = self.fresh_state()
         N = self.N
         errors = quantization_errors(self.k[:, :, :N], self.v[:, :, :N], self.kv_dtype)  # the context's K and V
-        return Prepared(watch.seconds, int(self.attn.state_bytes(state)), int(live_state_bytes(state)), **errors)
+        sizes = int(self.attn.state_bytes(state)), int(live_state_bytes(state))
+        return Prepared(watch.seconds, *sizes, decode_step=self.attn.decode_kind(), **errors)
 
     def check(self) -> Checked:
         state, self._prepared = self._prepared, None

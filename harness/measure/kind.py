@@ -23,6 +23,7 @@ class Prepared:
     setup_s: float | None = None  # compilation, block masks, a decode cell's state for its context
     state_bytes: int | None = None  # a decode cell's state right after the context: the capacity it holds
     state_live_bytes: int | None = None  # of which live: what a step reads
+    decode_step: str | None = None  # the step init_state prepared where the config chooses (variants' decode_backend)
     kv_bytes: int | None = None  # a prefill attention cell's K and V as stored (harness.measure.kv_quant)
     k_quant_rel_l2: float | None = None  # quantization's own error on K (None: kv_dtype none)
     v_quant_rel_l2: float | None = None  # and on V

@@ -16,16 +16,23 @@ from variants import build_variant, get_variant, list_variants, live_state_bytes
 B, H, D, CONTEXT, WINDOW = 1, 2, 64, 2048, 512  # a state of about 1 MB or more: far above a step's own buffers
 
 
-def _decoders() -> list[str]:
-    return [name for name in list_variants() if get_variant(name).capabilities.decode]
+def _decoders() -> list:
+    """(variant, decode_backend) for every variant that decodes: both ways of stepping where its config chooses (eager,
+    and auto: the compiled kernel on CPU), else None."""
+    cases = []
+    for name in (n for n in list_variants() if get_variant(n).capabilities.decode):
+        fields = {field.name for field in dataclasses.fields(get_variant(name).config)}
+        cases += [(name, b) for b in ("eager", "auto")] if "decode_backend" in fields else [(name, None)]
+    return cases
 
 
-@pytest.mark.parametrize("name", _decoders())
+@pytest.mark.parametrize("name,backend", _decoders())
 @pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "padded"])
-def test_a_decode_step_allocates_less_than_a_quarter_of_its_state(name, padded):
+def test_a_decode_step_allocates_less_than_a_quarter_of_its_state(name, backend, padded):
     torch.manual_seed(0)
     fields = {field.name for field in dataclasses.fields(get_variant(name).config)}
-    attn = build_variant(name, **({"window": WINDOW} if "window" in fields else {})).eval()
+    config = {"window": WINDOW} if "window" in fields else {}
+    attn = build_variant(name, **config, **({"decode_backend": backend} if backend else {})).eval()
     q, k, v = (torch.randn(B, H, CONTEXT + 2, D) for _ in range(3))
     kv_mask = torch.ones(B, CONTEXT, dtype=torch.bool)
     kv_mask[:, : CONTEXT // 4] = not padded  # a left-padded context, or none

@@ -1,0 +1,76 @@
+"""The compiled decode step (variants._decode_step: one AOTInductor kernel) gives the eager step's outputs and leaves the
+same state, for every variant with a decode_backend; a compile that fails runs the eager step and says why.
+
+Each compile takes about 12 s on 2 cores, so the cases share shapes where they can (the kernels are cached per shape)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from variants import build_variant, get_variant, list_variants
+from variants._decode_step import DecodeStep
+
+B, H, D, CONTEXT, STEPS = 2, 4, 16, 13, 6  # small_config's window (4) is below CONTEXT: the ring wraps
+
+
+def _choosers() -> list[str]:
+    """The variants whose config has a decode_backend."""
+    return [
+        n for n in list_variants() if "decode_backend" in {f.name for f in dataclasses.fields(get_variant(n).config)}
+    ]
+
+
+def _decode(name: str, backend: str, kv_heads: int, padded: bool) -> tuple[torch.Tensor, object, str | None]:
+    """Outputs (B, H, STEPS, D), the final state and decode_kind() of a fresh build (seeded: both builds alike)."""
+    torch.manual_seed(0)
+    attn = build_variant(name, **{**get_variant(name).cls.small_config, "decode_backend": backend}).eval()
+    q = torch.randn(B, H, CONTEXT + STEPS, D)
+    k, v = (torch.randn(B, kv_heads, CONTEXT + STEPS, D) for _ in range(2))
+    mask = torch.ones(B, CONTEXT, dtype=torch.bool)
+    mask[0, -3:], mask[1, 2] = False, False  # right padding and a hole, used when padded
+    outs = []
+    with torch.no_grad():
+        attn(q[:, :, :8], k[:, :, :8], v[:, :, :8], causal=True)  # a learnable variant's parameters are made
+        state = attn.init_state(k[:, :, :CONTEXT], v[:, :, :CONTEXT], kv_mask=mask if padded else None)
+        for t in range(CONTEXT, CONTEXT + STEPS):
+            out, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
+            outs.append(out)
+    return torch.cat(outs, dim=2), state, attn.decode_kind()
+
+
+@pytest.mark.parametrize("name", _choosers())
+@pytest.mark.parametrize(
+    "kv_heads,padded",
+    [(H, False), pytest.param(H, True, marks=pytest.mark.slow), pytest.param(2, False, marks=pytest.mark.slow)],
+    ids=["plain", "padded", "gqa"],
+)
+def test_the_compiled_step_equals_the_eager_step(name, kv_heads, padded):
+    eager, eager_state, eager_kind = _decode(name, "eager", kv_heads, padded)
+    compiled, compiled_state, kind = _decode(name, "compiled", kv_heads, padded)
+    assert (eager_kind, kind) == ("eager", "compiled"), f"{name}: the compile did not run here: {kind}"
+    torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
+    for field in ("kv", "z"):  # the running sums, updated in place by both
+        torch.testing.assert_close(getattr(compiled_state, field), getattr(eager_state, field), rtol=1e-5, atol=1e-6)
+
+
+def test_auto_compiles_on_cpu():
+    *_, kind = _decode(_choosers()[0], "auto", H, False)
+    assert kind == "compiled"
+
+
+def test_a_step_that_cannot_compile_runs_eagerly_and_says_why():
+    def data_dependent(x: torch.Tensor) -> torch.Tensor:  # export cannot trace a branch on a tensor's value
+        return x + 1 if bool(x.sum() > 0) else x - 1
+
+    step, x = DecodeStep(data_dependent, "compiled"), torch.ones(3)
+    assert torch.equal(step(x), x + 1)
+    assert step.kind.startswith("eager (compile failed: "), step.kind
+
+
+@pytest.mark.parametrize("name", _choosers())
+def test_a_bad_decode_backend_is_refused(name):
+    with pytest.raises(ValueError, match=r"decode_backend must be one of 'auto', 'eager', 'compiled', got 'compile'"):
+        build_variant(name, decode_backend="compile")

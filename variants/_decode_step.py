@@ -1,0 +1,84 @@
+"""A small-state decode step as one pure tensor function, run eagerly or compiled ahead of time into one C++ kernel.
+
+distilled's and window_linear's decode states are small (running sums, a short ring), so their eager step is
+dispatch-bound: about 20 and 35 small torch operations at 2-16 us each (docs/timing.md). The compiled step is the same
+function exported (torch.export) and compiled by AOTInductor (inductor's C++ code, built with the machine's C++
+compiler): one call into a shared library per token, without Dynamo's per-call guards (torch.compile's wrapper alone
+costs about 20 us a call on this CPU) and without a dispatch per operation. The function updates its state in place and
+returns the output, so both ways leave the same state.
+
+A variant's config field ``decode_backend`` chooses: "eager" calls the function; "compiled" compiles it once per
+process for each shape, dtype, device and thread count (the parameters are arguments, never baked in, so a student
+trained later needs no new compile); "auto" is "compiled" on CPU and "eager" elsewhere (on CUDA AOTInductor would need
+triton, and the eager step stays as it was). A compile that fails (no C++ compiler, an operation export or inductor
+refuses) leaves the eager function for that shape and ``DecodeStep.kind`` says why: a step never fails for it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch import Tensor, nn
+
+DECODE_BACKENDS = ("auto", "eager", "compiled")  # a variant config's decode_backend; see the module doc
+
+# (function, the arguments' shapes, dtypes, devices, torch threads) -> the loaded kernel, or why it did not compile
+_COMPILED: dict[tuple[Any, ...], Callable[..., Tensor] | str] = {}
+
+
+class DecodeStep:
+    """`fn(*tensors) -> out`, run as `backend` says (DECODE_BACKENDS). Every argument must be contiguous for the
+    compiled kernel (it was compiled for contiguous ones): a call with one that is not runs eagerly."""
+
+    def __init__(self, fn: Callable[..., Tensor], backend: str):
+        self.fn, self.backend = fn, backend
+        self.kind = "eager"  # what the last call ran: "compiled", "eager" or "eager (compile failed: ...)"
+
+    def __call__(self, *args: Tensor) -> Tensor:
+        compiled = self._compiled(args)
+        return self.fn(*args) if compiled is None else compiled(*args)
+
+    def prepare(self, *args: Tensor) -> None:
+        """Compile for arguments like these (nothing runs, nothing is changed): a variant's init_state calls it, so the
+        compile is set-up, never part of a timed step."""
+        self._compiled(args)
+
+    def _compiled(self, args: tuple[Tensor, ...]) -> Callable[..., Tensor] | None:
+        wanted = self.backend == "compiled" or (self.backend == "auto" and args[0].device.type == "cpu")
+        if not wanted or not all(a.is_contiguous() for a in args):
+            self.kind = "eager"
+            return None
+        key = (self.fn, torch.get_num_threads(), *((a.shape, a.dtype, a.device) for a in args))
+        if key not in _COMPILED:
+            _COMPILED[key] = _compile(self.fn, args)
+        found = _COMPILED[key]
+        self.kind = f"eager (compile failed: {found})" if isinstance(found, str) else "compiled"
+        return None if isinstance(found, str) else found
+
+
+class _AsModule(nn.Module):
+    """A function as a module: what torch.export takes."""
+
+    def __init__(self, fn: Callable[..., Tensor]):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args: Tensor) -> Tensor:
+        return self.fn(*args)
+
+
+def _compile(fn: Callable[..., Tensor], args: tuple[Tensor, ...]) -> Callable[..., Tensor] | str:
+    """fn exported on copies of args and compiled by AOTInductor, or the first line of why it could not be."""
+    import torch._inductor  # inductor is heavy and only a compiled step needs it
+
+    try:
+        with torch.no_grad():
+            program = torch.export.export(_AsModule(fn), tuple(a.clone() for a in args), strict=False)
+            loader = torch._inductor.aoti_load_package(torch._inductor.aoti_compile_and_package(program)).loader
+    except Exception as error:  # any failure (compiler missing, an op refused) means the eager step, with its reason
+        lines = str(error).strip().splitlines() or [""]
+        return f"{type(error).__name__}: {lines[0][:200]}"
+    # The packaged model's __call__ parses its two pytree specs (JSON) on every call, about 11 us on this CPU: fn takes
+    # flat tensors and returns one, so its loader runs it directly (about 2 us a call).
+    return lambda *tensors: loader.run(list(tensors))[0]
