@@ -3,7 +3,9 @@
 The baseline's own cells (the baseline variant with its default config) are timed alone (harness.measure.timer),
 and get speedup None: a ratio to itself would be 1 by construction. Every other cell times its step
 and the baseline's step on the same q, k, v in alternation (harness.measure.pairing), so the paired
-speed-up survives a load that drifts during the cell. A baseline that is unsupported or fails leaves
+speed-up survives a load that drifts during the cell. Both steps are first warmed up to a stable rate
+(pairing.warm_up), and the pairs are timed in ROUNDS consecutive rounds whose spread enters the interval
+(harness.measure.rounds). A baseline that is unsupported or fails leaves
 the speed-up fields None, the variant timed alone, and says why in noise_reason; it never fails the row.
 """
 
@@ -26,7 +28,9 @@ from harness.measure.pairing import (
     calls_per_block,
     spread,
     time_pairs,
+    warm_up,
 )
+from harness.measure.rounds import round_interval
 from harness.measure.settings import MeasureSettings
 from harness.measure.timer import Measurement, StepTimer
 from harness.schema import BASELINE, Cell, series_suffix
@@ -34,7 +38,9 @@ from variants import NotSupportedError
 
 Step = Callable[[], Any]
 # pairs a cell aims for within its time budget (at least settings.repeats, at most this when calls are fast)
-TARGET_PAIRS = 10
+TARGET_PAIRS = 16
+ROUNDS = 4  # rounds the pairs are split into (each whole ABBA blocks), fewer when fewer pairs fit
+MIN_ROUNDS = 3  # fewer rounds than this: one round, the bootstrap over pairs (two rounds give a t of 12.7)
 SLOW_PAIRS = 3  # pairs when one call of either step already exceeds the budget...
 SLOWEST_PAIRS = 2  # ... and when one pair takes longer than SLOW_PAIR_S
 SLOW_PAIR_S = 1.0  # seconds
@@ -62,9 +68,11 @@ class Timing:
     latency_p20_s: float
     latency_p80_s: float
     repeats: int
-    speedup: float | None = None  # median over the pairs of baseline / variant seconds
-    speedup_low: float | None = None  # its 95% bootstrap interval
+    speedup: float | None = None  # geometric mean of the rounds' median baseline / variant (one round: the median)
+    speedup_low: float | None = None  # its 95% interval (harness.measure.rounds; one round: bootstrap over pairs)
     speedup_high: float | None = None
+    rounds: int | None = None  # rounds the pairs were timed in
+    speedup_round_sd: float | None = None  # s.d. of log(round speed-up) between rounds (None: one round)
     baseline_latency_s: float | None = None
     noise_reason: str | None = None  # why no paired speed-up, or that the blocks were re-timed
     cpu_latency_s: float | None = None  # the second clock (CPU time of the timing thread), on CPU
@@ -177,17 +185,17 @@ def _paired(
     if first_call_s < 4 * budget:  # the accuracy check's call was the first: re-estimate the now warm variant
         first_call_s = timer(step, 1).per_call_s
     slow = max(first_call_s, base_call_s) >= budget
-    block_s = budget / (2 * TARGET_PAIRS)
-    na, nb = (1, 1) if slow else (calls_per_block(first_call_s, block_s), calls_per_block(base_call_s, block_s))
-    pair_s = na * first_call_s + nb * base_call_s
-    fewest = (SLOWEST_PAIRS if pair_s > SLOW_PAIR_S else SLOW_PAIRS) if slow else settings.repeats
-    pairs = max(fewest, min(TARGET_PAIRS, int(budget / pair_s) if pair_s > 0 else TARGET_PAIRS))
-    times = time_pairs(step, base_step, timer, pairs=pairs, number_variant=na, number_baseline=nb)
+    if not slow:  # a stable rate for each, from blocks of the size the pairs will use
+        na, nb, _, _ = pair_plan(first_call_s, base_call_s, settings, slow)
+        first_call_s, base_call_s = warm_up(step, timer, na), warm_up(base_step, timer, nb)
+    na, nb, pairs, rounds = pair_plan(first_call_s, base_call_s, settings, slow)
+    plan = {"pairs": pairs, "number_variant": na, "number_baseline": nb, "rounds": rounds}
+    times = time_pairs(step, base_step, timer, **plan)
     retimed = False
     if (
         not slow and max(spread(times.variant_s), spread(times.ratios)) > RETIME_SPREAD
     ):  # the blocks disagree badly: once more
-        times, retimed = time_pairs(step, base_step, timer, pairs=pairs, number_variant=na, number_baseline=nb), True
+        times, retimed = time_pairs(step, base_step, timer, **plan), True
     return {
         **Measurement(tuple(times.variant)).latency_fields(),
         **paired_speedup(times),
@@ -196,27 +204,56 @@ def _paired(
     }
 
 
+def pair_plan(call_s: float, base_call_s: float, settings: MeasureSettings, slow: bool) -> tuple[int, int, int, int]:
+    """(calls per variant block, calls per baseline block, pairs, rounds) that fill the time budget: blocks of
+    budget / (2 x TARGET_PAIRS) seconds; ROUNDS rounds of whole ABBA blocks where at least MIN_ROUNDS fit, else one
+    round of the pairs that fit (at least settings.repeats; SLOW_PAIRS or SLOWEST_PAIRS single calls when slow)."""
+    budget = settings.time_budget_s
+    block_s = budget / (2 * TARGET_PAIRS)
+    na, nb = (1, 1) if slow else (calls_per_block(call_s, block_s), calls_per_block(base_call_s, block_s))
+    pair_s = na * call_s + nb * base_call_s
+    fewest = (SLOWEST_PAIRS if pair_s > SLOW_PAIR_S else SLOW_PAIRS) if slow else settings.repeats
+    pairs = max(fewest, min(TARGET_PAIRS, int(budget / pair_s) if pair_s > 0 else TARGET_PAIRS))
+    rounds = min(ROUNDS, pairs // 2)
+    if slow or rounds < MIN_ROUNDS:
+        return na, nb, pairs, 1
+    return na, nb, rounds * 2 * (pairs // (2 * rounds)), rounds
+
+
 def cpu_fields(times: PairedTimes) -> dict[str, Any]:
     """The second clock's fields of a paired cell: contention over both steps' kept blocks, and the paired speed-up
     on CPU time (cpu_speedup, its interval); {} when the blocks carry no CPU time (CUDA, a fake clock)."""
     fields = contention_fields(times.variant, times.baseline)
     if not fields:
         return fields
+    nan = float("nan")  # a pair without CPU time: left out of its round, the rounds kept aligned
     ratios = [
-        b.cpu_per_call_s / a.cpu_per_call_s for a, b in zip(times.variant, times.baseline) if a.cpu_per_call_s > 0
+        b.cpu_per_call_s / a.cpu_per_call_s if a.cpu_per_call_s > 0 else nan
+        for a, b in zip(times.variant, times.baseline)
     ]
-    if ratios:
-        speedup, low, high = bootstrap_interval(ratios)
+    if any(r > 0 for r in ratios):
+        speedup, low, high, _ = speedup_interval(times, ratios)
         fields.update(cpu_speedup=speedup, cpu_speedup_low=low, cpu_speedup_high=high)
     return fields
 
 
+def speedup_interval(times: PairedTimes, ratios: list[float]) -> tuple[float, float, float, float | None]:
+    """(speed-up, low, high, between-round s.d. of its log) of per-pair ratios: over rounds where the pairs were timed
+    in several (harness.measure.rounds), else the median and its bootstrap interval over pairs (s.d. None)."""
+    if times.rounds > 1 and all(any(r > 0 for r in part) for part in times.by_round(ratios)):
+        got = round_interval(times.by_round(ratios))
+        return got.speedup, got.low, got.high, got.between_sd
+    return (*bootstrap_interval([r for r in ratios if r > 0]), None)
+
+
 def paired_speedup(times: PairedTimes) -> dict[str, Any]:
-    """speedup (median of baseline/variant over pairs), its interval and the baseline's median per-call seconds."""
-    speedup, low, high = bootstrap_interval(times.ratios)
+    """speedup, its interval (speedup_interval), rounds, speedup_round_sd and the baseline's median per-call seconds."""
+    speedup, low, high, between_sd = speedup_interval(times, times.ratios)
     return {
         "speedup": speedup,
         "speedup_low": low,
         "speedup_high": high,
+        "rounds": times.rounds,
+        "speedup_round_sd": between_sd,
         "baseline_latency_s": statistics.median(times.baseline_s),
     }
