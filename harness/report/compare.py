@@ -1,6 +1,7 @@
 """Compare two runs (`python -m harness compare RUN_A RUN_B`): match their cells, ratios B/A, each cell judged
-(harness.report.verdicts), and the output: the printed summary, compare.md (the flagged cells side by side in the
-report's columns, harness.report.tables) and compare.csv (every matched cell, raw numbers).
+(harness.report.verdicts, on a time ratio that cancels the machine: harness.report.normalize), and the output: the
+printed summary, compare.md (the flagged cells side by side in the report's columns, harness.report.tables) and
+compare.csv (every matched cell, raw numbers; time_ratio and time_basis are what the verdict judged).
 
 Cells are matched on what was measured, not where: harness.schema.match_key, every field of a cell's id but
 the device (two GPUs, or CPU vs GPU, are the point of a comparison; CPU vs GPU is noted: the CPU and CUDA
@@ -22,12 +23,10 @@ from harness.errors import UsageError
 from harness.report.analysed import AnalysedRun
 from harness.report.render import inert_markdown, md_cell
 from harness.report.tables import COLUMNS
+from harness.report.normalize import SUFFIX_A, SUFFIX_B, A, B, basis_note, reference_s, time_ratio
 from harness.report.verdicts import (
     DEFAULT_THRESHOLD,
-    SUFFIX_A,
-    SUFFIX_B,
-    A,
-    B,
+    NoiseFloor,
     floor_notes,
     judge,
     load_notes,
@@ -66,6 +65,7 @@ class Comparison:
     only_a: pd.DataFrame  # cells of A with no match in B
     only_b: pd.DataFrame  # cells of B with no match in A
     notes: list[str] = field(default_factory=list)
+    floor: NoiseFloor = NoiseFloor()  # the drift and scatter the verdicts were judged against
 
     @property
     def regressions(self) -> pd.DataFrame:
@@ -106,8 +106,9 @@ def compare_runs(a: AnalysedRun, b: AnalysedRun, *, threshold: float = DEFAULT_T
     only_a = merged[merged["_merge"] == "left_only"]
     only_b = merged[merged["_merge"] == "right_only"]
     cells = merged[merged["_merge"] == "both"].copy()
-    floor = noise_floor(cells)
-    notes += floor_notes(floor, threshold, a, b)
+    references = (reference_s(a), reference_s(b))
+    floor = noise_floor(cells, references)
+    notes += [n for n in [basis_note(cells, references)] if n] + floor_notes(floor, threshold, a, b)
     same_reference = a.accuracy_reference == b.accuracy_reference
     if not same_reference:
         notes.append(
@@ -116,9 +117,14 @@ def compare_runs(a: AnalysedRun, b: AnalysedRun, *, threshold: float = DEFAULT_T
     verdicts, whys = [], []
     loaded = {side: under_load(run) for side, run in (("a", a), ("b", b))}
     for _, row in cells.iterrows():
-        verdict, why = judge(row, threshold=threshold, floor=floor, errors=same_reference, loaded=loaded)
+        verdict, why = judge(
+            row, threshold=threshold, floor=floor, errors=same_reference, loaded=loaded, references=references
+        )
         verdicts.append(verdict)
         whys.append(why)
+    ratios = [time_ratio(row, references) for _, row in cells.iterrows()]
+    cells["time_ratio"] = [r.ratio if r else float("nan") for r in ratios]  # what the verdict judged
+    cells["time_basis"] = [r.basis if r else None for r in ratios]
     cells["latency_ratio"] = cells[B.latency_s] / cells[A.latency_s]
     cells["memory_ratio"] = cells[B.peak_memory_bytes] / cells[A.peak_memory_bytes].where(
         cells[A.peak_memory_bytes] > 0
@@ -139,7 +145,9 @@ def compare_runs(a: AnalysedRun, b: AnalysedRun, *, threshold: float = DEFAULT_T
         notes.append(
             f"{len(changed)} matched cell(s) ran on another backend in B (e.g. {changed[A.backend].iloc[0]} -> {changed[B.backend].iloc[0]})"
         )
-    return Comparison(cells.reset_index(drop=True), only_a.reset_index(drop=True), only_b.reset_index(drop=True), notes)
+    return Comparison(
+        cells.reset_index(drop=True), only_a.reset_index(drop=True), only_b.reset_index(drop=True), notes, floor
+    )
 
 
 def _keyed(run: AnalysedRun, notes: list[str]) -> pd.DataFrame:
@@ -200,7 +208,8 @@ def write_outputs(comparison: Comparison, a: AnalysedRun, b: AnalysedRun, out: P
     # each side's config: a searched knob may have found another value in each run
     sides = [name + side for name in (COL.config, COL.status, COL.backend, *MEASURED) for side in (SUFFIX_A, SUFFIX_B)]
     cell = [name for name in CELL_FIELDS if name != "config"]
-    columns = [*cell, A.series, *sides, "latency_ratio", "memory_ratio", "error_change", "verdict", "why"]
+    columns = [*cell, A.series, *sides, "time_ratio", "time_basis", "latency_ratio", "memory_ratio", "error_change"]
+    columns += ["verdict", "why"]
     csv_path = out / "compare.csv"
     frame = comparison.cells[columns].rename(columns={A.series: COL.series})
     for column in (A.config, B.config):
