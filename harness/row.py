@@ -54,6 +54,11 @@ class Row:
     speedup_high: float | None = _measured()
     rounds: int | None = _measured()  # rounds the pairs were timed in (1: one; None: not paired, or older rows)
     speedup_round_sd: float | None = _measured()  # s.d. of log(round speed-up) between rounds; None: one round
+    # the baseline's own cells: reference kernel / cell seconds, paired in rounds as speedup is, with its 95% interval
+    # (harness.measure.yardstick; rounds and speedup_round_sd are then this pairing's); None for every other cell
+    reference_speedup: float | None = _measured()
+    reference_speedup_low: float | None = _measured()
+    reference_speedup_high: float | None = _measured()
     # median seconds per call of the baseline (dense, backend auto) in the pairs
     baseline_latency_s: float | None = _measured()
     # 1-minute load average / usable CPUs, the larger of the cell's start and end

@@ -29,6 +29,13 @@ BOOTSTRAP_SEED = 0
 CONFIDENCE = 0.95
 WARM_TOLERANCE = 0.05  # a step is warm when two consecutive blocks' per-call seconds agree within this share
 WARM_MAX_BLOCKS = 8  # ... or after this many blocks (a step whose rate never settles: its pairs say so)
+# pairs a cell aims for within its time budget (at least settings.repeats, at most this when calls are fast)
+TARGET_PAIRS = 16
+ROUNDS = 4  # rounds the pairs are split into (each whole ABBA blocks), fewer when fewer pairs fit
+MIN_ROUNDS = 3  # fewer rounds than this: one round, the bootstrap over pairs (two rounds give a t of 12.7)
+SLOW_PAIRS = 3  # pairs when one call of either step already exceeds the budget...
+SLOWEST_PAIRS = 2  # ... and when one pair takes longer than SLOW_PAIR_S
+SLOW_PAIR_S = 1.0  # seconds
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,21 @@ def warm_up(step: Step, timer: BlockTimer, number: int) -> float:
             return now
         last = now
     return last
+
+
+def pair_plan(call_s: float, base_call_s: float, budget: float, repeats: int, slow: bool) -> tuple[int, int, int, int]:
+    """(calls per variant block, calls per baseline block, pairs, rounds) that fill the time budget: blocks of
+    budget / (2 x TARGET_PAIRS) seconds; ROUNDS rounds of whole ABBA blocks where at least MIN_ROUNDS fit, else one
+    round of the pairs that fit (at least `repeats`; SLOW_PAIRS or SLOWEST_PAIRS single calls when `slow`)."""
+    block_s = budget / (2 * TARGET_PAIRS)
+    na, nb = (1, 1) if slow else (calls_per_block(call_s, block_s), calls_per_block(base_call_s, block_s))
+    pair_s = na * call_s + nb * base_call_s
+    fewest = (SLOWEST_PAIRS if pair_s > SLOW_PAIR_S else SLOW_PAIRS) if slow else repeats
+    pairs = max(fewest, min(TARGET_PAIRS, int(budget / pair_s) if pair_s > 0 else TARGET_PAIRS))
+    rounds = min(ROUNDS, pairs // 2)
+    if slow or rounds < MIN_ROUNDS:
+        return na, nb, pairs, 1
+    return na, nb, rounds * 2 * (pairs // (2 * rounds)), rounds
 
 
 def calls_per_block(call_s: float, block_s: float) -> int:

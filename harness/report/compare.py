@@ -23,7 +23,7 @@ from harness.errors import UsageError
 from harness.report.analysed import AnalysedRun
 from harness.report.render import inert_markdown, md_cell
 from harness.report.tables import COLUMNS
-from harness.report.normalize import SUFFIX_A, SUFFIX_B, A, B, basis_note, reference_s, time_ratio
+from harness.report.normalize import SUFFIX_A, SUFFIX_B, A, B, basis_note, time_ratio
 from harness.report.verdicts import (
     DEFAULT_THRESHOLD,
     NoiseFloor,
@@ -46,6 +46,9 @@ MEASURED = tuple(
             COL.speedup,
             COL.speedup_low,
             COL.speedup_high,
+            COL.reference_speedup,
+            COL.reference_speedup_low,
+            COL.reference_speedup_high,
             COL.load_per_cpu,
             COL.noisy,
             COL.noise_reason,
@@ -106,9 +109,8 @@ def compare_runs(a: AnalysedRun, b: AnalysedRun, *, threshold: float = DEFAULT_T
     only_a = merged[merged["_merge"] == "left_only"]
     only_b = merged[merged["_merge"] == "right_only"]
     cells = merged[merged["_merge"] == "both"].copy()
-    references = (reference_s(a), reference_s(b))
-    floor = noise_floor(cells, references)
-    notes += [n for n in [basis_note(cells, references)] if n] + floor_notes(floor, threshold, a, b)
+    floor = noise_floor(cells)
+    notes += [n for n in [basis_note(cells)] if n] + floor_notes(floor, threshold, a, b)
     same_reference = a.accuracy_reference == b.accuracy_reference
     if not same_reference:
         notes.append(
@@ -117,12 +119,10 @@ def compare_runs(a: AnalysedRun, b: AnalysedRun, *, threshold: float = DEFAULT_T
     verdicts, whys = [], []
     loaded = {side: under_load(run) for side, run in (("a", a), ("b", b))}
     for _, row in cells.iterrows():
-        verdict, why = judge(
-            row, threshold=threshold, floor=floor, errors=same_reference, loaded=loaded, references=references
-        )
+        verdict, why = judge(row, threshold=threshold, floor=floor, errors=same_reference, loaded=loaded)
         verdicts.append(verdict)
         whys.append(why)
-    ratios = [time_ratio(row, references) for _, row in cells.iterrows()]
+    ratios = [time_ratio(row) for _, row in cells.iterrows()]
     cells["time_ratio"] = [r.ratio if r else float("nan") for r in ratios]  # what the verdict judged
     cells["time_basis"] = [r.basis if r else None for r in ratios]
     cells["latency_ratio"] = cells[B.latency_s] / cells[A.latency_s]

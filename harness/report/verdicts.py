@@ -25,7 +25,7 @@ import pandas as pd
 from harness.measure.noise import HIGH_LOAD_PER_CPU, NOISY_SHARE
 from harness.report.analysed import AnalysedRun
 from harness.report.clock import contended_count, median_load, mostly_contended
-from harness.report.normalize import BASES, A, B, References, TimeRatio, time_ratio
+from harness.report.normalize import BASES, PAIRED, A, B, TimeRatio, intervals, time_ratio
 from harness.report.render import finite
 from harness.store import COL
 
@@ -56,13 +56,13 @@ class NoiseFloor:
         return math.log(ratio.ratio / (self.drift if ratio.basis == "latency" else 1.0))
 
 
-def noise_floor(cells: pd.DataFrame, references: References = (None, None)) -> NoiseFloor:
+def noise_floor(cells: pd.DataFrame) -> NoiseFloor:
     """The drift and scatter of the time ratios (harness.report.normalize) over matched cells ok in both runs
     (identity with too few cells)."""
     if not len(cells):
         return NoiseFloor()
     ok = cells[(cells[A.status] == "ok") & (cells[B.status] == "ok")]
-    ratios = [r for r in (time_ratio(row, references) for _, row in ok.iterrows()) if r and r.ratio > 0]
+    ratios = [r for r in (time_ratio(row) for _, row in ok.iterrows()) if r and r.ratio > 0]
     if len(ratios) < MIN_CELLS_FOR_FLOOR:
         return NoiseFloor(cells=len(ratios))
     raw = [math.log(r.ratio) for r in ratios if r.basis == "latency"]
@@ -79,14 +79,12 @@ def judge(
     floor: NoiseFloor = NoiseFloor(),
     errors: bool = True,
     loaded: dict[str, str | None] | None = None,
-    references: References = (None, None),
 ) -> tuple[str, str]:
     """The verdict for one matched cell (columns suffixed _a and _b) and the reasons, joined by '; '.
 
     `errors` False: the two runs measured errors against different references, so errors are not judged.
     `loaded`: side ("a", "b") -> why that run was measured under load (under_load), None when quiet; a cell ok in
     one run that timed out in a loaded other is "inconclusive".
-    `references`: each run's reference kernel seconds (harness.report.normalize.reference_s), None where none.
 
     "regression" | "improvement" | "same", or "noisy": latency moved beyond the threshold and the
     intervals while either row was measured under load or flagged noisy (not counted as either).
@@ -102,7 +100,7 @@ def judge(
             return "improvement", f"status {sa} -> ok"
         return "same", "" if sa == sb else f"status {sa} -> {sb}"
     worse, better = [], []
-    latency = _latency_change(row, threshold, floor, references)
+    latency = _latency_change(row, threshold, floor)
     if latency and _noisy(row):  # the machine, not the code: said, never counted
         return "noisy", f"{latency[1]}, but measured under load or noisy ({_noisy(row)})"
     if latency:
@@ -124,35 +122,27 @@ def judge(
     return "same", ""
 
 
-def _latency_change(
-    row: pd.Series, threshold: float, floor: NoiseFloor = NoiseFloor(), references: References = (None, None)
-) -> tuple[str, str] | None:
+def _latency_change(row: pd.Series, threshold: float, floor: NoiseFloor = NoiseFloor()) -> tuple[str, str] | None:
     """("worse" | "better", "latency 1.40x ...") when the cell's time ratio (harness.report.normalize) moved beyond
     the noise floor and both runs' intervals, else None.
 
-    Beyond the floor: floor.shift(ratio) exceeds floor.limit(threshold). Beyond the intervals: on the speed-up basis
-    the rows' speed-up intervals do not overlap; on the others the p20-p80 ranges (B's scaled to A's machine) do not.
+    Beyond the floor: floor.shift(ratio) exceeds floor.limit(threshold). Beyond the intervals: the two rows'
+    intervals of the basis's quantity do not overlap (normalize.intervals; unknown intervals do not hold it back).
     """
-    ratio = time_ratio(row, references)
+    ratio = time_ratio(row)
     if ratio is None:
         return None
     shift = floor.shift(ratio)
     if abs(shift) <= floor.limit(threshold):
         return None
-    if ratio.basis == "speedup":  # B's interval below A's: B's variant is slower against its baseline
-        lo_a, hi_a = row.get(A.speedup_low), row.get(A.speedup_high)
-        lo_b, hi_b = row.get(B.speedup_low), row.get(B.speedup_high)
-        known = _finite(lo_a, hi_a, lo_b, hi_b)
-        worse_apart, better_apart = (not known or hi_b < lo_a), (not known or lo_b > hi_a)
-    else:
-        spread_a = (row[A.latency_p20_s], row[A.latency_p80_s])
-        spread_b = [x * ratio.scale_b if _finite(x) else x for x in (row[B.latency_p20_s], row[B.latency_p80_s])]
-        known = _finite(*spread_a, *spread_b)
-        worse_apart, better_apart = (not known or spread_b[0] > spread_a[1]), (not known or spread_b[1] < spread_a[0])
+    (lo_a, hi_a), (lo_b, hi_b) = intervals(row, ratio.basis)
+    known = _finite(lo_a, hi_a, lo_b, hi_b)
+    if ratio.basis in PAIRED:  # a speed-up: B's interval below A's is B slower
+        lo_a, hi_a, lo_b, hi_b = (1 / x if known else x for x in (hi_a, lo_a, hi_b, lo_b))
     said = " ".join(filter(None, [f"latency {ratio.ratio:.2f}x", BASES[ratio.basis]]))
-    if shift > 0 and worse_apart:
+    if shift > 0 and (not known or lo_b > hi_a):
         return "worse", said
-    if shift < 0 and better_apart:
+    if shift < 0 and (not known or hi_b < lo_a):
         return "better", said
     return None
 

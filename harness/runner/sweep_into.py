@@ -25,7 +25,6 @@ from harness.measure import CALIBRATION_SEED_OFFSET, MeasureSettings, RunInfo, o
 from harness.measure.knob_range import unreachable_carries_over
 from harness.measure.limits import limit_dtypes, run_limits
 from harness.measure.tuning import scoring_seeds
-from harness.measure.yardstick import time_reference
 from harness.plan import plan
 from harness.row import Row
 from harness.runner.blocked import BLOCKING, block, blocked_series
@@ -75,8 +74,7 @@ def sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool, reme
 
 
 def _run_env(spec: SweepSpec, settings: MeasureSettings, budget: int | None, remeasure_limits: bool) -> dict[str, Any]:
-    """env.json's content: the environment, the seeds, the settings, the executor, the machine's limits and this run's
-    reference kernel time (harness.measure.yardstick)."""
+    """env.json's content: the environment, the seeds, the settings, the executor and the machine's limits."""
     env = collect_env(spec.device)
     env["seeds"] = {
         "evaluation": spec.seed,
@@ -86,7 +84,6 @@ def _run_env(spec: SweepSpec, settings: MeasureSettings, budget: int | None, rem
     env["measure_settings"] = settings.to_dict()
     env["executor"] = spec.executor  # of the first part; each row's host and device_name say where it ran
     env["limits"] = run_limits(spec.device, limit_dtypes(spec), remeasure=remeasure_limits)  # every row is held to them
-    env["reference"] = time_reference(spec.device)  # compare judges the baseline's cells by their latency over it
     if budget is not None:
         env["memory_budget_bytes"] = budget  # what the report's "Longest trainable N" is for ('device' resolved)
     return env

@@ -136,9 +136,8 @@ def load_run(run_dir: str | Path) -> Run:
     )
 
 
-# env.json's entries that are tables (harness.env.collect_env, the sweep's seeds and settings, the limits, the reference
-# kernel's time: harness.measure.yardstick); every other is a scalar
-ENV_TABLES = ("packages", "seeds", "measure_settings", "limits", "reference")
+# env.json's entries that are tables (harness.env.collect_env, the sweep's seeds and settings); every other is a scalar
+ENV_TABLES = ("packages", "seeds", "measure_settings", "limits")
 
 
 def read_env(path: Path, notes: list[str] | None = None) -> dict[str, Any]:
