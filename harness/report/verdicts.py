@@ -101,8 +101,9 @@ def judge(
         return "same", "" if sa == sb else f"status {sa} -> {sb}"
     worse, better = [], []
     latency = _latency_change(row, threshold, floor)
-    if latency and _noisy(row):  # the machine, not the code: said, never counted
-        return "noisy", f"{latency[1]}, but measured under load or noisy ({_noisy(row)})"
+    noisy = _noisy(row, paired=bool(latency and latency[2])) if latency else ""
+    if noisy:  # the machine, not the code: said, never counted
+        return "noisy", f"{latency[1]}, but measured under load or noisy ({noisy})"
     if latency:
         (worse if latency[0] == "worse" else better).append(latency[1])
     ma, mb = row[A.peak_memory_bytes], row[B.peak_memory_bytes]
@@ -122,8 +123,8 @@ def judge(
     return "same", ""
 
 
-def _latency_change(row: pd.Series, threshold: float, floor: NoiseFloor = NoiseFloor()) -> tuple[str, str] | None:
-    """("worse" | "better", "latency 1.40x ...") when the cell's time ratio (harness.report.normalize) moved beyond
+def _latency_change(row: pd.Series, threshold: float, floor: NoiseFloor = NoiseFloor()) -> tuple[str, str, bool] | None:
+    """("worse" | "better", "latency 1.40x ...", whether on a paired basis) when the cell's time ratio (harness.report.normalize) moved beyond
     the noise floor and both runs' intervals, else None.
 
     Beyond the floor: floor.shift(ratio) exceeds floor.limit(threshold). Beyond the intervals: the two rows'
@@ -141,9 +142,9 @@ def _latency_change(row: pd.Series, threshold: float, floor: NoiseFloor = NoiseF
         lo_a, hi_a, lo_b, hi_b = (1 / x if known else x for x in (hi_a, lo_a, hi_b, lo_b))
     said = " ".join(filter(None, [f"latency {ratio.ratio:.2f}x", BASES[ratio.basis]]))
     if shift > 0 and (not known or lo_b > hi_a):
-        return "worse", said
+        return "worse", said, ratio.basis in PAIRED
     if shift < 0 and (not known or hi_b < lo_a):
-        return "better", said
+        return "better", said, ratio.basis in PAIRED
     return None
 
 
@@ -166,15 +167,19 @@ def floor_notes(floor: NoiseFloor, threshold: float, a: AnalysedRun, b: Analysed
     return out
 
 
-def _noisy(row: pd.Series) -> str:
-    """Why either run's row of this cell cannot be trusted for time ('' when both are quiet)."""
+def _noisy(row: pd.Series, *, paired: bool = False) -> str:
+    """Why either run's row of this cell cannot be trusted for time ('' when both are quiet). `paired`: the change
+    cleared the rows' paired intervals, which already hold their blocks' spread (a row's wide-interval or spread
+    flag), so only load and contention make it the machine's (a bias pairing does not remove)."""
     parts = []
     for side in ("a", "b"):
         load = row.get(f"load_per_cpu_{side}")
-        flagged = isinstance(row.get(f"noisy_{side}"), (bool, np.bool_)) and row.get(f"noisy_{side}")
+        flagged = not paired and isinstance(row.get(f"noisy_{side}"), (bool, np.bool_)) and row.get(f"noisy_{side}")
         contended = isinstance(row.get(f"contended_{side}"), (bool, np.bool_)) and row.get(f"contended_{side}")
-        if flagged or contended or (_finite(load) and float(load) >= HIGH_LOAD_PER_CPU):
-            why = row.get(f"noise_reason_{side}") or (f"load {float(load):.2f} per CPU" if _finite(load) else "")
+        loaded = _finite(load) and float(load) >= HIGH_LOAD_PER_CPU
+        if flagged or contended or loaded:
+            said = row.get(f"noise_reason_{side}") if flagged else None
+            why = said or (f"load {float(load):.2f} per CPU" if _finite(load) else "")
             parts.append(f"{side.upper()}: " + "; ".join(filter(None, [why, "contended" if contended else ""])))
     return "; ".join(parts)
 

@@ -20,10 +20,10 @@ from tests.helpers.synthetic_run import make_rows, write_run
 SPEEDUPS = {"chunked": 0.7, "sliding_window": 2.0, "linformer": 3.0, "dense": 0.25}  # dense's: over the reference
 
 
-def _run(folder, *, latency: float = 1.0, paired: bool = True, speedup=None):
+def _run(folder, *, latency: float = 1.0, paired: bool = True, speedup=None, load: float = 0.1, wide: bool = False):
     """A synthetic run: every latency times `latency`. `paired`: every variant has SPEEDUPS' paired speed-up (interval
     +/- 5%) times `speedup`'s factor for it (dense's is over the reference kernel); else no paired fields (older
-    rows)."""
+    rows). `load` per CPU on every row; `wide`: every row flagged noisy for its interval's width alone."""
     rows = make_rows()
     for r in rows:
         if r["status"] != "ok":
@@ -34,7 +34,8 @@ def _run(folder, *, latency: float = 1.0, paired: bool = True, speedup=None):
         prefix = "reference_" if r["variant"] == "dense" else ""
         if paired:
             r.update({f"{prefix}speedup": s, f"{prefix}speedup_low": s * 0.95, f"{prefix}speedup_high": s * 1.05})
-            r.update(rounds=4, load_per_cpu=0.1)
+            r.update(rounds=4)
+        r.update(load_per_cpu=load, noisy=wide, noise_reason="speed-up interval wide" if wide else None)
     return load_run(write_run(folder, rows))
 
 
@@ -102,3 +103,16 @@ def test_the_floor_is_the_paired_scatter_not_the_absolute_one():
     assert floor.drift == 1.0 and floor.cells == 10
     assert floor.spread == pytest.approx(1.4826 * 0.05)
     assert floor.limit(0.05) == pytest.approx(NOISE_SIGMAS * 1.4826 * 0.05)
+
+
+def test_a_wide_interval_is_priced_in_but_load_is_not(tmp_path):
+    """A paired change beyond both rows' intervals is a regression even where the rows are flagged noisy for their
+    intervals' width (the intervals are what it cleared); under load it is the machine's: noisy, not counted."""
+    a = _run(tmp_path / "a", wide=True)
+    result = compare_runs(a, _run(tmp_path / "b", wide=True, speedup={"chunked": 1 / 1.4}))
+    assert set(result.regressions["variant"]) == {"chunked"} and len(result.noisy) == 0
+    result = compare_runs(a, _run(tmp_path / "c", load=1.5, speedup={"chunked": 1 / 1.4}))
+    assert len(result.regressions) == 0 and set(result.noisy["variant"]) == {"chunked"}
+    assert set(result.noisy["why"]) == {
+        "latency 1.40x against dense in the cell, but measured under load or noisy (B: load 1.50 per CPU)"
+    }
