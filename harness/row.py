@@ -46,7 +46,7 @@ class Row:
     latency_p80_s: float | None = _measured()
     repeats: int | None = _measured()  # timed calls
     # -- paired timing and noise (docs/timing.md); absent from older schema-1 rows, which load as None --
-    # median over ABAB pairs of baseline/variant per-call time; None when not paired
+    # baseline/variant per-call time over ABBA pairs; None when not paired
     # (timed in rounds: the geometric mean of the rounds' medians; harness.measure.rounds)
     speedup: float | None = _measured()
     # its 95% interval: where the next run's speed-up should fall (rounds), else a bootstrap over pairs (fixed seed)
