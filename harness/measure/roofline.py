@@ -32,7 +32,7 @@ from harness.schema import Cell
 # Tolerance above 100%: the limits are the best of a short measurement on a machine that may be shared.
 IMPOSSIBLE_ABOVE_PCT = 110.0
 
-WIDE_INTERVAL = 1.3  # speedup_high / speedup_low beyond this: the pairs disagree
+WIDE_INTERVAL = 1.3  # speedup_high / speedup_low (or reference_speedup_...) beyond this: the rounds disagree
 WIDE_SPREAD = 1.3  # p80 / p20 of the variant's timed blocks beyond this: the repeated blocks disagree
 
 BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -115,7 +115,8 @@ def roofline_fields(
 
 
 def noise_fields(fields: dict[str, Any], load: float | None) -> dict[str, Any]:
-    """noisy and noise_reason for a timed row's fields (latency_p20_s/p80_s, speedup_low/high) and its load.
+    """noisy and noise_reason for a timed row's fields (latency_p20_s/p80_s, speedup_low/high or
+    reference_speedup_low/high) and its load.
 
     A row that was not timed (no latency_s) gets noisy None; a note already in noise_reason (e.g. why
     there is no paired speed-up) is kept after the reasons.
@@ -125,9 +126,10 @@ def noise_fields(fields: dict[str, Any], load: float | None) -> dict[str, Any]:
     reasons = []
     if load is not None and load >= HIGH_LOAD_PER_CPU:
         reasons.append(f"load {load:.2f} per CPU >= {HIGH_LOAD_PER_CPU}")
-    low, high = fields.get("speedup_low"), fields.get("speedup_high")
-    if low and high and high / low > WIDE_INTERVAL:
-        reasons.append(f"speed-up interval wide ({low:.3g}-{high:.3g})")
+    for prefix in ("", "reference_"):  # a variant's speed-up over the baseline; the baseline's over the reference
+        low, high = fields.get(f"{prefix}speedup_low"), fields.get(f"{prefix}speedup_high")
+        if low and high and high / low > WIDE_INTERVAL:
+            reasons.append(f"{prefix.replace('_', ' ')}speed-up interval wide ({low:.3g}-{high:.3g})")
     p20, p80 = fields.get("latency_p20_s"), fields.get("latency_p80_s")
     if p20 and p80 and p80 / p20 > WIDE_SPREAD:
         reasons.append(f"timed blocks spread p80/p20 {p80 / p20:.2f}")
