@@ -10,7 +10,7 @@ import statistics
 import pytest
 import torch
 
-from harness.measure.pairing import WARM_MAX_BLOCKS, bootstrap_interval, time_pairs, warm_up
+from harness.measure.pairing import WARM_MAX_BLOCKS, bootstrap_interval, pair_plan, time_pairs, warm_up
 from harness.measure.rounds import round_interval, t975
 from harness.measure.settings import MeasureSettings
 from harness.measure.speedup import Baseline, paired_speedup, timed_fields
@@ -151,3 +151,18 @@ def test_the_next_run_falls_inside_about_as_often_as_claimed():
         pooled_covered += low <= b <= high
     assert 0.88 <= covered / trials <= 0.995, covered
     assert pooled_covered / trials < 0.75, pooled_covered
+
+
+@pytest.mark.parametrize(
+    "call_s, base_s, budget, slow, plan",
+    [
+        (0.001, 0.002, 0.05, False, (1, 1, 16, 4)),  # 16 pairs of 3 ms fit: 4 rounds of 4
+        (0.0001, 0.0002, 0.05, False, (15, 7, 16, 4)),  # fast calls: blocks of budget / 32
+        (0.01, 0.01, 0.12, False, (1, 1, 6, 3)),  # 6 pairs fit: 3 rounds of one ABBA block
+        (0.01, 0.01, 0.1, False, (1, 1, 5, 1)),  # 5 pairs: 2 rounds at most, too few for a t: one round
+        (0.5, 0.5, 0.25, True, (1, 1, 3, 1)),  # a call over the budget: SLOW_PAIRS single calls
+        (0.8, 0.8, 0.25, True, (1, 1, 2, 1)),  # a pair over SLOW_PAIR_S: SLOWEST_PAIRS
+    ],
+)
+def test_pair_plan_by_value(call_s, base_s, budget, slow, plan):
+    assert pair_plan(call_s, base_s, budget, 3, slow) == plan
