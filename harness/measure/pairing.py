@@ -4,8 +4,8 @@ Pure over its inputs: the steps and the block timer are arguments, so tests driv
 clock. A *block* is `number` back-to-back calls of one step, timed as a whole (harness.measure.timer.Block); its
 per-call seconds are one sample. Pair i is (variant block i, baseline block i), run next to each other, in
 the order AB, BA, AB, ... so neither step always runs second. The speed-up of a pair is
-baseline / variant. The pairs are grouped in consecutive *rounds* of equally many pairs (an even count: each
-round is whole ABBA blocks); harness.measure.rounds gives the interval over rounds. A cell timed in one round keeps
+baseline / variant. The pairs are grouped in consecutive *rounds* of equally many pairs (pair_plan);
+harness.measure.rounds gives the interval over rounds. A cell timed in one round keeps
 the median over pairs with a bootstrap interval over pairs (fixed seed, so a run is reproducible).
 
 Before the pairs, `warm_up` times blocks of a step until its per-call rate is stable (two blocks in a row within
@@ -31,8 +31,8 @@ WARM_TOLERANCE = 0.05  # a step is warm when two consecutive blocks' per-call se
 WARM_MAX_BLOCKS = 8  # ... or after this many blocks (a step whose rate never settles: its pairs say so)
 # pairs a cell aims for within its time budget (at least settings.repeats, at most this when calls are fast)
 TARGET_PAIRS = 16
-ROUNDS = 4  # rounds the pairs are split into (each whole ABBA blocks), fewer when fewer pairs fit
-MIN_ROUNDS = 3  # fewer rounds than this: one round, the bootstrap over pairs (two rounds give a t of 12.7)
+ROUNDS = 4  # rounds of two or more pairs each the pairs are split into, fewer when fewer pairs fit
+MIN_ROUNDS = 3  # fewer pairs than this: one round, the bootstrap over pairs (two rounds give a t of 12.7)
 SLOW_PAIRS = 3  # pairs when one call of either step already exceeds the budget...
 SLOWEST_PAIRS = 2  # ... and when one pair takes longer than SLOW_PAIR_S
 SLOW_PAIR_S = 1.0  # seconds
@@ -89,10 +89,10 @@ def time_pairs(
         timer: times a block (harness.measure.timer.StepTimer.block: wall and CPU time on CPU, CUDA events on CUDA).
         pairs: blocks of each step.
         number_variant, number_baseline: calls per block of each, so both blocks take about as long.
-        rounds: how many consecutive groups the pairs form (`pairs` must be a multiple of 2 x rounds beyond one).
+        rounds: how many consecutive groups of equally many pairs they form (`pairs` a multiple of it).
     """
-    if rounds > 1 and pairs % (2 * rounds):
-        raise ValueError(f"time_pairs: pairs={pairs} do not split into {rounds} rounds of whole ABBA blocks")
+    if pairs % rounds:
+        raise ValueError(f"time_pairs: pairs={pairs} do not split into {rounds} rounds of equally many pairs")
     a_times: list[Block] = []
     b_times: list[Block] = []
     for i in range(pairs):
@@ -117,17 +117,19 @@ def warm_up(step: Step, timer: BlockTimer, number: int) -> float:
 
 def pair_plan(call_s: float, base_call_s: float, budget: float, repeats: int, slow: bool) -> tuple[int, int, int, int]:
     """(calls per variant block, calls per baseline block, pairs, rounds) that fill the time budget: blocks of
-    budget / (2 x TARGET_PAIRS) seconds; ROUNDS rounds of whole ABBA blocks where at least MIN_ROUNDS fit, else one
-    round of the pairs that fit (at least `repeats`; SLOW_PAIRS or SLOWEST_PAIRS single calls when `slow`)."""
+    budget / (2 x TARGET_PAIRS) seconds, as many pairs as fit (at least `repeats`; SLOW_PAIRS or SLOWEST_PAIRS single
+    calls when `slow`), split into rounds: up to ROUNDS rounds of two pairs or more (the pairs rounded up to fill
+    them) where MIN_ROUNDS such rounds fit; else each pair its own round (each already spans a share of the budget a
+    round would), down to MIN_ROUNDS pairs; fewer pairs: one round."""
     block_s = budget / (2 * TARGET_PAIRS)
     na, nb = (1, 1) if slow else (calls_per_block(call_s, block_s), calls_per_block(base_call_s, block_s))
     pair_s = na * call_s + nb * base_call_s
     fewest = (SLOWEST_PAIRS if pair_s > SLOW_PAIR_S else SLOW_PAIRS) if slow else repeats
     pairs = max(fewest, min(TARGET_PAIRS, int(budget / pair_s) if pair_s > 0 else TARGET_PAIRS))
-    rounds = min(ROUNDS, pairs // 2)
-    if slow or rounds < MIN_ROUNDS:
+    if pairs < MIN_ROUNDS:
         return na, nb, pairs, 1
-    return na, nb, rounds * 2 * (pairs // (2 * rounds)), rounds
+    rounds = min(ROUNDS, pairs // 2) if pairs >= 2 * MIN_ROUNDS else pairs
+    return na, nb, rounds * -(-pairs // rounds), rounds
 
 
 def calls_per_block(call_s: float, block_s: float) -> int:

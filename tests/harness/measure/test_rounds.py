@@ -94,9 +94,9 @@ def test_a_shift_between_rounds_widens_the_interval_through_pairing():
     assert one["speedup_high"] / one["speedup_low"] < got["speedup_high"] / got["speedup_low"]
 
 
-def test_time_pairs_refuses_rounds_of_broken_abba_blocks():
+def test_time_pairs_refuses_rounds_of_unequal_size():
     clock = ShiftingClock(1.0, 2.0)
-    with pytest.raises(ValueError, match="pairs=6 do not split into 4 rounds"):
+    with pytest.raises(ValueError, match="pairs=6 do not split into 4 rounds of equally many pairs"):
         time_pairs(clock.step("variant"), clock.step("baseline"), clock.timer, pairs=6, rounds=4)
 
 
@@ -159,9 +159,10 @@ def test_the_next_run_falls_inside_about_as_often_as_claimed():
         (0.001, 0.002, 0.05, False, (1, 1, 16, 4)),  # 16 pairs of 3 ms fit: 4 rounds of 4
         (0.0001, 0.0002, 0.05, False, (15, 7, 16, 4)),  # fast calls: blocks of budget / 32
         (0.01, 0.01, 0.12, False, (1, 1, 6, 3)),  # 6 pairs fit: 3 rounds of one ABBA block
-        (0.01, 0.01, 0.1, False, (1, 1, 5, 1)),  # 5 pairs: 2 rounds at most, too few for a t: one round
-        (0.5, 0.5, 0.25, True, (1, 1, 3, 1)),  # a call over the budget: SLOW_PAIRS single calls
-        (0.8, 0.8, 0.25, True, (1, 1, 2, 1)),  # a pair over SLOW_PAIR_S: SLOWEST_PAIRS
+        (0.01, 0.01, 0.18, False, (1, 1, 12, 4)),  # 9 pairs fit: rounded up to 4 rounds of 3
+        (0.01, 0.01, 0.1, False, (1, 1, 5, 5)),  # 5 pairs: too few for rounds of 2, each pair a round
+        (0.5, 0.5, 0.25, True, (1, 1, 3, 3)),  # a call over the budget: SLOW_PAIRS single calls, each a round
+        (0.8, 0.8, 0.25, True, (1, 1, 2, 1)),  # a pair over SLOW_PAIR_S: SLOWEST_PAIRS, one round
     ],
 )
 def test_pair_plan_by_value(call_s, base_s, budget, slow, plan):
