@@ -117,15 +117,23 @@ def warm_up(step: Step, timer: BlockTimer, number: int) -> float:
 
 def pair_plan(call_s: float, base_call_s: float, budget: float, repeats: int, slow: bool) -> tuple[int, int, int, int]:
     """(calls per variant block, calls per baseline block, pairs, rounds) that fill the time budget: blocks of
-    budget / (2 x TARGET_PAIRS) seconds, as many pairs as fit (at least `repeats`; SLOW_PAIRS or SLOWEST_PAIRS single
-    calls when `slow`), split into rounds: up to ROUNDS rounds of two pairs or more (the pairs rounded up to fill
-    them) where MIN_ROUNDS such rounds fit; else each pair its own round (each already spans a share of the budget a
-    round would), down to MIN_ROUNDS pairs; fewer pairs: one round."""
+    budget / (2 x TARGET_PAIRS) seconds, as many pairs as fit (at least `repeats`); when `slow`, SLOW_PAIRS or
+    SLOWEST_PAIRS pairs of one call of the slower step and as many of the faster as last as long. Split into rounds:
+    up to ROUNDS rounds of two pairs or more (the pairs rounded up to fill them) where MIN_ROUNDS such rounds fit;
+    else each pair its own round (each already spans a share of the budget a round would), down to MIN_ROUNDS pairs;
+    fewer pairs: one round."""
+    if slow:  # the faster step's block lasts the slower's one call (dense at 4K against the reference kernel: 100x)
+        longest = max(call_s, base_call_s)
+        pairs = SLOWEST_PAIRS if call_s + base_call_s > SLOW_PAIR_S else SLOW_PAIRS
+        return _rounds(calls_per_block(call_s, longest), calls_per_block(base_call_s, longest), pairs)
     block_s = budget / (2 * TARGET_PAIRS)
-    na, nb = (1, 1) if slow else (calls_per_block(call_s, block_s), calls_per_block(base_call_s, block_s))
+    na, nb = calls_per_block(call_s, block_s), calls_per_block(base_call_s, block_s)
     pair_s = na * call_s + nb * base_call_s
-    fewest = (SLOWEST_PAIRS if pair_s > SLOW_PAIR_S else SLOW_PAIRS) if slow else repeats
-    pairs = max(fewest, min(TARGET_PAIRS, int(budget / pair_s) if pair_s > 0 else TARGET_PAIRS))
+    return _rounds(na, nb, max(repeats, min(TARGET_PAIRS, int(budget / pair_s) if pair_s > 0 else TARGET_PAIRS)))
+
+
+def _rounds(na: int, nb: int, pairs: int) -> tuple[int, int, int, int]:
+    """pair_plan's split of `pairs` into rounds (see there)."""
     if pairs < MIN_ROUNDS:
         return na, nb, pairs, 1
     rounds = min(ROUNDS, pairs // 2) if pairs >= 2 * MIN_ROUNDS else pairs

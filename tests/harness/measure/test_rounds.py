@@ -163,6 +163,7 @@ def test_the_next_run_falls_inside_about_as_often_as_claimed():
         (0.01, 0.01, 0.1, False, (1, 1, 5, 5)),  # 5 pairs: too few for rounds of 2, each pair a round
         (0.5, 0.5, 0.25, True, (1, 1, 3, 3)),  # a call over the budget: SLOW_PAIRS single calls, each a round
         (0.8, 0.8, 0.25, True, (1, 1, 2, 1)),  # a pair over SLOW_PAIR_S: SLOWEST_PAIRS, one round
+        (0.4, 0.004, 0.25, True, (1, 100, 3, 3)),  # the reference kernel's block lasts dense's one call
     ],
 )
 def test_pair_plan_by_value(call_s, base_s, budget, slow, plan):
