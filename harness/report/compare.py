@@ -181,11 +181,13 @@ def summary_lines(comparison: Comparison, a: AnalysedRun, b: AnalysedRun, *, lim
     lines += [f"note: {n}" for n in comparison.notes]
     ok = cells[(cells[A.status] == "ok") & (cells[B.status] == "ok")]
     if len(ok):
-        lines.append("geometric mean latency ratio B/A per series (ok in both):")
+        lines.append("geometric mean B/A per series (ok in both): absolute latency; time judged inside the cells")
         for series, group in ok.groupby(B.series, sort=True):
             ratios = group["latency_ratio"][np.isfinite(group["latency_ratio"]) & (group["latency_ratio"] > 0)]
             if len(ratios):
-                lines.append(f"  {series:<32} {float(np.exp(np.log(ratios).mean())):.2f}x over {len(ratios)} cells")
+                judged = group["time_ratio"][group["time_basis"].isin(("speedup", "reference"))]
+                inside = f"; {_geomean(judged):.2f}x inside the cells" if len(judged) else ""
+                lines.append(f"  {series:<32} {_geomean(ratios):.2f}x over {len(ratios)} cells{inside}")
     flagged = cells[cells["verdict"] != "same"].sort_values(["verdict", "latency_ratio"], ascending=[False, False])
     if len(flagged):
         lines.append("flagged cells:")
@@ -249,6 +251,10 @@ def _flagged_table(flagged: pd.DataFrame) -> list[str]:
         cells = [str(r["verdict"]), _cell_name(r), *texts]
         lines.append("| " + " | ".join(md_cell(c) for c in cells) + " |")
     return lines
+
+
+def _geomean(ratios: pd.Series) -> float:
+    return float(np.exp(np.log(ratios.astype(float)).mean()))
 
 
 def _machine(run: AnalysedRun) -> str:

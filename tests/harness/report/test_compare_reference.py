@@ -12,7 +12,7 @@ import pytest
 
 from harness.commands import main
 from harness.report.analysed import analyse as load_run
-from harness.report.compare import compare_runs
+from harness.report.compare import compare_runs, summary_lines
 from harness.report.normalize import TimeRatio, time_ratio
 from harness.report.verdicts import NOISE_SIGMAS, noise_floor
 from tests.helpers.synthetic_run import make_rows, write_run
@@ -49,6 +49,8 @@ def test_a_machine_drift_both_pairings_cancel(tmp_path):
     assert np.allclose(ok["time_ratio"], 1.0) and np.allclose(ok["latency_ratio"], 0.7)  # absolute kept beside
     assert result.floor.spread == pytest.approx(0.0) and result.floor.drift == 1.0
     assert any("10 by their paired speed-up over the reference kernel" in n for n in result.notes)
+    lines = summary_lines(result, a, b)
+    assert "  chunked                          0.70x over 12 cells; 1.00x inside the cells" in lines
 
 
 def test_a_baseline_regression_that_drift_removal_would_hide_is_found(tmp_path):
