@@ -100,7 +100,8 @@ def run_sweep(sweep: list[str], out: Path, run_id: str) -> Path:
 
 
 def coverage(cells) -> tuple[int, int, list[str]]:
-    """(cells whose B ratio is inside A's interval, cells with both, 'variant N: B x.xx vs [lo-hi]' of those outside)."""
+    """(cells whose B ratio is inside A's interval, cells with both, and 'variant N: B x.xx vs [lo-hi]' for each one
+    outside)."""
     inside, checked, missed = 0, 0, []
     for _, r in cells.iterrows():
         for name in PAIRED:

@@ -2,12 +2,12 @@
 runs as a whole: the noise floor and the load.
 
 A cell is flagged:
-- latency: its time B/A on a basis that cancels the machine (harness.report.normalize: the paired speed-up over the
-  run's baseline, else latency over the run's reference kernel, else raw latency with the run-wide drift, the median
-  over such cells, taken out), beyond the noise floor (1 +/- threshold, or NOISE_SIGMAS times the robust spread of
-  the cells' ratios, whichever is wider) AND outside both runs' intervals (the speed-up intervals on the speed-up
-  basis; else the p20-p80 ranges, B's scaled to A's machine); a row measured under load or flagged noisy gets
-  the verdict "noisy" instead, never counted;
+- latency: its time B/A on a basis that cancels the machine (harness.report.normalize: a variant's speed-up paired
+  with the baseline inside the cell, the baseline's paired with the reference kernel, else raw latency with the
+  run-wide drift, the median over such cells, taken out), beyond the noise floor (1 +/- threshold, or NOISE_SIGMAS
+  times the robust spread of the cells' ratios, whichever is wider) AND outside both rows' intervals of that quantity
+  (speed-up intervals; p20-p80 ranges for raw latency); a row measured under load or contended, or on raw latency
+  flagged noisy, gets the verdict "noisy" instead, never counted;
 - memory: B/A beyond 1 +/- threshold and the change larger than MIN_MEMORY_CHANGE bytes;
 - error: changed by more than max(ERROR_ABS, ERROR_REL x the smaller one);
 - status: ok in one run only (e.g. ok -> oom is a regression), except a change to timeout or fit_timeout in a
@@ -124,8 +124,8 @@ def judge(
 
 
 def _latency_change(row: pd.Series, threshold: float, floor: NoiseFloor = NoiseFloor()) -> tuple[str, str, bool] | None:
-    """("worse" | "better", "latency 1.40x ...", whether on a paired basis) when the cell's time ratio (harness.report.normalize) moved beyond
-    the noise floor and both runs' intervals, else None.
+    """("worse" | "better", "latency 1.40x ...", whether on a paired basis) when the cell's time ratio
+    (harness.report.normalize) moved beyond the noise floor and both runs' intervals, else None.
 
     Beyond the floor: floor.shift(ratio) exceeds floor.limit(threshold). Beyond the intervals: the two rows'
     intervals of the basis's quantity do not overlap (normalize.intervals; unknown intervals do not hold it back).
