@@ -7,7 +7,7 @@ For each pair (run A, then run B, the same command) it prints, as soon as the pa
 - compare's noise floor: the smallest change it counts (harness.report.verdicts.NoiseFloor.limit).
 Then a summary line over the K pairs. Run it on a quiet machine (stop other jobs; `uptime`).
 
-    python scripts/repro_check.py                 # 5 pairs of the sweep (about 20 s a run on 2 cores)
+    python scripts/repro_check.py                 # 5 pairs of the sweep (about 30 s a run on 2 cores)
     python scripts/repro_check.py 1 -- --variants dense,chunked --seq-lens 512 --inputs gaussian --error-budgets ''
     python scripts/repro_check.py 3 --out /tmp/rc  # keep the run folders there (default: a new temporary folder)
 
