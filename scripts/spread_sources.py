@@ -9,9 +9,12 @@ timer (harness.measure.timer.StepTimer.block) and warm-up (harness.measure.pairi
   threads         dense 2K: per-call time at 1 thread / at 2, and the blocks' c.v. at each
   allocator       chunked 1K: the block after a 512 MiB tensor is made, filled and freed / its steady block
   cell order      chunked 1K timed right after a dense 2K cell / timed before it
+  allocations     chunked vs dense 1K paired, 5 times on fresh copies of q, k, v: max/min (beside: on the same ones)
   rounds          chunked vs dense 1K paired: max/min of 8 rounds' speed-ups inside one 2 s stretch, and the
                   between-round s.d. of log speed-up over what the pairs inside rounds imply
   cells apart     the same paired speed-up in 6 cells of 0.25 s, each after 0.75 s of other work: max / min
+  processes       the same paired speed-up in 4 fresh processes: max / min (beside: 4 times in this one)
+  huge pages      the same in 4 processes whose large tensors torch aligns to huge pages (THP_MEM_ALLOC_ENABLE=1)
 
 A ratio near 1.00 (and a narrow range) says the source does not move the numbers. Run it on a quiet machine (about
 a minute on 2 cores), then paste the table into docs/timing.md, "Sources of the spread":
@@ -22,7 +25,9 @@ a minute on 2 cores), then paste the table into docs/timing.md, "Sources of the 
 from __future__ import annotations
 
 import math
+import os
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -43,10 +48,15 @@ TIMER = StepTimer("cpu")
 Step = Callable[[], Any]
 
 
-def step_of(variant: str, n: int, seed: int = 0) -> Step:
-    """A warm-able call of a built-in variant (default config) on fresh seeded gaussian q, k, v of length n."""
+def inputs(n: int, seed: int = 0) -> list[torch.Tensor]:
+    """Seeded gaussian q, k, v of length n, in fresh memory."""
     generator = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(B, H, n, D, generator=generator) for _ in range(3))
+    return [torch.randn(B, H, n, D, generator=generator) for _ in range(3)]
+
+
+def step_of(variant: str, n: int, seed: int = 0, qkv: list[torch.Tensor] | None = None) -> Step:
+    """A warm-able call of a built-in variant (default config) on `qkv`, else fresh seeded inputs of length n."""
+    q, k, v = qkv if qkv is not None else inputs(n, seed)
     module = build_variant(variant).eval()
 
     def step() -> Any:
@@ -152,6 +162,22 @@ def rounds() -> tuple[list[float], str]:
     return values, f"max / min of 8 rounds (between s.d. / within floor: {statistics.median(excess):.2f})"
 
 
+def allocations() -> tuple[list[float], str]:
+    """max/min of chunked's paired speed-up over dense at 1K over 5 repeats on fresh copies of q, k, v (new memory,
+    pages touched anew, each repeat), beside the same on one set of tensors: the process's memory placement."""
+    same = inputs(1024)
+    spreads: dict[bool, list[float]] = {False: [], True: []}
+    for i in range(REPEATS):
+        fresh = i % 2 == 1
+        values = []
+        for _ in range(5):
+            qkv = [x.clone() for x in same] if fresh else same
+            times = paired(step_of("chunked", 1024, qkv=qkv), step_of("dense", 1024, qkv=qkv), pairs=8)
+            values.append(statistics.median(times.ratios))
+        spreads[fresh].append(max(values) / min(values))
+    return spreads[True], f"max / min over fresh copies (same tensors: {statistics.median(spreads[False]):.3f})"
+
+
 def cells_apart() -> tuple[list[float], str]:
     """The paired speed-up of chunked over dense at 1K in 6 short cells, each after 0.75 s of dense 4K: max / min."""
     chunked, dense, other = step_of("chunked", 1024), step_of("dense", 1024), step_of("dense", 4096)
@@ -165,18 +191,61 @@ def cells_apart() -> tuple[list[float], str]:
     return values, "max / min over 6 cells 1 s apart"
 
 
+def one_speedup() -> float:
+    """chunked's paired speed-up over dense at 1K on seeded inputs: what each child process of `processes` prints."""
+    qkv = inputs(1024)
+    return statistics.median(
+        paired(step_of("chunked", 1024, qkv=qkv), step_of("dense", 1024, qkv=qkv), pairs=16).ratios
+    )
+
+
+def in_processes(count: int, **env: str) -> list[float]:
+    """The paired speed-up of one_speedup measured in `count` fresh processes (this script with --child), with `env`
+    added to their environment."""
+    command = [sys.executable, __file__, "--child"]
+    environment = {**os.environ, **env}
+    return [
+        float(subprocess.run(command, capture_output=True, text=True, check=True, env=environment).stdout)
+        for _ in range(count)
+    ]
+
+
+def processes() -> tuple[list[float], str]:
+    """max/min of the same paired speed-up measured in 4 fresh processes, beside the max/min of 4 measurements here:
+    what a new process changes (memory placement, thread placement, its start)."""
+    there, here = in_processes(4), [one_speedup() for _ in range(4)]
+    return [max(there) / min(there)], f"max / min over 4 processes: {shown(there)} (here 4 times: {shown(here)})"
+
+
+def huge_pages() -> tuple[list[float], str]:
+    """The same over 4 processes with torch's allocator aligning tensors of 2 MiB and more to huge pages
+    (THP_MEM_ALLOC_ENABLE=1, read once per process; the kernel's transparent huge pages set to madvise or always)."""
+    there = in_processes(4, THP_MEM_ALLOC_ENABLE="1")
+    return [max(there) / min(there)], f"max / min over 4 processes, THP_MEM_ALLOC_ENABLE=1: {shown(there)}"
+
+
+def shown(values: list[float]) -> str:
+    return " ".join(f"{v:.3f}" for v in sorted(values))
+
+
 EXPERIMENTS = {  # first_seconds first: it needs this process's first seconds
     "first seconds": first_seconds,
     "warm-up": warm_up_length,
     "threads": threads,
     "allocator": allocator,
     "cell order": cell_order,
+    "allocations": allocations,
     "rounds": rounds,
     "cells apart": cells_apart,
+    "processes": processes,
+    "huge pages": huge_pages,
 }
 
 
 def main() -> int:
+    if sys.argv[1:] == ["--child"]:
+        print(one_speedup())
+        return 0
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; B={B} H={H} D={D} float32", flush=True)
     print("| source | compared | ratio (median) | range | repeats |", flush=True)
     print("|---|---|---|---|---|", flush=True)
