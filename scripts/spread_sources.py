@@ -167,7 +167,7 @@ def allocations() -> tuple[list[float], str]:
     pages touched anew, each repeat), beside the same on one set of tensors: the process's memory placement."""
     same = inputs(1024)
     spreads: dict[bool, list[float]] = {False: [], True: []}
-    for i in range(REPEATS):
+    for i in range(REPEATS // 2):  # same, fresh
         fresh = i % 2 == 1
         values = []
         for _ in range(5):
