@@ -46,10 +46,19 @@ class Row:
     latency_p80_s: float | None = _measured()
     repeats: int | None = _measured()  # timed calls
     # -- paired timing and noise (docs/timing.md); absent from older schema-1 rows, which load as None --
-    # median over ABAB pairs of baseline/variant per-call time; None when not paired
+    # baseline/variant per-call time over ABBA pairs; None when not paired
+    # (timed in rounds: the geometric mean of the rounds' medians; harness.measure.rounds)
     speedup: float | None = _measured()
-    speedup_low: float | None = _measured()  # 95% bootstrap interval of that median (fixed seed)
+    # its 95% interval: where the next run's speed-up should fall (rounds), else a bootstrap over pairs (fixed seed)
+    speedup_low: float | None = _measured()
     speedup_high: float | None = _measured()
+    rounds: int | None = _measured()  # rounds the pairs were timed in (1: one; None: not paired, or older rows)
+    speedup_round_sd: float | None = _measured()  # s.d. of log(round speed-up) between rounds; None: one round
+    # the baseline's own cells: reference kernel / cell seconds, paired in rounds as speedup is, with its 95% interval
+    # (harness.measure.yardstick; rounds and speedup_round_sd are then this pairing's); None for every other cell
+    reference_speedup: float | None = _measured()
+    reference_speedup_low: float | None = _measured()
+    reference_speedup_high: float | None = _measured()
     # median seconds per call of the baseline (dense, backend auto) in the pairs
     baseline_latency_s: float | None = _measured()
     # 1-minute load average / usable CPUs, the larger of the cell's start and end

@@ -33,7 +33,7 @@ from harness.schema import Cell
 # Tolerance above 100%: the limits are the best of a short measurement on a machine that may be shared.
 IMPOSSIBLE_ABOVE_PCT = 110.0
 
-WIDE_INTERVAL = 1.3  # speedup_high / speedup_low beyond this: the pairs disagree
+WIDE_INTERVAL = 1.3  # speedup_high / speedup_low (or reference_speedup_...) beyond this: the rounds disagree
 WIDE_SPREAD = 1.3  # p80 / p20 of the variant's timed blocks beyond this: the repeated blocks disagree
 
 BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -113,7 +113,8 @@ def roofline_fields(row: Row, limits: dict[str, Any] | None, *, precision_dtype:
 
 
 def noise_fields(row: Row, load: float | None) -> dict[str, Any]:
-    """noisy and noise_reason for a timed row (its latency_p20_s/p80_s, speedup_low/high) and its load.
+    """noisy and noise_reason for a timed row (its latency_p20_s/p80_s, speedup_low/high or
+    reference_speedup_low/high) and its load.
 
     A row that was not timed (no latency_s) gets noisy None; a note already in noise_reason (e.g. why
     there is no paired speed-up) is kept after the reasons.
@@ -123,9 +124,13 @@ def noise_fields(row: Row, load: float | None) -> dict[str, Any]:
     reasons = []
     if load is not None and load >= HIGH_LOAD_PER_CPU:
         reasons.append(f"load {load:.2f} per CPU >= {HIGH_LOAD_PER_CPU}")
-    low, high = row.speedup_low, row.speedup_high
-    if low and high and high / low > WIDE_INTERVAL:
-        reasons.append(f"speed-up interval wide ({low:.3g}-{high:.3g})")
+    intervals = {"": (row.speedup_low, row.speedup_high), "reference ": (row.reference_speedup_low, row.reference_speedup_high)}  # fmt: skip
+    for name, (
+        low,
+        high,
+    ) in intervals.items():  # a variant's speed-up over the baseline; the baseline's over the reference
+        if low and high and high / low > WIDE_INTERVAL:
+            reasons.append(f"{name}speed-up interval wide ({low:.3g}-{high:.3g})")
     p20, p80 = row.latency_p20_s, row.latency_p80_s
     if p20 and p80 and p80 / p20 > WIDE_SPREAD:
         reasons.append(f"timed blocks spread p80/p20 {p80 / p20:.2f}")

@@ -3,7 +3,9 @@
 The baseline's own cells (the baseline variant with its default config) are timed alone (harness.measure.timer),
 and get speedup None: a ratio to itself would be 1 by construction. Every other cell times its step
 and the baseline's step on the same q, k, v in alternation (harness.measure.pairing), so the paired
-speed-up survives a load that drifts during the cell. A baseline that is unsupported or fails leaves
+speed-up survives a load that drifts during the cell. Both steps are first warmed up to a stable rate
+(pairing.warm_up), and the pairs are timed in ROUNDS consecutive rounds whose spread enters the interval
+(harness.measure.rounds). A baseline that is unsupported or fails leaves
 the speed-up fields None, the variant timed alone, and says why in noise_reason; it never fails the row.
 """
 
@@ -23,21 +25,19 @@ from harness.measure.pairing import (
     BlockTimer,
     PairedTimes,
     bootstrap_interval,
-    calls_per_block,
+    pair_plan,
     spread,
     time_pairs,
+    warm_up,
 )
+from harness.measure.rounds import round_interval
 from harness.measure.settings import MeasureSettings
 from harness.measure.timer import Measurement, StepTimer
+from harness.measure.yardstick import reference_step
 from harness.schema import BASELINE, Cell, series_suffix
 from variants import NotSupportedError
 
 Step = Callable[[], Any]
-# pairs a cell aims for within its time budget (at least settings.repeats, at most this when calls are fast)
-TARGET_PAIRS = 10
-SLOW_PAIRS = 3  # pairs when one call of either step already exceeds the budget...
-SLOWEST_PAIRS = 2  # ... and when one pair takes longer than SLOW_PAIR_S
-SLOW_PAIR_S = 1.0  # seconds
 
 
 class BaselineFailed(Exception):
@@ -52,6 +52,8 @@ class Baseline:
     note: str | None = None  # why there is no pairing (None for the baseline's own cells: nothing to say)
     cache_key: tuple | None = None  # where MeasureContext keeps the baseline's warm per-call seconds on these inputs
     known_call_s: dict[tuple, float] = dataclasses.field(default_factory=dict)
+    # the baseline's own cells: the fixed reference kernel they are paired with instead (harness.measure.yardstick)
+    reference: Step | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,9 +64,15 @@ class Timing:
     latency_p20_s: float
     latency_p80_s: float
     repeats: int
-    speedup: float | None = None  # median over the pairs of baseline / variant seconds
-    speedup_low: float | None = None  # its 95% bootstrap interval
+    speedup: float | None = None  # geometric mean of the rounds' median baseline / variant (one round: the median)
+    speedup_low: float | None = None  # its 95% interval (harness.measure.rounds; one round: bootstrap over pairs)
     speedup_high: float | None = None
+    rounds: int | None = None  # rounds the pairs were timed in
+    speedup_round_sd: float | None = None  # s.d. of log(round speed-up) between rounds (None: one round)
+    # the baseline's own cells: reference kernel / cell seconds, paired in rounds like speedup, and its interval
+    reference_speedup: float | None = None
+    reference_speedup_low: float | None = None
+    reference_speedup_high: float | None = None
     baseline_latency_s: float | None = None
     noise_reason: str | None = None  # why no paired speed-up, or that the blocks were re-timed
     cpu_latency_s: float | None = None  # the second clock (CPU time of the timing thread), on CPU
@@ -85,7 +93,7 @@ def baseline_for(
     make_step: Callable[..., Step],
     kv_mask: torch.Tensor | None = None,
 ) -> Baseline:
-    """The cell's paired baseline: none for the baseline's own cells, a note when it cannot run here.
+    """The cell's paired baseline: for the baseline's own cells the reference kernel, a note when it cannot run here.
 
     `make_step(module, q, k, v, causal, training, kv_mask)` builds the timed call, the same one the variant
     gets (the same inputs and padding mask).
@@ -98,8 +106,8 @@ def baseline_for(
     key = cell.cache_key("baseline", device=str(device))  # where its warm per-call seconds are kept
     if (
         cell.variant == BASELINE and cell.config == dataclasses.asdict(base.config) and not series_suffix(cell.fields())
-    ):  # timed alone (dense with an int8 cache is another series); its time warms the cache
-        return Baseline(None, cache_key=key, known_call_s=context.baseline_call_s)
+    ):  # paired with the reference kernel (dense with an int8 cache is another series); its time warms the cache
+        return Baseline(None, cache_key=key, known_call_s=context.baseline_call_s, reference=reference_step(device))
     try:  # make_step checks the baseline's call once (a refusal raises NotSupportedError), as it does the variant's
         step = make_step(base, q, k, v, cell.causal, training, kv_mask)
     except NotSupportedError as exc:
@@ -136,31 +144,47 @@ def timed_fields(
     on CPU also the second clock's cpu_latency_s, cpu_speedup (low, high), cpu_share and contended
     (harness.measure.contention).
 
-    Timed alone (no baseline step): each call `step(setup())` when `setup` is given (harness.measure.timer), the
-    latencies per `per` units (a decode generation's tokens). Paired: `step()`, per call.
+    Timed alone (no baseline step nor reference): each call `step(setup())` when `setup` is given
+    (harness.measure.timer), the latencies per `per` units (a decode generation's tokens). Paired: `step()`, per call;
+    the baseline's own cells are paired with the reference kernel (reference_speedup, low, high: against_reference).
 
     `timer` times the paired blocks (default: harness.measure.timer.StepTimer.block on this device; tests pass a fake
     clock, whose blocks carry no CPU time, which leaves the CPU-time fields out).
     """
     note = baseline.note
     clock = StepTimer(device)
-    if baseline.step is not None:
+    own = baseline.step is None and baseline.reference is not None  # the baseline's own cell: paired with the reference
+    partner = Baseline(baseline.reference) if own else baseline
+    fields = None
+    if partner.step is not None:
         try:
-            return Timing(**_paired(step, baseline, settings, timer or clock.block, first_call_s=first_call_s))
+            fields = _paired(step, partner, settings, timer or clock.block, first_call_s=first_call_s)
         except BaselineFailed as exc:
             status, reason = classify_exception(exc.__cause__ or exc, settings.cell_timeout_s)
-            note = f"no paired speed-up: baseline {BASELINE} {status}: {reason}"
+            what = "reference kernel" if own else f"baseline {BASELINE}"
+            note = f"no paired speed-up: {what} {status}: {reason}"
             if status == "oom":
                 release_memory(settings.device)
-    timed = clock.measure(
-        step, budget_s=settings.time_budget_s, repeats=settings.repeats, first_call_s=first_call_s, setup=setup
-    )
-    fields = {**timed.latency_fields(per), "noise_reason": note, **contention_fields(timed.blocks, per=per)}
-    if (
-        baseline.step is None and baseline.note is None and baseline.cache_key
-    ):  # the baseline's own cell: its warm call time
+    if fields is None:
+        timed = clock.measure(
+            step, budget_s=settings.time_budget_s, repeats=settings.repeats, first_call_s=first_call_s, setup=setup
+        )
+        fields = {**timed.latency_fields(per), "noise_reason": note, **contention_fields(timed.blocks, per=per)}
+    elif own:
+        fields = against_reference(fields)
+    if baseline.step is None and baseline.note is None and baseline.cache_key:  # the baseline's own cell: its warm time
         baseline.known_call_s[baseline.cache_key] = fields["latency_s"]
     return Timing(**fields)
+
+
+def against_reference(fields: dict[str, Any]) -> dict[str, Any]:
+    """A baseline's own cell paired with the reference kernel: the speed-up and its interval are over the reference
+    (reference_speedup...); the reference's latency and CPU-time speed-up are not the row's."""
+    drop = ("baseline_latency_s", "cpu_speedup", "cpu_speedup_low", "cpu_speedup_high")
+    out = {name: value for name, value in fields.items() if name not in drop}
+    for name in ("speedup", "speedup_low", "speedup_high"):
+        out["reference_" + name] = out.pop(name)
+    return out
 
 
 def _paired(
@@ -177,17 +201,17 @@ def _paired(
     if first_call_s < 4 * budget:  # the accuracy check's call was the first: re-estimate the now warm variant
         first_call_s = timer(step, 1).per_call_s
     slow = max(first_call_s, base_call_s) >= budget
-    block_s = budget / (2 * TARGET_PAIRS)
-    na, nb = (1, 1) if slow else (calls_per_block(first_call_s, block_s), calls_per_block(base_call_s, block_s))
-    pair_s = na * first_call_s + nb * base_call_s
-    fewest = (SLOWEST_PAIRS if pair_s > SLOW_PAIR_S else SLOW_PAIRS) if slow else settings.repeats
-    pairs = max(fewest, min(TARGET_PAIRS, int(budget / pair_s) if pair_s > 0 else TARGET_PAIRS))
-    times = time_pairs(step, base_step, timer, pairs=pairs, number_variant=na, number_baseline=nb)
+    if not slow:  # a stable rate for each, from blocks of the size the pairs will use
+        na, nb, _, _ = pair_plan(first_call_s, base_call_s, budget, settings.repeats, slow)
+        first_call_s, base_call_s = warm_up(step, timer, na), warm_up(base_step, timer, nb)
+    na, nb, pairs, rounds = pair_plan(first_call_s, base_call_s, budget, settings.repeats, slow)
+    plan = {"pairs": pairs, "number_variant": na, "number_baseline": nb, "rounds": rounds}
+    times = time_pairs(step, base_step, timer, **plan)
     retimed = False
     if (
         not slow and max(spread(times.variant_s), spread(times.ratios)) > RETIME_SPREAD
     ):  # the blocks disagree badly: once more
-        times, retimed = time_pairs(step, base_step, timer, pairs=pairs, number_variant=na, number_baseline=nb), True
+        times, retimed = time_pairs(step, base_step, timer, **plan), True
     return {
         **Measurement(tuple(times.variant)).latency_fields(),
         **paired_speedup(times),
@@ -202,21 +226,34 @@ def cpu_fields(times: PairedTimes) -> dict[str, Any]:
     fields = contention_fields(times.variant, times.baseline)
     if not fields:
         return fields
+    nan = float("nan")  # a pair without CPU time: left out of its round, the rounds kept aligned
     ratios = [
-        b.cpu_per_call_s / a.cpu_per_call_s for a, b in zip(times.variant, times.baseline) if a.cpu_per_call_s > 0
+        b.cpu_per_call_s / a.cpu_per_call_s if a.cpu_per_call_s > 0 else nan
+        for a, b in zip(times.variant, times.baseline)
     ]
-    if ratios:
-        speedup, low, high = bootstrap_interval(ratios)
+    if any(r > 0 for r in ratios):
+        speedup, low, high, _ = speedup_interval(times, ratios)
         fields.update(cpu_speedup=speedup, cpu_speedup_low=low, cpu_speedup_high=high)
     return fields
 
 
+def speedup_interval(times: PairedTimes, ratios: list[float]) -> tuple[float, float, float, float | None]:
+    """(speed-up, low, high, between-round s.d. of its log) of per-pair ratios: over rounds where the pairs were timed
+    in several (harness.measure.rounds), else the median and its bootstrap interval over pairs (s.d. None)."""
+    if times.rounds > 1 and all(any(r > 0 for r in part) for part in times.by_round(ratios)):
+        got = round_interval(times.by_round(ratios))
+        return got.speedup, got.low, got.high, got.between_sd
+    return (*bootstrap_interval([r for r in ratios if r > 0]), None)
+
+
 def paired_speedup(times: PairedTimes) -> dict[str, Any]:
-    """speedup (median of baseline/variant over pairs), its interval and the baseline's median per-call seconds."""
-    speedup, low, high = bootstrap_interval(times.ratios)
+    """speedup, its interval (speedup_interval), rounds, speedup_round_sd and the baseline's median per-call seconds."""
+    speedup, low, high, between_sd = speedup_interval(times, times.ratios)
     return {
         "speedup": speedup,
         "speedup_low": low,
         "speedup_high": high,
+        "rounds": times.rounds,
+        "speedup_round_sd": between_sd,
         "baseline_latency_s": statistics.median(times.baseline_s),
     }

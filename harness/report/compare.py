@@ -1,6 +1,7 @@
 """Compare two runs (`python -m harness compare RUN_A RUN_B`): match their cells, ratios B/A, each cell judged
-(harness.report.verdicts), and the output: the printed summary, compare.md (the flagged cells side by side in the
-report's columns, harness.report.tables) and compare.csv (every matched cell, raw numbers).
+(harness.report.verdicts, on a time ratio that cancels the machine: harness.report.normalize), and the output: the
+printed summary, compare.md (the flagged cells side by side in the report's columns, harness.report.tables) and
+compare.csv (every matched cell, raw numbers; time_ratio and time_basis are what the verdict judged).
 
 Cells are matched on what was measured, not where: harness.schema.match_key, every field of a cell's id but
 the device (two GPUs, or CPU vs GPU, are the point of a comparison; CPU vs GPU is noted: the CPU and CUDA
@@ -22,12 +23,10 @@ from harness.errors import UsageError
 from harness.report.analysed import AnalysedRun
 from harness.report.render import inert_markdown, md_cell
 from harness.report.tables import COLUMNS
+from harness.report.normalize import SUFFIX_A, SUFFIX_B, A, B, basis_note, time_ratio
 from harness.report.verdicts import (
     DEFAULT_THRESHOLD,
-    SUFFIX_A,
-    SUFFIX_B,
-    A,
-    B,
+    NoiseFloor,
     floor_notes,
     judge,
     load_notes,
@@ -47,6 +46,9 @@ MEASURED = tuple(
             COL.speedup,
             COL.speedup_low,
             COL.speedup_high,
+            COL.reference_speedup,
+            COL.reference_speedup_low,
+            COL.reference_speedup_high,
             COL.load_per_cpu,
             COL.noisy,
             COL.noise_reason,
@@ -66,6 +68,7 @@ class Comparison:
     only_a: pd.DataFrame  # cells of A with no match in B
     only_b: pd.DataFrame  # cells of B with no match in A
     notes: list[str] = field(default_factory=list)
+    floor: NoiseFloor = NoiseFloor()  # the drift and scatter the verdicts were judged against
 
     @property
     def regressions(self) -> pd.DataFrame:
@@ -107,7 +110,7 @@ def compare_runs(a: AnalysedRun, b: AnalysedRun, *, threshold: float = DEFAULT_T
     only_b = merged[merged["_merge"] == "right_only"]
     cells = merged[merged["_merge"] == "both"].copy()
     floor = noise_floor(cells)
-    notes += floor_notes(floor, threshold, a, b)
+    notes += [n for n in [basis_note(cells)] if n] + floor_notes(floor, threshold, a, b)
     same_reference = a.accuracy_reference == b.accuracy_reference
     if not same_reference:
         notes.append(
@@ -119,6 +122,9 @@ def compare_runs(a: AnalysedRun, b: AnalysedRun, *, threshold: float = DEFAULT_T
         verdict, why = judge(row, threshold=threshold, floor=floor, errors=same_reference, loaded=loaded)
         verdicts.append(verdict)
         whys.append(why)
+    ratios = [time_ratio(row) for _, row in cells.iterrows()]
+    cells["time_ratio"] = [r.ratio if r else float("nan") for r in ratios]  # what the verdict judged
+    cells["time_basis"] = [r.basis if r else None for r in ratios]
     cells["latency_ratio"] = cells[B.latency_s] / cells[A.latency_s]
     cells["memory_ratio"] = cells[B.peak_memory_bytes] / cells[A.peak_memory_bytes].where(
         cells[A.peak_memory_bytes] > 0
@@ -139,7 +145,9 @@ def compare_runs(a: AnalysedRun, b: AnalysedRun, *, threshold: float = DEFAULT_T
         notes.append(
             f"{len(changed)} matched cell(s) ran on another backend in B (e.g. {changed[A.backend].iloc[0]} -> {changed[B.backend].iloc[0]})"
         )
-    return Comparison(cells.reset_index(drop=True), only_a.reset_index(drop=True), only_b.reset_index(drop=True), notes)
+    return Comparison(
+        cells.reset_index(drop=True), only_a.reset_index(drop=True), only_b.reset_index(drop=True), notes, floor
+    )
 
 
 def _keyed(run: AnalysedRun, notes: list[str]) -> pd.DataFrame:
@@ -173,11 +181,13 @@ def summary_lines(comparison: Comparison, a: AnalysedRun, b: AnalysedRun, *, lim
     lines += [f"note: {n}" for n in comparison.notes]
     ok = cells[(cells[A.status] == "ok") & (cells[B.status] == "ok")]
     if len(ok):
-        lines.append("geometric mean latency ratio B/A per series (ok in both):")
+        lines.append("geometric mean B/A per series (ok in both): absolute latency; time judged inside the cells")
         for series, group in ok.groupby(B.series, sort=True):
             ratios = group["latency_ratio"][np.isfinite(group["latency_ratio"]) & (group["latency_ratio"] > 0)]
             if len(ratios):
-                lines.append(f"  {series:<32} {float(np.exp(np.log(ratios).mean())):.2f}x over {len(ratios)} cells")
+                judged = group["time_ratio"][group["time_basis"].isin(("speedup", "reference"))]
+                inside = f"; {_geomean(judged):.2f}x inside the cells" if len(judged) else ""
+                lines.append(f"  {series:<32} {_geomean(ratios):.2f}x over {len(ratios)} cells{inside}")
     flagged = cells[cells["verdict"] != "same"].sort_values(["verdict", "latency_ratio"], ascending=[False, False])
     if len(flagged):
         lines.append("flagged cells:")
@@ -200,7 +210,8 @@ def write_outputs(comparison: Comparison, a: AnalysedRun, b: AnalysedRun, out: P
     # each side's config: a searched knob may have found another value in each run
     sides = [name + side for name in (COL.config, COL.status, COL.backend, *MEASURED) for side in (SUFFIX_A, SUFFIX_B)]
     cell = [name for name in CELL_FIELDS if name != "config"]
-    columns = [*cell, A.series, *sides, "latency_ratio", "memory_ratio", "error_change", "verdict", "why"]
+    columns = [*cell, A.series, *sides, "time_ratio", "time_basis", "latency_ratio", "memory_ratio", "error_change"]
+    columns += ["verdict", "why"]
     csv_path = out / "compare.csv"
     frame = comparison.cells[columns].rename(columns={A.series: COL.series})
     for column in (A.config, B.config):
@@ -240,6 +251,10 @@ def _flagged_table(flagged: pd.DataFrame) -> list[str]:
         cells = [str(r["verdict"]), _cell_name(r), *texts]
         lines.append("| " + " | ".join(md_cell(c) for c in cells) + " |")
     return lines
+
+
+def _geomean(ratios: pd.Series) -> float:
+    return float(np.exp(np.log(ratios.astype(float)).mean()))
 
 
 def _machine(run: AnalysedRun) -> str:

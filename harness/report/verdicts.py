@@ -2,11 +2,12 @@
 runs as a whole: the noise floor and the load.
 
 A cell is flagged:
-- latency: B/A, taken relative to the run-wide drift (the median B/A over every matched cell), beyond
-  the noise floor (1 +/- threshold, or NOISE_SIGMAS times the robust spread of the cells' ratios
-  around the drift, whichever is wider) AND outside both runs' intervals (p20-p80 ranges; paired
-  speed-up intervals where both rows have them); a row measured under load or flagged noisy gets
-  the verdict "noisy" instead, never counted;
+- latency: its time B/A on a basis that cancels the machine (harness.report.normalize: a variant's speed-up paired
+  with the baseline inside the cell, the baseline's paired with the reference kernel, else raw latency with the
+  run-wide drift, the median over such cells, taken out), beyond the noise floor (1 +/- threshold, or NOISE_SIGMAS
+  times the robust spread of the cells' ratios, whichever is wider) AND outside both rows' intervals of that quantity
+  (speed-up intervals; p20-p80 ranges for raw latency); a row measured under load or contended, or on raw latency
+  flagged noisy, gets the verdict "noisy" instead, never counted;
 - memory: B/A beyond 1 +/- threshold and the change larger than MIN_MEMORY_CHANGE bytes;
 - error: changed by more than max(ERROR_ABS, ERROR_REL x the smaller one);
 - status: ok in one run only (e.g. ok -> oom is a regression), except a change to timeout or fit_timeout in a
@@ -24,11 +25,9 @@ import pandas as pd
 from harness.measure.noise import HIGH_LOAD_PER_CPU, NOISY_SHARE
 from harness.report.analysed import AnalysedRun
 from harness.report.clock import contended_count, median_load, mostly_contended
+from harness.report.normalize import BASES, PAIRED, A, B, TimeRatio, intervals, time_ratio
 from harness.report.render import finite
 from harness.store import COL
-
-SUFFIX_A, SUFFIX_B = "_a", "_b"  # the two runs' columns in a merged frame of matched cells
-A, B = COL.suffixed(SUFFIX_A), COL.suffixed(SUFFIX_B)
 
 DEFAULT_THRESHOLD = 0.05  # minimum relative change of latency or memory that can be flagged
 MIN_MEMORY_CHANGE = 64 * 1024  # bytes: smaller memory changes are never flagged (allocator granularity)
@@ -36,32 +35,41 @@ ERROR_ABS = 1e-4  # relative-L2 error changes below this are rounding, never fla
 ERROR_REL = 0.25  # ... nor changes below 25% of the smaller error
 NOISE_SIGMAS = 3.0  # a latency change must exceed this many robust standard deviations of the cells' ratios
 MIN_CELLS_FOR_FLOOR = 8  # fewer matched cells give no usable spread: then the threshold alone is the floor
+MIN_CELLS_FOR_DRIFT = 3  # fewer cells on raw latency: no run-wide drift is taken out of them
 
 
 @dataclass(frozen=True)
 class NoiseFloor:
-    """How much two runs' latencies move for no reason of the code: the run-wide drift and the cells' scatter around it."""
+    """How much two runs' times move for no reason of the code: the run-wide drift of raw latencies and the cells'
+    scatter around it."""
 
-    drift: float = 1.0  # median B/A over the matched ok cells (a machine that got slower or faster as a whole)
-    spread: float = 0.0  # robust standard deviation (1.4826 x MAD) of log(B/A) around log(drift)
+    drift: float = 1.0  # median B/A over the ok cells judged on raw latency (a machine that got slower as a whole)
+    spread: float = 0.0  # robust standard deviation (1.4826 x MAD) of the cells' log time ratios, drift taken out
     cells: int = 0  # cells it was estimated from
 
     def limit(self, threshold: float) -> float:
         """The smallest |log(B/A / drift)| that counts as a change."""
         return max(math.log1p(threshold), NOISE_SIGMAS * self.spread)
 
+    def shift(self, ratio: TimeRatio) -> float:
+        """log of the cell's time ratio, the drift taken out of a raw latency ratio (the other bases cancel it)."""
+        return math.log(ratio.ratio / (self.drift if ratio.basis == "latency" else 1.0))
+
 
 def noise_floor(cells: pd.DataFrame) -> NoiseFloor:
-    """The drift and scatter of B/A over matched cells that are ok in both runs (identity with too few cells)."""
+    """The drift and scatter of the time ratios (harness.report.normalize) over matched cells ok in both runs
+    (identity with too few cells)."""
     if not len(cells):
         return NoiseFloor()
     ok = cells[(cells[A.status] == "ok") & (cells[B.status] == "ok")]
-    ratios = pd.to_numeric(ok[B.latency_s], errors="coerce") / pd.to_numeric(ok[A.latency_s], errors="coerce")
-    logs = np.log(ratios[np.isfinite(ratios) & (ratios > 0)].to_numpy(dtype=float))
-    if len(logs) < MIN_CELLS_FOR_FLOOR:
-        return NoiseFloor(cells=len(logs))
+    ratios = [r for r in (time_ratio(row) for _, row in ok.iterrows()) if r and r.ratio > 0]
+    if len(ratios) < MIN_CELLS_FOR_FLOOR:
+        return NoiseFloor(cells=len(ratios))
+    raw = [math.log(r.ratio) for r in ratios if r.basis == "latency"]
+    drift = math.exp(float(np.median(raw))) if len(raw) >= MIN_CELLS_FOR_DRIFT else 1.0
+    logs = np.array([NoiseFloor(drift=drift).shift(r) for r in ratios])
     center = float(np.median(logs))
-    return NoiseFloor(drift=math.exp(center), spread=1.4826 * float(np.median(np.abs(logs - center))), cells=len(logs))
+    return NoiseFloor(drift=drift, spread=1.4826 * float(np.median(np.abs(logs - center))), cells=len(logs))
 
 
 def judge(
@@ -93,10 +101,11 @@ def judge(
         return "same", "" if sa == sb else f"status {sa} -> {sb}"
     worse, better = [], []
     latency = _latency_change(row, threshold, floor)
-    if latency and _noisy(row):  # the machine, not the code: said, never counted
-        return "noisy", f"latency {latency[1]:.2f}x, but measured under load or noisy ({_noisy(row)})"
+    noisy = _noisy(row, paired=bool(latency and latency[2])) if latency else ""
+    if noisy:  # the machine, not the code: said, never counted
+        return "noisy", f"{latency[1]}, but measured under load or noisy ({noisy})"
     if latency:
-        (worse if latency[0] == "worse" else better).append(f"latency {latency[1]:.2f}x")
+        (worse if latency[0] == "worse" else better).append(latency[1])
     ma, mb = row[A.peak_memory_bytes], row[B.peak_memory_bytes]
     if _finite(ma, mb) and ma > 0 and abs(mb - ma) > MIN_MEMORY_CHANGE:
         ratio = mb / ma
@@ -114,30 +123,28 @@ def judge(
     return "same", ""
 
 
-def _latency_change(row: pd.Series, threshold: float, floor: NoiseFloor = NoiseFloor()) -> tuple[str, float] | None:
-    """("worse" | "better", B/A) when latency moved beyond the noise floor and both runs' intervals, else None.
+def _latency_change(row: pd.Series, threshold: float, floor: NoiseFloor = NoiseFloor()) -> tuple[str, str, bool] | None:
+    """("worse" | "better", "latency 1.40x ...", whether on a paired basis) when the cell's time ratio
+    (harness.report.normalize) moved beyond the noise floor and both runs' intervals, else None.
 
-    Beyond the floor: B/A relative to the run-wide drift exceeds floor.limit(threshold). Beyond the
-    intervals: the p20-p80 ranges do not overlap and, where both rows have paired speed-ups (timed in
-    alternation with dense inside the cell), neither do their speed-up intervals.
+    Beyond the floor: floor.shift(ratio) exceeds floor.limit(threshold). Beyond the intervals: the two rows'
+    intervals of the basis's quantity do not overlap (normalize.intervals; unknown intervals do not hold it back).
     """
-    ta, tb = row[A.latency_s], row[B.latency_s]
-    if not (_finite(ta, tb) and ta > 0 and tb > 0):
+    ratio = time_ratio(row)
+    if ratio is None:
         return None
-    ratio = tb / ta
-    shift = math.log(ratio / floor.drift)
+    shift = floor.shift(ratio)
     if abs(shift) <= floor.limit(threshold):
         return None
-    spread_a = (row[A.latency_p20_s], row[A.latency_p80_s])
-    spread_b = (row[B.latency_p20_s], row[B.latency_p80_s])
-    has_spread = _finite(*spread_a, *spread_b)
-    paired_a = (row.get(A.speedup_low), row.get(A.speedup_high))
-    paired_b = (row.get(B.speedup_low), row.get(B.speedup_high))
-    has_paired = _finite(*paired_a, *paired_b)
-    if shift > 0 and (not has_spread or spread_b[0] > spread_a[1]) and (not has_paired or paired_b[1] < paired_a[0]):
-        return "worse", ratio
-    if shift < 0 and (not has_spread or spread_b[1] < spread_a[0]) and (not has_paired or paired_b[0] > paired_a[1]):
-        return "better", ratio
+    (lo_a, hi_a), (lo_b, hi_b) = intervals(row, ratio.basis)
+    known = _finite(lo_a, hi_a, lo_b, hi_b)
+    if ratio.basis in PAIRED:  # a speed-up: B's interval below A's is B slower
+        lo_a, hi_a, lo_b, hi_b = (1 / x if known else x for x in (hi_a, lo_a, hi_b, lo_b))
+    said = " ".join(filter(None, [f"latency {ratio.ratio:.2f}x", BASES[ratio.basis]]))
+    if shift > 0 and (not known or lo_b > hi_a):
+        return "worse", said, ratio.basis in PAIRED
+    if shift < 0 and (not known or hi_b < lo_a):
+        return "better", said, ratio.basis in PAIRED
     return None
 
 
@@ -160,15 +167,19 @@ def floor_notes(floor: NoiseFloor, threshold: float, a: AnalysedRun, b: Analysed
     return out
 
 
-def _noisy(row: pd.Series) -> str:
-    """Why either run's row of this cell cannot be trusted for time ('' when both are quiet)."""
+def _noisy(row: pd.Series, *, paired: bool = False) -> str:
+    """Why either run's row of this cell cannot be trusted for time ('' when both are quiet). `paired`: the change
+    cleared the rows' paired intervals, which already hold their blocks' spread (a row's wide-interval or spread
+    flag), so only load and contention make it the machine's (a bias pairing does not remove)."""
     parts = []
     for side in ("a", "b"):
         load = row.get(f"load_per_cpu_{side}")
-        flagged = isinstance(row.get(f"noisy_{side}"), (bool, np.bool_)) and row.get(f"noisy_{side}")
+        flagged = not paired and isinstance(row.get(f"noisy_{side}"), (bool, np.bool_)) and row.get(f"noisy_{side}")
         contended = isinstance(row.get(f"contended_{side}"), (bool, np.bool_)) and row.get(f"contended_{side}")
-        if flagged or contended or (_finite(load) and float(load) >= HIGH_LOAD_PER_CPU):
-            why = row.get(f"noise_reason_{side}") or (f"load {float(load):.2f} per CPU" if _finite(load) else "")
+        loaded = _finite(load) and float(load) >= HIGH_LOAD_PER_CPU
+        if flagged or contended or loaded:
+            said = row.get(f"noise_reason_{side}") if flagged else None
+            why = said or (f"load {float(load):.2f} per CPU" if _finite(load) else "")
             parts.append(f"{side.upper()}: " + "; ".join(filter(None, [why, "contended" if contended else ""])))
     return "; ".join(parts)
 

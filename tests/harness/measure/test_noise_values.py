@@ -41,6 +41,11 @@ def test_the_noisy_flag_at_its_thresholds():
         noise_fields(timed_row(**wide), 0.0)["noise_reason"] == f"speed-up interval wide (1-{WIDE_INTERVAL * 1.01:.3g})"
     )
     assert noise_fields(timed_row(**{**wide, "speedup_high": WIDE_INTERVAL}), 0.0)["noisy"] is False
+    dense = {**timed, "reference_speedup_low": 0.5, "reference_speedup_high": 0.5 * WIDE_INTERVAL * 1.01}
+    assert (
+        noise_fields(timed_row(**dense), 0.0)["noise_reason"]
+        == f"reference speed-up interval wide (0.5-{0.5 * WIDE_INTERVAL * 1.01:.3g})"
+    )
     spread = {**timed, "latency_p20_s": 1.0, "latency_p80_s": WIDE_SPREAD * 1.01}
     assert noise_fields(timed_row(**spread), 0.0)["noisy"] is True
     assert noise_fields(timed_row(**{**spread, "latency_p80_s": WIDE_SPREAD}), 0.0)["noisy"] is False

@@ -254,7 +254,9 @@ def test_latency_change_within_the_paired_intervals_is_no_regression(tmp_path):
     # Beyond both intervals: a regression.
     b = load_run(write_run(tmp_path / "pc", _paired(make_rows(), "chunked", (0.5, 0.45, 0.55), slow=1.4)))
     result = compare_runs(a, b)
-    assert set(result.regressions["variant"]) == {"chunked"} and set(result.regressions["why"]) == {"latency 1.40x"}
+    assert set(result.regressions["variant"]) == {"chunked"} and set(result.regressions["why"]) == {
+        "latency 1.40x against dense in the cell"
+    }
 
 
 def test_a_run_under_load_is_said_not_blamed(tmp_path, capsys):
