@@ -13,8 +13,12 @@ from typing import Any
 import torch
 
 
+# environment variables read when a process starts that change how fast it runs (None in env.json: unset)
+PROCESS_VARS = ("OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+
+
 def collect_env(device: str | None = None) -> dict[str, Any]:
-    """Python, torch, CUDA, cuDNN, GPU, driver, CPU, threads, package versions, git commit, host.
+    """Python, torch, CUDA, cuDNN, GPU, driver, CPU, threads, package versions, git commit, host, process settings.
 
     Never imports xformers (it warns at import on CPU-only builds); its version comes from metadata.
     """
@@ -36,6 +40,8 @@ def collect_env(device: str | None = None) -> dict[str, Any]:
             name: _version(name) for name in ("xformers", "triton", "einops", "numpy", "pandas", "matplotlib")
         },
         "git_commit": git_commit(),
+        # what the process started with that moves timings: thread count and binding, the allocator (docs/timing.md)
+        "process_env": {name: os.environ.get(name) for name in PROCESS_VARS},
     }
     if torch.cuda.is_available():
         index = torch.device(device).index if device and device.startswith("cuda") else None
