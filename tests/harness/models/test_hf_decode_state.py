@@ -18,10 +18,11 @@ pytestmark = pytest.mark.skipif(
     hf_adapter.missing_transformers_reason() is not None, reason=str(hf_adapter.missing_transformers_reason())
 )
 PROMPT, NEW, W = 12, 16, 6  # prompt tokens, generated tokens, sliding_window's window (the ring wraps)
+# the running-sum variants step eagerly here: their compiled step equals the eager one (tests/variants/test_decode_step.py)
 STATEFUL = {
     "sliding_window": {"window": W},
-    "distilled": {"features": 16, "chunk": 8},
-    "window_linear": {"window": 4, "features": 8, "chunk": 8},
+    "distilled": {"features": 16, "chunk": 8, "decode_backend": "eager"},
+    "window_linear": {"window": 4, "features": 8, "chunk": 8, "decode_backend": "eager"},
 }
 
 
