@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 from typing import Any, Iterable
 
 
@@ -105,7 +106,7 @@ def config_label(variant: str, config: dict[str, Any] | None, *, show: Iterable[
 
     Length fields (they follow N, e.g. Linformer's max_seq_len) are left out: they say nothing a reader needs.
     """
-    defaults, length_fields, _ = _defaults(variant)
+    defaults, length_fields = _defaults(variant)[:2]
     show = set(show)
     changed = ",".join(
         f"{k}={v}"
@@ -132,9 +133,15 @@ def searched_fields(variant: str) -> tuple[str, ...]:
     return _defaults(variant)[2]
 
 
-def _defaults(variant: str) -> tuple[dict[str, Any], tuple[str, ...], tuple[str, ...]]:
-    """The variant's default config, length fields and searched fields; ({}, (), ()) for a name the registry
-    does not know (a missing plugin).
+def added_fields(variant: str) -> dict[str, Any]:
+    """The config fields declared added after runs were recorded (field metadata {"added": True}), with their
+    defaults: at their default they stay out of a cell's id (harness.schema.identity); {} if unknown here."""
+    return _defaults(variant)[3]
+
+
+def _defaults(variant: str) -> tuple[dict[str, Any], tuple[str, ...], tuple[str, ...], dict[str, Any]]:
+    """The variant's default config, length fields, searched fields and added fields; ({}, (), (), {}) for a name
+    the registry does not know (a missing plugin).
 
     Known names are cached (labels and series keys ask for every cell); an unknown one is asked again,
     since a plugin may register it later.
@@ -145,10 +152,11 @@ def _defaults(variant: str) -> tuple[dict[str, Any], tuple[str, ...], tuple[str,
         try:
             spec = get_variant(variant)
         except (ValueError, TypeError):
-            return {}, (), ()
-        knob = spec.cls.quality_knob
-        _DEFAULTS[variant] = (spec.config().to_dict(), tuple(spec.cls.length_fields), knob.fields if knob else ())
+            return {}, (), (), {}
+        knob, config = spec.cls.quality_knob, spec.config().to_dict()
+        added = {f.name: config[f.name] for f in dataclasses.fields(spec.config) if f.metadata.get("added")}
+        _DEFAULTS[variant] = (config, tuple(spec.cls.length_fields), knob.fields if knob else (), added)
     return _DEFAULTS[variant]
 
 
-_DEFAULTS: dict[str, tuple[dict[str, Any], tuple[str, ...], tuple[str, ...]]] = {}
+_DEFAULTS: dict[str, tuple[dict[str, Any], tuple[str, ...], tuple[str, ...], dict[str, Any]]] = {}

@@ -87,8 +87,8 @@ class Row:
     k_quant_rel_l2: float | None = _measured()
     v_quant_rel_l2: float | None = _measured()
     # int8 scores (Cell.scores_dtype, harness.measure.scores_quant): the integer matmul that summed them
-    # (torch._int_mm), and their own error, rel L2 against the float64 scores of the first 64 queries of each head;
-    # None for scores_dtype none
+    # (torch._int_mm), and their own error, rel L2 against the float64 scores of the first 64 queries of each head
+    # over all M keys (masked ones too) of the K as given (before a kv_dtype store); None for scores_dtype none
     scores_kernel: str | None = None
     scores_quant_rel_l2: float | None = _measured()
     # a layer cell's blocks' own weights as held (norms and projections; int8-dynamic: packed int8 values, scales, biases;

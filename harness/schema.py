@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from harness.error_metrics import budget_label
 from harness.cell_fields import ROLES, CellField, eq_text, cell_field as _field  # noqa: F401 - ROLES, CellField re-exported
-from harness.entries import config_label, length_fields, searched_fields
+from harness.entries import added_fields, config_label, length_fields, searched_fields
 
 SCHEMA_VERSION = 1
 # unreachable: no knob value meets the budget; fit_timeout: the search or calibration ran past fit_timeout_s (no verdict)
@@ -225,11 +225,15 @@ def legacy_value(name: str, values: Mapping[str, Any]) -> Any:
 def identity(values: Mapping[str, Any], *, matching: bool = False) -> dict[str, Any]:
     """The fields that identify a cell (a Cell's fields, or a row's), as they go into its id.
 
-    Fields added later (CellField.added) at their default are left out, so older ids hold; a matched cell's config
+    Fields added later (CellField.added, and a variant's config fields declared added) at their default are left out,
+    so older ids hold; a matched cell's config
     leaves its quality knob out (the search chooses it: an outcome, not the cell). `matching`: compare's key, which
     also leaves out what two runs may differ in on purpose (CellField.matched False: the seed, the device).
     """
     out = {name: json_safe(values.get(name)) for name in CELL_FIELDS}
+    if isinstance(out["config"], dict):  # config fields added later (entries.added_fields) at their default: left out
+        added = added_fields(str(values["variant"]))
+        out["config"] = {k: v for k, v in out["config"].items() if k not in added or v != added[k]}
     if out["matched_budget"] is not None and isinstance(out["config"], dict):  # json_safe: a frame's NaN is no budget
         searched = searched_fields(str(values["variant"]))  # the knob, and what is searched with it (sinks)
         out["config"] = {k: v for k, v in out["config"].items() if k not in searched}

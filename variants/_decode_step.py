@@ -16,12 +16,17 @@ refuses) leaves the eager function for that shape and ``DecodeStep.kind`` says w
 
 from __future__ import annotations
 
+import subprocess
 from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
 
 DECODE_BACKENDS = ("auto", "eager", "compiled")  # a variant config's decode_backend; see the module doc
+# what a failed export or compile raises (inductor's and export's errors are RuntimeErrors; a compiler that cannot run:
+# OSError, SubprocessError). Anything else propagates: a cell's time limit (an Exception raised by its alarm) must end
+# the cell, not turn into an eager step cached for the rest of the process.
+COMPILE_FAILURES = (RuntimeError, OSError, subprocess.SubprocessError, NotImplementedError, TypeError, ValueError)
 
 # (function, the arguments' shapes, dtypes, devices, torch threads) -> the loaded kernel, or why it did not compile
 _COMPILED: dict[tuple[Any, ...], Callable[..., Tensor] | str] = {}
@@ -76,7 +81,7 @@ def _compile(fn: Callable[..., Tensor], args: tuple[Tensor, ...]) -> Callable[..
         with torch.no_grad():
             program = torch.export.export(_AsModule(fn), tuple(a.clone() for a in args), strict=False)
             loader = torch._inductor.aoti_load_package(torch._inductor.aoti_compile_and_package(program)).loader
-    except Exception as error:  # any failure (compiler missing, an op refused) means the eager step, with its reason
+    except COMPILE_FAILURES as error:  # the compiler missing, an op refused: the eager step, with its reason
         lines = str(error).strip().splitlines() or [""]
         return f"{type(error).__name__}: {lines[0][:200]}"
     # The packaged model's __call__ parses its two pytree specs (JSON) on every call, about 11 us on this CPU: fn takes

@@ -74,7 +74,7 @@ def combine(
     return num / den.clamp_min(TINY)  # (B, H_kv, G, C, D)
 
 
-def ring_step(
+def window_linear_step(
     q_t: Tensor,
     k_t: Tensor,
     v_t: Tensor,

@@ -11,8 +11,7 @@ D^-1/4 * I (D x F) so phi(q).phi(k) starts as a smooth function of q.k. No N x M
   query heads use their K/V head's map; the (2F, D) sums are per K/V head, never repeated (q as (B, H_kv, G, N, D)).
 - Decoding: the state is the running sums kv = sum_j phi(k_j) v_j^T (B, H_kv, 2F, D) and z = sum_j phi(k_j)
   (B, H_kv, 2F, 1) in float32, O(F*D) whatever N; a step adds one key and reads the sums, matching the causal forward's
-  row for that token up to float32 rounding. The step is one pure function, run eagerly or compiled into one C++ kernel
-  (config decode_backend; variants._decode_step).
+  row for that token up to float32 rounding; one pure function, run eagerly or compiled (variants._decode_step).
 - Numerically stable in float16/bfloat16: phi is computed in float32 and is a softmax, so every feature lies in [0, 1]
   (no exp overflow, whatever the scale of q and k); the sums over keys (and the causal prefix sums) accumulate in
   float32; the normaliser is >= 0 and clamped away from 0, and only the final output is cast back to q's dtype.
@@ -25,7 +24,7 @@ D^-1/4 * I (D x F) so phi(q).phi(k) starts as a smooth function of q.k. No N x M
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
@@ -48,7 +47,8 @@ class DistilledConfig(VariantConfig):
     per_head: bool = True  # one feature map per K/V head (H_kv fixed by the first call) or one shared by all heads
     chunk: int = 64  # C: causal prefix sums run over chunks of C queries (C x C block inside each)
     init_noise: float = 0.01  # std of the noise added to the scaled-identity W, to break ties
-    decode_backend: str = "auto"  # a decode step eager, compiled (AOTInductor), or auto: compiled on CPU (_decode_step)
+    # eager, compiled (AOTInductor) or auto: compiled on CPU (_decode_step); "added": out of cell ids at its default
+    decode_backend: str = field(default="auto", metadata={"added": True})
 
     def validate(self) -> None:
         check_int("features", self.features, minimum=1)

@@ -42,7 +42,7 @@ from variants._gqa import group, ungroup
 from variants._hedgehog import float_map
 from variants._registry import register_variant
 from variants._ring import ring_from_context
-from variants._window_linear_math import TINY, WindowLinearState, combine, features, keys, ring_step, sums
+from variants._window_linear_math import TINY, WindowLinearState, combine, features, keys, window_linear_step, sums
 from variants.base import AttentionVariant, Capabilities, QualityKnob, softmax_scale
 from variants.distilled import DistilledConfig
 
@@ -87,7 +87,7 @@ class WindowLinearAttention(AttentionVariant):
         self.register_parameter("weight", None)  # (P, D, F), created by the first call
         self.register_parameter("bias", None)  # (P, 1, F)
         self.register_parameter("log_gamma", None)  # (P,): gamma phi(q).phi(k) stands in for e^(q.k/sqrt(D))
-        self._decode_step = DecodeStep(ring_step, self.config.decode_backend)
+        self._decode_step = DecodeStep(window_linear_step, self.config.decode_backend)
 
     # ---- parameters ---------------------------------------------------------------------
     def materialize(self, H: int, D: int, device: torch.device | str = "cpu") -> None:
@@ -242,7 +242,7 @@ class WindowLinearAttention(AttentionVariant):
         return state
 
     def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: WindowLinearState) -> tuple[Tensor, WindowLinearState]:
-        """Move the leaving key into the sums, write the token into the ring, attend (_window_linear_math.ring_step)."""
+        """Move the leaving key into the sums, write the token into the ring, attend (_window_linear_math.window_linear_step)."""
         check_state(state, WindowLinearState, self.name)
         ring = state.ring
         B, Hkv, _, D = ring.k.shape
@@ -259,7 +259,7 @@ class WindowLinearAttention(AttentionVariant):
         return out, state
 
     def _step_args(self, state: WindowLinearState, slot: int) -> tuple[Tensor, ...]:
-        """ring_step's arguments after the token's: the ring, the slot the token takes, the sums, the parameters."""
+        """window_linear_step's arguments after the token's: the ring, the slot the token takes, the sums, the parameters."""
         ring = state.ring
         weight, bias = float_map(self)
         at = _slots(ring.window, ring.k.device)[slot : slot + 1]  # (1,) int64, a view: no tensor made per step

@@ -87,6 +87,9 @@ class DecodePhase(Phase):
 
     def prepare(self) -> Prepared:
         with Stopwatch(self.device) as watch:
+            with torch.no_grad():  # one step on a throwaway state: what it builds for the step's shapes (a compiled
+                q_t, k_t, v_t = self.tokens[0]  # kernel for the query's heads under GQA) is set-up, never timed
+                self.attn.step(q_t, k_t, v_t, loaded_state(self.fresh_state()))
             state = self._prepared = self.fresh_state()
         N = self.N
         errors = quantization_errors(self.k[:, :, :N], self.v[:, :, :N], self.kv_dtype)  # the context's K and V

@@ -50,8 +50,9 @@ def judged(row: Row, limits: dict[str, Any] | None, load: float | None) -> dict[
 
 def compute_dtype(cell: Cell) -> str:
     """The dtype a cell's matmuls run in: its dtype, or its autocast precision's ("autocast-bf16": bfloat16); int8 for
-    int8-dynamic's projections (no int8 peak is measured: such a row gets no percentages and is never flagged)."""
-    if cell.precision == INT8_DYNAMIC:
+    int8-dynamic's projections and for int8 scores (torch._int_mm's integer products: no int8 peak is measured, so
+    such a row gets no percentages and is never flagged against a float peak)."""
+    if cell.precision == INT8_DYNAMIC or cell.scores_dtype == "int8":
         return "int8"
     dtype = AUTOCAST_DTYPES.get(cell.precision)
     return str(dtype).removeprefix("torch.") if dtype is not None else cell.dtype

@@ -1,7 +1,7 @@
 """A cell's timed fields: the variant paired with the baseline (harness.schema.BASELINE, backend auto) in alternating blocks.
 
-The baseline's own cells (the baseline variant with its default config) are timed alone (harness.measure.timer),
-and get speedup None: a ratio to itself would be 1 by construction. Every other cell times its step
+The baseline's own cells (the baseline variant with its default config) get speedup None (a ratio to itself would be 1
+by construction) and are paired with a fixed reference kernel instead (harness.measure.yardstick: reference_speedup). Every other cell times its step
 and the baseline's step on the same q, k, v in alternation (harness.measure.pairing), so the paired
 speed-up survives a load that drifts during the cell. Both steps are first warmed up to a stable rate
 (pairing.warm_up), and the pairs are timed in ROUNDS consecutive rounds whose spread enters the interval

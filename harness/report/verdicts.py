@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from harness.measure.noise import HIGH_LOAD_PER_CPU, NOISY_SHARE
+from harness.measure.rounds import MAD_TO_SD
 from harness.report.analysed import AnalysedRun
 from harness.report.clock import contended_count, median_load, mostly_contended
 from harness.report.normalize import BASES, PAIRED, A, B, TimeRatio, intervals, time_ratio
@@ -69,7 +70,7 @@ def noise_floor(cells: pd.DataFrame) -> NoiseFloor:
     drift = math.exp(float(np.median(raw))) if len(raw) >= MIN_CELLS_FOR_DRIFT else 1.0
     logs = np.array([NoiseFloor(drift=drift).shift(r) for r in ratios])
     center = float(np.median(logs))
-    return NoiseFloor(drift=drift, spread=1.4826 * float(np.median(np.abs(logs - center))), cells=len(logs))
+    return NoiseFloor(drift=drift, spread=MAD_TO_SD * float(np.median(np.abs(logs - center))), cells=len(logs))
 
 
 def judge(

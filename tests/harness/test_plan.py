@@ -154,3 +154,17 @@ def test_without_budgets_cell_ids_are_those_of_earlier_versions():
     with_budgets = plan(build_spec(cli={**base, "error_budgets": "0.1", "error_metric": "cosine"}))
     assert with_budgets[0].cell_id == "227573f7762f0a11"  # dense: not matched
     assert with_budgets[1].error_metric == "cosine" and with_budgets[1].cell_id != plain[1].cell_id
+
+
+def test_a_config_field_added_later_stays_out_of_the_id_at_its_default():
+    """distilled's decode_backend (declared added): a row recorded before it existed, the same cell at "auto" and a
+    row that names "auto" share one id and one compare key; "eager" is another cell."""
+    from harness.schema import match_key
+
+    spec = build_spec(cli={"device": "cpu", "variants": "distilled", "seq_lens": "256", "error_budgets": ""})
+    cell = plan(spec)[0]
+    assert cell.config["decode_backend"] == "auto"
+    older = {**cell.fields(), "config": {k: v for k, v in cell.config.items() if k != "decode_backend"}}
+    assert Cell.from_dict(older).cell_id == cell.cell_id and match_key(older) == match_key(cell.fields())
+    eager = {**cell.fields(), "config": {**cell.config, "decode_backend": "eager"}}
+    assert Cell.from_dict(eager).cell_id != cell.cell_id and match_key(eager) != match_key(cell.fields())

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from variants import build_variant, get_variant, list_variants
+from variants import _decode_step
 from variants._decode_step import DecodeStep
 
 B, H, D, CONTEXT, STEPS = 2, 4, 16, 13, 6  # small_config's window (4) is below CONTEXT: the ring wraps
@@ -74,3 +75,29 @@ def test_a_step_that_cannot_compile_runs_eagerly_and_says_why():
 def test_a_bad_decode_backend_is_refused(name):
     with pytest.raises(ValueError, match=r"decode_backend must be one of 'auto', 'eager', 'compiled', got 'compile'"):
         build_variant(name, decode_backend="compile")
+
+
+def test_only_a_compiles_own_failure_means_the_eager_step(monkeypatch):
+    """A cell's time limit (an Exception its alarm raises mid-compile) ends the cell: it is neither turned into an
+    eager step nor cached for the rest of the process; a compiler's own error is."""
+
+    class CellTimeLimit(Exception):
+        pass
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    def timed_out(*args, **kwargs):
+        raise CellTimeLimit("the cell ran past its limit")
+
+    monkeypatch.setattr(torch.export, "export", timed_out)
+    step = DecodeStep(fn, "compiled")
+    with pytest.raises(CellTimeLimit):
+        step(torch.zeros(3))
+    assert not [k for k in _decode_step._COMPILED if k[0] is fn]  # nothing cached for that shape
+
+    def refused(*args, **kwargs):
+        raise RuntimeError("an operation export refuses")
+
+    monkeypatch.setattr(torch.export, "export", refused)
+    assert torch.equal(step(torch.zeros(3)), torch.ones(3)) and step.kind.startswith("eager (compile failed: Runtime")

@@ -107,3 +107,22 @@ def test_the_checked_generations_error_is_its_dtypes_rounding(dtype, low, high):
     assert low <= checked.errors["rel_l2_error"] < high, checked.errors
     outs = p.generate(p.fresh_state())
     assert {o.dtype for o in outs} == {DTYPES[dtype]} and {o.shape for o in outs} == {(B, H, 1, D)}
+
+
+def test_prepare_runs_one_step_of_the_query_shape_on_a_throwaway_state_before_the_checked_one():
+    """What a step builds for its shapes (a compiled kernel for the query's heads under GQA) is set-up: prepare takes
+    one step with the first token's q, k, v (H query heads against H_kv K/V heads) on a state of its own."""
+    c = cell(padding=0.0)
+    attn = build_variant("dense").eval()
+    seen, step = [], attn.step
+
+    def counting(q_t, k_t, v_t, state):
+        seen.append((tuple(q_t.shape), tuple(k_t.shape)))
+        return step(q_t, k_t, v_t, state)
+
+    attn.step = counting
+    p = DecodePhase(attn, c, inputs(), None, SETTINGS, torch.device("cpu"))
+    prepared = p.prepare()
+    assert seen == [((B, H, 1, D), (B, Hkv, 1, D))]  # one step, at the query's heads, before anything is checked
+    assert prepared.state_bytes == attn.state_bytes(p.fresh_state())  # the prepared state is a fresh one
+    assert len(p.generate(p.fresh_state())) == S and len(seen) == 1 + S

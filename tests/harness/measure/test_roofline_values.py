@@ -65,6 +65,12 @@ def test_the_compute_dtype_is_the_autocast_dtype_where_there_is_one(precision, d
     assert compute_dtype(_cell(precision=precision, dtype=dtype)) == expected
 
 
+def test_int8_scores_compute_in_int8_so_no_float_peak_judges_them():
+    assert (
+        compute_dtype(_cell(scores_dtype="int8")) == "int8" and compute_dtype(_cell(scores_dtype="none")) == "float32"
+    )
+
+
 def _limits(**per_dtype) -> dict:
     """Planted run limits: {dtype: (ceiling FLOP/s, bandwidth)}, a cache too small to excuse anything."""
     entries = {d: {"peak_flops": p, "ceiling_flops": p, "bandwidth_bytes_per_s": bw, "cache_bytes": 1} for d, (p, bw) in per_dtype.items()}  # fmt: skip
