@@ -57,9 +57,9 @@ class DecodesFirstOnly(DenseAttention):
         type(self).states += 1
         return super().init_state(k, v, kv_mask=kv_mask)
 
-    def step(self, q_t, k_t, v_t, state):
-        out, state = super().step(q_t, k_t, v_t, state)
-        return (out if type(self).states == 1 else out * 0.0), state
+    def step(self, q_t, k_t, v_t, state):  # right from the states a cell prepares and checks with (its prepare's
+        out, state = super().step(q_t, k_t, v_t, state)  # throwaway step's and the checked generation's), not after
+        return (out if type(self).states <= 2 else out * 0.0), state
 """,
     "h_interrupt": """
 @register_variant("h_interrupt")
