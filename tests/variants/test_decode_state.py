@@ -24,7 +24,7 @@ def _decoders() -> list:
         fields = {field.name for field in dataclasses.fields(get_variant(name).config)}
         chooses = "decode_backend" in fields
         cases += [(name, "eager" if chooses else None, padded) for padded in (False, True)]
-        cases += [(name, "auto", False)] if chooses else []
+        cases += [pytest.param(name, "auto", False, marks=pytest.mark.slow)] if chooses else []  # a compile: ~10 s
     return cases
 
 

@@ -45,7 +45,8 @@ def _decode(name: str, backend: str, kv_heads: int, padded: bool) -> tuple[torch
 @pytest.mark.parametrize("name", _choosers())
 @pytest.mark.parametrize(
     "kv_heads,padded",
-    [(H, False), pytest.param(H, True, marks=pytest.mark.slow), pytest.param(2, False, marks=pytest.mark.slow)],
+    [pytest.param(H, False, marks=pytest.mark.slow)]  # each compiles a kernel (about 10 s): the full suite runs them
+    + [pytest.param(H, True, marks=pytest.mark.slow), pytest.param(2, False, marks=pytest.mark.slow)],
     ids=["plain", "padded", "gqa"],
 )
 def test_the_compiled_step_equals_the_eager_step(name, kv_heads, padded):
@@ -57,6 +58,7 @@ def test_the_compiled_step_equals_the_eager_step(name, kv_heads, padded):
         torch.testing.assert_close(getattr(compiled_state, field), getattr(eager_state, field), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_auto_compiles_on_cpu():
     *_, kind = _decode(_choosers()[0], "auto", H, False)
     assert kind == "compiled"
