@@ -14,6 +14,8 @@ from variants import build_variant, get_variant, list_variants
 from variants import _decode_step
 from variants._decode_step import DecodeStep
 
+# under xdist one worker runs them all, so the cases that share shapes share their kernel (cached per process)
+pytestmark = pytest.mark.xdist_group("compiled-decode")
 B, H, D, CONTEXT, STEPS = 2, 4, 16, 13, 6  # small_config's window (4) is below CONTEXT: the ring wraps
 
 
