@@ -1,7 +1,8 @@
-"""The decode half of the variant contract: decode_reasons with every reason, and init_state/step defaults that refuse.
+"""The decode half of the variant contract: decode_reasons, init_state/step defaults that refuse, one step's FLOPs.
 
 AttentionVariant (variants/base.py) inherits it; a variant with ``Capabilities.decode`` overrides ``init_state`` and
-``step``, and may add ``extra_decode_reasons``.
+``step``, and may add ``extra_decode_reasons``; one whose step does less than a forward over its whole context (a ring,
+running sums) overrides ``decode_step_flops``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from torch import Tensor
 from variants._declarations import Capabilities, NotSupportedError
 from variants._decode import state_bytes
 from variants._decode_step import DecodeStep
+from variants._flops import count_flops
 from variants._gqa import gqa_reasons
 
 
@@ -77,3 +79,11 @@ class DecodeContract:
     def state_bytes(self, state: Any) -> int:
         """Bytes held by a decode state: ``variants.state_bytes`` (tensor storages, each once)."""
         return state_bytes(state)
+
+    def decode_step_flops(self, B: int, H: int, context: int, D: int, *, H_kv: int | None = None) -> int:
+        """Forward FLOPs one decode step executes: generating one token whose query (B, H, 1, D) attends to `context`
+        keys already cached or summarised (K/V heads H_kv, default H). The default, a KV cache's step: the variant's
+        executed forward of one query over all context + 1 keys (the token's own key included), non-causal (the new
+        query is the last position). A variant whose step does less (a ring of `window` keys, running sums) overrides
+        it; a decode cell's `flops` is this, averaged over its steps (harness.measure.decode)."""
+        return count_flops(self, B, H, 1, context + 1, D, False, H_kv=H_kv, executed=True)

@@ -11,7 +11,7 @@ one method.
 Decoding (optional, ``Capabilities.decode``): ``init_state(k, v, *, kv_mask=None)`` builds the
 state for a context, ``step(q_t, k_t, v_t, state) -> (out_t, state)`` adds one token and returns
 its causal output; ``decode_reasons`` says beforehand why a variant cannot, and
-``state_bytes(state)`` counts the state's memory.
+``state_bytes(state)`` counts the state's memory, ``decode_step_flops`` one step's FLOPs.
 """
 
 from __future__ import annotations

@@ -118,8 +118,7 @@ class DistilledAttention(AttentionVariant):
     def flops(self, B: int, H: int, N: int, M: int, D: int, causal: bool, *, H_kv: int | None = None) -> int:
         """Per K/V head: phi(k) (2*M*D*F) and sum_j phi(k_j) v_j^T (2*M*2F*D); per query head: phi(q) (2*N*D*F),
         phi(q) against the sums (2*N*2F*D) and the normaliser (2*N*2F). The algorithm's count, the same with and
-        without causal=True (a prefix sum adds no multiplications); executed_flops adds the causal chunks' blocks.
-        """
+        without causal=True (a prefix sum adds no multiplications); executed_flops adds the causal chunks' blocks."""
         F, F2, Hkv = self.config.features, 2 * self.config.features, H if H_kv is None else H_kv
         return B * (Hkv * (2 * M * D * F + 2 * M * F2 * D) + H * (2 * N * D * F + 2 * N * F2 * D + 2 * N * F2))
 
@@ -144,6 +143,10 @@ class DistilledAttention(AttentionVariant):
         blocks = sum(min(C, N - s) ** 2 for s in range(0, N, C))
         return useful + B * H * blocks * 2 * (2 * self.config.features + D)
 
+    def decode_step_flops(self, B: int, H: int, context: int, D: int, *, H_kv: int | None = None) -> int:
+        """A step (_step_sums) is flops with one query and one key, whatever the context: phi(k_t) into the sums."""
+        return self.flops(B, H, 1, 1, D, False, H_kv=H_kv)
+
     # ---- the calibration hook -----------------------------------------------------------
     def attention_weights(
         self, q: Tensor, k: Tensor, *, causal: bool = False, kv_mask: Tensor | None = None, rows: Tensor | None = None
@@ -156,10 +159,7 @@ class DistilledAttention(AttentionVariant):
         self.materialize(k.shape[1], q.shape[3], q.device)
         rows = torch.arange(q.shape[2], device=q.device) if rows is None else rows.to(q.device)
         # (B, H_kv, G, R, 2F), (B, H_kv, 1, M, 2F)
-        fq, fk = (
-            self._phi(group(q[:, :, rows], k.shape[1])),
-            self._phi(k[:, :, None], kv_mask),
-        )
+        fq, fk = self._phi(group(q[:, :, rows], k.shape[1])), self._phi(k[:, :, None], kv_mask)
         scores = ungroup(fq @ fk.transpose(-1, -2))  # (B, H, R, M), >= 0
         if causal:  # the queries are the last N positions
             positions = rows + query_offset(q.shape[2], k.shape[2], causal)

@@ -253,6 +253,12 @@ class SlidingWindowAttention(PatternWeights, AttentionVariant):
         checked_once(state, q_t, k_t, v_t, check)  # once per sequence, not per token
         return ring_step(q_t, k_t, v_t, state), state
 
+    def decode_step_flops(self, B: int, H: int, context: int, D: int, *, H_kv: int | None = None) -> int:
+        """One step (variants._ring.ring_step), whatever the context: SDPA of the query over every slot of its ring, the
+        sinks + window slots (4*D each: q k^T and the weights @ v; empty slots and sinks inside the band are masked, not
+        skipped)."""
+        return 4 * B * H * D * (self.config.sinks + self.config.window)
+
 
 def _masked(
     q: Tensor,

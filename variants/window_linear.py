@@ -226,6 +226,14 @@ class WindowLinearAttention(AttentionVariant):
         return ungroup(weights / weights.sum(-1, keepdim=True).clamp_min(TINY))
 
     # ---- decoding: a ring buffer for the window, running sums for the keys that left it -------
+    def decode_step_flops(self, B: int, H: int, context: int, D: int, *, H_kv: int | None = None) -> int:
+        """One step (_window_linear_math.window_linear_step), whatever the context: per K/V head phi of the key leaving
+        the ring (2*D*F, computed for an empty slot too) and its phi(k) v^T into the sums (2*2F*D); per query head
+        phi(q) (2*D*F), its read of the sums (2*2F*D and 2*2F) and q k^T and the weights @ v over every ring slot
+        (4*window*D: empty slots are masked, not skipped). The entering key's phi waits until it leaves the ring."""
+        H_kv, F, W = H if H_kv is None else H_kv, self.config.features, self.config.window
+        return B * H_kv * (2 * D * F + 2 * 2 * F * D) + B * H * (2 * D * F + 2 * 2 * F * D + 2 * 2 * F + 4 * W * D)
+
     def init_state(self, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> WindowLinearState:
         """The last `window` tokens of the context k, v (B, H_kv, N, D) and the sums over the real ones before them;
         compiles the step (decode_backend) for queries with H_kv heads (GQA's queries compile at their first step)."""

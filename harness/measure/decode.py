@@ -21,14 +21,14 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from harness.measure.flops import Flops, attention_flops, flops_fields
+from harness.measure.flops import Flops, flops_fields
 from harness.measure.kind import Checked, Phase, Prepared, TimedStep
 from harness.measure.kv_quant import loaded_state, quantization_errors, stored_state
 from harness.measure.reference import nonfinite, output_errors
 from harness.measure.settings import MeasureSettings
 from harness.measure.timer import Stopwatch
 from harness.schema import Cell
-from variants import live_state_bytes, reference_attention
+from variants import count_flops, live_state_bytes, reference_attention
 from variants._quantize import round_trip
 
 
@@ -121,13 +121,14 @@ class DecodePhase(Phase):
         return ({}, bad) if bad else (output_errors(out.double(), self.reference), None)
 
     def flops(self, latency_s: float) -> Flops:
-        """Per generated token: step t attends to the context and the t + 1 tokens generated so far."""
-        N, S = self.N, self.S
-        per_step = [
-            attention_flops(self.attn, self.cell, backend=None, N=1, M=N + t + 1, causal=False) for t in range(S)
-        ]
-        executed, useful = (sum(step[i] for step in per_step) // S for i in (0, 1))
-        return flops_fields(executed, latency_s, training=False, useful_attention_flops=useful)
+        """Per generated token, the mean over the S steps; step t follows the context and the t tokens before it.
+        Executed: what the variant's step runs (decode_step_flops: a KV cache's forward over all N + t + 1 keys, a
+        ring's window, running sums' one token); useful: the variant's forward of one query over the N + t + 1 keys."""
+        N, S, c = self.N, self.S, self.cell
+        B, H, D, H_kv = c.batch, c.heads, c.head_dim, c.kv_heads
+        executed = sum(self.attn.decode_step_flops(B, H, N + t, D, H_kv=H_kv) for t in range(S))
+        useful = sum(count_flops(self.attn, B, H, 1, N + t + 1, D, False, H_kv=H_kv) for t in range(S))
+        return flops_fields(executed // S, latency_s, training=False, useful_attention_flops=useful // S)
 
     def _reference(self) -> Tensor:
         """Exact causal attention for rows N .. N + S - 1 over the whole prefix (the variant's own pattern under

@@ -58,3 +58,56 @@ def test_decode_flops_count_the_keys_each_step_sees(clock, N, kv_heads):
     per_step = [4 * H * D * (N + t + 1) for t in range(S)]  # batch 1
     assert row["flops"] == sum(per_step) // S
     assert row["tflops"] == pytest.approx(row["flops"] / STEP_SECONDS / 1e12, rel=1e-6)
+
+
+@pytest.fixture
+def distilled_clock(monkeypatch):
+    """The timer's clocks advance STEP_SECONDS for every step of distilled's running sums and not otherwise."""
+    import variants.distilled
+
+    now = [0.0]
+
+    class FakeTime:
+        @staticmethod
+        def perf_counter() -> float:
+            return now[0]
+
+        thread_time = perf_counter
+
+    step = variants.distilled.DistilledAttention.step
+
+    def timed_step(self, *args, **kwargs):
+        now[0] += STEP_SECONDS
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(timer_module, "time", FakeTime)
+    monkeypatch.setattr(variants.distilled.DistilledAttention, "step", timed_step)
+    return now
+
+
+def test_a_running_sums_decode_row_counts_its_step_not_a_forward_over_the_context(distilled_clock):
+    """distilled's step adds one key to its sums and reads them (features F, 2F of them): per K/V head phi(k_t) 2*D*F
+    and phi(k_t) v_t^T 2*2F*D, per query head phi(q_t) 2*D*F and its read 2*2F*D + 2*2F, the same at every N. Under a
+    compute peak that a forward of one query over the N + t + 1 keys (the old count, feature map of every key) would
+    exceed at this latency, the row is not impossible; its useful flops stay that forward's."""
+    from harness.measure import RunInfo, measure_cell
+
+    F, N, S = 16, 256, FAST.decode_steps
+    per_step = H * (2 * D * F + 2 * 2 * F * D) + H * (2 * D * F + 2 * 2 * F * D + 2 * 2 * F)  # batch 1, H_kv = H
+    phi_and_sums = 2 * D * F + 2 * 2 * F * D  # per key and K/V head: what a forward over every key adds
+    old = sum(per_step + H * (N + t) * phi_and_sums for t in range(S)) // S
+    peak = 1e9  # FLOP/s: the old count's 1.6e9 per second of STEP_SECONDS would be 158% of it
+    assert old / STEP_SECONDS > 1.5 * peak
+    limits = {"dtypes": {"float32": {"peak_flops": peak}}}
+    info = RunInfo(run_id="test", device_name="cpu", host="h", threads=1, limits=limits)
+    config = {"features": F, "chunk": 8, "decode_backend": "eager"}
+    row = measure_cell(cell("distilled", N=N, phase="decode", causal=True, config=config), FAST, info).to_dict()
+    assert row["status"] == "ok", row["reason"]
+    assert row["latency_s"] == pytest.approx(STEP_SECONDS, rel=1e-9)
+    assert row["flops"] == per_step  # 12544
+    assert row["useful_flops"] == old
+    assert not row.get("impossible") and row["pct_of_compute_peak"] == pytest.approx(
+        100 * per_step / STEP_SECONDS / peak
+    )
+    dense = run(cell(N=N, phase="decode", causal=True))
+    assert row["flops"] < dense["flops"] == sum(4 * H * D * (N + t + 1) for t in range(S)) // S
