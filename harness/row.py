@@ -54,6 +54,11 @@ class Row:
     speedup_high: float | None = _measured()
     rounds: int | None = _measured()  # rounds the pairs were timed in (1: one; None: not paired, or older rows)
     speedup_round_sd: float | None = _measured()  # s.d. of log(round speed-up) between rounds; None: one round
+    # the processes the pairs were timed in (--processes; harness.runner.processes): from 2, speedup (or
+    # reference_speedup) and its interval are over them (harness.measure.rounds.process_interval), rounds counts them
+    # all, and speedup_round_sd, the latencies and the CPU-time fields stay the first process's; None: not paired
+    processes: int | None = _measured()
+    speedup_process_sd: float | None = _measured()  # s.d. of log(speed-up) between the processes; None: one process
     # the baseline's own cells: reference kernel / cell seconds, paired in rounds as speedup is, with its 95% interval
     # (harness.measure.yardstick; rounds and speedup_round_sd are then this pairing's); None for every other cell
     reference_speedup: float | None = _measured()

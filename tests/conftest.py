@@ -11,7 +11,25 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.spec import build
 from tests.helpers.serial import LOCKS_ENV, holding
+
+CPU_PROCESSES = "processes = 4"  # harness/spec/cpu.toml's line: each paired cell timed in 4 processes
+
+
+@pytest.fixture(autouse=True)
+def one_timing_process(monkeypatch):
+    """A sweep a test runs in its own process times each cell in one process unless the test asks for more
+    (--processes): the CPU default's three later timing processes (harness.runner.processes) would start three
+    children in each of the suite's sweeps. The default itself is tested from the file (tests/harness/spec); sweeps a
+    test starts as a command give --processes 1 themselves."""
+    default_text = build.default_text
+
+    def one_process(device: str) -> str:
+        text = default_text(device)
+        return text.replace(CPU_PROCESSES, "processes = 1") if CPU_PROCESSES in text else text
+
+    monkeypatch.setattr(build, "default_text", one_process)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

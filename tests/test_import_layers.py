@@ -28,6 +28,7 @@ LAYERS = (
         "harness.entries",
         "harness.devices",
         "harness.process_state",
+        "harness.heap",
         "harness.env",
         "harness.child",
         "harness.text_files",

@@ -23,7 +23,9 @@ import torch
 
 from harness.env import cpu_name
 from harness.executors.distributions import store_distribution
+from harness.heap import keep_freed_memory
 from harness.measure import MeasureContext, MeasureSettings, RunInfo, calibration_key, measure_cell
+from harness.measure.retime import retime_cell
 from harness.plugins import load_plugins
 from harness.safe_files import write_plain, write_saved
 from harness.schema import Cell, json_safe
@@ -64,28 +66,14 @@ def run_cell(cell: Any, job: CellJob | dict[str, Any], context: Any = None) -> d
     """
     job = job if isinstance(job, CellJob) else CellJob.from_dict(job)
     cell = cell if isinstance(cell, Cell) else Cell.from_dict(cell)
-    load_plugins(job.plugins)  # once per process; one whose import changed the process is refused (harness.plugins)
-    _import_before_any_deadline()
-    if job.threads:
-        torch.set_num_threads(job.threads)
-    settings = MeasureSettings(**job.settings)
+    settings = _process_ready(job)
     # the threads this cell runs with (a plugin may have called torch.set_num_threads since the run began)
     identity = _worker_identity(job.run, settings.device) if job.remote else job.run
     run = RunInfo(**{**identity, "threads": torch.get_num_threads()})
     if context is None:
         context = _PROCESS_CONTEXT.setdefault("context", MeasureContext())
     known = set(context.calibrated)
-    shared = bool(job.run_dir) and Path(job.run_dir).is_dir()  # False on a node that does not see the run folder
-    if shared:
-        try:
-            preload_fitted(context, cell, settings, Path(job.run_dir))
-        except Exception as exc:  # noqa: BLE001 - an unreadable fit is fitted again; the cell must still get its row
-            first_line = (str(exc).splitlines() or [""])[0]
-            warnings.warn(
-                f"attnsuite: could not load the stored fit for {cell.variant} from {job.run_dir}/{FITTED_DIR} "
-                f"({type(exc).__name__}: {first_line}); fitting again",
-                stacklevel=2,
-            )
+    shared = _load_stored_fit(context, cell, settings, job)
     row = measure_cell(cell, settings, run, context)
     if shared:
         for key in set(context.calibrated) - known:
@@ -105,7 +93,48 @@ def run_cell(cell: Any, job: CellJob | dict[str, Any], context: Any = None) -> d
     return row.to_dict()
 
 
+def _process_ready(job: CellJob) -> MeasureSettings:
+    """This process made ready for the job's cells (its plugins, torch's heavy imports, its threads, a heap that keeps
+    what it frees: harness.heap); the settings."""
+    keep_freed_memory()
+    load_plugins(job.plugins)  # once per process; one whose import changed the process is refused (harness.plugins)
+    _import_before_any_deadline()
+    if job.threads:
+        torch.set_num_threads(job.threads)
+    return MeasureSettings(**job.settings)
+
+
+def _load_stored_fit(context: Any, cell: Cell, settings: MeasureSettings, job: CellJob) -> bool:
+    """Put the run's stored fit of `cell` into `context` (preload_fitted); whether the run folder is shared here (False
+    on a node that does not see it). An unreadable fit is a warning: the cell is fitted again."""
+    shared = bool(job.run_dir) and Path(job.run_dir).is_dir()
+    if shared:
+        try:
+            preload_fitted(context, cell, settings, Path(job.run_dir))
+        except Exception as exc:  # noqa: BLE001 - an unreadable fit is fitted again; the cell must still get its row
+            first_line = (str(exc).splitlines() or [""])[0]
+            warnings.warn(
+                f"attnsuite: could not load the stored fit for {cell.variant} from {job.run_dir}/{FITTED_DIR} "
+                f"({type(exc).__name__}: {first_line}); fitting again",
+                stacklevel=2,
+            )
+    return shared
+
+
+def retime_in_process(cell: Any, job: CellJob | dict[str, Any]) -> dict[str, Any]:
+    """Time a measured cell (a Cell or its dict, its config as its row measured it) again in this process
+    (harness.measure.retime): {"timing": the timing stage's fields or None, "failed": why not or None}."""
+    job = job if isinstance(job, CellJob) else CellJob.from_dict(job)
+    cell = cell if isinstance(cell, Cell) else Cell.from_dict(cell)
+    settings = _process_ready(job)
+    context = _PROCESS_CONTEXT.setdefault("context", MeasureContext())
+    _load_stored_fit(context, cell, settings, job)
+    retimed = retime_cell(cell, settings, context)
+    return {"timing": json_safe(asdict(retimed.timing)) if retimed.timing else None, "failed": retimed.failed}
+
+
 CELL_SERVER = "harness.executors.worker:serve_cells"  # the child-process entry (harness.child) of run_cell
+RETIME_SERVER = "harness.executors.worker:serve_retimes"  # ... and of retime_in_process
 
 
 def serve_cells(job: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -113,6 +142,13 @@ def serve_cells(job: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any
     cell_job = CellJob.from_dict(job)
     load_plugins(cell_job.plugins)
     return lambda cell: run_cell(cell, cell_job)
+
+
+def serve_retimes(job: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """In a child process (harness.child): the job's plugins imported, then retime_in_process for each cell sent."""
+    cell_job = CellJob.from_dict(job)
+    load_plugins(cell_job.plugins)
+    return lambda cell: retime_in_process(cell, cell_job)
 
 
 def _import_before_any_deadline() -> None:

@@ -16,6 +16,11 @@ the unit that repeats: the interval is over them.
   hold the next run's value in only about 83% of runs at a stated 95%; the prediction interval is what a reader
   who reruns the sweep checks (scripts/repro_check.py counts it).
 
+One process is not enough: its rounds share the state the process landed in, and four quiet processes spread a
+speed-up by 11% where four repeats inside one spread 1.6% (docs/timing.md). A sweep with --processes P >= 3 times each
+paired cell in P processes (harness.runner.processes) and process_interval gives the same prediction interval one
+level up, over the processes' speed-ups, each process's own interval its floor.
+
 Chosen over a hierarchical bootstrap (resample rounds, then pairs within them): with 3-6 rounds a bootstrap's
 percentiles come from a handful of distinct values and are too narrow by about sqrt((R-1)/R) before any prediction
 widening; the t quantile pays for the few rounds honestly.
@@ -81,3 +86,55 @@ def within_se(rounds: Sequence[Sequence[float]]) -> float:
     sd = MAD_TO_SD * statistics.median(deviations)
     per_round = len(deviations) / len(rounds)
     return MEDIAN_SE * sd / math.sqrt(per_round)
+
+
+@dataclass(frozen=True)
+class ProcessTiming:
+    """One process's paired speed-up of a cell and its interval (round_interval's, or one round's bootstrap)."""
+
+    speedup: float
+    low: float
+    high: float
+    rounds: int | None  # the rounds it was timed in (1 or None: the interval is a bootstrap over pairs)
+
+    def own_se(self) -> float:
+        """The s.e. of this process's log(speed-up) that its own interval implies: a rounds' prediction interval is
+        t(R-1) x s x sqrt(2 / R) wide on each side, so s / sqrt(R) = half / (t(R-1) x sqrt(2)); one round's bootstrap
+        interval of the median is about 1.96 s.e. wide on each side."""
+        half = math.log(self.high / self.low) / 2
+        if self.rounds and self.rounds > 1:
+            return half / (t975(self.rounds - 1) * math.sqrt(2))
+        return half / NORMAL975
+
+
+@dataclass(frozen=True)
+class ProcessInterval:
+    """A speed-up timed in several processes and its 95% prediction interval (process_interval)."""
+
+    speedup: float  # geometric mean of the processes' speed-ups
+    low: float
+    high: float
+    processes: int
+    process_sd: float  # s.d. of log(speed-up) across the processes
+    rounds: int  # rounds over all processes
+
+
+def process_interval(timings: Sequence[ProcessTiming]) -> ProcessInterval:
+    """The speed-up of a cell timed in P >= 2 processes and where the next run's P-process value should fall.
+
+    The same prediction interval as round_interval's, one level up: the processes are the unit that repeats (the spread
+    between processes is the largest term on a shared machine; docs/timing.md). log(speed-up) +/- t(P-1) x s x
+    sqrt(2 / P), s the s.d. of the processes' log speed-ups, floored by the root mean square of what each process's
+    own interval implies for its value (ProcessTiming.own_se): processes that agree by chance claim no more than their
+    rounds can."""
+    kept = [t for t in timings if t.speedup > 0 and t.low > 0 and t.high >= t.low]
+    if len(kept) < 2:
+        raise ValueError(f"process_interval: {len(kept)} usable process timing(s) of {len(timings)}; needs two or more")
+    logs = [math.log(t.speedup) for t in kept]
+    center, between = statistics.fmean(logs), statistics.stdev(logs)
+    own = math.sqrt(statistics.fmean([t.own_se() ** 2 for t in kept]))
+    half = t975(len(kept) - 1) * max(between, own) * math.sqrt(2 / len(kept))
+    rounds = sum(t.rounds or 1 for t in kept)
+    return ProcessInterval(
+        math.exp(center), math.exp(center - half), math.exp(center + half), len(kept), between, rounds
+    )

@@ -69,6 +69,7 @@ class Timing:
     speedup_high: float | None = None
     rounds: int | None = None  # rounds the pairs were timed in
     speedup_round_sd: float | None = None  # s.d. of log(round speed-up) between rounds (None: one round)
+    processes: int | None = None  # 1 when paired: this process (the run's later ones: harness.runner.processes)
     # the baseline's own cells: reference kernel / cell seconds, paired in rounds like speedup, and its interval
     reference_speedup: float | None = None
     reference_speedup_low: float | None = None
@@ -255,5 +256,6 @@ def paired_speedup(times: PairedTimes) -> dict[str, Any]:
         "speedup_high": high,
         "rounds": times.rounds,
         "speedup_round_sd": between_sd,
+        "processes": 1,
         "baseline_latency_s": statistics.median(times.baseline_s),
     }

@@ -23,15 +23,20 @@ def wall_time_line(spec: SweepSpec, cells: Sequence[Cell]) -> str:
     if not cells:
         return "wall time: nothing to run"
     fitting = sum(fits(c) for c in cells)
-    floor = f"at least {format_duration(len(cells) * spec.time_budget_s)} of timing (--time-budget per cell)"
+    later = spec.processes - 1 if spec.executor in SERIAL_EXECUTORS else 0  # harness.runner.processes re-times
+    paired = sum(c.phase == "prefill" and c.scope == "attention" for c in cells)  # the cells timed in pairs
+    each = f", {paired} of them in {spec.processes} processes" if later and paired else ""
+    timed = len(cells) + paired * later
+    floor = f"at least {format_duration(timed * spec.time_budget_s)} of timing (--time-budget per cell and process)"
     if not spec.cell_timeout_s or (fitting and not spec.fit_timeout_s):
         bound = "no upper bound (a --timeout or --fit-timeout of 0 is no limit)"
     else:
-        ceiling = len(cells) * spec.cell_timeout_s + fitting * (spec.fit_timeout_s or 0)
+        ceiling = timed * spec.cell_timeout_s + fitting * (spec.fit_timeout_s or 0)
         fit_text = f", {fitting} of them + the {spec.fit_timeout_s:g} s --fit-timeout" if fitting else ""
         bound = (
             f"at most {format_duration(ceiling)} "
-            f"({len(cells)} cells x the {spec.cell_timeout_s:g} s --timeout{fit_text})"
+            f"({len(cells)} cells x the {spec.cell_timeout_s:g} s --timeout{each}{fit_text})"
         )
     parallel = "" if spec.executor in SERIAL_EXECUTORS else f"; {spec.executor} runs cells at once: less"
-    return f"wall time: {bound}; {floor}; plus the machine's limits (cached a day) and the report{parallel}"
+    starts = f", {later} process starts (--processes)" if later and paired else ""
+    return f"wall time: {bound}; {floor}; plus the machine's limits (cached a day){starts} and the report{parallel}"

@@ -21,6 +21,7 @@ from harness.env import collect_env
 from harness.errors import RunFailed, Terminated
 from harness.executors import CellJob, executor_class, make_executor
 from harness.executors.isolated import clean_cell_temp
+from harness.heap import keep_freed_memory
 from harness.measure import CALIBRATION_SEED_OFFSET, MeasureSettings, RunInfo, outcome_row
 from harness.measure.accuracy import scoring_seeds
 from harness.measure.limits import limit_dtypes, run_limits
@@ -29,6 +30,7 @@ from harness.row import Row
 from harness.runner.blocked import BLOCKING, block, blocked_series, unreachable_carries_over
 from harness.runner.finish import finish_run, resume_command
 from harness.runner.longest import budget_bytes, search_memory_budget
+from harness.runner.processes import time_in_processes
 from harness.runner.progress import Progress
 from harness.schema import NOT_RUN_PREFIX
 from harness.spec import SweepSpec, spec_to_toml
@@ -58,11 +60,12 @@ def sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool, reme
     cells = _Cells.of(run_dir, spec, info, quiet)
     try:
         _run_cells(run_dir, spec, job, cells, budget)
+        cells.progress.close()
+        time_in_processes(run_dir, spec, job, cells.rows, quiet=quiet)  # --processes: the later timing processes
     except KeyboardInterrupt as exc:
         cells.progress.close()
         _say_how_to_continue(exc, run_dir, job)
         raise
-    cells.progress.close()
     finish_run(run_dir, plugins=job.plugins)
     missing = [cell for cell in cells.planned if cell.cell_id not in cells.done]
     if missing:  # the exit status says whether every planned cell has a row
@@ -75,6 +78,7 @@ def sweep_into(run_dir: Path, spec: SweepSpec, *, fresh: bool, quiet: bool, reme
 def _run_env(spec: SweepSpec, settings: MeasureSettings, budget: int | None, remeasure_limits: bool) -> dict[str, Any]:
     """env.json's content: the environment, the seeds, the settings, the executor and the machine's limits."""
     env = collect_env(spec.device)
+    env["heap"] = keep_freed_memory()  # before the first cell: freed memory stays in this process (harness.heap)
     env["seeds"] = {
         "evaluation": spec.seed,
         "calibration": [spec.seed + CALIBRATION_SEED_OFFSET + i for i in range(spec.calibration_batches)],

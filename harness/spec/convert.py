@@ -58,6 +58,22 @@ def positive_int(value: Any, where: str) -> int:
     return to_int(value, where, minimum=1)
 
 
+def timing_processes(maximum: int):
+    """A converter for --processes: 1, or 3 to `maximum` (two processes give a t quantile of 12.7, an interval too
+    wide to read: harness.measure.rounds.process_interval)."""
+
+    def convert(value: Any, where: str) -> int:
+        count = to_int(value, where, minimum=1, maximum=maximum)
+        if count == 2:
+            raise SpecError(
+                f"{where}: 2 processes give an interval 12.7 standard deviations wide (Student's t at one degree of "
+                "freedom); give 1 (this process only) or 3 or more"
+            )
+        return count
+
+    return convert
+
+
 def bounded_int(maximum: int, minimum: int = 1):
     """A converter for an integer in [minimum, maximum]."""
     return lambda value, where: to_int(value, where, minimum=minimum, maximum=maximum)

@@ -33,7 +33,9 @@ KV_DTYPES = ("none", "int8", "fp8_e4m3")  # harness.measure.kv_quant
 SCORES_DTYPES = ("none", "int8")  # harness.cell_rules: the scores as the variant computes them, or from int8 Q and K
 # Keys added after the first spec.toml files were written, with the value a run's spec.toml without them means
 # (the run predates them): a resumed run replays what it measured, not today's defaults.
-RESUMED_SPEC_DEFAULTS = {"error_budgets": [], "layer_depth": 1}  # before error budgets: none; before stacks: 1 block
+# before error budgets: none; before stacks: 1 block; before timing processes: one
+RESUMED_SPEC_DEFAULTS = {"error_budgets": [], "layer_depth": 1, "processes": 1}
+MAX_PROCESSES = 16  # --processes: more adds process starts, not precision (the t quantile is near 2 by then)
 # Keys that were renamed (every list of a cell axis is plural now): the old name is still read, with a one-line note.
 RENAMED_KEYS = {"causal": "causals", "padding": "paddings", "scope": "scopes"}
 # TOML-only table: variant -> {field = value}, applied to every entry of that variant
@@ -192,6 +194,15 @@ class SweepSpec:
         group="how",
         parse=c.bounded_int(c.MAX_STEPS),
         help="at least N timed calls per cell",
+    )
+    processes: int = knob(
+        1,
+        flag="--processes",
+        metavar="P",
+        group="how",
+        parse=c.timing_processes(MAX_PROCESSES),
+        help="processes each paired cell is timed in: 1, or 3 and more (P-1 time it again after the sweep, each a fresh "
+        "process); its speed-up's interval is then over them and holds the next run (docs/timing.md)",
     )
     cell_timeout_s: float | None = knob(
         flag="--timeout",

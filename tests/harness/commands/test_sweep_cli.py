@@ -282,8 +282,14 @@ def test_the_dry_run_bounds_the_wall_time_by_the_per_cell_limits():
     spec = build_spec(cli={**cli, "error_budgets": "", "cell_timeout_s": "10", "fit_timeout_s": "100"}, plan_only=True)
     assert plan_lines(spec)[-1].startswith(
         "wall time: at most 2 min (2 cells x the 10 s --timeout, 1 of them + the 100 s --fit-timeout); "
-        "at least 0.5 s of timing (--time-budget per cell)"
+        "at least 0.5 s of timing (--time-budget per cell and process)"
     )  # linformer calibrates: under its fit limit too
+    three = build_spec(cli={**cli, "error_budgets": "", "cell_timeout_s": "10", "processes": "3"}, plan_only=True)
+    assert plan_lines(three)[-1].startswith(
+        "wall time: at most 11 min (2 cells x the 10 s --timeout, 2 of them in 3 processes, 1 of them + the 600 s "
+        "--fit-timeout); at least 1.5 s of timing (--time-budget per cell and process); plus the machine's limits "
+        "(cached a day), 2 process starts (--processes)"
+    )  # each paired cell timed again in 2 later processes: 6 x 10 s + 600 s
     unbounded = build_spec(cli={**cli, "cell_timeout_s": "0"}, plan_only=True)
     assert "wall time: no upper bound" in plan_lines(unbounded)[-1]
 

@@ -29,6 +29,8 @@ def test_killed_run_resumes_with_each_cell_exactly_once(tmp_path, test_variants,
         "sweep",
         "--device",
         "cpu",
+        "--processes",
+        "1",  # a command's sweep is not under the suite's one-process default (tests/conftest.py)
         "--plugin",
         str(PLUGIN),
         "--variants",
@@ -163,6 +165,8 @@ def test_ctrl_c_stops_cleanly_keeps_the_rows_and_says_how_to_resume(tmp_path):
         "sweep",
         "--device",
         "cpu",
+        "--processes",
+        "1",  # a command's sweep is not under the suite's one-process default (tests/conftest.py)
         "--plugin",
         str(PLUGIN),
         "--variants",
