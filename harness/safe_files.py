@@ -111,8 +111,10 @@ def open_plain(path: str | Path, mode: str = "a", *, binary: bool = False) -> IO
     return os.fdopen(fd, file_mode, **({} if binary else {"encoding": "utf-8"}))
 
 
-def write_plain(path: str | Path, data: str | bytes) -> None:
-    """Write a whole file (a new temporary file renamed over `path`); UsageError when `path` is not a plain file."""
+def write_plain(path: str | Path, data: str | bytes, *, durable: bool = False) -> None:
+    """Write a whole file (a new temporary file renamed over `path`); UsageError when `path` is not a plain file.
+    `durable`: the new file and the folder's entry are on disk when this returns (fsync), for a file that replaces
+    measurements (rows.jsonl) rather than one made from them."""
     path = Path(path)
     check_plain(path)
     raw = data.encode("utf-8") if isinstance(data, str) else data
@@ -121,7 +123,16 @@ def write_plain(path: str | Path, data: str | bytes) -> None:
         with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), 0o644)  # as an ordinary new file (mkstemp makes it private)
             f.write(raw)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)  # a rename replaces a link or a name, it never writes through one
+        if durable:
+            folder = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(folder)
+            finally:
+                os.close(folder)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -21,13 +21,16 @@ CPU_PROCESSES = "processes = 4"  # harness/spec/cpu.toml's line: each paired cel
 def one_timing_process(monkeypatch):
     """A sweep a test runs in its own process times each cell in one process unless the test asks for more
     (--processes): the CPU default's three later timing processes (harness.runner.processes) would start three
-    children in each of the suite's sweeps. The default itself is tested from the file (tests/harness/spec); sweeps a
-    test starts as a command give --processes 1 themselves."""
+    children in each of the suite's sweeps. The default itself is read from the file
+    (tests/harness/spec/test_processes_default.py); sweeps a test starts as a command give --processes 1 themselves."""
     default_text = build.default_text
 
     def one_process(device: str) -> str:
         text = default_text(device)
-        return text.replace(CPU_PROCESSES, "processes = 1") if CPU_PROCESSES in text else text
+        if device.startswith("cuda"):
+            return text
+        assert CPU_PROCESSES in text, f"cpu.toml no longer says {CPU_PROCESSES!r}: update tests/conftest.py"
+        return text.replace(CPU_PROCESSES, "processes = 1")
 
     monkeypatch.setattr(build, "default_text", one_process)
 

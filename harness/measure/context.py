@@ -121,6 +121,11 @@ def measured_key(cell: Cell) -> str:
     return replace(cell, matched_budget=None, error_metric="rel_l2").cell_id
 
 
+def measured_with(tuning: dict[str, Any] | None) -> str | None:
+    """The cell id whose measurement a budget cell took (its search's `measured_with`: shared), else None."""
+    return (tuning or {}).get("measured_with")
+
+
 def shared(measured: Measured, record: Any) -> Any:
     """Fill `record` (the cell's harness.measure.phase.Record) with another budget cell's measurement of the same
     config; its search says whose it is. Returns that measurement's outcome."""
@@ -162,7 +167,7 @@ class MeasureContext:
     def timed_load(self, cell: Cell, search: dict[str, Any] | None, load: float | None) -> float | None:
         """The load a row reports: for a budget cell that took another's measurement (its search's measured_with)
         the load while that one was timed, so both rows are judged alike; else `load`, kept for such a later row."""
-        shared_from = ((search or {}).get("tuning") or {}).get("measured_with")
+        shared_from = measured_with((search or {}).get("tuning"))
         if shared_from is not None:
             return self.measured_loads.get(shared_from, load)
         if cell.matched_budget is not None:

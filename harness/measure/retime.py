@@ -5,8 +5,9 @@ Four quiet processes spread a cell's paired speed-up by 11% where four repeats i
 interval is over them (harness.measure.rounds.process_interval). This is what each later process runs for one cell:
 the cell's inputs, its variant built at the config its row measured (a tuned cell's value found), a learnable variant's
 fit as the run stored it (harness.executors.worker shares fits through RUN_DIR/fitted/; never fitted here), then the
-same prepare, checked call and paired timing as the cell's first measurement (harness.measure.phase.run_phase), the
-same code under the same deadline. No row comes of it: the paired fields are merged into the cell's row.
+same prepare, checked call and paired timing as the cell's first measurement (harness.measure.phase.run_phase: the
+timed step keeps its last output, as there), under the cell's deadline. The memory stage, the scoring of a timed output
+and the FLOPs are the first process's alone. No row comes of it: the paired fields are merged into the cell's row.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 from harness.measure.calibration import calibrated, calibration_key
 from harness.measure.context import MeasureContext
 from harness.measure.outcome import classify_exception, deadline
-from harness.measure.phase import built, kind_of
+from harness.measure.phase import LastOutput, built, kind_of
 from harness.measure.settings import DTYPES, MeasureSettings
 from harness.measure.speedup import Timing, timed_fields
 from harness.schema import Cell
@@ -60,6 +61,12 @@ def _retimed(cell: Cell, settings: MeasureSettings, context: MeasureContext) -> 
         return Retimed(failed=f"nonfinite: {checked.nonfinite}")
     timed = phase.timed_step()
     timing = timed_fields(
-        timed.step, timed.baseline, settings, device, first_call_s=checked.call_s, setup=timed.setup, per=timed.per
+        LastOutput(timed.step),
+        timed.baseline,
+        settings,
+        device,
+        first_call_s=checked.call_s,
+        setup=timed.setup,
+        per=timed.per,
     )
     return Retimed(timing=timing)

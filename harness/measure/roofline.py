@@ -113,6 +113,26 @@ def roofline_fields(row: Row, limits: dict[str, Any] | None, *, precision_dtype:
     return fields
 
 
+INTERVAL_WIDE = "speed-up interval wide"  # noise_fields' reason for a speed-up interval above WIDE_INTERVAL
+LOADED, SPREAD = "load", "timed blocks spread"  # ... for a load at or above HIGH_LOAD_PER_CPU, for blocks that disagree
+PROCESSES_WIDE = f"{INTERVAL_WIDE} over"  # ... for an interval over processes (interval_rejudged) above WIDE_INTERVAL
+JUDGED = (LOADED + " ", SPREAD)  # the starts of the reasons besides the interval's that make a row noisy
+
+
+def interval_rejudged(
+    noise_reason: str | None, low: float, high: float, processes: int, name: str = ""
+) -> dict[str, Any]:
+    """noisy and noise_reason of a row whose speed-up interval was replaced by one over `processes` processes
+    (harness.runner.processes): noise_fields' reasons about the old interval are dropped, the new interval judged as
+    they were (above WIDE_INTERVAL; `name` "reference " for the baseline's own cells), the other reasons (load, spread,
+    a note) kept; noisy when any reason of noise_fields' own remains."""
+    parts = [p for p in (noise_reason or "").split("; ") if p and INTERVAL_WIDE not in p]
+    if high / low > WIDE_INTERVAL:
+        parts.insert(0, f"{name}{PROCESSES_WIDE} {processes} processes ({low:.3g}-{high:.3g})")
+    noisy = any(p.startswith(JUDGED) or INTERVAL_WIDE in p for p in parts)
+    return {"noisy": noisy, "noise_reason": "; ".join(parts) or None}
+
+
 def noise_fields(row: Row, load: float | None) -> dict[str, Any]:
     """noisy and noise_reason for a timed row (its latency_p20_s/p80_s, speedup_low/high or
     reference_speedup_low/high) and its load.
@@ -124,17 +144,17 @@ def noise_fields(row: Row, load: float | None) -> dict[str, Any]:
         return {"noisy": None}
     reasons = []
     if load is not None and load >= HIGH_LOAD_PER_CPU:
-        reasons.append(f"load {load:.2f} per CPU >= {HIGH_LOAD_PER_CPU}")
+        reasons.append(f"{LOADED} {load:.2f} per CPU >= {HIGH_LOAD_PER_CPU}")
     intervals = {"": (row.speedup_low, row.speedup_high), "reference ": (row.reference_speedup_low, row.reference_speedup_high)}  # fmt: skip
     for name, (
         low,
         high,
     ) in intervals.items():  # a variant's speed-up over the baseline; the baseline's over the reference
         if low and high and high / low > WIDE_INTERVAL:
-            reasons.append(f"{name}speed-up interval wide ({low:.3g}-{high:.3g})")
+            reasons.append(f"{name}{INTERVAL_WIDE} ({low:.3g}-{high:.3g})")
     p20, p80 = row.latency_p20_s, row.latency_p80_s
     if p20 and p80 and p80 / p20 > WIDE_SPREAD:
-        reasons.append(f"timed blocks spread p80/p20 {p80 / p20:.2f}")
+        reasons.append(f"{SPREAD} p80/p20 {p80 / p20:.2f}")
     note = row.noise_reason
     text = "; ".join(reasons + ([note] if note else []))
     return {"noisy": bool(reasons), "noise_reason": text or None}

@@ -10,6 +10,7 @@ import pandas as pd
 
 from harness.measure.contention import CONTENDED_SHARE
 from harness.measure.noise import HIGH_LOAD_PER_CPU, NOISY_SHARE
+from harness.measure.roofline import PROCESSES_WIDE
 from harness.report.analysis import not_run_rows
 from harness.report.clock import contended_count, median_load
 from harness.report.render import Block, Code, Heading, Paragraph, Table, format_number, format_text
@@ -99,6 +100,13 @@ def load_warning(frame: pd.DataFrame) -> list[str]:
         if high is not None and high >= HIGH_LOAD_PER_CPU
         else "measured with noisy timings"
     )
+    between = int(ok[COL.noise_reason].fillna("").str.contains(PROCESSES_WIDE, regex=False).sum())
+    if under == "measured with noisy timings" and between == noisy:  # quiet: the processes disagreed, nothing else
+        return [
+            f"The processes that timed this run disagreed on {noisy} of {len(ok)} timed cells, marked noisy († in "
+            "the tables, hollow markers in the figures): their speed-up moved from one process to the next, so their "
+            '95% intervals are wide; read the interval, not the median (docs/timing.md, "Timed in several processes").'
+        ]
     contended, timed = contended_count(ok)
     trust = (
         f"{contended} of {timed} were contended (the machine took the cores away): pairing removes noise, not that "

@@ -137,7 +137,7 @@ def load_run(run_dir: str | Path) -> Run:
 
 
 # env.json's entries that are tables (harness.env.collect_env, the sweep's seeds and settings); every other is a scalar
-ENV_TABLES = ("process_env", "packages", "seeds", "measure_settings", "limits")
+ENV_TABLES = ("process_env", "heap", "packages", "seeds", "measure_settings", "limits")
 
 
 def read_env(path: Path, notes: list[str] | None = None) -> dict[str, Any]:

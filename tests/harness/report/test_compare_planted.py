@@ -51,6 +51,7 @@ def _sweep(folder, name: str, extra: float) -> str:
     plugin.write_text(PLUGIN.format(extra=extra))
     args = ["sweep", "--variants", "dense,dense_plus", "--plugin", str(plugin), "--seq-lens", "512"]
     args += ["--inputs", "gaussian", "--error-budgets", "", "--time-budget", "0.5", "--quiet"]
+    args += ["--processes", "4", "--causals", "false"]  # the CPU default's processes; the plugin is non-causal
     args += ["--out", str(folder), "--run-id", name]
     assert main(args) == 0
     return str(folder / name)
