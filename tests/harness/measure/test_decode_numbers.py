@@ -12,11 +12,9 @@ from tests.harness.measure.test_axes import FAST, D, H, cell, run
 STEP_SECONDS = 1e-3  # the fake clock's advance per generated token
 
 
-@pytest.fixture
-def clock(monkeypatch):
-    """The timer's clocks (wall and CPU) advance STEP_SECONDS for every step of dense's KV cache and not otherwise."""
-    import variants.dense
-
+def _step_clock(monkeypatch, variant_class) -> list[float]:
+    """The timer's clocks (wall and CPU) advance STEP_SECONDS for every decode step of `variant_class` and not
+    otherwise; the clock's reading."""
     now = [0.0]
 
     class FakeTime:
@@ -26,15 +24,23 @@ def clock(monkeypatch):
 
         thread_time = perf_counter
 
-    step = variants.dense.DenseAttention.step
+    step = variant_class.step
 
     def timed_step(self, *args, **kwargs):
         now[0] += STEP_SECONDS
         return step(self, *args, **kwargs)
 
     monkeypatch.setattr(timer_module, "time", FakeTime)
-    monkeypatch.setattr(variants.dense.DenseAttention, "step", timed_step)
+    monkeypatch.setattr(variant_class, "step", timed_step)
     return now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """Steps of dense's KV cache advance the clock."""
+    import variants.dense
+
+    return _step_clock(monkeypatch, variants.dense.DenseAttention)
 
 
 @pytest.mark.parametrize("N", [32, 96])
@@ -62,27 +68,10 @@ def test_decode_flops_count_the_keys_each_step_sees(clock, N, kv_heads):
 
 @pytest.fixture
 def distilled_clock(monkeypatch):
-    """The timer's clocks advance STEP_SECONDS for every step of distilled's running sums and not otherwise."""
+    """Steps of distilled's running sums advance the clock."""
     import variants.distilled
 
-    now = [0.0]
-
-    class FakeTime:
-        @staticmethod
-        def perf_counter() -> float:
-            return now[0]
-
-        thread_time = perf_counter
-
-    step = variants.distilled.DistilledAttention.step
-
-    def timed_step(self, *args, **kwargs):
-        now[0] += STEP_SECONDS
-        return step(self, *args, **kwargs)
-
-    monkeypatch.setattr(timer_module, "time", FakeTime)
-    monkeypatch.setattr(variants.distilled.DistilledAttention, "step", timed_step)
-    return now
+    return _step_clock(monkeypatch, variants.distilled.DistilledAttention)
 
 
 def test_a_running_sums_decode_row_counts_its_step_not_a_forward_over_the_context(distilled_clock):
