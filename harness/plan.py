@@ -22,7 +22,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from harness.cell_rules import scores_reason, tricks_reason
 from harness.schema import DECLARED, Cell
-from harness.spec.sweep_spec import SweepSpec, describe
+from harness.spec.build import describe
+from harness.spec.sweep_spec import SweepSpec
 from variants import get_variant
 
 

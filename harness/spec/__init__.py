@@ -1,6 +1,6 @@
 """The sweep spec: what a sweep measures (SweepSpec), built from defaults < TOML < flags and written back as TOML."""
 
-from harness.spec.build import FLAGS, KEYS, build_spec, default_text
+from harness.spec.build import FLAGS, KEYS, build_spec, default_text, describe
 from harness.spec.sweep_spec import (
     ACCURACY_REFERENCES,
     DTYPES,
@@ -8,7 +8,6 @@ from harness.spec.sweep_spec import (
     RESUMED_SPEC_DEFAULTS,
     SweepSpec,
     VariantEntry,
-    describe,
 )
 from harness.spec.toml_io import load_toml, spec_to_toml, stored_spec_values
 

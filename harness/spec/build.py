@@ -20,6 +20,7 @@ from harness.errors import UsageError
 from harness.inputs import parse_inputs
 from harness.knobs import knobs
 from harness.plugins import load_plugins
+from harness.schema import DECLARED
 from harness.spec.convert import SpecError, as_list, choices
 from harness.spec.presets import preset_values
 from harness.spec.sweep_spec import DTYPE_ALIASES, DTYPES, RENAMED_KEYS, VARIANT_CONFIG_KEY, SweepSpec
@@ -286,3 +287,13 @@ def _inputs(value: Any, where: str) -> tuple[str, ...]:
     if not out:
         raise SpecError(f"{where}: needs at least one input distribution")
     return tuple(out)
+
+
+def describe(spec: SweepSpec) -> str:
+    """One line: the sweep's dimensions, one factor per Cell axis (those added later only when they vary)."""
+    factors = [f"{len(spec.variants)} variants", f"{len(spec.seq_lens)} lengths"]
+    for declared in DECLARED.values():
+        values = getattr(spec, declared.axis) if declared.axis else None
+        if values is not None and (not declared.added or len(values) > 1):
+            factors.append(f"{len(values) or 1} {declared.axis.replace('_', ' ')}")
+    return " x ".join(factors) + f" on {spec.device} (B={spec.batch}, H={spec.heads})"

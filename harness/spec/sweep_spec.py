@@ -8,9 +8,9 @@ from typing import Any
 from harness.cell_rules import INT8_DYNAMIC
 from harness.entries import format_entry
 from harness.knobs import knob
-from harness.schema import DECLARED
 from harness.error_metrics import ERROR_METRICS
 import harness.spec.convert as c
+from harness.spec.memory_size import memory_budget
 
 DTYPES = ("float32", "bfloat16", "float16")
 DTYPE_ALIASES = {
@@ -271,7 +271,7 @@ class SweepSpec:
         None,
         flag="--memory-budget",
         metavar="SIZE",
-        parse=c.memory_budget,
+        parse=memory_budget,
         help="after the planned cells, search each train series (variant x recompute x precision) for the longest N "
         "whose peak memory fits this budget: '2GiB', '80GiB', or 'device' (its memory); doubling, then bisection on N",
     )
@@ -297,13 +297,3 @@ class SweepSpec:
     @property
     def device_type(self) -> str:
         return self.device.split(":")[0]
-
-
-def describe(spec: SweepSpec) -> str:
-    """One line: the sweep's dimensions, one factor per Cell axis (those added later only when they vary)."""
-    factors = [f"{len(spec.variants)} variants", f"{len(spec.seq_lens)} lengths"]
-    for declared in DECLARED.values():
-        values = getattr(spec, declared.axis) if declared.axis else None
-        if values is not None and (not declared.added or len(values) > 1):
-            factors.append(f"{len(values) or 1} {declared.axis.replace('_', ' ')}")
-    return " x ".join(factors) + f" on {spec.device} (B={spec.batch}, H={spec.heads})"
