@@ -83,7 +83,9 @@ def test_memory_counts_a_known_allocation():
     small = measure_cell(cell("t_alloc", config={"nbytes": 4 << 20}), FAST, RUN).to_dict()
     large = measure_cell(cell("t_alloc", config={"nbytes": 12 << 20}), FAST, RUN).to_dict()
     output = B * H * 64 * D * 4
-    assert 4 << 20 <= small["peak_memory_bytes"] - output < (4 << 20) + 65536
+    # at least the 4 MiB scratch; at most it, the output and 64 KiB (the profiler's events of the output's clone and
+    # the scratch's free can land in either order: CI once counted 4 MiB + 6 KiB, the output not yet live at the peak)
+    assert 4 << 20 <= small["peak_memory_bytes"] < (4 << 20) + output + 65536
     assert large["peak_memory_bytes"] - small["peak_memory_bytes"] == 8 << 20
 
 
