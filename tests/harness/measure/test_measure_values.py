@@ -72,11 +72,17 @@ def test_timer_seconds_agree_with_perf_counter_on_a_known_workload():
             samples.append(time.perf_counter() - start)
         return samples
 
-    before = independent()
-    measured = StepTimer("cpu").measure(step, budget_s=0.05, repeats=3, first_call_s=0.0)
-    times, repeats = measured.times, measured.repeats
-    samples = sorted(before + independent())  # timed on both sides, so a burst of load cannot fall on one side only
-    median = sorted(times)[len(times) // 2]
-    assert repeats >= 3
-    # Within the independent samples' range, widened 4x each way: a units bug (ms for s) is 1000x.
-    assert samples[0] / 4 < median < samples[-1] * 4, (median, samples)
+    def attempt() -> tuple[float, list[float]]:
+        before = independent()
+        measured = StepTimer("cpu").measure(step, budget_s=0.05, repeats=3, first_call_s=0.0)
+        assert measured.repeats >= 3
+        samples = sorted(before + independent())  # timed on both sides, so a burst of load cannot fall on one side only
+        return sorted(measured.times)[len(measured.times) // 2], samples
+
+    # Within the independent samples' range, widened 4x each way: a units bug (ms for s) is 1000x in every attempt;
+    # a burst of load on the timer's blocks alone (CI once saw 100 ms against 0.6 ms beside it) passes on a retry.
+    tries = [attempt() for _ in range(1)]
+    while len(tries) < 3 and not tries[-1][1][0] / 4 < tries[-1][0] < tries[-1][1][-1] * 4:
+        tries.append(attempt())
+    median, samples = tries[-1]
+    assert samples[0] / 4 < median < samples[-1] * 4, tries
