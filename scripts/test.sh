@@ -23,7 +23,7 @@ fi
 say "installing attnsuite with the extras [$EXTRAS] (1-2 minutes the first time, seconds after)"
 pip_install -e ".[$EXTRAS]"
 WORKERS=${WORKERS:-2}  # pytest-xdist workers, one per core of the 2-core machine CI runs on; WORKERS=0 runs in one process
-say "running every test, the slow ones too, on $WORKERS workers (about 6 minutes on a quiet 2-core machine, longer on a busy one; CUDA-only tests are skipped with the reason)"
+say "running every test, the slow ones too, on $WORKERS workers (about 7 minutes on a quiet 2-core machine, longer on a busy one; CUDA-only tests are skipped with the reason)"
 # -m "": the slow tests too (pyproject's addopts deselects them for a plain `pytest`); a -m of yours comes later and wins.
 # loadgroup: a module marked xdist_group runs on one worker (one Ray instance), the groups first; a test marked serial
 # runs while no other test does (tests/conftest.py)
