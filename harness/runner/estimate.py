@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from harness.report.render import format_duration
+from harness.runner.processes import later_processes
 from harness.schema import Cell
 from harness.spec import SweepSpec
 from variants import get_variant
@@ -23,7 +24,7 @@ def wall_time_line(spec: SweepSpec, cells: Sequence[Cell]) -> str:
     if not cells:
         return "wall time: nothing to run"
     fitting = sum(fits(c) for c in cells)
-    later = spec.processes - 1 if spec.executor in SERIAL_EXECUTORS else 0  # harness.runner.processes re-times
+    later = later_processes(spec)  # harness.runner.processes re-times the paired cells
     paired = sum(c.phase == "prefill" and c.scope == "attention" for c in cells)  # the cells timed in pairs
     each = f", {paired} of them in {spec.processes} processes" if later and paired else ""
     timed = len(cells) + paired * later

@@ -46,10 +46,16 @@ PAIRED = (("speedup", ""), ("reference_speedup", "reference_"))  # (value field,
 MIN_PROCESSES = 3  # fewer timings give a t quantile of 12.7 or none: the row keeps its first process's interval
 
 
+def later_processes(spec: SweepSpec) -> int:
+    """How many processes time the paired cells again after the sweep: spec.processes - 1, none for a remote
+    executor (its cells land in processes of their own)."""
+    return 0 if executor_class(spec.executor).remote else max(spec.processes - 1, 0)
+
+
 def time_in_processes(run_dir: Path, spec: SweepSpec, job: CellJob, rows: dict[str, Row], *, quiet: bool) -> None:
-    """Time the run's paired ok rows in spec.processes - 1 more processes and merge (see the module doc)."""
+    """Time the run's paired ok rows in later_processes(spec) more processes and merge (see the module doc)."""
     todo = [row for row in rows.values() if _own_timing(row)]
-    if spec.processes < 2 or not todo or executor_class(spec.executor).remote:
+    if not later_processes(spec) or not todo:
         return
     timings = {row.cell_id: [_first(row)] for row in todo}
     try:
