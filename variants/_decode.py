@@ -194,7 +194,7 @@ class KVCache:
 
 def kv_cache_step(variant: Any, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: KVCache) -> tuple[Tensor, KVCache]:
     """One decode step of an exact variant (an AttentionVariant; not imported, base imports this module) over a KV
-    cache: append, then the variant's own forward.
+    cache: append, then the variant's decode step where its config chooses one (decode_backend), else its forward.
 
     The new token is the last position, so its causal attention is non-causal attention over the
     whole cache (the context's padding still masked).
@@ -208,7 +208,9 @@ def kv_cache_step(variant: Any, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: KV
     checked_once(state, q_t, k_t, v_t, check)
     state.append(k_t, v_t)
     k, v, mask = state.live()  # (B, H_kv, L, D), (B, L) or None
-    return variant.forward(q_t, k, v, causal=False, kv_mask=mask), state
+    step = variant._decode_step  # a config's decode_backend (dense's native kernel), else the variant's own forward
+    out = variant.forward(q_t, k, v, causal=False, kv_mask=mask) if step is None else step(q_t, k, v, mask)
+    return out, state
 
 
 class KVCacheDecoding:

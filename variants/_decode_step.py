@@ -1,4 +1,5 @@
-"""A small-state decode step as one pure tensor function, run eagerly or compiled ahead of time into one C++ kernel.
+"""A decode step as one pure tensor function, run by a hand-written kernel, eagerly, or compiled ahead of time into one
+C++ kernel.
 
 distilled's and window_linear's decode states are small (running sums, a short ring), so their eager step is
 dispatch-bound: about 20 and 35 small torch operations at 2-16 us each (docs/timing.md). The compiled step is the same
@@ -7,11 +8,14 @@ compiler): one call into a shared library per token, without Dynamo's per-call g
 costs about 20 us a call on this CPU) and without a dispatch per operation. The function updates its state in place and
 returns the output, so both ways leave the same state.
 
-A variant's config field ``decode_backend`` chooses: "eager" calls the function; "compiled" compiles it once per
-process for each shape, dtype, device and thread count (the parameters are arguments, never baked in, so a student
-trained later needs no new compile); "auto" is "compiled" on CPU and "eager" elsewhere (on CUDA AOTInductor would need
-triton, and the eager step stays as it was). A compile that fails (no C++ compiler, an operation export or inductor
-refuses) leaves the eager function for that shape and ``DecodeStep.kind`` says why: a step never fails for it.
+A variant's config field ``decode_backend`` chooses: "native" runs the variant's hand-written kernel (variants._native:
+plain C, float32 on CPU, one pass over the state) where it can take the call, else the eager function; "eager" calls
+the function; "compiled" compiles it once per process for each shape, dtype, device and thread count (the parameters
+are arguments, never baked in, so a student trained later needs no new compile); "auto" is "native" where the kernel
+takes the call, else "compiled" on CPU (for a step that compiles) and "eager" elsewhere (on CUDA AOTInductor would need
+triton, and the eager step stays as it was). A kernel that cannot run (another dtype or device, no C compiler) or a
+compile that fails (no C++ compiler, an operation export or inductor refuses) leaves the next way for that call, and
+``DecodeStep.kind`` says what ran and why: a step never fails for it.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor, nn
 
-DECODE_BACKENDS = ("auto", "eager", "compiled")  # a variant config's decode_backend; see the module doc
+DECODE_BACKENDS = ("auto", "eager", "compiled", "native")  # a variant config's decode_backend; see the module doc
 # what a failed export or compile raises (inductor's and export's errors are RuntimeErrors; a compiler that cannot run:
 # OSError, SubprocessError). Anything else propagates: a cell's time limit (an Exception raised by its alarm) must end
 # the cell, not turn into an eager step cached for the rest of the process.
@@ -33,15 +37,33 @@ _COMPILED: dict[tuple[Any, ...], Callable[..., Tensor] | str] = {}
 
 
 class DecodeStep:
-    """`fn(*tensors) -> out`, run as `backend` says (DECODE_BACKENDS). Every argument must be contiguous for the
-    compiled kernel (it was compiled for contiguous ones): a call with one that is not runs eagerly."""
+    """`fn(*args) -> out`, run as `backend` says (DECODE_BACKENDS). `native(*args)` (variants._native) is the same
+    step by a hand-written kernel: its output, or why it cannot run these arguments; "native" and "auto" try it first.
+    Every argument must be contiguous for the compiled kernel (it was compiled for contiguous ones): a call with one
+    that is not runs eagerly. `compiles=False`: a step that is never compiled ("auto" falls back to eager)."""
 
-    def __init__(self, fn: Callable[..., Tensor], backend: str):
-        self.fn, self.backend = fn, backend
-        self.kind = "eager"  # what the last call ran: "compiled", "eager" or "eager (compile failed: ...)"
+    def __init__(
+        self,
+        fn: Callable[..., Tensor],
+        backend: str,
+        *,
+        native: Callable[..., Tensor | str] | None = None,
+        compiles: bool = True,
+    ):
+        self.fn, self.backend, self.native, self.compiles = fn, backend, native, compiles
+        # what the last call ran: "native", "compiled", "eager" or "eager (compile failed: ...)", with why not native
+        self.kind = "eager"
 
-    def __call__(self, *args: Tensor) -> Tensor:
+    def __call__(self, *args: Any) -> Tensor:
+        not_native = ""
+        if self.native is not None and self.backend in ("auto", "native"):
+            out = self.native(*args)
+            if not isinstance(out, str):
+                self.kind = "native"
+                return out
+            not_native = f" (not native: {out})"
         compiled = self._compiled(args)
+        self.kind += not_native
         return self.fn(*args) if compiled is None else compiled(*args)
 
     def prepare(self, *args: Tensor) -> None:
@@ -51,7 +73,7 @@ class DecodeStep:
 
     def _compiled(self, args: tuple[Tensor, ...]) -> Callable[..., Tensor] | None:
         wanted = self.backend == "compiled" or (self.backend == "auto" and args[0].device.type == "cpu")
-        if not wanted or not all(a.is_contiguous() for a in args):
+        if not wanted or not self.compiles or not all(a.is_contiguous() for a in args):
             self.kind = "eager"
             return None
         key = (self.fn, torch.get_num_threads(), *((a.shape, a.dtype, a.device) for a in args))

@@ -9,22 +9,25 @@ takes the textbook path for a softcap call, a named sdpa or xformers is refused)
 zero-valued extra key whose bias is its logit: a float mask of N x (M + 1)) and the textbook backend. int8 scores
 (int8_scores=True) on the textbook backend: Q and K quantized per token and head, QK^T summed by torch._int_mm in int32
 and rescaled to float32 (variants._int8_scores), the softmax in float32, P @ V in v's dtype.
-Decoding keeps a KV cache (preallocated, doubling; variants._decode.KVCache) and runs each new
-query through the configured backend over the cached keys.
+Decoding keeps a KV cache (preallocated, doubling; variants._decode.KVCache) and runs each new query over the cached
+keys by the hand-written one-query kernel (variants._native: CPU, float32; config decode_backend) or through the
+configured backend.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from variants._checks import check_choice, query_offset
 from variants._decode import KVCacheDecoding
+from variants._decode_step import DecodeStep
 from variants._gqa import from_xformers_layout, group, sdpa, ungroup, xformers_layout
 from variants._int8_scores import int8_scores as int8_qk
+from variants._native import attend_one_query
 from variants._model_features import feature_backend, given_features, sdpa_with_sinks, softcapped, softmax_with_sinks
 from variants._registry import register_variant
 from variants.base import dense_flops, AttentionVariant, Capabilities, VariantConfig, softmax_scale
@@ -32,14 +35,19 @@ from variants.reference import PatternWeights, visibility
 from variants.sliding_window import SlidingWindowAttention, SlidingWindowConfig
 
 DENSE_BACKENDS = ("sdpa", "xformers", "reference")  # fastest first: "auto" takes the first that works
+DENSE_DECODE_BACKENDS = ("auto", "eager", "native")  # a step over the KV cache: the hand-written kernel, or forward
 
 
 @dataclass(frozen=True, kw_only=True)
 class DenseConfig(VariantConfig):
     backend: str = "auto"  # auto | sdpa (torch fused SDPA) | xformers (CUDA) | reference (einsum, N x M scores)
+    # a decode step over the KV cache: native (variants._native's one-query kernel: CPU, float32) | eager (forward on
+    # `backend`) | auto (native where it takes the call); "added": out of cell ids at its default
+    decode_backend: str = field(default="auto", metadata={"added": True})
 
     def validate(self) -> None:
         check_choice("backend", self.backend, ("auto",) + DENSE_BACKENDS)
+        check_choice("decode_backend", self.decode_backend, DENSE_DECODE_BACKENDS)
 
 
 @register_variant("dense", config=DenseConfig)
@@ -52,6 +60,14 @@ class DenseAttention(PatternWeights, KVCacheDecoding, AttentionVariant):
     backends = DENSE_BACKENDS
     feature_backends = {"softcap": ("reference",), "sink_logits": ("sdpa", "reference"), "int8_scores": ("reference",)}
     flops_tolerance = 0.0  # the CPU count is exact: fused SDPA's two matmuls, or the textbook's two
+
+    def __init__(self, config: DenseConfig | None = None):
+        super().__init__(config)
+        # "auto" runs the kernel only under the auto backend: a named backend is what the user asked each step to run
+        native = self.config.decode_backend == "native" or self.config.backend == "auto"
+        self._decode_step = DecodeStep(
+            self._over_cache, self.config.decode_backend, native=attend_one_query if native else None, compiles=False
+        )
 
     def executed_flops(
         self,
@@ -104,6 +120,10 @@ class DenseAttention(PatternWeights, KVCacheDecoding, AttentionVariant):
         return SlidingWindowAttention(SlidingWindowConfig(window=window))
 
     # ---- decoding: a KV cache (init_state, step: KVCacheDecoding) -------------------------
+    def _over_cache(self, q_t: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None) -> Tensor:
+        """A step's attention in torch: the new query (the last position) over every cached key, on `backend`."""
+        return self.forward(q_t, k, v, causal=False, kv_mask=kv_mask)
+
     def extra_decode_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None) -> list[str]:
         """A step runs the configured backend, so its refusals (e.g. xformers off CUDA) apply too."""
         backend = self.resolve_backend(q, training=False)

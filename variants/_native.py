@@ -1,0 +1,133 @@
+"""attnsuite's hand-written decode kernels (variants/native/decode.c), built by the machine's C compiler and called
+through ctypes.
+
+A decode step reads its whole state once per token, so it is memory-bound only if the state is streamed in one pass
+with nothing else done per token. torch's operations cannot do that for a single query: SDPA over a 16K-key cache reads
+it at 1.5x its bytes-moved time on one CPU thread, and a small state's step is dispatch-bound (docs/timing.md). The
+kernels here are plain C (no torch headers: the build takes under a second) for float32 on one thread.
+
+The library is built once per machine and kept in $XDG_CACHE_HOME/attnsuite/native (else ~/.cache/attnsuite/native),
+under a name that hashes the source, the compiler's flags and version, and the CPU's feature flags (it is built with
+-march=native, so a cache shared with another kind of CPU builds its own). $CC names the compiler (default cc). Where it
+cannot be built or loaded, ``native_library()`` gives the reason instead, and a variant's decode step says it stepped in
+torch for that reason: nothing fails for the lack of a compiler.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from functools import cache
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+SOURCE = Path(__file__).with_name("native") / "decode.c"
+FLAGS = (
+    "-O3",
+    "-march=native",
+    "-ffast-math",
+    "-fPIC",
+    "-shared",
+    "-pthread",
+)  # -ffast-math: vectorised expf and reductions
+_I64, _PTR, _F32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
+# each kernel's C signature (variants/native/decode.c): its argument types in order
+SIGNATURES: dict[str, list[type]] = {
+    "attend_one_query_f32": [_PTR, _I64, _I64]
+    + [_PTR, _I64, _I64, _I64] * 2
+    + [_PTR, _I64, _PTR]
+    + [_I64] * 5
+    + [_F32, _I64],
+}
+
+
+def cache_dir() -> Path:
+    """$XDG_CACHE_HOME/attnsuite/native, else ~/.cache/attnsuite/native."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attnsuite" / "native"
+
+
+@cache
+def native_library() -> ctypes.CDLL | str:
+    """The built kernels with their signatures set, or the first line of why they could not be built or loaded
+    (once per process)."""
+    compiler = os.environ.get("CC") or "cc"
+    if shutil.which(compiler) is None:
+        return f"no C compiler: {compiler!r} is not on PATH (set CC to one)"
+    try:
+        library = ctypes.CDLL(str(_built(compiler)))
+    except (OSError, subprocess.SubprocessError) as error:
+        lines = str(error).strip().splitlines() or [type(error).__name__]
+        return f"the native kernels did not build or load: {lines[0][:200]}"
+    for name, argtypes in SIGNATURES.items():
+        function = getattr(library, name)
+        function.argtypes, function.restype = argtypes, None
+    return library
+
+
+def _built(compiler: str) -> Path:
+    """The shared library for this source, flags, compiler and CPU: from the cache, else compiled into it (written
+    under a temporary name and renamed, so processes building at once never load a half-written file)."""
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
+    key = hashlib.sha256(b"\0".join(s.encode() for s in (SOURCE.read_text(), " ".join(FLAGS), version, _cpu_flags())))
+    target = cache_dir() / f"decode-{key.hexdigest()[:16]}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        built = Path(scratch) / target.name
+        command = [compiler, *FLAGS, str(SOURCE), "-o", str(built), "-lm"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise subprocess.SubprocessError(f"{' '.join(command)} failed: {(done.stderr or done.stdout).strip()}")
+        os.replace(built, target)
+    return target
+
+
+def _cpu_flags() -> str:
+    """The CPU's feature flags (Linux's /proc/cpuinfo), else the platform's machine name: what -march=native depends
+    on."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            return next((line for line in info if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        return os.uname().machine
+
+
+def attend_one_query(q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None) -> Tensor | str:
+    """softmax(q k^T / sqrt(D)) v for one query per head, q (B, H, 1, D), over keys and values k, v (B, H_kv, M, D)
+    (any strides with a contiguous last dimension: a KV cache's live views) and the keys kv_mask (B, M) keeps (None:
+    all); query head h reads K/V head h // (H // H_kv); a query that sees no key gets zeros. Returns (B, H, 1, D), or
+    why this kernel cannot run the call (the caller runs torch's)."""
+    why = _one_query_reason(q, k, v, kv_mask)
+    library = native_library() if why is None else why
+    if isinstance(library, str):
+        return library
+    B, H, _, D = q.shape
+    out = q.new_empty(B, H, 1, D)
+    keep = (None, 0) if kv_mask is None else (kv_mask.data_ptr(), kv_mask.stride(0))
+    library.attend_one_query_f32(
+        q.data_ptr(), q.stride(0), q.stride(1), k.data_ptr(), *k.stride()[:3], v.data_ptr(), *v.stride()[:3], *keep,
+        out.data_ptr(), B, H, k.shape[1], k.shape[2], D, D**-0.5, torch.get_num_threads(),
+    )  # fmt: skip
+    return out
+
+
+def _one_query_reason(q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None) -> str | None:
+    """Why attend_one_query cannot take these arguments, or None."""
+    if q.device.type != "cpu" or k.device.type != "cpu":
+        return f"runs on CPU only, got {q.device.type}"
+    if not q.dtype == k.dtype == v.dtype == torch.float32:
+        return f"needs float32, got {q.dtype}"
+    if q.shape[2] != 1:
+        return f"takes one query per head, got {q.shape[2]}"
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        return "has no backward: decode under torch.no_grad()"
+    if any(t.stride(-1) != 1 for t in (q, k, v)) or (kv_mask is not None and kv_mask.stride(-1) != 1):
+        return "needs a contiguous last dimension"
+    return None
