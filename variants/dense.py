@@ -27,8 +27,8 @@ from variants._decode import KVCacheDecoding
 from variants._decode_step import DecodeStep
 from variants._gqa import from_xformers_layout, group, sdpa, ungroup, xformers_layout
 from variants._int8_scores import int8_scores as int8_qk
-from variants._native import attend_one_query
 from variants._model_features import feature_backend, given_features, sdpa_with_sinks, softcapped, softmax_with_sinks
+from variants._native import attend_one_query
 from variants._registry import register_variant
 from variants.base import dense_flops, AttentionVariant, Capabilities, VariantConfig, softmax_scale
 from variants.reference import PatternWeights, visibility
