@@ -40,7 +40,9 @@ class DecodeStep:
     """`fn(*args) -> out`, run as `backend` says (DECODE_BACKENDS). `native(*args)` (variants._native) is the same
     step by a hand-written kernel: its output, or why it cannot run these arguments; "native" and "auto" try it first.
     Every argument must be contiguous for the compiled kernel (it was compiled for contiguous ones): a call with one
-    that is not runs eagerly. `compiles=False`: a step that is never compiled ("auto" falls back to eager)."""
+    that is not runs eagerly, except the first `tokens` arguments (the token's inputs, often views of a longer sequence,
+    never written), which the torch steps get as contiguous copies and the kernel as they are. `compiles=False`: a step
+    that is never compiled ("auto" falls back to eager)."""
 
     def __init__(
         self,
@@ -49,8 +51,9 @@ class DecodeStep:
         *,
         native: Callable[..., Tensor | str] | None = None,
         compiles: bool = True,
+        tokens: int = 0,
     ):
-        self.fn, self.backend, self.native, self.compiles = fn, backend, native, compiles
+        self.fn, self.backend, self.native, self.compiles, self.tokens = fn, backend, native, compiles, tokens
         # what the last call ran: "native", "compiled", "eager" or "eager (compile failed: ...)", with why not native
         self.kind = "eager"
 
@@ -62,6 +65,8 @@ class DecodeStep:
                 self.kind = "native"
                 return out
             not_native = f" (not native: {out})"
+        if self.tokens:  # the token's views of a longer sequence, as the compiled kernel's contiguous layout
+            args = (*(a.contiguous() for a in args[: self.tokens]), *args[self.tokens :])
         compiled = self._compiled(args)
         self.kind += not_native
         return self.fn(*args) if compiled is None else compiled(*args)

@@ -44,6 +44,9 @@ SIGNATURES: dict[str, list[type]] = {
     + [_PTR, _I64, _PTR]
     + [_I64] * 5
     + [_F32, _I64],
+    # variants._native_steps: distilled's and window_linear's steps (q, k, v as pointer and batch, head strides)
+    "distilled_step_f32": [_PTR, _I64, _I64] * 3 + [_PTR] * 5 + [_I64] * 6,
+    "window_linear_step_f32": [_PTR, _I64, _I64] * 3 + [_PTR] * 10 + [_I64] * 7 + [_F32],
 }
 
 

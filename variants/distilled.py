@@ -34,6 +34,7 @@ from variants._decode import check_context, check_state, check_step, checked_onc
 from variants._decode_step import DECODE_BACKENDS, DecodeStep
 from variants._gqa import group, ungroup
 from variants._hedgehog import float_map, hedgehog_features
+from variants._native_steps import distilled_step
 from variants._registry import register_variant
 from variants.base import AttentionVariant, Capabilities, QualityKnob, VariantConfig
 
@@ -79,7 +80,7 @@ class DistilledAttention(AttentionVariant):
         super().__init__(config)
         self.register_parameter("weight", None)  # (H_kv or 1, D, F), created by the first call
         self.register_parameter("bias", None)  # (H_kv or 1, 1, F)
-        self._decode_step = DecodeStep(_step_sums, self.config.decode_backend)
+        self._decode_step = DecodeStep(_step_sums, self.config.decode_backend, native=distilled_step, tokens=3)
 
     # ---- parameters ---------------------------------------------------------------------
     def materialize(self, H: int, D: int, device: torch.device | str = "cpu") -> None:
@@ -205,8 +206,7 @@ class DistilledAttention(AttentionVariant):
             self.check_decode(q_t, k_t, v_t)
 
         checked_once(state, q_t, k_t, v_t, check)  # once per sequence, not per token
-        tokens = (t.contiguous() for t in (q_t, k_t, v_t))  # views of a longer sequence: the compiled step's layout
-        return self._decode_step(*tokens, state.kv, state.z, *float_map(self)), state
+        return self._decode_step(q_t, k_t, v_t, state.kv, state.z, *float_map(self)), state
 
     def _sums_over(self, k5: Tensor, v5: Tensor, kv_mask: Tensor | None) -> dict[str, Tensor]:
         """{"kv": sum_j phi(k_j) v_j^T, "z": sum_j phi(k_j)}, (B, H_kv, 1, 2F, D or 1), over k5, v5 (B, H_kv, 1, L, D)."""

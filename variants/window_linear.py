@@ -40,6 +40,7 @@ from variants._decode import check_context, check_state, check_step, checked_onc
 from variants._decode_step import DecodeStep
 from variants._gqa import group, ungroup
 from variants._hedgehog import float_map
+from variants._native_steps import window_linear_step as native_window_linear_step
 from variants._registry import register_variant
 from variants._ring import ring_from_context
 from variants._window_linear_math import TINY, WindowLinearState, combine, features, keys, window_linear_step, sums
@@ -87,7 +88,9 @@ class WindowLinearAttention(AttentionVariant):
         self.register_parameter("weight", None)  # (P, D, F), created by the first call
         self.register_parameter("bias", None)  # (P, 1, F)
         self.register_parameter("log_gamma", None)  # (P,): gamma phi(q).phi(k) stands in for e^(q.k/sqrt(D))
-        self._decode_step = DecodeStep(window_linear_step, self.config.decode_backend)
+        self._decode_step = DecodeStep(
+            window_linear_step, self.config.decode_backend, native=native_window_linear_step, tokens=3
+        )
 
     # ---- parameters ---------------------------------------------------------------------
     def materialize(self, H: int, D: int, device: torch.device | str = "cpu") -> None:
@@ -261,8 +264,7 @@ class WindowLinearAttention(AttentionVariant):
 
         checked_once(state, q_t, k_t, v_t, check)  # once per sequence, not per token
         p = ring.length
-        tokens = (t.contiguous() for t in (q_t, k_t, v_t))  # views of a longer sequence: the compiled step's layout
-        out = self._decode_step(*tokens, *self._step_args(state, p % ring.window))
+        out = self._decode_step(q_t, k_t, v_t, *self._step_args(state, p % ring.window))
         ring.pos[p % ring.window], ring.length = p, p + 1
         return out, state
 
