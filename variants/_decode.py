@@ -42,10 +42,11 @@ def live_state_bytes(state: Any) -> int:
 def checked_once(state: Any, q_t: Any, k_t: Any, v_t: Any, check: Callable[[], None]) -> None:
     """Run a step's `check` once per sequence: on a state's first step, and again whenever the token's shapes, dtypes
     or devices differ from the last checked ones (so a bad step is still refused with the same message)."""
-    if not all(isinstance(t, Tensor) for t in (q_t, k_t, v_t)):
+    if not (isinstance(q_t, Tensor) and isinstance(k_t, Tensor) and isinstance(v_t, Tensor)):
         check()  # raises its TypeError
         return
-    key = tuple((t.shape, t.dtype, t.device) for t in (q_t, k_t, v_t))
+    # spelled out, no generators: it runs every token, and a small state's whole step takes a few tens of us
+    key = (q_t.shape, k_t.shape, v_t.shape, q_t.dtype, k_t.dtype, v_t.dtype, q_t.device, k_t.device, v_t.device)
     if getattr(state, "_checked_for", None) != key:
         check()
         object.__setattr__(state, "_checked_for", key)  # not a field: state_bytes and equality ignore it

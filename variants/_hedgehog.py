@@ -21,7 +21,7 @@ def float_map(module: nn.Module) -> tuple[Tensor, Tensor]:
     """module.weight (P, D, F) and module.bias (P, 1, F) in float32, shaped for hedgehog_features: cast once per
     parameter version when no gradient flows (decode, inference), fresh under autograd (a cached cast holds an old
     graph) or tracing (fake tensors have no data_ptr)."""
-    weight, bias = module.weight, module.bias
+    weight, bias = module._parameters["weight"], module._parameters["bias"]  # not Module.__getattr__: runs per token
     if torch.compiler.is_compiling() or (torch.is_grad_enabled() and (weight.requires_grad or bias.requires_grad)):
         return weight.float()[:, None], bias.float()[:, None]
     key = (weight.data_ptr(), weight._version, bias.data_ptr(), bias._version, weight.dtype, weight.device)

@@ -25,15 +25,15 @@ def distilled_step(
 ) -> Tensor | str:
     """distilled._step_sums by distilled_step_f32: kv (B, H_kv, 1, 2F, D) and z (B, H_kv, 1, 2F, 1) gain phi(k_t) v_t^T
     and phi(k_t) in place; returns out_t (B, H, 1, D), or why the kernel cannot take the call."""
-    why = step_reason((q_t, k_t, v_t), (kv, z, weight, bias))
+    tokens = (q_t, k_t, v_t)
+    why = step_reason(tokens, (kv, z, weight, bias))
     library = native_library() if why is None else why
     if isinstance(library, str):
         return library
     B, H, _, D = q_t.shape
     out = torch.empty(B, H, 1, D)
     library.distilled_step_f32(
-        q_t.data_ptr(), *q_t.stride()[:2], k_t.data_ptr(), *k_t.stride()[:2], v_t.data_ptr(), *v_t.stride()[:2],
-        kv.data_ptr(), z.data_ptr(), weight.data_ptr(), bias.data_ptr(), out.data_ptr(),
+        *token_args(tokens), kv.data_ptr(), z.data_ptr(), weight.data_ptr(), bias.data_ptr(), out.data_ptr(),
         B, H, kv.shape[1], weight.shape[0], D, weight.shape[-1],
     )  # fmt: skip
     return out
@@ -56,8 +56,9 @@ def window_linear_step(
     """_window_linear_math.window_linear_step by window_linear_step_f32: the leaving key of ring slot `slot` ((1,)
     int64) joins kv, z, the token takes the slot (ring_k, ring_v (B, H_kv, W, D), ring_real (B, W) in place), q_t
     attends; returns (B, H, 1, D), or why the kernel cannot take the call."""
-    why = step_reason((q_t, k_t, v_t), (ring_k, ring_v, kv, z, weight, bias, log_gamma))
-    if why is None and not (ring_real.dtype == torch.bool and ring_real.is_contiguous() and slot.dtype == torch.int64):
+    tokens = (q_t, k_t, v_t)
+    why = step_reason(tokens, (ring_k, ring_v, kv, z, weight, bias, log_gamma))
+    if why is None and not (ring_real.dtype is torch.bool and ring_real.is_contiguous() and slot.dtype is torch.int64):
         why = "needs a contiguous bool ring_real and an int64 slot"
     library = native_library() if why is None else why
     if isinstance(library, str):
@@ -65,28 +66,37 @@ def window_linear_step(
     B, H, _, D = q_t.shape
     out = torch.empty(B, H, 1, D)
     library.window_linear_step_f32(
-        q_t.data_ptr(), *q_t.stride()[:2], k_t.data_ptr(), *k_t.stride()[:2], v_t.data_ptr(), *v_t.stride()[:2],
-        ring_k.data_ptr(), ring_v.data_ptr(), ring_real.data_ptr(), slot.data_ptr(), kv.data_ptr(), z.data_ptr(),
-        weight.data_ptr(), bias.data_ptr(), log_gamma.data_ptr(), out.data_ptr(),
+        *token_args(tokens), ring_k.data_ptr(), ring_v.data_ptr(), ring_real.data_ptr(), slot.data_ptr(),
+        kv.data_ptr(), z.data_ptr(), weight.data_ptr(), bias.data_ptr(), log_gamma.data_ptr(), out.data_ptr(),
         B, H, ring_k.shape[1], weight.shape[0], ring_k.shape[2], D, weight.shape[-1], softmax_scale(D),
     )  # fmt: skip
     return out
 
 
+def token_args(tokens: tuple[Tensor, ...]) -> list[int]:
+    """Each token (B, heads, 1, D) as the kernels take it: its address, batch stride and head stride."""
+    args = []
+    for t in tokens:
+        sb, sh, _, _ = t.stride()
+        args += (t.data_ptr(), sb, sh)
+    return args
+
+
 def step_reason(tokens: tuple[Tensor, ...], state: tuple[Tensor, ...]) -> str | None:
     """Why a step kernel cannot take these tensors, or None: all on CPU in float32 and without a gradient, the tokens
     (B, heads, 1, D) with a contiguous last dimension (views of a longer sequence are fine), the state and parameters
-    contiguous (the kernel reads them as dense arrays and updates the state in place)."""
+    contiguous (the kernel reads them as dense arrays and updates the state in place). Cheap: it runs every token."""
     for t in tokens + state:
-        if t.device.type != "cpu":
+        if not t.is_cpu:
             return f"runs on CPU only, got {t.device.type}"
-        if t.dtype != _FLOAT32:
+        if t.dtype is not _FLOAT32:
             return f"needs float32, got {t.dtype}"
     if torch.is_grad_enabled() and any(t.requires_grad for t in tokens + state):
         return "has no backward: decode under torch.no_grad()"
     for t in tokens:
-        if t.shape[2] != 1 or t.stride(3) != 1:
+        if t.shape[2] != 1 or t.stride()[3] != 1:
             return "takes one token per head with a contiguous last dimension"
-    if not all(t.is_contiguous() for t in state):
-        return "needs contiguous state tensors"
+    for t in state:
+        if not t.is_contiguous():
+            return "needs contiguous state tensors"
     return None

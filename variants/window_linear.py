@@ -272,8 +272,9 @@ class WindowLinearAttention(AttentionVariant):
         """window_linear_step's arguments after the token's: the ring, the slot the token takes, the sums, the parameters."""
         ring = state.ring
         weight, bias = float_map(self)
-        at = _slots(ring.window, ring.k.device)[slot : slot + 1]  # (1,) int64, a view: no tensor made per step
-        return ring.k, ring.v, ring.real, at, state.kv, state.z, weight, bias, self.log_gamma
+        at = _slots(ring.window, ring.k.device)[slot]  # (1,) int64, a view made once: no tensor made per step
+        log_gamma = self._parameters["log_gamma"]  # not Module.__getattr__: this runs every token
+        return ring.k, ring.v, ring.real, at, state.kv, state.z, weight, bias, log_gamma
 
     def _phi(self, x: Tensor, real: Tensor | None = None) -> Tensor:
         """Hedgehog's feature map (_window_linear_math.features) with this module's parameters; 0 at padded keys."""
@@ -281,6 +282,6 @@ class WindowLinearAttention(AttentionVariant):
 
 
 @functools.lru_cache(maxsize=16)
-def _slots(window: int, device: torch.device) -> Tensor:
-    """The ring's slot indices 0 .. window - 1 (int64), made once per window and device."""
-    return torch.arange(window, device=device)
+def _slots(window: int, device: torch.device) -> tuple[Tensor, ...]:
+    """The ring's slot indices 0 .. window - 1, each a (1,) int64 view of one tensor, made once per window and device."""
+    return torch.arange(window, device=device).split(1)

@@ -153,7 +153,7 @@ static inline __attribute__((always_inline)) void hedgehog(
 
 /* One K/V head's running sums kv (2F, D), z (2F) gain phi_k v^T and phi_k (phi_k (2F), v (D)) in place, and its G
    query heads read them in the same pass: num[g] = phi_q[g] kv (D), den[g] = phi_q[g].z, for phi_q (G, 2F). */
-static inline __attribute__((always_inline)) void update_and_read_sums(
+static inline __attribute__((always_inline)) void update_and_read_sums_for(
     float *restrict kv, float *restrict z, const float *restrict phi_k, const float *restrict v,
     const float *restrict phi_q, float *restrict num, float *restrict den, int64_t G, int64_t F2, int64_t D)
 {
@@ -170,6 +170,14 @@ static inline __attribute__((always_inline)) void update_and_read_sums(
             den[g] += pq * zf;
         }
     }
+}
+
+static inline __attribute__((always_inline)) void update_and_read_sums(
+    float *restrict kv, float *restrict z, const float *restrict phi_k, const float *restrict v,
+    const float *restrict phi_q, float *restrict num, float *restrict den, int64_t G, int64_t F2, int64_t D)
+{
+    if (G == 1) update_and_read_sums_for(kv, z, phi_k, v, phi_q, num, den, 1, F2, D); /* num stays in registers */
+    else update_and_read_sums_for(kv, z, phi_k, v, phi_q, num, den, G, F2, D);
 }
 
 /* One token of token-major (B, heads, 1, D) at strides (sb, sh): its row for batch b, head h. */
@@ -211,8 +219,10 @@ void distilled_step_f32(
     struct token tq = {q, q_sb, q_sh}, tk = {k, k_sb, k_sh}, tv = {v, v_sb, v_sh};
     for (int64_t b = 0; b < B; b++)
         for (int64_t hk = 0; hk < H_kv; hk++) {
-            if (D == 64) distilled_pair(tq, tk, tv, kv, z, W, bias, out, b, hk, H, H_kv, P, 64, F); /* the common */
-            else if (D == 128) distilled_pair(tq, tk, tv, kv, z, W, bias, out, b, hk, H, H_kv, P, 128, F); /* dims */
+            /* the common sizes compiled for (the feature map's projection stays in registers) */
+            if (D == 64 && F == 128) distilled_pair(tq, tk, tv, kv, z, W, bias, out, b, hk, H, H_kv, P, 64, 128);
+            else if (D == 64 && F == 32) distilled_pair(tq, tk, tv, kv, z, W, bias, out, b, hk, H, H_kv, P, 64, 32);
+            else if (D == 64) distilled_pair(tq, tk, tv, kv, z, W, bias, out, b, hk, H, H_kv, P, 64, F);
             else distilled_pair(tq, tk, tv, kv, z, W, bias, out, b, hk, H, H_kv, P, D, F);
         }
 }
