@@ -1,5 +1,5 @@
-"""attnsuite's hand-written decode kernels (variants/native/decode.c), built by the machine's C compiler and called
-through ctypes.
+"""attnsuite's hand-written decode kernels (variants/native/decode.c and steps.c, one library), built by the machine's C
+compiler and called through ctypes.
 
 A decode step reads its whole state once per token, so it is memory-bound only if the state is streamed in one pass
 with nothing else done per token. torch's operations cannot do that for a single query: SDPA over a 16K-key cache reads
@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-SOURCE = Path(__file__).with_name("native") / "decode.c"
+SOURCES = tuple(Path(__file__).with_name("native") / name for name in ("decode.c", "steps.c"))  # one library
 FLAGS = (
     "-O3",
     "-march=native",
@@ -37,7 +37,7 @@ FLAGS = (
     "-pthread",
 )  # -ffast-math: vectorised expf and reductions
 _I64, _PTR, _F32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
-# each kernel's C signature (variants/native/decode.c): its argument types in order
+# each kernel's C signature (variants/native/*.c): its argument types in order
 SIGNATURES: dict[str, list[type]] = {
     "attend_one_query_f32": [_PTR, _I64, _I64]
     + [_PTR, _I64, _I64, _I64] * 2
@@ -74,17 +74,18 @@ def native_library() -> ctypes.CDLL | str:
 
 
 def _built(compiler: str) -> Path:
-    """The shared library for this source, flags, compiler and CPU: from the cache, else compiled into it (written
+    """The shared library for these sources, flags, compiler and CPU: from the cache, else compiled into it (written
     under a temporary name and renamed, so processes building at once never load a half-written file)."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
-    key = hashlib.sha256(b"\0".join(s.encode() for s in (SOURCE.read_text(), " ".join(FLAGS), version, _cpu_flags())))
+    texts = (*(source.read_text() for source in SOURCES), " ".join(FLAGS), version, _cpu_flags())
+    key = hashlib.sha256(b"\0".join(text.encode() for text in texts))
     target = cache_dir() / f"decode-{key.hexdigest()[:16]}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         built = Path(scratch) / target.name
-        command = [compiler, *FLAGS, str(SOURCE), "-o", str(built), "-lm"]
+        command = [compiler, *FLAGS, *map(str, SOURCES), "-o", str(built), "-lm"]
         done = subprocess.run(command, capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             raise subprocess.SubprocessError(f"{' '.join(command)} failed: {(done.stderr or done.stdout).strip()}")
