@@ -38,7 +38,8 @@ _COMPILED: dict[tuple[Any, ...], Callable[..., Tensor] | str] = {}
 
 class DecodeStep:
     """`fn(*args) -> out`, run as `backend` says (DECODE_BACKENDS). `native(*args)` (variants._native) is the same
-    step by a hand-written kernel: its output, or why it cannot run these arguments; "native" and "auto" try it first.
+    step by a hand-written kernel: its output, or why it cannot run these arguments; "native" and "auto" try it first;
+    `native_reason(*args)` says that why without running anything (prepare compiles only where it is not None).
     Every argument must be contiguous for the compiled kernel (it was compiled for contiguous ones): a call with one
     that is not runs eagerly, except the first `tokens` arguments (the token's inputs, often views of a longer sequence,
     never written), which the torch steps get as contiguous copies and the kernel as they are. `compiles=False`: a step
@@ -50,10 +51,12 @@ class DecodeStep:
         backend: str,
         *,
         native: Callable[..., Tensor | str] | None = None,
+        native_reason: Callable[..., str | None] | None = None,
         compiles: bool = True,
         tokens: int = 0,
     ):
-        self.fn, self.backend, self.native, self.compiles, self.tokens = fn, backend, native, compiles, tokens
+        self.fn, self.backend, self.native, self.native_reason = fn, backend, native, native_reason
+        self.compiles, self.tokens = compiles, tokens
         # what the last call ran: "native", "compiled", "eager" or "eager (compile failed: ...)", with why not native
         self.kind = "eager"
 
@@ -72,9 +75,14 @@ class DecodeStep:
         return self.fn(*args) if compiled is None else compiled(*args)
 
     def prepare(self, *args: Tensor) -> None:
-        """Compile for arguments like these (nothing runs, nothing is changed): a variant's init_state calls it, so the
-        compile is set-up, never part of a timed step."""
+        """Compile for arguments like these (nothing runs, nothing is changed, `kind` included): a variant's init_state
+        calls it, so the compile is set-up, never part of a timed step. Not where the native kernel takes them
+        (`native_reason` says None): no step would run the compiled one."""
+        if self.native_reason is not None and self.backend in ("auto", "native") and self.native_reason(*args) is None:
+            return
+        kind = self.kind
         self._compiled(args)
+        self.kind = kind
 
     def _compiled(self, args: tuple[Tensor, ...]) -> Callable[..., Tensor] | None:
         wanted = self.backend == "compiled" or (self.backend == "auto" and args[0].device.type == "cpu")

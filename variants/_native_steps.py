@@ -1,4 +1,4 @@
-"""distilled's and window_linear's decode steps by their hand-written kernels (variants/native/decode.c, built and
+"""distilled's and window_linear's decode steps by their hand-written kernels (variants/native/steps.c, built and
 loaded by variants._native).
 
 Each wrapper takes exactly the arguments of the variant's pure step function (distilled._step_sums,
@@ -25,15 +25,13 @@ def distilled_step(
 ) -> Tensor | str:
     """distilled._step_sums by distilled_step_f32: kv (B, H_kv, 1, 2F, D) and z (B, H_kv, 1, 2F, 1) gain phi(k_t) v_t^T
     and phi(k_t) in place; returns out_t (B, H, 1, D), or why the kernel cannot take the call."""
-    tokens = (q_t, k_t, v_t)
-    why = step_reason(tokens, (kv, z, weight, bias))
-    library = native_library() if why is None else why
-    if isinstance(library, str):
-        return library
+    why = distilled_reason(q_t, k_t, v_t, kv, z, weight, bias)
+    if why is not None:
+        return why
     B, H, _, D = q_t.shape
     out = torch.empty(B, H, 1, D)
-    library.distilled_step_f32(
-        *token_args(tokens), kv.data_ptr(), z.data_ptr(), weight.data_ptr(), bias.data_ptr(), out.data_ptr(),
+    native_library().distilled_step_f32(
+        *token_args((q_t, k_t, v_t)), kv.data_ptr(), z.data_ptr(), weight.data_ptr(), bias.data_ptr(), out.data_ptr(),
         B, H, kv.shape[1], weight.shape[0], D, weight.shape[-1],
     )  # fmt: skip
     return out
@@ -56,21 +54,51 @@ def window_linear_step(
     """_window_linear_math.window_linear_step by window_linear_step_f32: the leaving key of ring slot `slot` ((1,)
     int64) joins kv, z, the token takes the slot (ring_k, ring_v (B, H_kv, W, D), ring_real (B, W) in place), q_t
     attends; returns (B, H, 1, D), or why the kernel cannot take the call."""
-    tokens = (q_t, k_t, v_t)
-    why = step_reason(tokens, (ring_k, ring_v, kv, z, weight, bias, log_gamma))
-    if why is None and not (ring_real.dtype is torch.bool and ring_real.is_contiguous() and slot.dtype is torch.int64):
-        why = "needs a contiguous bool ring_real and an int64 slot"
-    library = native_library() if why is None else why
-    if isinstance(library, str):
-        return library
+    why = window_linear_reason(q_t, k_t, v_t, ring_k, ring_v, ring_real, slot, kv, z, weight, bias, log_gamma)
+    if why is not None:
+        return why
     B, H, _, D = q_t.shape
     out = torch.empty(B, H, 1, D)
-    library.window_linear_step_f32(
-        *token_args(tokens), ring_k.data_ptr(), ring_v.data_ptr(), ring_real.data_ptr(), slot.data_ptr(),
+    native_library().window_linear_step_f32(
+        *token_args((q_t, k_t, v_t)), ring_k.data_ptr(), ring_v.data_ptr(), ring_real.data_ptr(), slot.data_ptr(),
         kv.data_ptr(), z.data_ptr(), weight.data_ptr(), bias.data_ptr(), log_gamma.data_ptr(), out.data_ptr(),
         B, H, ring_k.shape[1], weight.shape[0], ring_k.shape[2], D, weight.shape[-1], softmax_scale(D),
     )  # fmt: skip
     return out
+
+
+def distilled_reason(
+    q_t: Tensor, k_t: Tensor, v_t: Tensor, kv: Tensor, z: Tensor, weight: Tensor, bias: Tensor
+) -> str | None:
+    """Why distilled_step cannot take these arguments, or None (nothing is run)."""
+    return step_reason((q_t, k_t, v_t), (kv, z, weight, bias)) or library_reason()
+
+
+def window_linear_reason(
+    q_t: Tensor,
+    k_t: Tensor,
+    v_t: Tensor,
+    ring_k: Tensor,
+    ring_v: Tensor,
+    ring_real: Tensor,
+    slot: Tensor,
+    kv: Tensor,
+    z: Tensor,
+    weight: Tensor,
+    bias: Tensor,
+    log_gamma: Tensor,
+) -> str | None:
+    """Why window_linear_step cannot take these arguments, or None (nothing is run)."""
+    why = step_reason((q_t, k_t, v_t), (ring_k, ring_v, kv, z, weight, bias, log_gamma))
+    if why is None and not (ring_real.dtype is torch.bool and ring_real.is_contiguous() and slot.dtype is torch.int64):
+        why = "needs a contiguous bool ring_real and an int64 slot"
+    return why or library_reason()
+
+
+def library_reason() -> str | None:
+    """Why the kernels cannot be built or loaded here (variants._native.native_library), or None."""
+    library = native_library()
+    return library if isinstance(library, str) else None
 
 
 def token_args(tokens: tuple[Tensor, ...]) -> list[int]:

@@ -11,7 +11,8 @@ D^-1/4 * I (D x F) so phi(q).phi(k) starts as a smooth function of q.k. No N x M
   query heads use their K/V head's map; the (2F, D) sums are per K/V head, never repeated (q as (B, H_kv, G, N, D)).
 - Decoding: the state is the running sums kv = sum_j phi(k_j) v_j^T (B, H_kv, 2F, D) and z = sum_j phi(k_j)
   (B, H_kv, 2F, 1) in float32, O(F*D) whatever N; a step adds one key and reads the sums, matching the causal forward's
-  row for that token up to float32 rounding; one pure function, run eagerly or compiled (variants._decode_step).
+  row for that token up to float32 rounding; one pure function, run eagerly or compiled (variants._distilled_math,
+  variants._decode_step), or the same step as one hand-written C pass over the sums (variants._native_steps).
 - Numerically stable in float16/bfloat16: phi is computed in float32 and is a softmax, so every feature lies in [0, 1]
   (no exp overflow, whatever the scale of q and k); the sums over keys (and the causal prefix sums) accumulate in
   float32; the normaliser is >= 0 and clamped away from 0, and only the final output is cast back to q's dtype.
@@ -32,13 +33,13 @@ from torch import Tensor, nn
 from variants._checks import check_choice, check_int, query_offset
 from variants._decode import check_context, check_state, check_step, checked_once
 from variants._decode_step import DECODE_BACKENDS, DecodeStep
+from variants._distilled_math import EPS, DistilledState, step_sums
 from variants._gqa import group, ungroup
 from variants._hedgehog import float_map, hedgehog_features
-from variants._native_steps import distilled_step
+from variants._native_steps import distilled_reason, distilled_step
 from variants._registry import register_variant
 from variants.base import AttentionVariant, Capabilities, QualityKnob, VariantConfig
 
-_EPS = 1e-6  # floor of the normaliser: a query that sees no real key gets a zero output
 _BLOCK = 1024  # tokens per pass of the non-causal sums (bounds the float32 feature buffers)
 
 
@@ -48,7 +49,8 @@ class DistilledConfig(VariantConfig):
     per_head: bool = True  # one feature map per K/V head (H_kv fixed by the first call) or one shared by all heads
     chunk: int = 64  # C: causal prefix sums run over chunks of C queries (C x C block inside each)
     init_noise: float = 0.01  # std of the noise added to the scaled-identity W, to break ties
-    # eager, compiled (AOTInductor) or auto: compiled on CPU (_decode_step); "added": out of cell ids at its default
+    # native (hand-written kernel: CPU, float32), eager, compiled (AOTInductor) or auto: native where the kernel takes
+    # the call, else compiled on CPU, else eager (variants._decode_step); "added": out of cell ids at its default
     decode_backend: str = field(default="auto", metadata={"added": True})
 
     def validate(self) -> None:
@@ -80,7 +82,9 @@ class DistilledAttention(AttentionVariant):
         super().__init__(config)
         self.register_parameter("weight", None)  # (H_kv or 1, D, F), created by the first call
         self.register_parameter("bias", None)  # (H_kv or 1, 1, F)
-        self._decode_step = DecodeStep(_step_sums, self.config.decode_backend, native=distilled_step, tokens=3)
+        self._decode_step = DecodeStep(
+            step_sums, self.config.decode_backend, native=distilled_step, native_reason=distilled_reason, tokens=3
+        )
 
     # ---- parameters ---------------------------------------------------------------------
     def materialize(self, H: int, D: int, device: torch.device | str = "cpu") -> None:
@@ -145,7 +149,7 @@ class DistilledAttention(AttentionVariant):
         return useful + B * H * blocks * 2 * (2 * self.config.features + D)
 
     def decode_step_flops(self, B: int, H: int, context: int, D: int, *, H_kv: int | None = None) -> int:
-        """A step (_step_sums) is flops with one query and one key, whatever the context: phi(k_t) into the sums."""
+        """A step (step_sums) is flops with one query and one key, whatever the context: phi(k_t) into the sums."""
         return self.flops(B, H, 1, 1, D, False, H_kv=H_kv)
 
     # ---- the calibration hook -----------------------------------------------------------
@@ -165,7 +169,7 @@ class DistilledAttention(AttentionVariant):
         if causal:  # the queries are the last N positions
             positions = rows + query_offset(q.shape[2], k.shape[2], causal)
             scores = scores * (torch.arange(k.shape[2], device=q.device)[None, :] <= positions[:, None])
-        return scores / scores.sum(-1, keepdim=True).clamp_min(_EPS)
+        return scores / scores.sum(-1, keepdim=True).clamp_min(EPS)
 
     # ---- forward ------------------------------------------------------------------------
     def forward(
@@ -185,7 +189,7 @@ class DistilledAttention(AttentionVariant):
         """A built student decodes only with the head dim and K/V heads its feature maps were made for."""
         return self.extra_reasons(q, k, v, causal=True, kv_mask=kv_mask, training=False)
 
-    def init_state(self, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> "DistilledState":
+    def init_state(self, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> DistilledState:
         """The sums phi(k_j) v_j^T and phi(k_j) over the real context keys k, v (B, H_kv, N, D); compiles the step."""
         check_context(k, v, kv_mask)
         self.check_decode(k, k, v, kv_mask=kv_mask)
@@ -196,8 +200,8 @@ class DistilledAttention(AttentionVariant):
         self._decode_step.prepare(token, token, token, state.kv, state.z, *float_map(self))
         return state
 
-    def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: "DistilledState") -> tuple[Tensor, "DistilledState"]:
-        """Add phi(k_t) v_t^T and phi(k_t) to the sums, then out_t = phi(q_t) kv / phi(q_t).z (_step_sums)."""
+    def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: DistilledState) -> tuple[Tensor, DistilledState]:
+        """Add phi(k_t) v_t^T and phi(k_t) to the sums, then out_t = phi(q_t) kv / phi(q_t).z (step_sums)."""
         check_state(state, DistilledState, self.name)
         B, Hkv, _, _, D = state.kv.shape
 
@@ -233,7 +237,7 @@ class DistilledAttention(AttentionVariant):
         out = v.new_empty(B, Hkv, q.shape[2], q.shape[3], D)  # slices written in place: no final concatenation
         for part in _spans(q.shape[3]):
             fq = self._phi(q[:, :, :, part])  # (B, H_kv, G, L, 2F)
-            out[:, :, :, part] = (fq @ sums["kv"]) / (fq @ sums["z"]).clamp_min(_EPS)  # (B, H_kv, G, L, D)
+            out[:, :, :, part] = (fq @ sums["kv"]) / (fq @ sums["z"]).clamp_min(EPS)  # (B, H_kv, G, L, D)
         return out
 
     def _causal(self, q: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None) -> Tensor:
@@ -259,7 +263,7 @@ class DistilledAttention(AttentionVariant):
             block = (fq @ fk.transpose(-1, -2)).tril()  # (B, H_kv, G, C, C): keys j <= i inside the chunk
             num = fq @ state + block @ vc  # (B, H_kv, G, C, D)
             den = fq @ z + block.sum(-1, keepdim=True)  # (B, H_kv, G, C, 1)
-            out[:, :, :, s : s + C] = num / den.clamp_min(_EPS)
+            out[:, :, :, s : s + C] = num / den.clamp_min(EPS)
             state = state + fk.transpose(-1, -2) @ vc
             z = z + fk.sum(-2).unsqueeze(-1)
         return out
@@ -274,27 +278,8 @@ class DistilledAttention(AttentionVariant):
         return phi
 
 
-def _step_sums(q_t: Tensor, k_t: Tensor, v_t: Tensor, kv: Tensor, z: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-    """One decode step as a pure tensor function (what variants._decode_step compiles): kv (B, H_kv, 1, 2F, D) and z
-    (B, H_kv, 1, 2F, 1) gain phi(k_t) v_t^T and phi(k_t) in place; out_t = phi(q_t) kv / phi(q_t).z, (B, H, 1, D)."""
-    fk = hedgehog_features(k_t[:, :, None], weight, bias).transpose(-1, -2)  # (B, H_kv, 1, 2F, 1)
-    kv.addcmul_(fk, v_t[:, :, None].float())
-    z.add_(fk)
-    fq = hedgehog_features(group(q_t, kv.shape[1]), weight, bias)  # (B, H_kv, G, 1, 2F)
-    out = (fq @ kv) / (fq @ z).clamp_min(_EPS)  # (B, H_kv, G, 1, D)
-    return ungroup(out).to(q_t.dtype)
-
-
 def _spans(length: int) -> list[slice]:
     """A non-causal pass's _BLOCK-token slices; one of all tokens under torch.export (a loop would fix N)."""
     if torch.compiler.is_exporting():
         return [slice(None)]
     return [slice(s, s + _BLOCK) for s in range(0, length, _BLOCK)]
-
-
-@dataclass
-class DistilledState:
-    """distilled's decode state: running float32 sums over the keys so far, per K/V head (O(F*D), constant in N)."""
-
-    kv: Tensor  # (B, H_kv, 1, 2F, D): sum_j phi(k_j) v_j^T
-    z: Tensor  # (B, H_kv, 1, 2F, 1): sum_j phi(k_j)

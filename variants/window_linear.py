@@ -21,7 +21,8 @@ approximated, so a narrow window with a cheap map can meet a budget that either 
 - kv_mask: padded keys are out of the window's softmax and get phi = 0, v = 0.
 - Decoding: a ring buffer of the last `window` keys (variants._ring) and the float32 running sums of the keys that
   left it (state bytes depend on window, F and D, never on N); a step computes phi of the query and the leaving key,
-  one pure function run eagerly or compiled into one C++ kernel (config decode_backend; variants._decode_step).
+  one pure function run eagerly or compiled into one C++ kernel, or the same step as one hand-written C pass over the
+  ring and the sums (config decode_backend; variants._decode_step, variants._native_steps).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from variants._decode import check_context, check_state, check_step, checked_onc
 from variants._decode_step import DecodeStep
 from variants._gqa import group, ungroup
 from variants._hedgehog import float_map
+from variants._native_steps import window_linear_reason
 from variants._native_steps import window_linear_step as native_window_linear_step
 from variants._registry import register_variant
 from variants._ring import ring_from_context
@@ -89,7 +91,11 @@ class WindowLinearAttention(AttentionVariant):
         self.register_parameter("bias", None)  # (P, 1, F)
         self.register_parameter("log_gamma", None)  # (P,): gamma phi(q).phi(k) stands in for e^(q.k/sqrt(D))
         self._decode_step = DecodeStep(
-            window_linear_step, self.config.decode_backend, native=native_window_linear_step, tokens=3
+            window_linear_step,
+            self.config.decode_backend,
+            native=native_window_linear_step,
+            native_reason=window_linear_reason,
+            tokens=3,
         )
 
     # ---- parameters ---------------------------------------------------------------------
