@@ -45,9 +45,10 @@ SIGNATURES: dict[str, list[type]] = {
     + [_I64] * 5
     + [_F32, _I64],
     # variants._native_steps: distilled's and window_linear's steps (q, k, v as pointer and batch, head strides)
-    "distilled_step_f32": [_PTR, _I64, _I64] * 3 + [_PTR] * 5 + [_I64] * 6,
-    "window_linear_step_f32": [_PTR, _I64, _I64] * 3 + [_PTR] * 10 + [_I64] * 7 + [_F32],
+    "distilled_step_f32": [_PTR, _I64] + [_PTR, _I64, _I64] * 3 + [_PTR] * 4 + [_I64] * 5,
+    "window_linear_step_f32": [_PTR, _I64] + [_PTR, _I64, _I64] * 3 + [_PTR] * 9 + [_I64] * 6 + [_F32],
 }
+RETURNS: dict[str, type | None] = {"window_linear_step_f32": ctypes.c_int}  # the others return nothing
 
 
 def cache_dir() -> Path:
@@ -69,7 +70,7 @@ def native_library() -> ctypes.CDLL | str:
         return f"the native kernels did not build or load: {lines[0][:200]}"
     for name, argtypes in SIGNATURES.items():
         function = getattr(library, name)
-        function.argtypes, function.restype = argtypes, None
+        function.argtypes, function.restype = argtypes, RETURNS.get(name)
     return library
 
 

@@ -1,15 +1,23 @@
 """distilled's and window_linear's decode steps by their hand-written kernels (variants/native/steps.c, built and
 loaded by variants._native).
 
-Each wrapper takes exactly the arguments of the variant's pure step function (distilled._step_sums,
+Each wrapper takes exactly the arguments of the variant's pure step function (_distilled_math.step_sums,
 _window_linear_math.window_linear_step), updates the same state in place and returns the same output, or returns why
-its kernel cannot take the call (the caller, variants._decode_step.DecodeStep, then runs the function in torch). The
-state is small (about 0.5 MiB at H=8, D=64, F=128), so the Python around a call is a fair part of a token's time: a
-wrapper checks only what the kernel needs (CPU, float32, no gradient, layouts), allocates only the output, and hands the
-token views to the kernel with their strides instead of copying them.
+its kernel cannot take the call (the caller, variants._decode_step.DecodeStep, then runs the function in torch).
+
+The state is small (about 0.5 MiB at H=8, D=64, F=128), so the Python around a call is a fair part of a token's time.
+A wrapper checks the token's tensors every call (new views each token, handed to the kernel with their strides: no
+copies) but the state's only when they change: the state tensors' checks and the kernel's arguments for them (addresses,
+sizes) are kept for the tensor objects last seen (held weakly), since an in-place update changes neither; a tensor whose
+storage is swapped in place (``.data =``, ``set_``) is not supported. It allocates only the output.
 """
 
 from __future__ import annotations
+
+import operator
+import weakref
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -18,22 +26,30 @@ from variants._checks import softmax_scale
 from variants._native import native_library
 
 _FLOAT32 = torch.float32
+# a kernel's name -> its last state tensors (held weakly) and what state_args made for them
+_STATE_ARGS: dict[str, tuple[tuple[weakref.ref, ...], StateArgs]] = {}
+
+
+class StateArgs(NamedTuple):
+    """A kernel's arguments for a state (addresses and sizes, after the token's) and the sizes a token must fit."""
+
+    args: list[Any]
+    batch: int
+    kv_heads: int
+    head_dim: int
 
 
 def distilled_step(
     q_t: Tensor, k_t: Tensor, v_t: Tensor, kv: Tensor, z: Tensor, weight: Tensor, bias: Tensor
 ) -> Tensor | str:
-    """distilled._step_sums by distilled_step_f32: kv (B, H_kv, 1, 2F, D) and z (B, H_kv, 1, 2F, 1) gain phi(k_t) v_t^T
-    and phi(k_t) in place; returns out_t (B, H, 1, D), or why the kernel cannot take the call."""
-    why = distilled_reason(q_t, k_t, v_t, kv, z, weight, bias)
-    if why is not None:
-        return why
-    B, H, _, D = q_t.shape
-    out = torch.empty(B, H, 1, D)
-    native_library().distilled_step_f32(
-        *token_args((q_t, k_t, v_t)), kv.data_ptr(), z.data_ptr(), weight.data_ptr(), bias.data_ptr(), out.data_ptr(),
-        B, H, kv.shape[1], weight.shape[0], D, weight.shape[-1],
-    )  # fmt: skip
+    """_distilled_math.step_sums by distilled_step_f32: kv (B, H_kv, 1, 2F, D) and z (B, H_kv, 1, 2F, 1) gain
+    phi(k_t) v_t^T and phi(k_t) in place; returns out_t (B, H, 1, D), or why the kernel cannot take the call."""
+    state = state_args("distilled_step_f32", (kv, z, weight, bias), _distilled_state)
+    tokens = state if isinstance(state, str) else token_args((q_t, k_t, v_t), state)
+    if isinstance(tokens, str):
+        return tokens
+    out = torch.empty(state.batch, tokens[0], 1, state.head_dim)  # ints, not a Size: half the time
+    native_library().distilled_step_f32(out.data_ptr(), *tokens, *state.args)
     return out
 
 
@@ -54,77 +70,126 @@ def window_linear_step(
     """_window_linear_math.window_linear_step by window_linear_step_f32: the leaving key of ring slot `slot` ((1,)
     int64) joins kv, z, the token takes the slot (ring_k, ring_v (B, H_kv, W, D), ring_real (B, W) in place), q_t
     attends; returns (B, H, 1, D), or why the kernel cannot take the call."""
-    why = window_linear_reason(q_t, k_t, v_t, ring_k, ring_v, ring_real, slot, kv, z, weight, bias, log_gamma)
-    if why is not None:
-        return why
-    B, H, _, D = q_t.shape
-    out = torch.empty(B, H, 1, D)
-    native_library().window_linear_step_f32(
-        *token_args((q_t, k_t, v_t)), ring_k.data_ptr(), ring_v.data_ptr(), ring_real.data_ptr(), slot.data_ptr(),
-        kv.data_ptr(), z.data_ptr(), weight.data_ptr(), bias.data_ptr(), log_gamma.data_ptr(), out.data_ptr(),
-        B, H, ring_k.shape[1], weight.shape[0], ring_k.shape[2], D, weight.shape[-1], softmax_scale(D),
-    )  # fmt: skip
+    tensors = (ring_k, ring_v, ring_real, kv, z, weight, bias, log_gamma)
+    state = state_args("window_linear_step_f32", tensors, _window_linear_state)
+    tokens = state if isinstance(state, str) else token_args((q_t, k_t, v_t), state)
+    if isinstance(tokens, str):
+        return tokens
+    if slot.dtype is not torch.int64 or not slot.is_cpu:
+        return f"needs an int64 slot on CPU, got {slot.dtype} on {slot.device.type}"
+    out = torch.empty(state.batch, tokens[0], 1, state.head_dim)
+    if native_library().window_linear_step_f32(out.data_ptr(), *tokens, slot.data_ptr(), *state.args):
+        raise IndexError(f"ring slot {int(slot)} is outside the ring of {ring_k.shape[2]} slots")
     return out
 
 
-def distilled_reason(
-    q_t: Tensor, k_t: Tensor, v_t: Tensor, kv: Tensor, z: Tensor, weight: Tensor, bias: Tensor
-) -> str | None:
+def distilled_reason(q_t: Tensor, k_t: Tensor, v_t: Tensor, *state: Tensor) -> str | None:
     """Why distilled_step cannot take these arguments, or None (nothing is run)."""
-    return step_reason((q_t, k_t, v_t), (kv, z, weight, bias)) or library_reason()
+    found = state_args("distilled_step_f32", state, _distilled_state)
+    return _reason(found if isinstance(found, str) else token_args((q_t, k_t, v_t), found))
 
 
-def window_linear_reason(
-    q_t: Tensor,
-    k_t: Tensor,
-    v_t: Tensor,
+def window_linear_reason(q_t: Tensor, k_t: Tensor, v_t: Tensor, *state: Tensor) -> str | None:
+    """Why window_linear_step cannot take these arguments, or None (nothing is run)."""
+    ring_k, ring_v, ring_real, _, *sums_and_map = state  # the slot (checked per call) aside
+    found = state_args("window_linear_step_f32", (ring_k, ring_v, ring_real, *sums_and_map), _window_linear_state)
+    return _reason(found if isinstance(found, str) else token_args((q_t, k_t, v_t), found))
+
+
+def state_args(kernel: str, tensors: tuple[Tensor, ...], make: Callable[..., StateArgs | str]) -> StateArgs | str:
+    """`make(*tensors)`: the kernel's arguments for these state tensors, or why it cannot take them; kept for the next
+    call with the same tensor objects. The library and the no-gradient check are looked at every call (grad mode may
+    change between calls)."""
+    library = native_library()
+    if isinstance(library, str):
+        return library
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return "has no backward: decode under torch.no_grad()"
+    last = _STATE_ARGS.get(kernel)
+    if last is not None and len(last[0]) == len(tensors) and all(map(operator.is_, [r() for r in last[0]], tensors)):
+        return last[1]
+    made = make(*tensors)
+    if not isinstance(made, str):
+        _STATE_ARGS[kernel] = (tuple(weakref.ref(t) for t in tensors), made)
+    return made
+
+
+def token_args(tokens: tuple[Tensor, ...], state: StateArgs) -> list[int] | str:
+    """The token's q (B, H, 1, D), k and v (B, H_kv, 1, D) as the kernels take them (H, then each one's address, batch
+    stride and head stride: views of a longer sequence are fine), or why they cannot: CPU, float32, no gradient, a
+    contiguous last dimension, shapes that fit the state's B, H_kv and D (H a multiple of H_kv)."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tokens):
+        return "has no backward: decode under torch.no_grad()"
+    args: list[int] = [tokens[0].shape[1]]
+    B, H_kv, D = state.batch, state.kv_heads, state.head_dim
+    for i, t in enumerate(tokens):
+        if not t.is_cpu or t.dtype is not _FLOAT32:
+            return _tensor_reason(t)
+        b, heads, one, d = t.shape
+        sb, sh, _, sd = t.stride()
+        if one != 1 or sd != 1:
+            return "takes one token per head with a contiguous last dimension"
+        if b != B or d != D or (heads != H_kv if i else heads % H_kv):
+            return f"the token's shape {tuple(t.shape)} does not fit the state's (B={B}, H_kv={H_kv}, D={D})"
+        args += (t.data_ptr(), sb, sh)
+    return args
+
+
+def _distilled_state(kv: Tensor, z: Tensor, weight: Tensor, bias: Tensor) -> StateArgs | str:
+    """distilled_step_f32's state arguments (kv, z, weight, bias, B, H_kv, P, D, F), or why not."""
+    why = _state_reason((kv, z, weight, bias))
+    if why is not None:
+        return why
+    B, H_kv, _, F2, D = kv.shape
+    P, _, _, F = weight.shape
+    if F2 != 2 * F or z.numel() != B * H_kv * F2 or weight.shape[2] != D or bias.numel() != P * F or P not in (1, H_kv):
+        return "the sums' and the feature map's shapes disagree"
+    pointers = [kv.data_ptr(), z.data_ptr(), weight.data_ptr(), bias.data_ptr()]
+    return StateArgs(pointers + [B, H_kv, P, D, F], B, H_kv, D)
+
+
+def _window_linear_state(
     ring_k: Tensor,
     ring_v: Tensor,
     ring_real: Tensor,
-    slot: Tensor,
     kv: Tensor,
     z: Tensor,
     weight: Tensor,
     bias: Tensor,
     log_gamma: Tensor,
-) -> str | None:
-    """Why window_linear_step cannot take these arguments, or None (nothing is run)."""
-    why = step_reason((q_t, k_t, v_t), (ring_k, ring_v, kv, z, weight, bias, log_gamma))
-    if why is None and not (ring_real.dtype is torch.bool and ring_real.is_contiguous() and slot.dtype is torch.int64):
-        why = "needs a contiguous bool ring_real and an int64 slot"
-    return why or library_reason()
+) -> StateArgs | str:
+    """window_linear_step_f32's state arguments (the ring, the sums, the map, B, H_kv, P, W, D, F, scale), or why
+    not."""
+    sums = _distilled_state(kv, z, weight, bias)
+    why = sums if isinstance(sums, str) else _state_reason((ring_k, ring_v, log_gamma))
+    if why is not None:
+        return why
+    B, H_kv, W, D = ring_k.shape
+    P, F = sums.args[6], sums.args[8]
+    if ring_v.shape != ring_k.shape or (B, H_kv, D) != sums[1:] or log_gamma.numel() != P:
+        return "the ring's, the sums' and log_gamma's shapes disagree"
+    if ring_real.dtype is not torch.bool or not ring_real.is_contiguous() or ring_real.shape != (B, W):
+        return "needs a contiguous (B, W) bool ring_real"
+    pointers = [ring_k.data_ptr(), ring_v.data_ptr(), ring_real.data_ptr(), *sums.args[:4], log_gamma.data_ptr()]
+    return StateArgs(pointers + [B, H_kv, P, W, D, F, softmax_scale(D)], B, H_kv, D)
 
 
-def library_reason() -> str | None:
-    """Why the kernels cannot be built or loaded here (variants._native.native_library), or None."""
-    library = native_library()
-    return library if isinstance(library, str) else None
-
-
-def token_args(tokens: tuple[Tensor, ...]) -> list[int]:
-    """Each token (B, heads, 1, D) as the kernels take it: its address, batch stride and head stride."""
-    args = []
-    for t in tokens:
-        sb, sh, _, _ = t.stride()
-        args += (t.data_ptr(), sb, sh)
-    return args
-
-
-def step_reason(tokens: tuple[Tensor, ...], state: tuple[Tensor, ...]) -> str | None:
-    """Why a step kernel cannot take these tensors, or None: all on CPU in float32 and without a gradient, the tokens
-    (B, heads, 1, D) with a contiguous last dimension (views of a longer sequence are fine), the state and parameters
-    contiguous (the kernel reads them as dense arrays and updates the state in place). Cheap: it runs every token."""
-    for t in tokens + state:
-        if not t.is_cpu:
-            return f"runs on CPU only, got {t.device.type}"
-        if t.dtype is not _FLOAT32:
-            return f"needs float32, got {t.dtype}"
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tokens + state):
-        return "has no backward: decode under torch.no_grad()"
-    for t in tokens:
-        if t.shape[2] != 1 or t.stride()[3] != 1:
-            return "takes one token per head with a contiguous last dimension"
-    for t in state:
+def _state_reason(tensors: tuple[Tensor, ...]) -> str | None:
+    """Why the kernels cannot take these state tensors, or None: on CPU, float32, contiguous (read as dense arrays and
+    updated in place)."""
+    for t in tensors:
+        if not t.is_cpu or t.dtype is not _FLOAT32:
+            return _tensor_reason(t)
         if not t.is_contiguous():
             return "needs contiguous state tensors"
     return None
+
+
+def _tensor_reason(t: Tensor) -> str:
+    """Why a tensor that is not a float32 CPU one cannot be taken."""
+    return f"runs on CPU only, got {t.device.type}" if not t.is_cpu else f"needs float32, got {t.dtype}"
+
+
+def _reason(found: list[Any] | str) -> str | None:
+    """A reason, or None for arguments found."""
+    return found if isinstance(found, str) else None

@@ -99,15 +99,15 @@ static inline __attribute__((always_inline)) void distilled_pair(
     }
 }
 
-/* distilled's decode step (variants/distilled.py _step_sums) in one pass over its sums. q (B, H, 1, D), k, v
-   (B, H_kv, 1, D) at strides (sb, sh); kv (B, H_kv, 2F, D) and z (B, H_kv, 2F) contiguous, updated in place:
-   kv += phi(k) v^T, z += phi(k); out (B, H, 1, D) contiguous: out = phi(q) kv / max(phi(q).z, 1e-6). The feature
-   map of K/V head hk is W (P, D, F), bias (P, F) at p = hk (P = H_kv) or 0 (P = 1); query head h reads K/V head
-   h / (H / H_kv). */
+/* distilled's decode step (variants/_distilled_math.py step_sums) in one pass over its sums. out (B, H, 1, D)
+   contiguous; q (B, H, 1, D), k, v (B, H_kv, 1, D) at strides (sb, sh); kv (B, H_kv, 2F, D) and z (B, H_kv, 2F)
+   contiguous, updated in place: kv += phi(k) v^T, z += phi(k); out = phi(q) kv / max(phi(q).z, 1e-6). The feature map
+   of K/V head hk is W (P, D, F), bias (P, F) at p = hk (P = H_kv) or 0 (P = 1); query head h reads K/V head
+   h / (H / H_kv). The per-token arguments come first, the state's after (the caller keeps those between tokens). */
 void distilled_step_f32(
-    const float *q, int64_t q_sb, int64_t q_sh, const float *k, int64_t k_sb, int64_t k_sh,
-    const float *v, int64_t v_sb, int64_t v_sh, float *kv, float *z, const float *W, const float *bias, float *out,
-    int64_t B, int64_t H, int64_t H_kv, int64_t P, int64_t D, int64_t F)
+    float *out, int64_t H, const float *q, int64_t q_sb, int64_t q_sh, const float *k, int64_t k_sb, int64_t k_sh,
+    const float *v, int64_t v_sb, int64_t v_sh,
+    float *kv, float *z, const float *W, const float *bias, int64_t B, int64_t H_kv, int64_t P, int64_t D, int64_t F)
 {
     struct token tq = {q, q_sb, q_sh}, tk = {k, k_sb, k_sh}, tv = {v, v_sb, v_sh};
     for (int64_t b = 0; b < B; b++)
@@ -156,16 +156,17 @@ struct window_linear_call {
     struct token q, k, v;
     float *ring_k, *ring_v, *kv, *z, *out;
     const float *W, *bias, *log_gamma;
-    int64_t slot, H, H_kv, P, Wn, D, F;
+    int64_t slot, H, H_kv, P, Wn; /* D and F are the pair function's arguments: constants for the common sizes */
     float scale;
 };
 
 /* window_linear's step for one (batch, K/V head) pair, the leaving key's reality given (its slot is already marked
    real for the token). */
 static inline __attribute__((always_inline)) void window_linear_pair(
-    const struct window_linear_call *c, const uint8_t *real, int leaving_real, int64_t b, int64_t hk, int64_t D)
+    const struct window_linear_call *c, const uint8_t *real, int leaving_real, int64_t b, int64_t hk, int64_t D,
+    int64_t F)
 {
-    int64_t G = c->H / c->H_kv, F = c->F, F2 = 2 * F, p = c->P == 1 ? 0 : hk, pair = b * c->H_kv + hk;
+    int64_t G = c->H / c->H_kv, F2 = 2 * F, p = c->P == 1 ? 0 : hk, pair = b * c->H_kv + hk;
     float phi_k[F2], phi_q[G * F2], num[G * D], den[G], zeros[D];
     const float *Wp = c->W + p * D * F, *bp = c->bias + p * F;
     float *rk = c->ring_k + pair * c->Wn * D, *rv = c->ring_v + pair * c->Wn * D;
@@ -191,26 +192,30 @@ static inline __attribute__((always_inline)) void window_linear_pair(
 }
 
 /* window_linear's decode step (variants/_window_linear_math.py window_linear_step) in one pass over its state.
-   q (B, H, 1, D), k, v (B, H_kv, 1, D) at strides (sb, sh); the ring ring_k, ring_v (B, H_kv, Wn, D) and ring_real
-   (B, Wn) bytes, the sums kv (B, H_kv, 2F, D) and z (B, H_kv, 2F) contiguous, updated in place: the key leaving slot
-   *slot joins the sums (phi 0 if the slot is not real), the token takes the slot, then each query attends to the ring
-   exactly and to the sums through phi(q) (ring_and_sums). W (P, D, F), bias (P, F), log_gamma (P) as distilled's. */
-void window_linear_step_f32(
-    const float *q, int64_t q_sb, int64_t q_sh, const float *k, int64_t k_sb, int64_t k_sh,
-    const float *v, int64_t v_sb, int64_t v_sh, float *ring_k, float *ring_v, uint8_t *ring_real,
-    const int64_t *slot, float *kv, float *z, const float *W, const float *bias, const float *log_gamma, float *out,
-    int64_t B, int64_t H, int64_t H_kv, int64_t P, int64_t Wn, int64_t D, int64_t F, float scale)
+   out (B, H, 1, D) contiguous; q (B, H, 1, D), k, v (B, H_kv, 1, D) at strides (sb, sh); the ring ring_k, ring_v
+   (B, H_kv, Wn, D) and ring_real (B, Wn) bytes, the sums kv (B, H_kv, 2F, D) and z (B, H_kv, 2F) contiguous, updated
+   in place: the key leaving slot *slot joins the sums (phi 0 if the slot is not real), the token takes the slot, then
+   each query attends to the ring exactly and to the sums through phi(q) (ring_and_sums). W (P, D, F), bias (P, F),
+   log_gamma (P) as distilled's. Returns 0, or 1 (nothing done) for a slot outside the ring. */
+int window_linear_step_f32(
+    float *out, int64_t H, const float *q, int64_t q_sb, int64_t q_sh, const float *k, int64_t k_sb, int64_t k_sh,
+    const float *v, int64_t v_sb, int64_t v_sh, const int64_t *slot,
+    float *ring_k, float *ring_v, uint8_t *ring_real, float *kv, float *z, const float *W, const float *bias,
+    const float *log_gamma, int64_t B, int64_t H_kv, int64_t P, int64_t Wn, int64_t D, int64_t F, float scale)
 {
+    if (*slot < 0 || *slot >= Wn) return 1;
     struct window_linear_call c = {{q, q_sb, q_sh}, {k, k_sb, k_sh}, {v, v_sb, v_sh}, ring_k, ring_v, kv, z, out,
-                                   W, bias, log_gamma, *slot, H, H_kv, P, Wn, D, F, scale};
+                                   W, bias, log_gamma, *slot, H, H_kv, P, Wn, scale};
     for (int64_t b = 0; b < B; b++) {
         uint8_t *real = ring_real + b * Wn;
         int leaving_real = real[c.slot];
         real[c.slot] = 1;
         for (int64_t hk = 0; hk < H_kv; hk++) {
-            if (D == 64) window_linear_pair(&c, real, leaving_real, b, hk, 64); /* the common */
-            else if (D == 128) window_linear_pair(&c, real, leaving_real, b, hk, 128); /* dims */
-            else window_linear_pair(&c, real, leaving_real, b, hk, D);
+            /* the common sizes compiled for */
+            if (D == 64 && F == 32) window_linear_pair(&c, real, leaving_real, b, hk, 64, 32);
+            else if (D == 64) window_linear_pair(&c, real, leaving_real, b, hk, 64, F);
+            else window_linear_pair(&c, real, leaving_real, b, hk, D, F);
         }
     }
+    return 0;
 }
