@@ -11,19 +11,40 @@ Layouts are given as element strides for the token's q, k, v (views of a longer 
 
 #define HIDDEN (-1.0e30f) /* a masked key's score: finite (the file is built with -ffast-math), exp() of it is 0 */
 
-/* Hedgehog's feature map of one vector x (D): proj = x W + b over F directions (W (D, F) row-major, b (F)), then
-   phi = [softmax(proj), softmax(-proj)] (2F), each softmax shifted by its max so every exp() is <= 1. */
+/* proj (n) = b + x W for n <= CHUNK columns of W (D rows, F apart): two partial sums over d, so the multiply-adds
+   do not wait on one another, in registers. */
+#define CHUNK 64
+static inline __attribute__((always_inline)) void project_chunk(
+    const float *restrict x, const float *restrict W, int64_t F, const float *restrict b, float *restrict proj,
+    int64_t D, int64_t n)
+{
+    float a0[CHUNK], a1[CHUNK];
+    for (int64_t f = 0; f < n; f++) {
+        a0[f] = b[f];
+        a1[f] = 0.0f;
+    }
+    int64_t d = 0;
+    for (; d + 2 <= D; d += 2) {
+        const float *Wd = W + d * F;
+        for (int64_t f = 0; f < n; f++) a0[f] += x[d] * Wd[f];
+        for (int64_t f = 0; f < n; f++) a1[f] += x[d + 1] * Wd[F + f];
+    }
+    for (; d < D; d++)
+        for (int64_t f = 0; f < n; f++) a0[f] += x[d] * W[d * F + f];
+    for (int64_t f = 0; f < n; f++) proj[f] = a0[f] + a1[f];
+}
+
+/* Hedgehog's feature map of one vector x (D): proj = x W + b over F directions (W (D, F) row-major, b (F)), CHUNK
+   directions at a time, then phi = [softmax(proj), softmax(-proj)] (2F), each softmax shifted by its max so every
+   exp() is <= 1. */
 static inline __attribute__((always_inline)) void hedgehog(
     const float *restrict x, const float *restrict W, const float *restrict b, float *restrict phi, int64_t D,
     int64_t F)
 {
     float *proj = phi + F; /* the second half holds proj until the first half is written */
-    for (int64_t f = 0; f < F; f++) proj[f] = b[f];
-    for (int64_t d = 0; d < D; d++) {
-        float xd = x[d];
-        const float *Wd = W + d * F;
-        for (int64_t f = 0; f < F; f++) proj[f] += xd * Wd[f];
-    }
+    int64_t f0 = 0;
+    for (; f0 + CHUNK <= F; f0 += CHUNK) project_chunk(x, W + f0, F, b + f0, proj + f0, D, CHUNK);
+    if (f0 < F) project_chunk(x, W + f0, F, b + f0, proj + f0, D, F - f0);
     float hi = proj[0], lo = proj[0];
     for (int64_t f = 1; f < F; f++) {
         hi = proj[f] > hi ? proj[f] : hi;
