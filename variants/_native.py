@@ -45,8 +45,8 @@ SIGNATURES: dict[str, list[type]] = {
     + [_I64] * 5
     + [_F32, _I64],
     # variants._native_steps: distilled's and window_linear's steps (q, k, v as pointer and batch, head strides)
-    "distilled_step_f32": [_PTR, _I64] + [_PTR, _I64, _I64] * 3 + [_PTR] * 4 + [_I64] * 5,
-    "window_linear_step_f32": [_PTR, _I64] + [_PTR, _I64, _I64] * 3 + [_PTR] * 9 + [_I64] * 6 + [_F32],
+    "distilled_step_f32": [_PTR, _I64] + [_PTR, _I64, _I64] * 3 + [_PTR],
+    "window_linear_step_f32": [_PTR, _I64] + [_PTR, _I64, _I64] * 3 + [_PTR, _PTR],
 }
 RETURNS: dict[str, type | None] = {"window_linear_step_f32": ctypes.c_int}  # the others return nothing
 

@@ -14,6 +14,7 @@ storage is swapped in place (``.data =``, ``set_``) is not supported. It allocat
 
 from __future__ import annotations
 
+import ctypes
 import operator
 import weakref
 from collections.abc import Callable
@@ -31,12 +32,33 @@ _STATE_ARGS: dict[str, tuple[tuple[weakref.ref, ...], StateArgs]] = {}
 
 
 class StateArgs(NamedTuple):
-    """A kernel's arguments for a state (addresses and sizes, after the token's) and the sizes a token must fit."""
+    """A kernel's state argument (the address of `fields`, its struct of the state's addresses and sizes: one ctypes
+    argument instead of nine to fifteen) and the sizes a token must fit."""
 
-    args: list[Any]
+    address: int
+    fields: ctypes.Structure  # kept alive with the address
     batch: int
     kv_heads: int
     head_dim: int
+
+
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+
+
+class DistilledArgs(ctypes.Structure):
+    """steps.c's struct distilled_state, field for field."""
+
+    _fields_ = [(name, _P) for name in ("kv", "z", "W", "bias")] + [(name, _I) for name in ("B", "H_kv", "P", "D", "F")]
+
+
+class WindowLinearArgs(ctypes.Structure):
+    """steps.c's struct window_linear_state, field for field."""
+
+    _fields_ = (
+        [(name, _P) for name in ("ring_k", "ring_v", "ring_real", "kv", "z", "W", "bias", "log_gamma")]
+        + [(name, _I) for name in ("B", "H_kv", "P", "Wn", "D", "F")]
+        + [("scale", ctypes.c_float)]
+    )
 
 
 def distilled_step(
@@ -49,7 +71,7 @@ def distilled_step(
     if isinstance(tokens, str):
         return tokens
     out = torch.empty(state.batch, tokens[0], 1, state.head_dim)  # ints, not a Size: half the time
-    native_library().distilled_step_f32(out.data_ptr(), *tokens, *state.args)
+    native_library().distilled_step_f32(out.data_ptr(), *tokens, state.address)
     return out
 
 
@@ -78,7 +100,7 @@ def window_linear_step(
     if slot.dtype is not torch.int64 or not slot.is_cpu:
         return f"needs an int64 slot on CPU, got {slot.dtype} on {slot.device.type}"
     out = torch.empty(state.batch, tokens[0], 1, state.head_dim)
-    if native_library().window_linear_step_f32(out.data_ptr(), *tokens, slot.data_ptr(), *state.args):
+    if native_library().window_linear_step_f32(out.data_ptr(), *tokens, slot.data_ptr(), state.address):
         raise IndexError(f"ring slot {int(slot)} is outside the ring of {ring_k.shape[2]} slots")
     return out
 
@@ -136,7 +158,7 @@ def token_args(tokens: tuple[Tensor, ...], state: StateArgs) -> list[int] | str:
 
 
 def _distilled_state(kv: Tensor, z: Tensor, weight: Tensor, bias: Tensor) -> StateArgs | str:
-    """distilled_step_f32's state arguments (kv, z, weight, bias, B, H_kv, P, D, F), or why not."""
+    """distilled_step_f32's state argument (kv, z, weight, bias, B, H_kv, P, D, F), or why not."""
     why = _state_reason((kv, z, weight, bias))
     if why is not None:
         return why
@@ -144,8 +166,8 @@ def _distilled_state(kv: Tensor, z: Tensor, weight: Tensor, bias: Tensor) -> Sta
     P, _, _, F = weight.shape
     if F2 != 2 * F or z.numel() != B * H_kv * F2 or weight.shape[2] != D or bias.numel() != P * F or P not in (1, H_kv):
         return "the sums' and the feature map's shapes disagree"
-    pointers = [kv.data_ptr(), z.data_ptr(), weight.data_ptr(), bias.data_ptr()]
-    return StateArgs(pointers + [B, H_kv, P, D, F], B, H_kv, D)
+    fields = DistilledArgs(kv.data_ptr(), z.data_ptr(), weight.data_ptr(), bias.data_ptr(), B, H_kv, P, D, F)
+    return StateArgs(ctypes.addressof(fields), fields, B, H_kv, D)
 
 
 def _window_linear_state(
@@ -158,20 +180,22 @@ def _window_linear_state(
     bias: Tensor,
     log_gamma: Tensor,
 ) -> StateArgs | str:
-    """window_linear_step_f32's state arguments (the ring, the sums, the map, B, H_kv, P, W, D, F, scale), or why
+    """window_linear_step_f32's state argument (the ring, the sums, the map, B, H_kv, P, W, D, F, scale), or why
     not."""
     sums = _distilled_state(kv, z, weight, bias)
     why = sums if isinstance(sums, str) else _state_reason((ring_k, ring_v, log_gamma))
     if why is not None:
         return why
     B, H_kv, W, D = ring_k.shape
-    P, F = sums.args[6], sums.args[8]
-    if ring_v.shape != ring_k.shape or (B, H_kv, D) != sums[1:] or log_gamma.numel() != P:
+    P, F = sums.fields.P, sums.fields.F
+    if ring_v.shape != ring_k.shape or (B, H_kv, D) != sums[2:] or log_gamma.numel() != P:
         return "the ring's, the sums' and log_gamma's shapes disagree"
     if ring_real.dtype is not torch.bool or not ring_real.is_contiguous() or ring_real.shape != (B, W):
         return "needs a contiguous (B, W) bool ring_real"
-    pointers = [ring_k.data_ptr(), ring_v.data_ptr(), ring_real.data_ptr(), *sums.args[:4], log_gamma.data_ptr()]
-    return StateArgs(pointers + [B, H_kv, P, W, D, F, softmax_scale(D)], B, H_kv, D)
+    ring = (ring_k.data_ptr(), ring_v.data_ptr(), ring_real.data_ptr())
+    sums_and_map = (sums.fields.kv, sums.fields.z, sums.fields.W, sums.fields.bias, log_gamma.data_ptr())
+    fields = WindowLinearArgs(*ring, *sums_and_map, B, H_kv, P, W, D, F, softmax_scale(D))
+    return StateArgs(ctypes.addressof(fields), fields, B, H_kv, D)
 
 
 def _state_reason(tensors: tuple[Tensor, ...]) -> str | None:

@@ -124,14 +124,22 @@ static inline __attribute__((always_inline)) void distilled_pair(
    contiguous; q (B, H, 1, D), k, v (B, H_kv, 1, D) at strides (sb, sh); kv (B, H_kv, 2F, D) and z (B, H_kv, 2F)
    contiguous, updated in place: kv += phi(k) v^T, z += phi(k); out = phi(q) kv / max(phi(q).z, 1e-6). The feature map
    of K/V head hk is W (P, D, F), bias (P, F) at p = hk (P = H_kv) or 0 (P = 1); query head h reads K/V head
-   h / (H / H_kv). The per-token arguments come first, the state's after (the caller keeps those between tokens). */
+   h / (H / H_kv). The per-token arguments come first, the state's in one struct (the caller keeps it between
+   tokens: one argument, not nine). */
+struct distilled_state { /* mirrored by variants/_native_steps.py's DistilledArgs */
+    float *kv, *z;         /* (B, H_kv, 2F, D), (B, H_kv, 2F) */
+    const float *W, *bias; /* (P, D, F), (P, F) */
+    int64_t B, H_kv, P, D, F;
+};
 void distilled_step_f32(
     float *out, int64_t H, const float *q, int64_t q_sb, int64_t q_sh, const float *k, int64_t k_sb, int64_t k_sh,
-    const float *v, int64_t v_sb, int64_t v_sh,
-    float *kv, float *z, const float *W, const float *bias, int64_t B, int64_t H_kv, int64_t P, int64_t D, int64_t F)
+    const float *v, int64_t v_sb, int64_t v_sh, const struct distilled_state *s)
 {
     struct token tq = {q, q_sb, q_sh}, tk = {k, k_sb, k_sh}, tv = {v, v_sb, v_sh};
-    for (int64_t b = 0; b < B; b++)
+    float *kv = s->kv, *z = s->z;
+    const float *W = s->W, *bias = s->bias;
+    int64_t H_kv = s->H_kv, P = s->P, D = s->D, F = s->F;
+    for (int64_t b = 0; b < s->B; b++)
         for (int64_t hk = 0; hk < H_kv; hk++) {
             /* the common sizes compiled for (the feature map's projection stays in registers) */
             if (D == 64 && F == 128) distilled_pair(tq, tk, tv, kv, z, W, bias, out, b, hk, H, H_kv, P, 64, 128);
@@ -218,20 +226,27 @@ static inline __attribute__((always_inline)) void window_linear_pair(
    in place: the key leaving slot *slot joins the sums (phi 0 if the slot is not real), the token takes the slot, then
    each query attends to the ring exactly and to the sums through phi(q) (ring_and_sums). W (P, D, F), bias (P, F),
    log_gamma (P) as distilled's. Returns 0, or 1 (nothing done) for a slot outside the ring. */
+struct window_linear_state { /* mirrored by variants/_native_steps.py's WindowLinearArgs */
+    float *ring_k, *ring_v;                  /* (B, H_kv, Wn, D) */
+    uint8_t *ring_real;                      /* (B, Wn) */
+    float *kv, *z;                           /* (B, H_kv, 2F, D), (B, H_kv, 2F) */
+    const float *W, *bias, *log_gamma;       /* (P, D, F), (P, F), (P) */
+    int64_t B, H_kv, P, Wn, D, F;
+    float scale;
+};
 int window_linear_step_f32(
     float *out, int64_t H, const float *q, int64_t q_sb, int64_t q_sh, const float *k, int64_t k_sb, int64_t k_sh,
-    const float *v, int64_t v_sb, int64_t v_sh, const int64_t *slot,
-    float *ring_k, float *ring_v, uint8_t *ring_real, float *kv, float *z, const float *W, const float *bias,
-    const float *log_gamma, int64_t B, int64_t H_kv, int64_t P, int64_t Wn, int64_t D, int64_t F, float scale)
+    const float *v, int64_t v_sb, int64_t v_sh, const int64_t *slot, const struct window_linear_state *s)
 {
+    int64_t Wn = s->Wn, D = s->D, F = s->F;
     if (*slot < 0 || *slot >= Wn) return 1;
-    struct window_linear_call c = {{q, q_sb, q_sh}, {k, k_sb, k_sh}, {v, v_sb, v_sh}, ring_k, ring_v, kv, z, out,
-                                   W, bias, log_gamma, *slot, H, H_kv, P, Wn, scale};
-    for (int64_t b = 0; b < B; b++) {
-        uint8_t *real = ring_real + b * Wn;
+    struct window_linear_call c = {{q, q_sb, q_sh}, {k, k_sb, k_sh}, {v, v_sb, v_sh}, s->ring_k, s->ring_v, s->kv,
+                                   s->z, out, s->W, s->bias, s->log_gamma, *slot, H, s->H_kv, s->P, Wn, s->scale};
+    for (int64_t b = 0; b < s->B; b++) {
+        uint8_t *real = s->ring_real + b * Wn;
         int leaving_real = real[c.slot];
         real[c.slot] = 1;
-        for (int64_t hk = 0; hk < H_kv; hk++) {
+        for (int64_t hk = 0; hk < s->H_kv; hk++) {
             /* the common sizes compiled for */
             if (D == 64 && F == 32) window_linear_pair(&c, real, leaving_real, b, hk, 64, 32);
             else if (D == 64) window_linear_pair(&c, real, leaving_real, b, hk, 64, F);
