@@ -203,9 +203,9 @@ class DistilledAttention(AttentionVariant):
     def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: DistilledState) -> tuple[Tensor, DistilledState]:
         """Add phi(k_t) v_t^T and phi(k_t) to the sums, then out_t = phi(q_t) kv / phi(q_t).z (step_sums)."""
         check_state(state, DistilledState, self.name)
-        B, Hkv, _, _, D = state.kv.shape
 
         def check() -> None:
+            B, Hkv, _, _, D = state.kv.shape
             check_step(q_t, k_t, v_t, batch=B, kv_heads=Hkv, head_dim=D)
             self.check_decode(q_t, k_t, v_t)
 

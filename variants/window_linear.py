@@ -262,19 +262,20 @@ class WindowLinearAttention(AttentionVariant):
         """Move the leaving key into the sums, write the token into the ring, attend (_window_linear_math.window_linear_step)."""
         check_state(state, WindowLinearState, self.name)
         ring = state.ring
-        B, Hkv, _, D = ring.k.shape
 
         def check() -> None:
+            B, Hkv, _, D = ring.k.shape
             check_step(q_t, k_t, v_t, batch=B, kv_heads=Hkv, head_dim=D)
             self.check_decode(q_t, k_t, v_t)
 
         checked_once(state, q_t, k_t, v_t, check)  # once per sequence, not per token
         p = ring.length
-        out = self._decode_step(q_t, k_t, v_t, *self._step_args(state, p % ring.window))
+        slot = p % ring.window
+        out = self._decode_step(q_t, k_t, v_t, *self._step_args(state, slot))
         if ring.pos.is_cpu:  # through numpy: a third of torch's indexing, which is a fair part of a native step
-            ring.pos.numpy()[p % ring.window] = p
+            ring.pos.numpy()[slot] = p
         else:
-            ring.pos[p % ring.window] = p
+            ring.pos[slot] = p
         ring.length = p + 1
         return out, state
 
