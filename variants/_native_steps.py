@@ -136,25 +136,28 @@ def state_args(kernel: str, tensors: tuple[Tensor, ...], make: Callable[..., Sta
     return made
 
 
-def token_args(tokens: tuple[Tensor, ...], state: StateArgs) -> list[int] | str:
+def token_args(tokens: tuple[Tensor, Tensor, Tensor], state: StateArgs) -> list[int] | str:
     """The token's q (B, H, 1, D), k and v (B, H_kv, 1, D) as the kernels take them (H, then each one's address, batch
     stride and head stride: views of a longer sequence are fine), or why they cannot: CPU, float32, no gradient, a
-    contiguous last dimension, shapes that fit the state's B, H_kv and D (H a multiple of H_kv)."""
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tokens):
+    contiguous last dimension, shapes that fit the state's B, H_kv and D (H a multiple of H_kv). Spelled out for the
+    three tensors, no loop: it runs every token."""
+    q, k, v = tokens
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return "has no backward: decode under torch.no_grad()"
-    args: list[int] = [tokens[0].shape[1]]
-    B, H_kv, D = state.batch, state.kv_heads, state.head_dim
-    for i, t in enumerate(tokens):
+    for t in tokens:
         if not t.is_cpu or t.dtype is not _FLOAT32:
             return _tensor_reason(t)
-        b, heads, one, d = t.shape
-        sb, sh, _, sd = t.stride()
-        if one != 1 or sd != 1:
-            return "takes one token per head with a contiguous last dimension"
-        if b != B or d != D or (heads != H_kv if i else heads % H_kv):
-            return f"the token's shape {tuple(t.shape)} does not fit the state's (B={B}, H_kv={H_kv}, D={D})"
-        args += (t.data_ptr(), sb, sh)
-    return args
+    B, H_kv, D = state.batch, state.kv_heads, state.head_dim
+    batch, H, one, head_dim = q.shape
+    kv_shape = (B, H_kv, 1, D)
+    if k.shape != kv_shape or v.shape != kv_shape or (batch, one, head_dim) != (B, 1, D) or H % H_kv:
+        return (
+            f"the token's shapes {tuple(q.shape)}, {tuple(k.shape)} do not fit the state's (B={B}, H_kv={H_kv}, D={D})"
+        )
+    qs, ks, vs = q.stride(), k.stride(), v.stride()
+    if qs[3] != 1 or ks[3] != 1 or vs[3] != 1:
+        return "needs a contiguous last dimension"
+    return [H, q.data_ptr(), qs[0], qs[1], k.data_ptr(), ks[0], ks[1], v.data_ptr(), vs[0], vs[1]]
 
 
 def _distilled_state(kv: Tensor, z: Tensor, weight: Tensor, bias: Tensor) -> StateArgs | str:
