@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 DECODE_BACKENDS = ("auto", "eager", "compiled", "native")  # a variant config's decode_backend; see the module doc
+ONE_QUERY_DECODE_BACKENDS = ("auto", "eager", "native")  # a step that is never compiled (dense's, sliding_window's)
 # what a failed export or compile raises (inductor's and export's errors are RuntimeErrors; a compiler that cannot run:
 # OSError, SubprocessError). Anything else propagates: a cell's time limit (an Exception raised by its alarm) must end
 # the cell, not turn into an eager step cached for the rest of the process.
