@@ -1,5 +1,4 @@
-"""A decode step as one pure tensor function, run by a hand-written kernel, eagerly, or compiled ahead of time into one
-C++ kernel.
+"""A decode step as one pure tensor function: run by a hand-written kernel, eagerly, or compiled into one C++ kernel.
 
 distilled's and window_linear's decode states are small (running sums, a short ring), so their eager step is
 dispatch-bound: about 20 and 35 small torch operations at 2-16 us each (docs/timing.md). The compiled step is the same
