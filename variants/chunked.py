@@ -271,8 +271,8 @@ def _chunked_backward(
             # (B, H_kv, G*cq, ck)
             raw = (qc * scale) @ kc.transpose(-1, -2)
             capped = None if softcap is None else torch.tanh(raw / softcap)  # tanh(s / c); the score is c * that
-            scores = raw if capped is None else capped * softcap
-            s = _mask_tile_(scores, qs + offset, qe - qs, ks, kv_mask, causal, window)
+            tile = raw if capped is None else capped * softcap
+            s = _mask_tile_(tile, qs + offset, qe - qs, ks, kv_mask, causal, window)
             p = s.sub_(_grouped(lse[:, :, qs:qe, None], Hkv)).exp_()
             dv[:, :, ks:ke] += p.transpose(-1, -2) @ doc
             # dS = P * (dP - delta)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from variants import build_variant
 from variants.reference import reference_attention
@@ -66,3 +67,12 @@ def test_a_windowed_kv_cache_step_sees_only_its_window():
         out, _ = attn.step(q[:, :, 40:], k[:, :, 40:], v[:, :, 40:], state)
     reference = reference_attention(q.double(), k.double(), v.double(), causal=True, kv_mask=mask, pattern=attn.pattern)
     torch.testing.assert_close(out.double(), reference[:, :, 40:], rtol=1e-5, atol=1e-5)
+
+
+def test_the_forward_computes_the_tiles_it_counts():
+    """The matmuls the forward runs (FlopCounterMode) are executed_flops: the tiles before the band are skipped."""
+    attn = build_variant("chunked", query_chunk=16, key_chunk=16, window=16)
+    q = torch.randn(1, 1, 64, 8)
+    with FlopCounterMode(display=False) as counter:
+        attn(q, q, q, causal=True)
+    assert counter.get_total_flops() == attn.executed_flops(1, 1, 64, 64, 8, True)
