@@ -197,8 +197,8 @@ def kv_cache_step(variant: Any, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: KV
     """One decode step of an exact variant (an AttentionVariant; not imported, base imports this module) over a KV
     cache: append, then the variant's decode step where its config chooses one (decode_backend), else its forward.
 
-    The new token is the last position, so its causal attention is non-causal attention over the
-    whole cache (the context's padding still masked).
+    The new token is the last position: causal with one query over the whole cache (bottom-right: it sees every
+    cached key, the context's padding still masked, and a windowed variant's band ends at it).
     """
     check_state(state, KVCache, variant.name)
 
@@ -210,7 +210,7 @@ def kv_cache_step(variant: Any, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: KV
     state.append(k_t, v_t)
     k, v, mask = state.live()  # (B, H_kv, L, D), (B, L) or None
     step = variant._decode_step  # a config's decode_backend (dense's native kernel), else the variant's own forward
-    out = variant.forward(q_t, k, v, causal=False, kv_mask=mask) if step is None else step(q_t, k, v, mask)
+    out = variant.forward(q_t, k, v, causal=True, kv_mask=mask) if step is None else step(q_t, k, v, mask)
     return out, state
 
 

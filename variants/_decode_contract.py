@@ -83,7 +83,7 @@ class DecodeContract:
     def decode_step_flops(self, B: int, H: int, context: int, D: int, *, H_kv: int | None = None) -> int:
         """Forward FLOPs one decode step executes: generating one token whose query (B, H, 1, D) attends to `context`
         keys already cached or summarised (K/V heads H_kv, default H). The default, a KV cache's step: the variant's
-        executed forward of one query over all context + 1 keys (the token's own key included), non-causal (the new
-        query is the last position). A variant whose step does less (a ring of `window` keys, running sums) overrides
+        executed forward of one query over all context + 1 keys (the token's own key included), causal with the query
+        the last position (so a windowed variant counts its window's keys). A variant whose step does less (a ring of `window` keys, running sums) overrides
         it; a decode cell's `flops` is this, averaged over its steps (harness.measure.decode)."""
-        return count_flops(self, B, H, 1, context + 1, D, False, H_kv=H_kv, executed=True)
+        return count_flops(self, B, H, 1, context + 1, D, True, H_kv=H_kv, executed=True)

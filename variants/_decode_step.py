@@ -1,5 +1,4 @@
-"""A decode step as one pure tensor function, run by a hand-written kernel, eagerly, or compiled ahead of time into one
-C++ kernel.
+"""A decode step as one pure tensor function: run by a hand-written kernel, eagerly, or compiled into one C++ kernel.
 
 distilled's and window_linear's decode states are small (running sums, a short ring), so their eager step is
 dispatch-bound: about 20 and 35 small torch operations at 2-16 us each (docs/timing.md). The compiled step is the same
@@ -27,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 DECODE_BACKENDS = ("auto", "eager", "compiled", "native")  # a variant config's decode_backend; see the module doc
+ONE_QUERY_DECODE_BACKENDS = ("auto", "eager", "native")  # a step that is never compiled (dense's, sliding_window's)
 # what a failed export or compile raises (inductor's and export's errors are RuntimeErrors; a compiler that cannot run:
 # OSError, SubprocessError). Anything else propagates: a cell's time limit (an Exception raised by its alarm) must end
 # the cell, not turn into an eager step cached for the rest of the process.

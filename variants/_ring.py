@@ -8,7 +8,7 @@ included (as in the forward's band).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import torch
 from torch import Tensor
@@ -66,8 +66,16 @@ def ring_from_context(k: Tensor, v: Tensor, kv_mask: Tensor | None, window: int,
     return state
 
 
-def ring_step(q_t: Tensor, k_t: Tensor, v_t: Tensor, state: SlidingWindowState) -> Tensor:
-    """Write the token at position p = state.length in place, then attend q_t (B, H, 1, D) to its sinks and band.
+def over_slots(q_t: Tensor, k: Tensor, v: Tensor, keep: Tensor | None) -> Tensor:
+    """q_t (B, H, 1, D) over a ring's slots k, v (B, H_kv, S + W, D) that keep (B, S + W) marks (None: all), by SDPA."""
+    return sdpa(q_t, k, v, attn_mask=None if keep is None else keep[:, None, None, :])
+
+
+def ring_step(
+    q_t: Tensor, k_t: Tensor, v_t: Tensor, state: SlidingWindowState, attend: Callable[..., Tensor] = over_slots
+) -> Tensor:
+    """Write the token at position p = state.length in place, then attend q_t (B, H, 1, D) to its sinks and band
+    (`attend`: over_slots, or a step that runs the same call by a kernel).
 
     From p >= S + W - 1 on every slot is filled and every sink lies outside the band, so all slots are visible: the
     mask is then only the padding (`real`, a view), or none at all when the context had no padding.
@@ -82,13 +90,12 @@ def ring_step(q_t: Tensor, k_t: Tensor, v_t: Tensor, state: SlidingWindowState) 
             state.real[:, slot] = True
     state.length = p + 1
     if p >= S + W - 1:  # steady: every slot visible
-        keep = state.real[:, None, None, :] if state.padded else None  # (B, 1, 1, S + W) or None
-        return sdpa(q_t, state.k, state.v, attn_mask=keep)
+        return attend(q_t, state.k, state.v, state.real if state.padded else None)  # keep: (B, S + W) or None
     if not state.padded:
         state.real[:, slots] = True
     filled = state.pos >= 0
     # Ring slots hold p - W < j <= p by construction; a sink counts only outside the band (no key twice).
     is_sink = torch.arange(S + W, device=q_t.device) < S
     visible = filled & (~is_sink | (state.pos <= p - W))  # (S + W,)
-    keep = (state.real & visible)[:, None, None, :]  # (B, 1, 1, S + W)
-    return sdpa(q_t, state.k, state.v, attn_mask=keep)  # (B, H, 1, D); the token itself is always visible
+    keep = state.real & visible  # (B, S + W)
+    return attend(q_t, state.k, state.v, keep)  # (B, H, 1, D); the token itself is always visible

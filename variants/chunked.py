@@ -5,6 +5,8 @@ FlashAttention), so each step holds one (query_chunk x key_chunk) tile. The back
 autograd Function that recomputes each tile from q, k, v and the saved log-sum-exp, so training
 stores O(N * D), not the N x M probabilities. Causal calls skip key chunks wholly above the diagonal; with fewer
 queries than keys (N < M) the queries are the last N positions (bottom-right), the diagonal shifted by M - N.
+Config `window` > 0 restricts each query to sliding_window's band (variants._band; a model's own sliding window, which
+`windowed` sets): tiles wholly outside it are skipped, forward and backward, and the rest are masked.
 
 GQA: the G query heads of a K/V head are stacked as the rows of one tile, (B, H_kv, G*cq, D), so
 K/V are never repeated; the causal mask uses each row's own position (rows repeat per head).
@@ -17,11 +19,12 @@ query through this online-softmax forward over the cached keys.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
 
+from variants._band import band, band_pairs
 from variants._checks import check_int, query_offset
 from variants._decode import KVCacheDecoding
 from variants._gqa import group
@@ -37,10 +40,13 @@ NEG_INF = float("-inf")
 class ChunkedConfig(VariantConfig):
     query_chunk: int = 1024  # query rows per tile; a tile holds B*H*query_chunk*key_chunk scores
     key_chunk: int = 1024  # keys per tile; 1024 x 1024 keeps a CPU tile at 4 MiB per head and a GPU busy
+    # 0: every key; else sliding_window's band of `window` keys (a model's own window); "added": out of ids at 0
+    window: int = field(default=0, metadata={"added": True})
 
     def validate(self) -> None:
         check_int("query_chunk", self.query_chunk, minimum=1)
         check_int("key_chunk", self.key_chunk, minimum=1)
+        check_int("window", self.window, minimum=0)
 
 
 @register_variant("chunked", config=ChunkedConfig)
@@ -63,11 +69,32 @@ class ChunkedAttention(PatternWeights, KVCacheDecoding, AttentionVariant):
         H_kv: int | None = None,
         backend: str | None = None,
     ) -> int:
-        """4*D per score of every tile computed: causal stops each query chunk's keys at its last row, so the
-        tiles that cross the diagonal are computed whole (the convention's flops() counts half of N x M)."""
-        offset = query_offset(N, M, causal)
-        keys = sum((qe - qs) * (min(M, qe + offset) if causal else M) for qs, qe in _spans(N, self.config.query_chunk))
+        """4*D per score of every tile computed: causal stops each query chunk's keys at its last row and a window
+        starts them at the key chunk of its first row's earliest key, so the tiles that cross an edge are computed
+        whole (the convention's flops() counts half of N x M, or the band's pairs)."""
+        offset, c = query_offset(N, M, causal), self.config
+        keys = 0
+        for qs, qe in _spans(N, c.query_chunk):
+            first, last = _key_range(qs + offset, qe + offset, M, causal, c.window)
+            keys += (qe - qs) * max(0, last - first // c.key_chunk * c.key_chunk)
         return 4 * B * H * D * keys
+
+    def flops(self, B: int, H: int, N: int, M: int, D: int, causal: bool, *, H_kv: int | None = None) -> int:
+        """The convention's count (dense's), or with a window 4*D per visible pair of its band (sliding_window's)."""
+        if not self.config.window:
+            return super().flops(B, H, N, M, D, causal, H_kv=H_kv)
+        return 4 * B * H * D * band_pairs(N, M, self.config.window, causal)
+
+    def pattern(self, query_idx: Tensor, key_idx: Tensor) -> Tensor | None:
+        """Every key, or with a window its non-causal band as bool (R, M) (the reference adds j <= i when causal)."""
+        if not self.config.window:
+            return None
+        return band(query_idx[:, None], key_idx[None, :], window=self.config.window, causal=False)
+
+    def windowed(self, window: int) -> "ChunkedAttention":
+        """Within a model's own causal window: the narrower of it and this config's (tiles outside it skipped)."""
+        narrower = min(window, self.config.window or window)
+        return self if narrower == self.config.window else type(self)(replace(self.config, window=narrower))
 
     def forward(
         self,
@@ -83,7 +110,7 @@ class ChunkedAttention(PatternWeights, KVCacheDecoding, AttentionVariant):
         # Half-precision inputs are computed in float32 (the running sums need it), then cast back.
         dtype = torch.promote_types(q.dtype, torch.float32)
         sinks = None if sink_logits is None else sink_logits.to(dtype)
-        chunks = (self.config.query_chunk, self.config.key_chunk)
+        chunks = (self.config.query_chunk, self.config.key_chunk, self.config.window)
         out = _ChunkedAttention.apply(q.to(dtype), k.to(dtype), v.to(dtype), kv_mask, causal, *chunks, softcap, sinks)
         return out.to(q.dtype)
 
@@ -92,10 +119,10 @@ class _ChunkedAttention(torch.autograd.Function):
     """out = softmax(q k^T / sqrt(D) + mask) v, forward and backward tile by tile."""
 
     @staticmethod
-    def forward(ctx, q, k, v, kv_mask, causal, query_chunk, key_chunk, softcap, sinks):  # type: ignore[override]
-        out, lse = _chunked_forward(q, k, v, kv_mask, causal, query_chunk, key_chunk, softcap, sinks)
+    def forward(ctx, q, k, v, kv_mask, causal, query_chunk, key_chunk, window, softcap, sinks):  # type: ignore[override]
+        out, lse = _chunked_forward(q, k, v, kv_mask, causal, (query_chunk, key_chunk, window), softcap, sinks)
         ctx.save_for_backward(q, k, v, out, lse, sinks)
-        ctx.kv_mask, ctx.causal, ctx.chunks, ctx.softcap = kv_mask, causal, (query_chunk, key_chunk), softcap
+        ctx.kv_mask, ctx.causal, ctx.chunks, ctx.softcap = kv_mask, causal, (query_chunk, key_chunk, window), softcap
         return out
 
     @staticmethod
@@ -104,15 +131,25 @@ class _ChunkedAttention(torch.autograd.Function):
         q, k, v, out, lse, sinks = ctx.saved_tensors
         grad_out = grad_out.contiguous()
         delta = (grad_out * out).sum(-1)  # (B, H, N): rowsum(dO * O) = rowsum(dP * P)
-        dq, dk, dv = _chunked_backward(q, k, v, lse, delta, grad_out, ctx.kv_mask, ctx.causal, *ctx.chunks, ctx.softcap)
+        dq, dk, dv = _chunked_backward(q, k, v, lse, delta, grad_out, ctx.kv_mask, ctx.causal, ctx.chunks, ctx.softcap)
         d_sinks = None
         if sinks is not None and ctx.needs_input_grad[-1]:  # a sink's dP is 0 (no value): dS = P_sink * (0 - delta)
             d_sinks = -((sinks[None, :, None] - lse).exp() * delta).sum((0, 2))  # (H,)
-        return dq, dk, dv, None, None, None, None, None, d_sinks
+        return dq, dk, dv, None, None, None, None, None, None, d_sinks
 
 
 def _spans(length: int, chunk: int) -> list[tuple[int, int]]:
     return [(s, min(s + chunk, length)) for s in range(0, length, chunk)]
+
+
+def _key_range(start: int, end: int, M: int, causal: bool, window: int) -> tuple[int, int]:
+    """The keys [first, last) the queries at positions start .. end - 1 may see: causal stops at the last one's
+    position; a window (0: none) starts at the first one's earliest key and, not causal, ends window - 1 after the
+    last one."""
+    first = max(0, start - window + 1) if window else 0
+    if causal:
+        return first, min(M, end)
+    return first, (min(M, end - 1 + window) if window else M)
 
 
 def _grouped(x: Tensor, kv_heads: int) -> Tensor:
@@ -131,19 +168,23 @@ def _sink_rows(sinks: Tensor, kv_heads: int, cq: int) -> Tensor:
     return sinks.view(1, kv_heads, -1, 1).expand(-1, -1, -1, cq).reshape(1, kv_heads, -1)
 
 
-def _mask_tile_(s: Tensor, qs: int, cq: int, ks: int, kv_mask: Tensor | None, causal: bool) -> Tensor:
+def _mask_tile_(s: Tensor, qs: int, cq: int, ks: int, kv_mask: Tensor | None, causal: bool, window: int = 0) -> Tensor:
     """Set invisible scores of the tile s (B, H_kv, G*cq, ck) at query positions qs.., keys ks.. to -inf, in place.
 
     Row r of the tile is query position qs + r % cq: the G query heads of a K/V head are stacked. A position, not a
-    row index: under causal, query row i sits at i + M - N.
+    row index: under causal, query row i sits at i + M - N. A window (0: none) hides the keys outside its band.
     """
     ck = s.shape[-1]
     if kv_mask is not None:
         s.masked_fill_(~kv_mask[:, None, None, ks : ks + ck], NEG_INF)
-    if causal and ks + ck - 1 > qs:  # the tile crosses the diagonal
+    crosses_diagonal = causal and ks + ck - 1 > qs
+    if crosses_diagonal or window:
         rows = torch.arange(qs, qs + cq, device=s.device).repeat(s.shape[-2] // cq)[:, None]  # (G*cq, 1)
         keys = torch.arange(ks, ks + ck, device=s.device)[None, :]
-        s.masked_fill_(keys > rows, NEG_INF)
+        hidden = keys > rows if crosses_diagonal else torch.zeros((), dtype=torch.bool, device=s.device)
+        if window:
+            hidden = hidden | ~band(rows, keys, window=window, causal=False)
+        s.masked_fill_(hidden, NEG_INF)
     return s
 
 
@@ -153,12 +194,13 @@ def _chunked_forward(
     v: Tensor,
     kv_mask: Tensor | None,
     causal: bool,
-    query_chunk: int,
-    key_chunk: int,
+    chunks: tuple[int, int, int],
     softcap: float | None = None,
     sinks: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Output (B, H, N, D) and log-sum-exp (B, H, N) (-inf for a row that sees no key and no sink)."""
+    """Output (B, H, N, D) and log-sum-exp (B, H, N) (-inf for a row that sees no key and no sink). chunks: the
+    config's (query_chunk, key_chunk, window)."""
+    query_chunk, key_chunk, window = chunks
     B, H, N, D = q.shape
     Hkv, M = k.shape[1], k.shape[2]
     scale, offset = softmax_scale(D), query_offset(N, M, causal)
@@ -169,10 +211,12 @@ def _chunked_forward(
         row_max = torch.full(qc.shape[:3], NEG_INF, dtype=q.dtype, device=q.device)  # (B, H_kv, G*cq)
         row_sum = torch.zeros_like(row_max)
         acc = torch.zeros_like(qc)
-        last = min(M, qe + offset) if causal else M  # causal: no key chunk above the diagonal
+        first, last = _key_range(qs + offset, qe + offset, M, causal, window)  # no chunk above the diagonal
         for ks, ke in _spans(last, key_chunk):
+            if ke <= first:  # wholly before the window
+                continue
             scores = softcapped(qc @ k[:, :, ks:ke].transpose(-1, -2), softcap)  # (B, H_kv, G*cq, ck)
-            s = _mask_tile_(scores, qs + offset, qe - qs, ks, kv_mask, causal)
+            s = _mask_tile_(scores, qs + offset, qe - qs, ks, kv_mask, causal, window)
             new_max = torch.maximum(row_max, s.amax(-1))
             shift = new_max.masked_fill(new_max == NEG_INF, 0.0)  # a row that sees nothing yet: exp(-inf) = 0
             p = s.sub_(shift[..., None]).exp_()
@@ -202,15 +246,16 @@ def _chunked_backward(
     grad_out: Tensor,
     kv_mask: Tensor | None,
     causal: bool,
-    query_chunk: int,
-    key_chunk: int,
+    chunks: tuple[int, int, int],
     softcap: float | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """FlashAttention-2's backward: per key chunk, recompute P from lse and accumulate dq, dk, dv.
 
     delta (B, H, N) is rowsum(dO * O). GQA: dk, dv of a K/V head sum over its G query heads (the stacked rows of each
-    tile). A softcap's scores are recomputed and dS multiplied by the cap's derivative 1 - tanh^2.
+    tile). A softcap's scores are recomputed and dS multiplied by the cap's derivative 1 - tanh^2. chunks: the config's
+    (query_chunk, key_chunk, window); a tile wholly outside the visible keys is skipped.
     """
+    query_chunk, key_chunk, window = chunks
     H, N, D = q.shape[1], q.shape[2], q.shape[3]
     Hkv, M = k.shape[1], k.shape[2]
     scale, offset = softmax_scale(D), query_offset(N, M, causal)
@@ -219,13 +264,15 @@ def _chunked_backward(
     for ks, ke in _spans(M, key_chunk):
         kc, vc = k[:, :, ks:ke], v[:, :, ks:ke]  # (B, H_kv, ck, D)
         for qs, qe in _spans(N, query_chunk):
-            if causal and qe - 1 + offset < ks:  # every query of this chunk is before every key
+            first, last = _key_range(qs + offset, qe + offset, M, causal, window)
+            if ks >= last or ke <= first:  # every key of this chunk is after every query's last one, or before
                 continue
             qc, doc = _grouped(q[:, :, qs:qe], Hkv), _grouped(grad_out[:, :, qs:qe], Hkv)  # (B, H_kv, G*cq, D)
             # (B, H_kv, G*cq, ck)
             raw = (qc * scale) @ kc.transpose(-1, -2)
             capped = None if softcap is None else torch.tanh(raw / softcap)  # tanh(s / c); the score is c * that
-            s = _mask_tile_(raw if capped is None else capped * softcap, qs + offset, qe - qs, ks, kv_mask, causal)
+            tile = raw if capped is None else capped * softcap
+            s = _mask_tile_(tile, qs + offset, qe - qs, ks, kv_mask, causal, window)
             p = s.sub_(_grouped(lse[:, :, qs:qe, None], Hkv)).exp_()
             dv[:, :, ks:ke] += p.transpose(-1, -2) @ doc
             # dS = P * (dP - delta)

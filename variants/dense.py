@@ -24,7 +24,7 @@ from torch import Tensor
 
 from variants._checks import check_choice, query_offset
 from variants._decode import KVCacheDecoding
-from variants._decode_step import DecodeStep
+from variants._decode_step import ONE_QUERY_DECODE_BACKENDS, DecodeStep
 from variants._gqa import from_xformers_layout, group, sdpa, ungroup, xformers_layout
 from variants._int8_scores import int8_scores as int8_qk
 from variants._model_features import feature_backend, given_features, sdpa_with_sinks, softcapped, softmax_with_sinks
@@ -35,7 +35,6 @@ from variants.reference import PatternWeights, visibility
 from variants.sliding_window import SlidingWindowAttention, SlidingWindowConfig
 
 DENSE_BACKENDS = ("sdpa", "xformers", "reference")  # fastest first: "auto" takes the first that works
-DENSE_DECODE_BACKENDS = ("auto", "eager", "native")  # a step over the KV cache: the hand-written kernel, or forward
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,7 +46,7 @@ class DenseConfig(VariantConfig):
 
     def validate(self) -> None:
         check_choice("backend", self.backend, ("auto",) + DENSE_BACKENDS)
-        check_choice("decode_backend", self.decode_backend, DENSE_DECODE_BACKENDS)
+        check_choice("decode_backend", self.decode_backend, ONE_QUERY_DECODE_BACKENDS)
 
 
 @register_variant("dense", config=DenseConfig)

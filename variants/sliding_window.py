@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import importlib.util
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
@@ -35,10 +35,12 @@ from variants._band import band, band_pairs
 from variants._banded import _BLOCK_CHOICES, _FASTEST_BLOCK, _banded, _block_key, _choose_block, banded_block  # noqa: F401 - tests import them here
 from variants._checks import check_choice, check_int, query_offset
 from variants._decode import check_context, check_state, check_step, checked_once
+from variants._decode_step import ONE_QUERY_DECODE_BACKENDS, DecodeStep
 from variants._gqa import sdpa
 from variants._model_features import sdpa_with_sinks
+from variants._native import attend_one_query
 from variants._registry import register_variant
-from variants._ring import SlidingWindowState, ring_from_context, ring_step
+from variants._ring import SlidingWindowState, over_slots, ring_from_context, ring_step
 from variants._sliding_kernels import FLEX_BLOCK
 from variants._sliding_kernels import flex as _flex
 from variants._sliding_kernels import flex_blocks as _flex_blocks
@@ -60,11 +62,15 @@ class SlidingWindowConfig(VariantConfig):
     # auto | banded (blocked SDPA, O(N*w)) | flex (compiled) | xformers (CUDA) | masked (dense, O(N^2))
     backend: str = "auto"
     sinks: int = 0  # attention sinks: keys 0..sinks-1 are visible to every query besides its band (j <= i if causal)
+    # a step over the ring: native (variants._native's one-query kernel: CPU, float32) | eager (SDPA) | auto (native
+    # where it takes the call); "added": out of cell ids at its default
+    decode_backend: str = field(default="auto", metadata={"added": True})
 
     def validate(self) -> None:
         check_int("window", self.window, minimum=1)
         check_choice("backend", self.backend, ("auto",) + SLIDING_BACKENDS)
         check_int("sinks", self.sinks, minimum=0)
+        check_choice("decode_backend", self.decode_backend, ONE_QUERY_DECODE_BACKENDS)
 
 
 @register_variant("sliding_window", config=SlidingWindowConfig)
@@ -79,6 +85,10 @@ class SlidingWindowAttention(PatternWeights, AttentionVariant):
     # mass on the first tokens, 4 sinks let a much narrower window meet a budget
     quality_knob = QualityKnob("window", 16, 8192, at_most_length=True, searched_with=(("sinks", (0, 4)),))
     flops_tolerance = 0.0  # executed_flops counts the banded and masked backends' SDPA scores exactly
+
+    def __init__(self, config: SlidingWindowConfig | None = None):
+        super().__init__(config)
+        self._decode_step = DecodeStep(over_slots, self.config.decode_backend, native=attend_one_query, compiles=False)
 
     def resolve_backend(self, q: Tensor, *, training: bool = False) -> str:
         """config.backend, or for "auto" the fastest available here (the order differs on CPU and CUDA)."""
@@ -251,7 +261,7 @@ class SlidingWindowAttention(PatternWeights, AttentionVariant):
             self.check_decode(q_t, k_t, v_t)
 
         checked_once(state, q_t, k_t, v_t, check)  # once per sequence, not per token
-        return ring_step(q_t, k_t, v_t, state), state
+        return ring_step(q_t, k_t, v_t, state, self._decode_step), state
 
     def decode_step_flops(self, B: int, H: int, context: int, D: int, *, H_kv: int | None = None) -> int:
         """One step (variants._ring.ring_step), whatever the context: SDPA of the query over every slot of its ring, the

@@ -102,6 +102,10 @@ def kl_text(kl: float | None) -> str:
     return format_number(kl, ".2e")
 
 
+# the generation columns: through transformers' KV cache, then through each layer's own decode state (lm_generate)
+GENERATION_HEADERS = ("continuation agreement", "decode tokens/s", "own-state tokens/s", "own state MiB")
+
+
 def lm_eval_table(rows: list[dict[str, Any]]) -> Table:
     """One line per variant (budget) and length: perplexity (the model's own), increase, top-1 agreement, KL, the
     greedy continuation's agreement with dense and decode tokens/s (when generated), or the failure."""
@@ -111,7 +115,7 @@ def lm_eval_table(rows: list[dict[str, Any]]) -> Table:
         head = [variant_cell(r), str(r.get("seq_len")), *budget_cells(rows, r)]
         if not succeeded(r):
             failure = outcome_text(r)
-            body.append(head + ["-"] * (6 if generated else 4) + [failure])
+            body.append(head + ["-"] * (4 + len(GENERATION_HEADERS) if generated else 4) + [failure])
             continue
         numbers = [
             f"{format_number(r.get('perplexity'), '.4f')} ({format_number(r.get('perplexity_reference'), '.4f')})",
@@ -127,8 +131,13 @@ def lm_eval_table(rows: list[dict[str, Any]]) -> Table:
                 else str(r.get("generation_status"))
             ]
             numbers += [format_number(r.get("decode_tokens_per_s"), ".1f")]
+            state_bytes = r.get("decode_state_bytes")
+            numbers += [
+                format_number(r.get("state_decode_tokens_per_s"), ".1f"),
+                format_number(None if state_bytes is None else state_bytes / 2**20, ".2f"),
+            ]
         body.append(head + numbers + ["" if generated_ok else short_reason(r.get("generation_reason"), missing="")])
-    generation = ["continuation agreement", "decode tokens/s"] if generated else []
+    generation = list(GENERATION_HEADERS) if generated else []
     headers = ["variant", "N", *budget_header(rows), "perplexity (model)", "increase", "top-1 agreement"]
     return Table([*headers, "KL(dense||variant)", *generation, "note"], body)
 
@@ -142,7 +151,9 @@ def lm_eval_note(model: str) -> str:
 
 LM_GENERATION = (
     "Continuation agreement: the share of the tokens greedy generate() continues each window with that equal dense's, "
-    f"position by position; decode tokens/s of that generate call. A KL in [-{KL_ROUNDING:g}, 0) is float32 rounding "
+    "position by position; decode tokens/s of that generate call, on transformers' KV cache; own-state tokens/s and "
+    "MiB: the same generation through each layer's own decode state (dense's KV cache, sliding_window's ring, the "
+    f"running sums), the states' bytes after the last prompt and its tokens (empty where the state path refuses). A KL in [-{KL_ROUNDING:g}, 0) is float32 rounding "
     "of zero and shown as 0."
 )
 

@@ -5,8 +5,15 @@ variant swapped in and with exact dense in every layer (through the same adapter
 stopping early at an end-of-sequence token, so both give exactly T tokens. The agreement is the share of those T
 positions, compared position by position to the end (not only up to the first difference), whose token equals
 dense's, over all prompts. Decode speed is the T tokens over the seconds of the variant's generate call (the prefill
-of the prompt included). The variant's own KV/state bytes are not reported: generation here keeps transformers'
-cache, the same for every variant (harness.models.hf_decode_state's VariantStateCache holds a variant's own state).
+of the prompt included).
+
+The same continuations are then generated through each layer's own decode state (harness.models.hf_decode_state's
+VariantStateCache: dense's KV cache, sliding_window's ring, distilled's and window_linear's running sums), where every
+layer's variant can decode: the state path's tokens/s, the bytes of every layer's state after the last prompt and its
+T tokens (what the model holds to decode at that length), and the share of its tokens that equal the KV-cache path's
+(the two compute the same attention, so below 1 only by float32 rounding at a near tie). Where the state path refuses
+(a variant without a decode state, the model's softcapping or sink logits), its columns stay empty and
+``state_generation_reason`` says why.
 """
 
 from __future__ import annotations
@@ -32,12 +39,17 @@ def empty_fields() -> dict[str, Any]:
         "decode_tokens_per_s": None,
         "generation_status": None,
         "generation_reason": None,
+        "state_decode_tokens_per_s": None,
+        "decode_state_bytes": None,
+        "state_cache_agreement": None,
+        "state_generation_reason": None,
     }
 
 
 @torch.no_grad()
-def continuation(model: nn.Module, ids: Tensor, tokens: int) -> list[int]:
-    """The `tokens` greedy tokens the model generates after the prompt ids (1, N)."""
+def continuation(model: nn.Module, ids: Tensor, tokens: int, cache: Any = None) -> list[int]:
+    """The `tokens` greedy tokens the model generates after the prompt ids (1, N); `cache`: a VariantStateCache (None:
+    transformers' own KV cache)."""
     out = model.generate(
         input_ids=ids,
         attention_mask=torch.ones_like(ids),
@@ -45,6 +57,7 @@ def continuation(model: nn.Module, ids: Tensor, tokens: int) -> list[int]:
         do_sample=False,
         eos_token_id=None,  # never stop early: every continuation is `tokens` long
         pad_token_id=0,
+        **({} if cache is None else {"cache": cache}),
     )
     return out[0, ids.shape[1] :].tolist()
 
@@ -100,6 +113,38 @@ def generation_fields(
         "continuation_agreement": agreement(found, expected),
         "decode_tokens_per_s": tokens * len(prompts) / watch.seconds,
         "generation_status": "ok",
+        **state_fields(model, per_layer, layers, prompts, tokens, found, device),
+    }
+
+
+def state_fields(
+    model: nn.Module,
+    per_layer: dict[int, AttentionVariant],
+    layers: list[int],
+    prompts: list[Tensor],
+    tokens: int,
+    through_cache: list[list[int]],
+    device: str,
+) -> dict[str, Any]:
+    """The state path's columns (the module doc): the same continuations generated through a VariantStateCache per
+    prompt; or state_generation_reason where the state path refuses."""
+    from harness.models.hf_decode_state import VariantStateCache  # transformers: only with the [hf] extra (model-eval)
+
+    lacking = sorted({v.name for v in per_layer.values() if not v.capabilities.decode})
+    if lacking:
+        return {"state_generation_reason": f"{', '.join(lacking)} has no decode state (Capabilities.decode is False)"}
+    found = []
+    try:
+        with hf_model.swapped(model, lambda i: per_layer[i], layers=layers), Stopwatch(device) as watch:
+            for ids in prompts:
+                cache = VariantStateCache(model)
+                found.append(continuation(model, ids, tokens, cache))
+    except NotSupportedError as exc:
+        return {"state_generation_reason": "; ".join(exc.reasons)}
+    return {
+        "state_decode_tokens_per_s": tokens * len(prompts) / watch.seconds,
+        "decode_state_bytes": cache.state_bytes(),
+        "state_cache_agreement": agreement(found, through_cache),
     }
 
 
@@ -117,4 +162,8 @@ def generation_text(row: dict[str, Any]) -> str:
     if row.get("generation_status") != "ok":
         return f"generation {row.get('generation_status')}: {row.get('generation_reason')}"
     agreement, speed = row.get("continuation_agreement"), row.get("decode_tokens_per_s")
-    return f"continuation agreement {format_number(agreement, '.3f')}, {format_number(speed, '.1f')} tokens/s"
+    text = f"continuation agreement {format_number(agreement, '.3f')}, {format_number(speed, '.1f')} tokens/s"
+    if row.get("state_decode_tokens_per_s") is None:
+        return text + (f"; state path: {row['state_generation_reason']}" if row.get("state_generation_reason") else "")
+    state_mib = format_number(row["decode_state_bytes"] / 2**20, ".2f")
+    return text + f"; own state {format_number(row['state_decode_tokens_per_s'], '.1f')} tokens/s, {state_mib} MiB"

@@ -124,9 +124,9 @@ def test_refusals_name_the_model_feature(tmp_path, folders):
     gemma.set_attn_implementation(hf_adapter.register_with_transformers("sliding_window"))  # no Capabilities.softcap
     assert "does not support logit softcapping (softcap=30.0)" in _refused(gemma, ids, use_cache=False)
     mistral = hf_model.load_pretrained(str(save_tiny(tmp_path / "m", "mistral", sliding_window=16)))
-    mistral.set_attn_implementation(hf_adapter.register_with_transformers("chunked"))
+    mistral.set_attn_implementation(hf_adapter.register_with_transformers("distilled"))
     message = _refused(mistral, ids, use_cache=False)
-    assert "sliding-window layer (sliding_window=16 < 48 keys): chunked cannot restrict itself to it" in message
+    assert "sliding-window layer (sliding_window=16 < 48 keys): distilled cannot restrict itself to it" in message
     dropping = hf_model.load_pretrained(str(save_tiny(tmp_path / "d", "llama", attention_dropout=0.1)))
     dropping.set_attn_implementation(name)
     dropping.train()

@@ -19,7 +19,11 @@ FAMILIES = {
     "mistral": dict(sliding_window=WINDOW),  # every layer sliding
     "qwen2": dict(use_sliding_window=True, sliding_window=WINDOW, max_window_layers=1),  # layer 0 full, 1 sliding
 }
-HONOURED = {"dense": {}, "sliding_window": {"window": 4 * WINDOW}}  # sliding_window: the narrower band, the model's
+HONOURED = {
+    "dense": {},
+    "sliding_window": {"window": 4 * WINDOW},
+    "chunked": {"query_chunk": 8, "key_chunk": 8},
+}  # sliding_window: the narrower band, the model's
 
 
 def _model(kind: str):

@@ -11,7 +11,7 @@ from harness.commands import main
 from harness.models import hf_adapter, hf_model
 from harness.report.render import Table
 from harness.report.study_results import lm_eval_table, study_sections
-from harness.studies import lm_eval
+from harness.studies import lm_eval, lm_generate
 from tests.helpers.tiny_hf import save_tiny
 from variants import AttentionVariant, Capabilities, build_variant, register_variant
 from variants import _registry
@@ -66,6 +66,12 @@ def test_dense_agrees_with_itself_and_a_one_token_window_by_hand(llama):
     by_hand = sum(a == b for a, b in zip(found, expected)) / T
     assert by_hand < 1.0 and window["continuation_agreement"] == pytest.approx(by_hand)
     assert window["generation_status"] == "ok" and window["decode_tokens_per_s"] > 0
+    # the own-state path: the same tokens, and the states' bytes by hand (2 layers, H_kv 2, D 16, float32)
+    for row in rows:
+        assert row["state_cache_agreement"] == 1.0 and row["state_decode_tokens_per_s"] > 0, row
+    kv_cache = 2 * 2 * 2 * 64 * 16 * 4  # layers, k and v, H_kv, the capacity (twice the 32-token prompt), D, bytes
+    ring = 2 * (2 * 2 * 1 * 16 * 4 + 8 + 1)  # layers x (k and v of one slot per K/V head, its position, its flag)
+    assert (dense["decode_state_bytes"], window["decode_state_bytes"]) == (kv_cache, ring)
 
 
 class TopLeftAttention(AttentionVariant):
@@ -106,7 +112,13 @@ def test_a_variant_without_causal_offset_gets_unsupported_generation_never_a_num
     md = (tmp_path / "lm_eval.md").read_text()
     assert "| unsupported |" in md and "causal_offset is False" in md
     (table,) = [b for b in study_sections(tmp_path) if isinstance(b, Table)]  # the run report's model-eval section
-    assert table.headers[-3:] == ["continuation agreement", "decode tokens/s", "note"]
+    assert table.headers[-5:] == [
+        "continuation agreement",
+        "decode tokens/s",
+        "own-state tokens/s",
+        "own state MiB",
+        "note",
+    ]
 
 
 def test_no_generation_with_zero_tokens(llama):
@@ -148,3 +160,28 @@ def test_a_kl_rounding_made_negative_is_shown_as_zero_and_stored_raw():
     kl = table.headers.index("KL(dense||variant)")
     assert [r[kl] for r in table.rows] == ["0", "-2.00e-06", "8.00e-10"]  # below the tolerance: not rounding, shown
     assert row["kl_mean"] == -8e-10
+
+
+class NoStateAttention(AttentionVariant):
+    """Exact attention with a query offset (so it generates on transformers' cache) but no decode state of its own."""
+
+    capabilities = Capabilities(exact=True, causal_offset=True)
+
+    def forward(self, q, k, v, *, causal=False, kv_mask=None):
+        return reference_attention(q, k, v, causal=causal, kv_mask=kv_mask, dtype=None)
+
+
+def test_a_variant_without_a_decode_state_generates_on_the_kv_cache_and_says_why_not_its_own(llama):
+    register_variant("t_no_state")(NoStateAttention)
+    try:
+        rows, _ = lm_eval.run_lm_eval(
+            str(llama), ["t_no_state"], [16], text=_text(), n_eval=1, n_calibration=0, steps=0,
+            generate_tokens=T, tokenizer="bytes",
+        )  # fmt: skip
+    finally:
+        _registry._REGISTRY.pop("t_no_state", None)
+    (row,) = rows
+    assert row["generation_status"] == "ok" and row["continuation_agreement"] == 1.0
+    assert row["state_decode_tokens_per_s"] is None and row["decode_state_bytes"] is None
+    assert row["state_generation_reason"] == "t_no_state has no decode state (Capabilities.decode is False)"
+    assert "state path: t_no_state has no decode state" in lm_generate.generation_text(row)
