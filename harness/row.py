@@ -81,8 +81,8 @@ class Row:
     memory_method: str | None = None
     state_bytes: int | None = _measured()  # decode: bytes of the state after the N-token context (capacity held)
     state_live_bytes: int | None = _measured()  # decode: of which live, what a step reads (a KV cache's K/V so far)
-    # decode: the step a variant with a decode_backend prepared: "compiled" (one AOTInductor kernel), "eager", or "eager
-    # (compile failed: why)"; None for a variant with one way to step (variants._decode_step)
+    # decode: what the steps of a variant with a decode_backend ran: "native" (its hand-written kernel), "compiled" (one
+    # AOTInductor kernel) or "eager", with why not the kernel or the compile; None: one way to step (variants._decode_step)
     decode_step: str | None = None
     # K and V as held (Cell.kv_dtype, harness.measure.kv_quant): prefill attention cells' stored K and V (values and
     # scales); a decode cell's cache is its state_bytes

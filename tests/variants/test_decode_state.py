@@ -18,13 +18,13 @@ B, H, D, CONTEXT, WINDOW = 1, 2, 64, 2048, 512  # a state of about 1 MB or more:
 
 def _decoders() -> list:
     """(variant, decode_backend, padded) for every variant that decodes, padded and not: eager where its config chooses
-    how to step, and also auto (the compiled kernel on CPU: about 10 s to compile) unpadded; else None."""
+    how to step, and also auto (the hand-written kernel on CPU in float32) unpadded; else None."""
     cases = []
     for name in (n for n in list_variants() if get_variant(n).capabilities.decode):
         fields = {field.name for field in dataclasses.fields(get_variant(name).config)}
         chooses = "decode_backend" in fields
         cases += [(name, "eager" if chooses else None, padded) for padded in (False, True)]
-        cases += [pytest.param(name, "auto", False, marks=pytest.mark.slow)] if chooses else []  # a compile: ~10 s
+        cases += [pytest.param(name, "auto", False, marks=pytest.mark.slow)] if chooses else []
     return cases
 
 
