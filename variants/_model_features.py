@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from variants._declarations import Capabilities
-from variants._gqa import sdpa
+from variants._gqa import group, sdpa, ungroup
 
 FEATURE_NAMES = {
     "softcap": "logit softcapping",
@@ -125,3 +125,21 @@ def sdpa_with_sinks(q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None, sink_l
         bias.masked_fill_(~keep, float("-inf"))
     sinks = sink_logits.to(q.dtype).view(1, H, 1, 1).expand(rows, H, N, 1)
     return sdpa(q, k1, v1, attn_mask=torch.cat([bias, sinks], dim=-1), scale=scale)  # (B, H, N, D)
+
+
+def capped_attention(
+    q: Tensor, k: Tensor, v: Tensor, keep: Tensor, softcap: float, sink_logits: Tensor | None
+) -> Tensor:
+    """softmax(softcap * tanh(q k^T / (sqrt(D) softcap)) over the keys `keep` shows) v with the scores materialised
+    (fused SDPA cannot cap them), sink_logits (H,) joining each row's denominator. q (B, H, N, D); k, v (B, H_kv, M, D)
+    (GQA: the G query heads of a K/V head stacked as rows, K/V not repeated); keep bool (B|1, 1, N, M). A row that
+    sees no key gets zeros, with finite gradients."""
+    B, H, N, D = q.shape
+    H_kv, M = k.shape[1], k.shape[2]
+    qg = group(q * D**-0.5, H_kv).flatten(2, 3)  # (B, H_kv, G*N, D)
+    scores = softcapped(torch.matmul(qg, k.transpose(-2, -1)).view(B, H, N, M), softcap)
+    blind = ~keep.any(-1, keepdim=True)  # (B|1, 1, N, 1): softmax over nothing is NaN, forward and backward
+    scores = scores.masked_fill(~keep, -math.inf).masked_fill(blind, 0.0)
+    weights = softmax_with_sinks(scores, sink_logits, dtype=torch.float32).masked_fill(blind, 0.0)
+    out = torch.matmul(weights.to(v.dtype).view(B, H_kv, -1, M), v)  # (B, H_kv, G*N, D)
+    return ungroup(out.view(B, H_kv, H // H_kv, N, D))

@@ -37,7 +37,7 @@ from variants._checks import check_choice, check_int, query_offset
 from variants._decode import check_context, check_state, check_step, checked_once
 from variants._decode_step import ONE_QUERY_DECODE_BACKENDS, DecodeStep
 from variants._gqa import sdpa
-from variants._model_features import sdpa_with_sinks
+from variants._model_features import capped_attention, sdpa_with_sinks
 from variants._native import attend_one_query
 from variants._registry import register_variant
 from variants._ring import SlidingWindowState, over_slots, ring_from_context, ring_step
@@ -77,9 +77,10 @@ class SlidingWindowConfig(VariantConfig):
 class SlidingWindowAttention(PatternWeights, AttentionVariant):
     """Exact softmax attention restricted to a band of `window` keys around each query (Longformer, Mistral)."""
 
-    capabilities = Capabilities(exact=True, gqa=True, decode=True, causal_offset=True, sink_logits=True)
+    capabilities = Capabilities(exact=True, gqa=True, decode=True, causal_offset=True, sink_logits=True, softcap=True)
     backends = SLIDING_BACKENDS
-    feature_backends = {"sink_logits": ("masked",)}  # the band's O(N * M) mask gains one sink column
+    # the band's O(N * M) mask gains one sink column, or its scores are materialised and capped
+    feature_backends = {"sink_logits": ("masked",), "softcap": ("masked",)}
     small_config = {"window": 8}
     # more is more accurate and slower; searched with and without 4 sinks (StreamingLLM's count): on heads that park
     # mass on the first tokens, 4 sinks let a much narrower window meet a budget
@@ -229,10 +230,12 @@ class SlidingWindowAttention(PatternWeights, AttentionVariant):
         *,
         causal: bool = False,
         kv_mask: Tensor | None = None,
+        softcap: float | None = None,
         sink_logits: Tensor | None = None,
     ) -> Tensor:
-        if sink_logits is not None:  # masked only (feature_backends): the refusals leave "auto" or "masked" here
-            return _masked(q, k, v, self.pattern, causal=causal, kv_mask=kv_mask, sink_logits=sink_logits)
+        if sink_logits is not None or softcap is not None:  # masked only (feature_backends): "auto" or "masked" here
+            features = {"softcap": softcap, "sink_logits": sink_logits}
+            return _masked(q, k, v, self.pattern, causal=causal, kv_mask=kv_mask, **features)
         backend = self.active_backend(q, k, v)
         window, sinks = self.config.window, self.config.sinks
         if backend == "banded":
@@ -278,13 +281,17 @@ def _masked(
     *,
     causal: bool,
     kv_mask: Tensor | None,
+    softcap: float | None = None,
     sink_logits: Tensor | None = None,
 ) -> Tensor:
     """Dense SDPA over exactly what the reference sees (pattern, causality, padding) as a bool mask: O(N * M).
-    sink_logits (H,): each head's sink logit joins the denominator (an extra zero-valued key)."""
+    sink_logits (H,): each head's sink logit joins the denominator (an extra zero-valued key); softcap: the scores
+    materialised and capped (capped_attention)."""
     N, M = q.shape[2], k.shape[2]
     positions = torch.arange(N, device=q.device) + query_offset(N, M, causal)  # causal: the last N positions
     keep = visibility(positions, M, causal=causal, kv_mask=kv_mask, pattern=pattern)  # (B|1, 1, N, M)
+    if softcap is not None:
+        return capped_attention(q, k, v, keep, softcap, sink_logits)
     if sink_logits is not None:  # a row that sees no key gets zeros: its weights all go to the zero-valued sink
         return sdpa_with_sinks(q, k, v, keep, sink_logits, softmax_scale(q.shape[-1]))
     out = sdpa(q, k, v, attn_mask=keep, scale=softmax_scale(q.shape[-1]))

@@ -121,7 +121,7 @@ def test_refusals_name_the_model_feature(tmp_path, folders):
     ids, _ = _batch()
     name = hf_adapter.register_with_transformers("dense")
     gemma = hf_model.load_pretrained(str(save_tiny(tmp_path / "g", "gemma2", attn_logit_softcapping=30.0)))
-    gemma.set_attn_implementation(hf_adapter.register_with_transformers("sliding_window"))  # no Capabilities.softcap
+    gemma.set_attn_implementation(hf_adapter.register_with_transformers("window_linear"))  # no Capabilities.softcap
     assert "does not support logit softcapping (softcap=30.0)" in _refused(gemma, ids, use_cache=False)
     mistral = hf_model.load_pretrained(str(save_tiny(tmp_path / "m", "mistral", sliding_window=16)))
     mistral.set_attn_implementation(hf_adapter.register_with_transformers("distilled"))

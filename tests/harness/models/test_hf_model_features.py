@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(
 SOFTCAP = 5.0  # Gemma 2 ships 50; the tiny model's scores are scaled up (SCORE_GAIN) so that 5 bites
 SCORE_GAIN = 15.0  # q_proj and k_proj scaled by this: scores of ~ +-10 instead of ~ +-0.05
 EXACT = {"dense": {}, "chunked": {"query_chunk": 4, "key_chunk": 8}, "sliding_window": {"window": PROMPT + NEW}}
-HONOURS = {"gemma2": ("dense", "chunked"), "gpt_oss": ("dense", "chunked", "sliding_window")}
+HONOURS = {"gemma2": ("dense", "chunked", "sliding_window"), "gpt_oss": ("dense", "chunked", "sliding_window")}
 
 
 def _has_config(kind: str) -> str | None:
@@ -95,7 +95,7 @@ def test_variants_that_honour_the_feature_equal_eager_logits_and_greedy_tokens(k
 
 @pytest.mark.parametrize(
     "kind,name,feature",
-    [("gemma2", "sliding_window", "logit softcapping (softcap=5.0)"), ("gpt_oss", "distilled", "learned sink logits")],
+    [("gemma2", "window_linear", "logit softcapping (softcap=5.0)"), ("gpt_oss", "distilled", "learned sink logits")],
 )
 def test_a_variant_without_the_capability_is_refused_naming_the_feature(kind, name, feature):
     model = _model(kind)

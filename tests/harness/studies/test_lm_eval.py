@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from harness.commands import main
-from harness.models import hf_adapter, hf_model
+from harness.models import hf_adapter, hf_layers, hf_model
 from harness.studies import lm_eval
 from tests.helpers.tiny_hf import save_tiny
 from variants import build_variant
@@ -67,6 +67,32 @@ def test_end_to_end_dense_equals_the_stock_model(llama, tmp_path, capsys):
         assert window["status"] == "ok" and window["kl_mean"] > 1e-4 and window["top1_agreement"] < 1.0
     assert (tmp_path / "lm_eval.png").read_bytes()[:4] == b"\x89PNG"
     assert "| dense | 128 |" in (tmp_path / "lm_eval.md").read_text()
+
+
+@pytest.mark.slow  # a whole sweep on a model of 512-token windows: seconds on 2 cores (the full suite runs it)
+def test_gemma2_softcap_and_alternating_windows_end_to_end(tmp_path, capsys):
+    """Gemma 2's logit softcapping and its alternating 128-token sliding layers: dense (sliding_window's band in the
+    sliding layer, softcapped) and chunked (its tiles in the band) equal the stock model and generate its tokens;
+    sliding_window (256 keys) is exact at 256 and an approximation at 512."""
+    folder = save_tiny(tmp_path / "gemma2", "gemma2", attn_logit_softcapping=50.0, sliding_window=128)
+    argv = ["model-eval", "--tokenizer", "bytes", "--model", str(folder), "--seq-lens", "256,512"]
+    argv += ["--variants", "dense,sliding_window,chunked", "--texts", "1", "--generate-tokens", "4"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 0, capsys.readouterr().err
+    rows = {
+        (r["variant"], r["seq_len"]): r for r in json.loads((tmp_path / "out" / "lm_eval.json").read_text())["rows"]
+    }
+    stream, _ = hf_model.token_ids(str(folder), lm_eval_text(), 128, tokenizer="bytes")
+    for N in (256, 512):
+        expected = _stock_perplexity(folder, hf_model.token_windows(stream, N, 1, calibration=False))
+        for name in ("dense", "chunked"):
+            row = rows[(name, N)]
+            assert row["status"] == "ok" and row["perplexity"] == pytest.approx(expected, rel=1e-5), row
+            assert row["continuation_agreement"] == 1.0 and abs(row["kl_mean"]) < 1e-6
+        window = rows[("sliding_window", N)]
+        assert window["status"] == "ok" and (abs(window["kl_mean"]) < 1e-6) == (N == 256)
+    model = hf_model.load_pretrained(str(folder))
+    windows = {getattr(m, "sliding_window", None) for m in hf_layers.attention_modules(model).values()}
+    assert windows == {128, None}  # the tiny model really alternates a 128-token layer with a full one
 
 
 def lm_eval_text() -> str:
