@@ -197,8 +197,9 @@ def kv_cache_step(variant: Any, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: KV
     """One decode step of an exact variant (an AttentionVariant; not imported, base imports this module) over a KV
     cache: append, then the variant's decode step where its config chooses one (decode_backend), else its forward.
 
-    The new token is the last position: causal with one query over the whole cache (bottom-right: it sees every
-    cached key, the context's padding still masked, and a windowed variant's band ends at it).
+    The new token is the last position: causal with one query over the whole cache for a variant with the causal
+    query offset (bottom-right: it sees every cached key, the context's padding still masked, and a windowed variant's
+    band ends at it), non-causal for one without it (the same keys).
     """
     check_state(state, KVCache, variant.name)
 
@@ -210,7 +211,8 @@ def kv_cache_step(variant: Any, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: KV
     state.append(k_t, v_t)
     k, v, mask = state.live()  # (B, H_kv, L, D), (B, L) or None
     step = variant._decode_step  # a config's decode_backend (dense's native kernel), else the variant's own forward
-    out = variant.forward(q_t, k, v, causal=True, kv_mask=mask) if step is None else step(q_t, k, v, mask)
+    causal = variant.capabilities.causal_offset  # else a top-left causal forward would show it key 0 only
+    out = variant.forward(q_t, k, v, causal=causal, kv_mask=mask) if step is None else step(q_t, k, v, mask)
     return out, state
 
 

@@ -26,8 +26,8 @@ class DecodeContract:
     _decode_step: DecodeStep | None = None  # a variant whose config chooses its step (decode_backend) sets its own
 
     def decode_kind(self) -> str | None:
-        """What ran the last decode step where the config chooses (decode_backend): "compiled", "eager" or "eager
-        (compile failed: why)"; None for a variant with one way to step."""
+        """What ran the last decode step where the config chooses (decode_backend): "native", "compiled" or "eager",
+        with why not the kernel or the compile (variants._decode_step); None for a variant with one way to step."""
         return None if self._decode_step is None else self._decode_step.kind
 
     def decode_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None = None) -> list[str]:
@@ -84,6 +84,8 @@ class DecodeContract:
         """Forward FLOPs one decode step executes: generating one token whose query (B, H, 1, D) attends to `context`
         keys already cached or summarised (K/V heads H_kv, default H). The default, a KV cache's step: the variant's
         executed forward of one query over all context + 1 keys (the token's own key included), causal with the query
-        the last position (so a windowed variant counts its window's keys). A variant whose step does less (a ring of `window` keys, running sums) overrides
-        it; a decode cell's `flops` is this, averaged over its steps (harness.measure.decode)."""
-        return count_flops(self, B, H, 1, context + 1, D, True, H_kv=H_kv, executed=True)
+        the last position where the variant takes the offset (so a windowed variant counts its window's keys). A
+        variant whose step does less (a ring of `window` keys, running sums) overrides it; a decode cell's `flops` is
+        this, averaged over its steps (harness.measure.decode)."""
+        causal = self.capabilities.causal_offset  # as the KV-cache step calls the forward (variants._decode)
+        return count_flops(self, B, H, 1, context + 1, D, causal, H_kv=H_kv, executed=True)

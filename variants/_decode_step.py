@@ -67,7 +67,8 @@ class DecodeStep:
             if not isinstance(out, str):
                 self.kind = "native"
                 return out
-            not_native = f" (not native: {out})"
+            if self.backend == "native" or args[0].is_cpu:  # auto on a GPU: no kernel was expected there
+                not_native = f" (not native: {out})"
         if self.tokens:  # the token's views of a longer sequence, as the compiled kernel's contiguous layout
             args = (*(a.contiguous() for a in args[: self.tokens]), *args[self.tokens :])
         compiled = self._compiled(args)

@@ -8,8 +8,9 @@ its kernel cannot take the call (the caller, variants._decode_step.DecodeStep, t
 The state is small (about 0.5 MiB at H=8, D=64, F=128), so the Python around a call is a fair part of a token's time.
 A wrapper checks the token's tensors every call (new views each token, handed to the kernel with their strides: no
 copies) but the state's only when they change: the state tensors' checks and the kernel's arguments for them (addresses,
-sizes) are kept for the tensor objects last seen (held weakly), since an in-place update changes neither; a tensor whose
-storage is swapped in place (``.data =``, ``set_``) is not supported. It allocates only the output.
+sizes) are kept per state (its tensor objects, held weakly, at their addresses: one entry per decoding layer of a
+model), since an in-place update changes neither; a storage swapped in place (``.data =``) is built anew. It allocates
+only the output.
 """
 
 from __future__ import annotations
@@ -24,11 +25,15 @@ import torch
 from torch import Tensor
 
 from variants._checks import softmax_scale
-from variants._native import native_library
+from variants._native import CONTIGUOUS_ROWS, NO_BACKWARD, native_library, tensor_reason
 
 _FLOAT32 = torch.float32
 # a kernel's name -> its last state tensors (held weakly) and what state_args made for them
-_STATE_ARGS: dict[str, tuple[tuple[weakref.ref, ...], StateArgs]] = {}
+# (a kernel's name, its first state tensor's id) -> the state tensors (held weakly), their addresses, what state_args
+# made for them: one entry per decoding layer of a model; cleared when _KEPT are held
+_STATE_ARGS: dict[tuple[str, int], tuple[tuple[weakref.ref, ...], list[int], StateArgs]] = {}
+_KEPT = 256
+MAX_RING = 65536  # window_linear's ring: its scores sit on the kernel's stack (256 KiB at this size)
 
 
 class StateArgs(NamedTuple):
@@ -70,7 +75,7 @@ def distilled_step(
     tokens = state if isinstance(state, str) else token_args((q_t, k_t, v_t), state)
     if isinstance(tokens, str):
         return tokens
-    out = torch.empty(state.batch, tokens[0], 1, state.head_dim)  # ints, not a Size: half the time
+    out = torch.empty(state.batch, tokens[0], 1, state.head_dim, dtype=_FLOAT32)  # ints, not a Size: half the time
     native_library().distilled_step_f32(out.data_ptr(), *tokens, state.address)
     return out
 
@@ -99,7 +104,7 @@ def window_linear_step(
         return tokens
     if slot.dtype is not torch.int64 or not slot.is_cpu:
         return f"needs an int64 slot on CPU, got {slot.dtype} on {slot.device.type}"
-    out = torch.empty(state.batch, tokens[0], 1, state.head_dim)
+    out = torch.empty(state.batch, tokens[0], 1, state.head_dim, dtype=_FLOAT32)
     if native_library().window_linear_step_f32(out.data_ptr(), *tokens, slot.data_ptr(), state.address):
         raise IndexError(f"ring slot {int(slot)} is outside the ring of {ring_k.shape[2]} slots")
     return out
@@ -120,19 +125,23 @@ def window_linear_reason(q_t: Tensor, k_t: Tensor, v_t: Tensor, *state: Tensor) 
 
 def state_args(kernel: str, tensors: tuple[Tensor, ...], make: Callable[..., StateArgs | str]) -> StateArgs | str:
     """`make(*tensors)`: the kernel's arguments for these state tensors, or why it cannot take them; kept for the next
-    call with the same tensor objects. The library and the no-gradient check are looked at every call (grad mode may
-    change between calls)."""
+    call with the same tensor objects at the same addresses. The library and the no-gradient check are looked at every
+    call (grad mode may change between calls)."""
     library = native_library()
     if isinstance(library, str):
         return library
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return "has no backward: decode under torch.no_grad()"
-    last = _STATE_ARGS.get(kernel)
-    if last is not None and len(last[0]) == len(tensors) and all(map(operator.is_, [r() for r in last[0]], tensors)):
-        return last[1]
+        return NO_BACKWARD
+    key = (kernel, id(tensors[0]))
+    last = _STATE_ARGS.get(key)
+    addresses = [t.data_ptr() for t in tensors]  # a parameter's storage swapped in place (`.data =`) is seen here
+    if last is not None and all(map(operator.is_, [r() for r in last[0]], tensors)) and last[1] == addresses:
+        return last[2]
     made = make(*tensors)
     if not isinstance(made, str):
-        _STATE_ARGS[kernel] = (tuple(weakref.ref(t) for t in tensors), made)
+        if len(_STATE_ARGS) >= _KEPT:
+            _STATE_ARGS.clear()
+        _STATE_ARGS[key] = (tuple(weakref.ref(t) for t in tensors), addresses, made)
     return made
 
 
@@ -143,10 +152,10 @@ def token_args(tokens: tuple[Tensor, Tensor, Tensor], state: StateArgs) -> list[
     three tensors, no loop: it runs every token."""
     q, k, v = tokens
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return "has no backward: decode under torch.no_grad()"
+        return NO_BACKWARD
     for t in tokens:
         if not t.is_cpu or t.dtype is not _FLOAT32:
-            return _tensor_reason(t)
+            return tensor_reason(t)
     B, H_kv, D = state.batch, state.kv_heads, state.head_dim
     batch, H, one, head_dim = q.shape
     kv_shape = (B, H_kv, 1, D)
@@ -156,7 +165,7 @@ def token_args(tokens: tuple[Tensor, Tensor, Tensor], state: StateArgs) -> list[
         )
     qs, ks, vs = q.stride(), k.stride(), v.stride()
     if qs[3] != 1 or ks[3] != 1 or vs[3] != 1:
-        return "needs a contiguous last dimension"
+        return CONTIGUOUS_ROWS
     return [H, q.data_ptr(), qs[0], qs[1], k.data_ptr(), ks[0], ks[1], v.data_ptr(), vs[0], vs[1]]
 
 
@@ -190,6 +199,8 @@ def _window_linear_state(
     if why is not None:
         return why
     B, H_kv, W, D = ring_k.shape
+    if W > MAX_RING:  # the kernel scores the ring on its stack
+        return f"takes a ring of at most {MAX_RING} slots, got {W}"
     P, F = sums.fields.P, sums.fields.F
     if ring_v.shape != ring_k.shape or (B, H_kv, D) != sums[2:] or log_gamma.numel() != P:
         return "the ring's, the sums' and log_gamma's shapes disagree"
@@ -206,15 +217,10 @@ def _state_reason(tensors: tuple[Tensor, ...]) -> str | None:
     updated in place)."""
     for t in tensors:
         if not t.is_cpu or t.dtype is not _FLOAT32:
-            return _tensor_reason(t)
+            return tensor_reason(t)
         if not t.is_contiguous():
             return "needs contiguous state tensors"
     return None
-
-
-def _tensor_reason(t: Tensor) -> str:
-    """Why a tensor that is not a float32 CPU one cannot be taken."""
-    return f"runs on CPU only, got {t.device.type}" if not t.is_cpu else f"needs float32, got {t.dtype}"
 
 
 def _reason(found: list[Any] | str) -> str | None:

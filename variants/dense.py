@@ -121,7 +121,7 @@ class DenseAttention(PatternWeights, KVCacheDecoding, AttentionVariant):
     # ---- decoding: a KV cache (init_state, step: KVCacheDecoding) -------------------------
     def _over_cache(self, q_t: Tensor, k: Tensor, v: Tensor, kv_mask: Tensor | None) -> Tensor:
         """A step's attention in torch: the new query (the last position) over every cached key, on `backend`."""
-        return self.forward(q_t, k, v, causal=False, kv_mask=kv_mask)
+        return self.forward(q_t, k, v, causal=True, kv_mask=kv_mask)
 
     def extra_decode_reasons(self, q: Tensor, k: Tensor, v: Tensor, *, kv_mask: Tensor | None) -> list[str]:
         """A step runs the configured backend, so its refusals (e.g. xformers off CUDA) apply too."""

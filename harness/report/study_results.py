@@ -14,6 +14,7 @@ from typing import Any, Callable
 from harness.entries import config_label
 from harness.report.render import Block, Heading, Image, Paragraph, Table, format_number, short_reason
 from harness.report.deploy_table import DEPLOY, WHAT as DEPLOY_WHAT, deploy_caveat, deployable_table
+from harness.report.study_cells import KL_ROUNDING, budget_cells, budget_header, kl_text, variant_cell
 from harness.report.study_outcomes import outcome_text, succeeded
 
 MODEL_EVAL = "model_eval"  # the file stem harness.studies.model_eval writes
@@ -21,41 +22,6 @@ LM_EVAL = "lm_eval"  # the file stem harness.studies.lm_eval writes (model-eval 
 TASKS = "tasks"  # the file stem harness.studies.tasks writes
 TASK_LOSS_FLAG = 0.05  # accuracy points below dense that the recommendation calls out
 MODEL_COSINE_FLAG = 0.99  # mean embedding cosine below which the recommendation calls a variant out
-KL_ROUNDING = 1e-6  # nats: a KL in [-KL_ROUNDING, 0) is float32 rounding of a zero KL and is shown as 0 (stored raw)
-
-
-def variant_cell(row: dict[str, Any]) -> str:
-    """The variant; for a row matched to an error budget, with the knob value found: 'sliding_window(window=64)'."""
-    tuning = row.get("tuning")
-    if row.get("budget") is None or not isinstance(tuning, dict):
-        return str(row.get("variant"))
-    return config_label(str(row.get("variant")), row.get("config"), show=[str(tuning.get("knob"))])
-
-
-def budget_cells(rows: list[dict[str, Any]], row: dict[str, Any]) -> list[str]:
-    """[the row's error budget, or '-'] when any row has one (model-eval --error-budgets), else []."""
-    if all(r.get("budget") is None for r in rows):
-        return []
-    return [format_number(row.get("budget"), "g")]
-
-
-def budget_header(rows: list[dict[str, Any]]) -> list[str]:
-    """['budget (what it bounds)'] when any row has one, else []."""
-    metrics = {r["tuning"].get("metric") for r in rows if isinstance(r.get("tuning"), dict)}
-    if all(r.get("budget") is None for r in rows):
-        return []
-    return [f"budget ({', '.join(sorted(str(m) for m in metrics))})" if metrics else "budget"]
-
-
-def budget_note(rows: list[dict[str, Any]]) -> str:
-    """What a budget row is, when there are any (model-eval --error-budgets), else ''."""
-    if all(r.get("budget") is None for r in rows):
-        return ""
-    return (
-        " A row with a budget runs its variant at the cheapest value of its quality knob (named in the variant column)"
-        " whose error on calibration texts, never the evaluated ones, is within the budget; unreachable: not even the"
-        " top of the searched range is, its error in the note."
-    )
 
 
 def model_eval_table(rows: list[dict[str, Any]]) -> Table:
@@ -95,27 +61,19 @@ def model_eval_note(model: str) -> str:
     return f"Each variant swapped into every layer of {model}; embeddings compared to the unmodified model over the evaluation passages."
 
 
-def kl_text(kl: float | None) -> str:
-    """A KL for people: a negative one that rounding made (down to -KL_ROUNDING) as '0', else in .2e."""
-    if kl is not None and -KL_ROUNDING <= kl < 0:
-        return "0"
-    return format_number(kl, ".2e")
-
-
 # the generation columns: through transformers' KV cache, then through each layer's own decode state (lm_generate)
 GENERATION_HEADERS = ("continuation agreement", "decode tokens/s", "own-state tokens/s", "own state MiB")
 
 
 def lm_eval_table(rows: list[dict[str, Any]]) -> Table:
     """One line per variant (budget) and length: perplexity (the model's own), increase, top-1 agreement, KL, the
-    greedy continuation's agreement with dense and decode tokens/s (when generated), or the failure."""
+    generation columns (when generated: _generation_cells), or the failure."""
     generated = any(r.get("generation_status") for r in rows)
     body = []
     for r in rows:
         head = [variant_cell(r), str(r.get("seq_len")), *budget_cells(rows, r)]
         if not succeeded(r):
-            failure = outcome_text(r)
-            body.append(head + ["-"] * (4 + len(GENERATION_HEADERS) if generated else 4) + [failure])
+            body.append(head + ["-"] * (4 + len(GENERATION_HEADERS) if generated else 4) + [outcome_text(r)])
             continue
         numbers = [
             f"{format_number(r.get('perplexity'), '.4f')} ({format_number(r.get('perplexity_reference'), '.4f')})",
@@ -123,23 +81,25 @@ def lm_eval_table(rows: list[dict[str, Any]]) -> Table:
             format_number(r.get("top1_agreement"), ".4f"),
             kl_text(r.get("kl_mean")),
         ]
-        generated_ok = r.get("generation_status") in ("ok", None)  # None: an older row, or a row not generated
-        if generated:  # a generation that could not run: its status in the agreement cell, its reason in the note
-            numbers += [
-                format_number(r.get("continuation_agreement"), ".3f")
-                if generated_ok
-                else str(r.get("generation_status"))
-            ]
-            numbers += [format_number(r.get("decode_tokens_per_s"), ".1f")]
-            state_bytes = r.get("decode_state_bytes")
-            numbers += [
-                format_number(r.get("state_decode_tokens_per_s"), ".1f"),
-                format_number(None if state_bytes is None else state_bytes / 2**20, ".2f"),
-            ]
-        body.append(head + numbers + ["" if generated_ok else short_reason(r.get("generation_reason"), missing="")])
-    generation = list(GENERATION_HEADERS) if generated else []
+        cells, note = _generation_cells(r) if generated else ([], "")
+        body.append(head + numbers + cells + [note])
     headers = ["variant", "N", *budget_header(rows), "perplexity (model)", "increase", "top-1 agreement"]
-    return Table([*headers, "KL(dense||variant)", *generation, "note"], body)
+    return Table([*headers, "KL(dense||variant)", *(GENERATION_HEADERS if generated else ()), "note"], body)
+
+
+def _generation_cells(r: dict[str, Any]) -> tuple[list[str], str]:
+    """A row's GENERATION_HEADERS cells and its note: a generation that could not run has its status in the agreement
+    cell and its reason in the note; an own-state path whose tokens differ from the KV cache's says so there."""
+    if r.get("generation_status") not in ("ok", None):  # None: an older row, or a row not generated
+        return [str(r.get("generation_status")), "-", "-", "-"], short_reason(r.get("generation_reason"), missing="")
+    state_bytes, same = r.get("decode_state_bytes"), r.get("state_cache_agreement")
+    cells = [
+        format_number(r.get("continuation_agreement"), ".3f"),
+        format_number(r.get("decode_tokens_per_s"), ".1f"),
+        format_number(r.get("state_decode_tokens_per_s"), ".1f"),
+        format_number(None if state_bytes is None else state_bytes / 2**20, ".2f"),
+    ]
+    return cells, ("" if same is None or same == 1 else f"own state: {same:.1%} of the KV cache path's tokens")
 
 
 def lm_eval_note(model: str) -> str:
@@ -153,8 +113,9 @@ LM_GENERATION = (
     "Continuation agreement: the share of the tokens greedy generate() continues each window with that equal dense's, "
     "position by position; decode tokens/s of that generate call, on transformers' KV cache; own-state tokens/s and "
     "MiB: the same generation through each layer's own decode state (dense's KV cache, sliding_window's ring, the "
-    f"running sums), the states' bytes after the last prompt and its tokens (empty where the state path refuses). A KL in [-{KL_ROUNDING:g}, 0) is float32 rounding "
-    "of zero and shown as 0."
+    "running sums), the states' bytes after the last prompt and its tokens (empty where the state path refuses; a "
+    f"note where its tokens differ from the KV cache path's). A KL in [-{KL_ROUNDING:g}, 0) is float32 rounding of "
+    "zero and shown as 0."
 )
 
 

@@ -27,7 +27,8 @@ from harness.models import hf_model
 from harness.measure.calibration import fit, fit_summary
 from harness.measure.timer import Stopwatch
 from harness.report.render import Block, Paragraph
-from harness.report.study_results import LM_EVAL, budget_note, kl_text, lm_eval_note, lm_eval_table
+from harness.report.study_cells import budget_note, kl_text
+from harness.report.study_results import LM_EVAL, lm_eval_note, lm_eval_table
 from harness.studies import budget_search, lm_generate
 from harness.studies.plots import plot_lm_eval
 from harness.studies.results_io import write_results
@@ -272,7 +273,15 @@ def _evaluate(
     if at.tokens:
         row.update(
             lm_generate.generation_fields(
-                at.model, at.own, per_layer, at.chosen, at.windows, at.tokens, lambda: at.dense_continuations, at.device
+                at.model,
+                at.own,
+                per_layer,
+                at.chosen,
+                at.windows,
+                at.tokens,
+                lambda: at.dense_continuations,
+                at.device,
+                state=True,
             )
         )
     count = totals["count"]

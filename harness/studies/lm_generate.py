@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from harness.measure.timer import Stopwatch
 from harness.models import hf_model
 from harness.report.render import format_number
+from harness.report.study_outcomes import FAILURES
 from variants import AttentionVariant, NotSupportedError, build_variant
 
 DEFAULT_TOKENS = 32  # --generate-tokens: tokens generated per prompt (0 turns generation off)
@@ -85,10 +86,13 @@ def generation_fields(
     tokens: int,
     reference: Callable[[], list[list[int]]],
     device: str,
+    *,
+    state: bool = False,
 ) -> dict[str, Any]:
     """The generation columns of one row: `per_layer` swapped into `layers` (dense in the others) generating `tokens`
-    after each prompt, against `reference()` (dense's). Status unsupported, with the reason and no number, for a
-    variant without Capabilities.causal_offset or one the adapter refuses."""
+    after each prompt, against `reference()` (dense's); with `state`, the own-state path's columns too (state_fields).
+    Status unsupported, with the reason and no number, for a variant without Capabilities.causal_offset or one the
+    adapter refuses."""
     fields = {**empty_fields(), "generated_tokens": tokens}
     lacking = sorted({v.name for v in per_layer.values() if not v.capabilities.causal_offset})
     if lacking:
@@ -113,7 +117,7 @@ def generation_fields(
         "continuation_agreement": agreement(found, expected),
         "decode_tokens_per_s": tokens * len(prompts) / watch.seconds,
         "generation_status": "ok",
-        **state_fields(model, per_layer, layers, prompts, tokens, found, device),
+        **(state_fields(model, per_layer, layers, prompts, tokens, found, device) if state else {}),
     }
 
 
@@ -127,7 +131,8 @@ def state_fields(
     device: str,
 ) -> dict[str, Any]:
     """The state path's columns (the module doc): the same continuations generated through a VariantStateCache per
-    prompt; or state_generation_reason where the state path refuses."""
+    prompt, after one untimed token (what a first step builds once: the kernels' library, a compile); or
+    state_generation_reason where the state path refuses or fails."""
     from harness.models.hf_decode_state import VariantStateCache  # transformers: only with the [hf] extra (model-eval)
 
     lacking = sorted({v.name for v in per_layer.values() if not v.capabilities.decode})
@@ -135,12 +140,16 @@ def state_fields(
         return {"state_generation_reason": f"{', '.join(lacking)} has no decode state (Capabilities.decode is False)"}
     found = []
     try:
-        with hf_model.swapped(model, lambda i: per_layer[i], layers=layers), Stopwatch(device) as watch:
-            for ids in prompts:
-                cache = VariantStateCache(model)
-                found.append(continuation(model, ids, tokens, cache))
+        with hf_model.swapped(model, lambda i: per_layer[i], layers=layers):
+            continuation(model, prompts[0], 1, VariantStateCache(model))
+            with Stopwatch(device) as watch:
+                for ids in prompts:
+                    cache = VariantStateCache(model)
+                    found.append(continuation(model, ids, tokens, cache))
     except NotSupportedError as exc:
         return {"state_generation_reason": "; ".join(exc.reasons)}
+    except (*FAILURES, RuntimeError, IndexError) as exc:  # a failed step: a reason on the row, not a failed run
+        return {"state_generation_reason": f"{type(exc).__name__}: {exc}"}
     return {
         "state_decode_tokens_per_s": tokens * len(prompts) / watch.seconds,
         "decode_state_bytes": cache.state_bytes(),

@@ -24,7 +24,8 @@ from harness.models import minilm
 from harness.measure.calibration import fit, fit_summary
 from harness.measure.timer import Stopwatch
 from harness.report.render import Block, Paragraph
-from harness.report.study_results import MODEL_EVAL, budget_note, model_eval_note, model_eval_table
+from harness.report.study_cells import budget_note
+from harness.report.study_results import MODEL_EVAL, model_eval_note, model_eval_table
 from harness.studies import budget_search
 from harness.studies.passages import AtLength, at_length, Encoded, LayerBatches, compare, embed_all
 from harness.studies.plots import plot_model_eval

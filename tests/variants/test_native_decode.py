@@ -4,9 +4,13 @@ torch and says why. Registry-wide: a variant that gains a native step is tested 
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
+from tests.helpers import REPO
 from tests.variants.test_decode_step import B, CONTEXT, H, STEPS, D, takes_decode_backend
 from variants import build_variant, get_variant, list_variants
 from variants import _native
@@ -93,6 +97,18 @@ def test_a_build_is_reused_from_the_cache_and_rebuilt_for_other_flags(monkeypatc
     assert _native._built("cc") != first
 
 
+def test_loading_the_kernels_leaves_subnormals_alone():
+    """A library linked with -ffast-math would set flush-to-zero for the whole process when loaded (gcc's crtfastmath):
+    every later torch operation would read subnormals as 0. A fresh process, so no earlier load hides it."""
+    script = (
+        "import torch; from variants._native import native_library; assert not isinstance(native_library(), str); "
+        "print(float(torch.tensor([1e-39]) * 1.0))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout) == pytest.approx(1e-39, rel=1e-3)
+
+
 def test_one_query_on_hand_made_inputs():
     """Two keys with scores 0 and log 3 (weights 1/4, 3/4), the second masked in batch 1; a strided (cache-like)
     layout and GQA (two query heads on one K/V head)."""
@@ -117,8 +133,12 @@ def test_one_query_on_hand_made_inputs():
         (lambda q, k, v: (q.expand(-1, -1, 2, -1), k, v), "takes one query per head, got 2"),
         (lambda q, k, v: (q, k.transpose(-1, -2), v), "needs a contiguous last dimension"),
         (lambda q, k, v: (q.requires_grad_(), k, v), "has no backward: decode under torch.no_grad()"),
+        (
+            lambda q, k, v: (q, k[..., :4], v[..., :4]),
+            "the shapes q (1, 2, 1, 8), k (1, 2, 8, 4), v (1, 2, 8, 4) do not fit one another",
+        ),
     ],
-    ids=["float64", "two-queries", "strided-rows", "grad"],
+    ids=["float64", "two-queries", "strided-rows", "grad", "head-dims"],
 )
 def test_one_query_says_why_it_cannot_run(change, why):
     q, k, v = change(torch.randn(1, 2, 1, 8), torch.randn(1, 2, 8, 8), torch.randn(1, 2, 8, 8))

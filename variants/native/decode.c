@@ -2,8 +2,8 @@
 
 A decode step reads its whole state once per token, so it runs at the speed of memory only when it streams that state
 in one pass and does nothing else per token: no per-operation dispatch, no temporaries the size of the state. Each
-function here is one such pass, in float32, on one thread. Layouts are given as element strides; the last dimension of
-every tensor is contiguous. */
+function here is one such pass, in float32 (a large call split over threads). Layouts are given as element strides;
+the last dimension of every tensor is contiguous. */
 
 #include <float.h>
 #include <math.h>
@@ -11,7 +11,7 @@ every tensor is contiguous. */
 #include <stdint.h>
 
 #define BLOCK 256          /* keys scored at once: their scores stay in L1 between the score and the value pass */
-#define HIDDEN (-1.0e30f)  /* a masked key's score: finite (the file is built with -ffast-math), exp() of it is 0 */
+#include "common.h"
 
 /* One query against M keys: out = softmax(q k^T * scale) v over the keys `keep` marks (NULL: all), an online softmax
    over blocks of BLOCK keys (running max m, sum l, unnormalised acc). A query that sees no key gets zeros. */

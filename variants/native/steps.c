@@ -9,7 +9,7 @@ Layouts are given as element strides for the token's q, k, v (views of a longer 
 #include <math.h>
 #include <stdint.h>
 
-#define HIDDEN (-1.0e30f) /* a masked key's score: finite (the file is built with -ffast-math), exp() of it is 0 */
+#include "common.h"
 
 /* proj (n) = b + x W for n <= CHUNK columns of W (D rows, F apart): two partial sums over d, so the multiply-adds
    do not wait on one another, in registers. */

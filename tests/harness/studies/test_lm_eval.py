@@ -170,7 +170,7 @@ def test_bad_input_is_one_line_and_exit_2(llama, argv, message, capsys, tmp_path
 
 def test_a_refused_model_feature_is_an_unsupported_row_naming_it(tmp_path, capsys):
     folder = save_tiny(tmp_path / "m", "mistral", sliding_window=32)
-    # chunked cannot restrict itself to the model's window (dense and sliding_window can: test_hf_model_window.py)
+    # distilled cannot restrict itself to the model's window (dense, sliding_window, chunked can: test_hf_model_window.py)
     argv = [
         "model-eval",
         "--tokenizer",
@@ -180,7 +180,9 @@ def test_a_refused_model_feature_is_an_unsupported_row_naming_it(tmp_path, capsy
         "--seq-lens",
         "64",
         "--variants",
-        "chunked",
+        "distilled",
+        "--calibration-steps",
+        "0",
         "--texts",
         "1",
     ]
