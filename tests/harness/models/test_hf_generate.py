@@ -68,15 +68,16 @@ def test_exact_variants_generate_sdpas_greedy_tokens_with_a_kv_cache(llama, name
         torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=2e-5, msg=f"logits of step {step}")
 
 
+@pytest.mark.parametrize("name", EXACT)
 @pytest.mark.parametrize("kind", ["qwen2", "mistral", "gemma2"])  # MQA and q/k/v biases; a wide window; scaling 1/8
-def test_dense_generates_the_stock_tokens_on_the_other_tiny_families(kind):
+def test_exact_variants_generate_the_stock_tokens_on_the_other_tiny_families(kind, name):
     """Against each model's own eager attention (Gemma2 has no SDPA path in transformers)."""
     import transformers
 
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(tiny_config(kind), attn_implementation="eager").eval()
     stock = _generate(model, "eager")
-    ours = _generate(model, hf_adapter.register_with_transformers("dense"))
+    ours = _generate(model, hf_adapter.register_with_transformers(name, **EXACT[name]))
     assert torch.equal(ours.sequences, stock.sequences)
     for step, (mine, theirs) in enumerate(zip(ours.logits, stock.logits)):
         torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=2e-5, msg=f"logits of step {step}")
