@@ -1,5 +1,7 @@
-"""distilled's decode step as one pure tensor function, and the state it updates (variants/distilled.py's doc has the
-formulas): what variants._decode_step runs eagerly or compiles, and what variants._native_steps' kernel computes."""
+"""distilled's decode step as one pure tensor function, and the state it updates.
+
+The formulas are in variants/distilled.py's doc; this is what variants._decode_step runs eagerly or compiles, and what
+variants._native_steps' kernel computes."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Hand-written decode kernels (variants/native/decode.c and steps.c, one library): built by the machine's C compiler,
-called through ctypes.
+"""Hand-written decode kernels (variants/native/*.c, one library), built by the machine's C compiler, called by ctypes.
 
 A decode step reads its whole state once per token, so it is memory-bound only if the state is streamed in one pass
 with nothing else done per token. torch's operations cannot do that for a single query: SDPA over a 16K-key cache reads

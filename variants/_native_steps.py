@@ -1,5 +1,6 @@
-"""distilled's and window_linear's decode steps by their hand-written kernels (variants/native/steps.c, built and
-loaded by variants._native).
+"""distilled's and window_linear's decode steps by their hand-written kernels (variants/native/steps.c).
+
+The kernels are built and loaded by variants._native.
 
 Each wrapper takes exactly the arguments of the variant's pure step function (_distilled_math.step_sums,
 _window_linear_math.window_linear_step), updates the same state in place and returns the same output, or returns why

@@ -1,5 +1,6 @@
-"""The cells and notes the studies' tables share (harness.report.study_results): the variant with the knob value a
-budget found, the budget columns and note, and a KL as people read it."""
+"""The cells and notes the studies' tables share (harness.report.study_results).
+
+The variant with the knob value a budget found, the budget columns and note, and a KL as people read it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-/* attnsuite's hand-written decode kernels (variants/_native.py compiles this file with the machine's C compiler).
+/* One query over a KV cache or a ring: dense's and sliding_window's decode step (variants/_native.py builds it).
 
 A decode step reads its whole state once per token, so it runs at the speed of memory only when it streams that state
 in one pass and does nothing else per token: no per-operation dispatch, no temporaries the size of the state. Each

@@ -1,5 +1,6 @@
-/* attnsuite's hand-written decode steps of the running-sum variants, distilled and window_linear (variants/_native.py
-compiles this file with decode.c into one library; variants/_native_steps.py calls them).
+/* The decode steps of the running-sum variants, distilled and window_linear, each one pass over its state.
+
+variants/_native.py compiles this file with decode.c into one library; variants/_native_steps.py calls them.
 
 Their state is small (running sums (2F, D) per K/V head, and window_linear's ring of the last W keys), so a step in
 torch is dispatch-bound: about 20 to 35 operations a token. Each function here is that step as one pass over the state,
