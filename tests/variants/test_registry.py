@@ -159,7 +159,7 @@ def test_unknown_variant_lists_names_and_suggests():
 def test_unknown_config_field_names_the_fields():
     with pytest.raises(
         TypeError,
-        match=r"variant 'dense' has no config field 'backnd'; its fields are: backend\. Did you mean 'backend'\?",
+        match=r"variant 'dense' has no config field 'backnd'; its fields are: backend, decode_backend\. Did you mean 'backend'\?",
     ):
         build_variant("dense", backnd="sdpa")
 

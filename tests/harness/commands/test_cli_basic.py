@@ -32,7 +32,10 @@ def test_list_json_has_capabilities_and_config(capsys):
     assert main(["list", "dense", "--json"]) == 0
     (dense,) = json.loads(capsys.readouterr().out)
     assert dense["capabilities"]["exact"] is True
-    assert dense["config"] == {"backend": {"type": "str", "default": "auto"}}
+    assert dense["config"] == {
+        "backend": {"type": "str", "default": "auto"},
+        "decode_backend": {"type": "str", "default": "auto"},
+    }
     assert dense["backends"]["reference"] == {"forward": "available", "train": "available"}
 
 

@@ -204,8 +204,11 @@ def test_a_cell_failing_in_timing_keeps_its_backend_errors_and_memory(monkeypatc
     row = run(cell(N=32, **fields))
     assert row["status"] == "error" and row["reason"] == "during timing: RuntimeError: the timer fell over"
     assert row["backend"] == "sdpa" and row["rel_l2_error"] < 1e-4 and row["error_rows"] > 0
+    sdpa_kernel = None if row.get("decode_step") == "native" else "flash"  # a decode step by the kernel runs no SDPA
     assert (
-        row["peak_memory_bytes"] > 0 and row["memory_method"] == "cpu_profiler_events" and row["sdpa_kernel"] == "flash"
+        row["peak_memory_bytes"] > 0
+        and row["memory_method"] == "cpu_profiler_events"
+        and row["sdpa_kernel"] == sdpa_kernel
     )
     assert row["latency_s"] is None and row["flops"] is None
     assert (row["state_bytes"] is not None) == (fields.get("phase") == "decode")  # init_state finished first
