@@ -33,7 +33,9 @@ def layout() -> str:
     def walk(folder: Path, depth: int) -> None:
         lines.append(f"{'  ' * depth}{folder.name}/")
         entries = sorted(
-            p for p in folder.iterdir() if p.name != "__pycache__" and (p.is_dir() or p.suffix in (".py", ".toml", ".c", ".h"))
+            p
+            for p in folder.iterdir()
+            if p.name != "__pycache__" and (p.is_dir() or p.suffix in (".py", ".toml", ".c", ".h"))
         )
         for path in sorted(entries, key=lambda p: (p.is_dir(), p.name)):
             if path.is_dir():
