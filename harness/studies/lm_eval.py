@@ -270,20 +270,10 @@ def _evaluate(
         return failed(row, exc)
     if not all(math.isfinite(v) for v in totals.values()):
         return with_outcome(row, "nonfinite", "a log-probability is NaN or inf")
-    if at.tokens:
-        row.update(
-            lm_generate.generation_fields(
-                at.model,
-                at.own,
-                per_layer,
-                at.chosen,
-                at.windows,
-                at.tokens,
-                lambda: at.dense_continuations,
-                at.device,
-                state=True,
-            )
-        )
+    if at.tokens:  # the KV cache's generation columns and the own state's
+        dense = lambda: at.dense_continuations  # noqa: E731 - generated on first use, once per length (cached)
+        fields = (at.model, at.own, per_layer, at.chosen, at.windows, at.tokens, dense, at.device)
+        row.update(lm_generate.generation_fields(*fields, state=True))
     count = totals["count"]
     ppl, ppl_ref = math.exp(totals["nll"] / count), math.exp(totals["nll_reference"] / count)
     row.update(perplexity=ppl, perplexity_reference=ppl_ref, perplexity_increase=ppl / ppl_ref - 1)

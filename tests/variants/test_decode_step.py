@@ -13,7 +13,6 @@ import torch
 from variants import build_variant, get_variant, list_variants
 from variants import _decode_step
 from variants._decode_step import DecodeStep
-from variants._native import native_library
 
 # under xdist one worker runs them all, so the cases that share shapes share their kernel (cached per process)
 pytestmark = pytest.mark.xdist_group("compiled-decode")
@@ -71,14 +70,9 @@ def test_the_compiled_step_equals_the_eager_step(name, kv_heads, padded):
 
 
 @pytest.mark.slow
-def test_auto_compiles_on_cpu_where_no_kernel_is_built(monkeypatch):
-    """Without a C compiler for the hand-written kernel (variants._native), auto compiles the step on CPU."""
-    native_library.cache_clear()
-    monkeypatch.setenv("CC", "no-such-compiler-attnsuite")
-    try:
-        *_, kind = _decode(_choosers()[0], "auto", H, False)
-    finally:
-        native_library.cache_clear()
+def test_auto_compiles_on_cpu_where_no_kernel_is_built(no_c_compiler):
+    """Without a C compiler for the hand-written kernel, auto compiles the step on CPU."""
+    *_, kind = _decode(_choosers()[0], "auto", H, False)
     assert kind.startswith("compiled (not native: no C compiler"), kind
 
 

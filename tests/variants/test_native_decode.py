@@ -95,13 +95,8 @@ def test_another_dtype_steps_in_torch_and_says_why(name):
     assert kind == "eager (not native: needs float32, got torch.float64)", kind
 
 
-def test_without_a_compiler_the_step_says_why(monkeypatch):
-    native_library.cache_clear()
-    monkeypatch.setenv("CC", "no-such-compiler-attnsuite")
-    try:
-        *_, kind = _decode(NATIVE[0], "native")
-    finally:
-        native_library.cache_clear()
+def test_without_a_compiler_the_step_says_why(no_c_compiler):
+    *_, kind = _decode(NATIVE[0], "native")
     assert kind == "eager (not native: no C compiler: 'no-such-compiler-attnsuite' is not on PATH (set CC to one))"
 
 
